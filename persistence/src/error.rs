@@ -1,0 +1,70 @@
+use uuid::Uuid;
+
+/// Everything that can go wrong in the persistence layer.
+///
+/// Business outcomes that callers are expected to handle (a stale writer, an unknown id, an
+/// oversized event) have their own variants so that the layers above can map them to typed
+/// answers; `Database` and `Migrate` are infrastructure failures.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The session does not exist.
+    #[error("session {0} not found")]
+    SessionNotFound(Uuid),
+
+    /// The writer's view of the journal is stale: another writer appended first. Nothing was
+    /// written. This is the fencing that keeps one writer per session.
+    #[error(
+        "journal conflict on session {session_id}: expected last seq {expected}, actual {actual}"
+    )]
+    Conflict {
+        session_id: Uuid,
+        expected: i64,
+        actual: i64,
+    },
+
+    /// An event's serialized payload exceeds the configured limit. Nothing was written.
+    #[error("event of kind `{kind}` is {size} bytes, over the limit of {limit} bytes")]
+    EventTooLarge {
+        kind: String,
+        size: usize,
+        limit: usize,
+    },
+
+    /// The caller passed something that can never succeed (an empty append, a bad cursor).
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+
+    /// The database URL or store options are unusable.
+    #[error("{0}")]
+    Config(String),
+
+    /// The transaction that carried this append failed as a whole; nothing of it was written.
+    #[error("journal commit failed: {0}")]
+    CommitFailed(String),
+
+    /// A stored value could not be decoded (an id or JSON document damaged outside Stead).
+    #[error("corrupt stored data: {0}")]
+    Corrupt(String),
+
+    /// The store has been shut down; no more writes are accepted.
+    #[error("the journal store is shut down")]
+    ShutDown,
+
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+}
+
+impl Error {
+    /// True for failures that a retry of the same call cannot fix.
+    pub fn is_permanent(&self) -> bool {
+        !matches!(
+            self,
+            Error::Database(_) | Error::CommitFailed(_) | Error::ShutDown
+        )
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

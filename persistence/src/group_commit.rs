@@ -1,0 +1,259 @@
+//! Group commit: one committer task per store turns concurrent appends into shared
+//! transactions.
+//!
+//! Appends are queued on a bounded channel. The committer takes the first waiting request, then
+//! everything else already queued (up to a batch limit), writes them all in one transaction, and
+//! only after the commit returns answers each caller. There is no timer: under light load a
+//! batch is one request and pays one commit; under heavy load requests pile up while the
+//! previous commit runs, and the next commit carries all of them. "Acknowledged means durable"
+//! holds because no reply is sent before the commit that carries it has returned.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use tokio::sync::{mpsc, oneshot};
+use uuid::Uuid;
+
+use crate::{prepare_payload, types::now_micros, Error, NewEvent, Result};
+
+/// An event ready to write: payload serialized and checked, timestamp fixed.
+#[derive(Debug)]
+pub struct PreparedEvent {
+    pub kind: String,
+    pub payload: String,
+    pub created_at: DateTime<Utc>,
+}
+
+/// One caller's append, waiting for its commit.
+#[derive(Debug)]
+pub struct AppendRequest {
+    pub session_id: Uuid,
+    pub expected_last_seq: i64,
+    pub events: Vec<PreparedEvent>,
+    reply: oneshot::Sender<Result<Vec<i64>>>,
+}
+
+/// What happened to one request of a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Written with seqs `expected_last_seq + 1 ..= expected_last_seq + events.len()`.
+    Appended,
+    /// Not written: the session's last seq was `actual`.
+    Conflict { actual: i64 },
+    /// Not written: no such session.
+    NotFound,
+}
+
+/// A backend's way of writing one batch in one transaction.
+#[async_trait]
+pub trait BatchWriter: Send + 'static {
+    /// Writes every request that its fencing check admits, in order, in one transaction, and
+    /// returns one outcome per request.
+    ///
+    /// # Invariant
+    /// Requests for the same session are applied in batch order, each checked against the state
+    /// the earlier ones left. `Err` means the transaction did not commit: nothing was written.
+    async fn write_batch(&mut self, batch: &[AppendRequest]) -> Result<Vec<Outcome>>;
+}
+
+/// Counters of a committer since start.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JournalStats {
+    /// Transactions committed (one per batch).
+    pub commits: u64,
+    /// Append calls that were committed.
+    pub appends: u64,
+    /// Events committed.
+    pub events: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    commits: AtomicU64,
+    appends: AtomicU64,
+    events: AtomicU64,
+}
+
+/// The callers' side of a committer.
+pub struct GroupCommit {
+    counters: Arc<Counters>,
+    sender: std::sync::Mutex<Option<mpsc::Sender<AppendRequest>>>,
+    committer: tokio::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    max_event_bytes: usize,
+}
+
+impl GroupCommit {
+    /// Starts the committer task for `writer`.
+    pub fn start<W: BatchWriter>(
+        writer: W,
+        max_event_bytes: usize,
+        max_batch_events: usize,
+    ) -> Self {
+        let (sender, receiver) = mpsc::channel(8192);
+        let counters = Arc::new(Counters::default());
+        let committer = tokio::spawn(run_committer(
+            writer,
+            receiver,
+            max_batch_events.max(1),
+            counters.clone(),
+        ));
+        GroupCommit {
+            counters,
+            sender: std::sync::Mutex::new(Some(sender)),
+            committer: tokio::sync::Mutex::new(Some(committer)),
+            max_event_bytes,
+        }
+    }
+
+    /// Validates, queues and waits for the commit of one append.
+    pub async fn append(
+        &self,
+        session_id: Uuid,
+        expected_last_seq: i64,
+        events: Vec<NewEvent>,
+    ) -> Result<Vec<i64>> {
+        if events.is_empty() {
+            return Err(Error::InvalidInput(
+                "an append needs at least one event".into(),
+            ));
+        }
+        if expected_last_seq < 0 {
+            return Err(Error::InvalidInput(
+                "expected_last_seq must not be negative".into(),
+            ));
+        }
+        let created_at = now_micros();
+        let events = events
+            .iter()
+            .map(|event| {
+                Ok(PreparedEvent {
+                    payload: prepare_payload(&event.kind, &event.payload, self.max_event_bytes)?,
+                    kind: event.kind.clone(),
+                    created_at,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let sender = self
+            .sender
+            .lock()
+            .expect("group commit sender lock poisoned")
+            .clone()
+            .ok_or(Error::ShutDown)?;
+        let (reply, answer) = oneshot::channel();
+        sender
+            .send(AppendRequest {
+                session_id,
+                expected_last_seq,
+                events,
+                reply,
+            })
+            .await
+            .map_err(|_| Error::ShutDown)?;
+        answer.await.map_err(|_| Error::ShutDown)?
+    }
+
+    pub fn stats(&self) -> JournalStats {
+        JournalStats {
+            commits: self.counters.commits.load(Ordering::Relaxed),
+            appends: self.counters.appends.load(Ordering::Relaxed),
+            events: self.counters.events.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Stops taking appends and waits until every queued one has been committed and answered.
+    pub async fn shutdown(&self) {
+        self.sender
+            .lock()
+            .expect("group commit sender lock poisoned")
+            .take();
+        if let Some(committer) = self.committer.lock().await.take() {
+            let _ = committer.await;
+        }
+    }
+}
+
+async fn run_committer<W: BatchWriter>(
+    mut writer: W,
+    mut receiver: mpsc::Receiver<AppendRequest>,
+    max_batch_events: usize,
+    counters: Arc<Counters>,
+) {
+    let mut batch: Vec<AppendRequest> = Vec::new();
+    while let Some(first) = receiver.recv().await {
+        let mut events = first.events.len();
+        batch.push(first);
+        while events < max_batch_events {
+            match receiver.try_recv() {
+                Ok(request) => {
+                    events += request.events.len();
+                    batch.push(request);
+                }
+                Err(_) => break,
+            }
+        }
+        let result = writer.write_batch(&batch).await;
+        if let Ok(outcomes) = &result {
+            counters.commits.fetch_add(1, Ordering::Relaxed);
+            for (request, outcome) in batch.iter().zip(outcomes) {
+                if *outcome == Outcome::Appended {
+                    counters.appends.fetch_add(1, Ordering::Relaxed);
+                    counters
+                        .events
+                        .fetch_add(request.events.len() as u64, Ordering::Relaxed);
+                }
+            }
+        }
+        answer(&mut batch, result);
+    }
+}
+
+fn answer(batch: &mut Vec<AppendRequest>, result: Result<Vec<Outcome>>) {
+    match result {
+        Ok(outcomes) => {
+            debug_assert_eq!(outcomes.len(), batch.len());
+            for (request, outcome) in batch.drain(..).zip(outcomes) {
+                let answer = match outcome {
+                    Outcome::Appended => {
+                        let first = request.expected_last_seq + 1;
+                        Ok((first..first + request.events.len() as i64).collect())
+                    }
+                    Outcome::Conflict { actual } => Err(Error::Conflict {
+                        session_id: request.session_id,
+                        expected: request.expected_last_seq,
+                        actual,
+                    }),
+                    Outcome::NotFound => Err(Error::SessionNotFound(request.session_id)),
+                };
+                let _ = request.reply.send(answer);
+            }
+        }
+        Err(error) => {
+            tracing::error!(error = %error, requests = batch.len(), "journal group commit failed");
+            let message = error.to_string();
+            for request in batch.drain(..) {
+                let _ = request
+                    .reply
+                    .send(Err(Error::CommitFailed(message.clone())));
+            }
+        }
+    }
+}
+
+/// Splits batch indices into rounds in which each session appears at most once, keeping the
+/// batch order of each session's requests. Backends that write a round with one set-based
+/// statement use this.
+pub fn rounds(batch: &[AppendRequest]) -> Vec<Vec<usize>> {
+    let mut rounds: Vec<Vec<usize>> = Vec::new();
+    let mut depth: std::collections::HashMap<Uuid, usize> = std::collections::HashMap::new();
+    for (index, request) in batch.iter().enumerate() {
+        let round = depth.entry(request.session_id).or_insert(0);
+        if rounds.len() <= *round {
+            rounds.push(Vec::new());
+        }
+        rounds[*round].push(index);
+        *round += 1;
+    }
+    rounds
+}

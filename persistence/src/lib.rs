@@ -1,0 +1,256 @@
+//! `stead-persistence` owns everything Stead keeps on disk: sessions, the write-ahead journal,
+//! snapshots of folded session state and each session's durable key–value storage, behind one
+//! [`JournalStore`] interface with a PostgreSQL and an embedded SQLite implementation (sqlx).
+//!
+//! The journal's guarantees, on both backends:
+//! - seqs of a session are gapless from 1 and assigned by the store;
+//! - [`JournalStore::append`] is atomic and fenced: a writer whose `expected_last_seq` is stale
+//!   gets [`Error::Conflict`] and writes nothing, so exactly one writer wins each seq;
+//! - an append returns only after its transaction committed durably (SQLite WAL with
+//!   `synchronous=FULL`, PostgreSQL with the server's `synchronous_commit`); appends from many
+//!   sessions that arrive together share one transaction (group commit, see [`group_commit`]).
+//!
+//! It knows nothing of actors, HTTP or models. It does not interpret event kinds or payloads:
+//! lifecycle rules (a closed session takes no new turns) belong to the session actor.
+
+mod error;
+pub mod group_commit;
+mod postgres;
+pub mod scratch;
+mod sqlite;
+mod types;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::Value;
+use uuid::Uuid;
+
+pub use error::{Error, Result};
+pub use group_commit::JournalStats;
+pub use types::{
+    Event, KvEntry, NewEvent, NewSession, Session, SessionPage, SessionQuery, SessionStatus,
+    Snapshot, DEFAULT_PAGE, MAX_PAGE,
+};
+
+/// Default limit on one event's serialized payload.
+pub const DEFAULT_MAX_EVENT_BYTES: usize = 1024 * 1024;
+
+/// Which database a store runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        })
+    }
+}
+
+/// A parsed database location.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DatabaseUrl {
+    /// `sqlite://PATH` or `sqlite:PATH`.
+    Sqlite(PathBuf),
+    /// `postgres://…` or `postgresql://…`, kept verbatim for the driver.
+    Postgres(String),
+}
+
+impl DatabaseUrl {
+    /// Parses a `DATABASE_URL`-style string, naming the problem when it is unusable.
+    pub fn parse(url: &str) -> Result<Self> {
+        let url = url.trim();
+        if let Some(path) = url
+            .strip_prefix("sqlite://")
+            .or_else(|| url.strip_prefix("sqlite:"))
+        {
+            let path = path.split('?').next().unwrap_or_default();
+            if path.is_empty() || path == ":memory:" {
+                return Err(Error::Config(
+                    "an sqlite URL needs a file path (sqlite://PATH); in-memory databases are not durable"
+                        .into(),
+                ));
+            }
+            return Ok(DatabaseUrl::Sqlite(PathBuf::from(path)));
+        }
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            let parsed = url::Url::parse(url)
+                .map_err(|e| Error::Config(format!("malformed PostgreSQL URL: {e}")))?;
+            if parsed.host_str().is_none_or(str::is_empty) && !url.contains("host=") {
+                return Err(Error::Config("the PostgreSQL URL has no host".into()));
+            }
+            return Ok(DatabaseUrl::Postgres(url.to_string()));
+        }
+        let scheme = url.split(':').next().unwrap_or_default();
+        Err(Error::Config(format!(
+            "unsupported database URL scheme `{scheme}` (expected postgres://, postgresql:// or sqlite://)"
+        )))
+    }
+
+    pub fn backend(&self) -> Backend {
+        match self {
+            DatabaseUrl::Sqlite(_) => Backend::Sqlite,
+            DatabaseUrl::Postgres(_) => Backend::Postgres,
+        }
+    }
+
+    /// The URL with any password replaced, safe for logs and error messages.
+    pub fn redacted(&self) -> String {
+        match self {
+            DatabaseUrl::Sqlite(path) => format!("sqlite://{}", path.display()),
+            DatabaseUrl::Postgres(url) => redact_url(url),
+        }
+    }
+}
+
+/// Replaces the password of a URL with `***`.
+pub fn redact_url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            let _ = parsed.set_password(Some("***"));
+            parsed.to_string()
+        }
+        Ok(_) => url.to_string(),
+        Err(_) => "<unparseable URL>".to_string(),
+    }
+}
+
+/// How to open a store.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    pub url: DatabaseUrl,
+    /// Largest serialized payload of one event.
+    pub max_event_bytes: usize,
+    /// Connections for reads and non-journal writes (PostgreSQL; SQLite readers).
+    pub max_connections: u32,
+    pub connect_timeout: Duration,
+    /// Largest number of events one group commit carries.
+    pub max_batch_events: usize,
+    /// Run pending migrations while opening.
+    pub run_migrations: bool,
+}
+
+impl StoreOptions {
+    pub fn new(url: DatabaseUrl) -> Self {
+        StoreOptions {
+            url,
+            max_event_bytes: DEFAULT_MAX_EVENT_BYTES,
+            max_connections: 8,
+            connect_timeout: Duration::from_secs(5),
+            max_batch_events: 4096,
+            run_migrations: true,
+        }
+    }
+}
+
+/// What a migration run did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigrationReport {
+    /// Versions applied by this run, in order.
+    pub applied: Vec<i64>,
+    /// The newest version in the database afterwards.
+    pub current: Option<i64>,
+}
+
+/// Durable storage for sessions and their journals. One implementation per backend; both pass
+/// the same test suite (`persistence/tests/journal.rs`).
+#[async_trait]
+pub trait JournalStore: Send + Sync + 'static {
+    fn backend(&self) -> Backend;
+
+    /// Checks that the database answers (readiness).
+    async fn ping(&self) -> Result<()>;
+
+    /// Applies pending migrations and reports what it did.
+    async fn migrate(&self) -> Result<MigrationReport>;
+
+    async fn create_session(&self, new: NewSession) -> Result<Session>;
+    async fn get_session(&self, id: Uuid) -> Result<Session>;
+    /// Newest first, filtered, keyset-paginated.
+    async fn list_sessions(&self, query: &SessionQuery) -> Result<SessionPage>;
+    async fn update_status(&self, id: Uuid, status: SessionStatus) -> Result<Session>;
+    /// Marks the session closed; its journal is kept.
+    async fn close_session(&self, id: Uuid) -> Result<Session>;
+
+    /// Appends `events` after `expected_last_seq`, atomically, and returns their seqs
+    /// (`expected_last_seq + 1 ..`).
+    ///
+    /// # Invariant
+    /// Returns only after the events are durably committed. On any error nothing was written.
+    async fn append(
+        &self,
+        session_id: Uuid,
+        expected_last_seq: i64,
+        events: Vec<NewEvent>,
+    ) -> Result<Vec<i64>>;
+
+    /// Up to `limit` events with `seq > after_seq`, in seq order.
+    async fn read(&self, session_id: Uuid, after_seq: i64, limit: u32) -> Result<Vec<Event>>;
+
+    /// Stores a snapshot unless a newer one (higher seq) is already stored.
+    async fn put_snapshot(&self, session_id: Uuid, seq: i64, state: Value) -> Result<()>;
+    async fn latest_snapshot(&self, session_id: Uuid) -> Result<Option<Snapshot>>;
+
+    async fn kv_get(&self, session_id: Uuid, key: &str) -> Result<Option<KvEntry>>;
+    async fn kv_set(&self, session_id: Uuid, key: &str, value: Value) -> Result<KvEntry>;
+    /// Returns whether the key existed.
+    async fn kv_delete(&self, session_id: Uuid, key: &str) -> Result<bool>;
+    /// Entries whose key starts with `prefix`, in key order.
+    async fn kv_list(&self, session_id: Uuid, prefix: &str) -> Result<Vec<KvEntry>>;
+
+    /// Group-commit counters since the store was opened.
+    fn journal_stats(&self) -> JournalStats;
+
+    /// Stops accepting appends, finishes the ones in flight and closes the connections.
+    async fn shutdown(&self);
+}
+
+/// Opens the store `options.url` names (running migrations when asked).
+pub async fn open(options: StoreOptions) -> Result<Arc<dyn JournalStore>> {
+    let store: Arc<dyn JournalStore> = match &options.url {
+        DatabaseUrl::Sqlite(_) => Arc::new(sqlite::SqliteStore::open(&options).await?),
+        DatabaseUrl::Postgres(_) => Arc::new(postgres::PgStore::open(&options).await?),
+    };
+    if options.run_migrations {
+        store.migrate().await?;
+    }
+    Ok(store)
+}
+
+/// Checks that a payload can be stored on every backend and returns its serialized form.
+pub(crate) fn prepare_payload(kind: &str, payload: &Value, limit: usize) -> Result<String> {
+    if kind.is_empty() {
+        return Err(Error::InvalidInput("event kind must not be empty".into()));
+    }
+    if contains_nul(payload) {
+        return Err(Error::InvalidInput(format!(
+            "event of kind `{kind}` contains a NUL character (\\u0000), which PostgreSQL cannot store"
+        )));
+    }
+    let text = serde_json::to_string(payload)
+        .map_err(|e| Error::InvalidInput(format!("payload is not serializable: {e}")))?;
+    if text.len() > limit {
+        return Err(Error::EventTooLarge {
+            kind: kind.to_string(),
+            size: text.len(),
+            limit,
+        });
+    }
+    Ok(text)
+}
+
+fn contains_nul(value: &Value) -> bool {
+    match value {
+        Value::String(s) => s.contains('\0'),
+        Value::Array(items) => items.iter().any(contains_nul),
+        Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || contains_nul(v)),
+        _ => false,
+    }
+}

@@ -1,0 +1,484 @@
+//! The embedded backend: one SQLite file in WAL mode with `synchronous=FULL`.
+//!
+//! All writes go through one connection (SQLite has one writer anyway; serializing in-process
+//! avoids `SQLITE_BUSY`), reads through a small pool of reader connections that WAL lets run
+//! beside the writer. Ids are stored as hyphenated text, times as Unix microseconds, JSON as
+//! text.
+
+use std::str::FromStr;
+
+use async_trait::async_trait;
+use serde_json::Value;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
+};
+use sqlx::{Acquire, QueryBuilder, Row, Sqlite};
+use uuid::Uuid;
+
+use crate::group_commit::{AppendRequest, BatchWriter, GroupCommit, Outcome};
+use crate::types::{into_page, micros_to_time, now_micros};
+use crate::{
+    Backend, DatabaseUrl, Error, Event, JournalStore, KvEntry, MigrationReport, NewEvent,
+    NewSession, Result, Session, SessionPage, SessionQuery, SessionStatus, Snapshot, StoreOptions,
+};
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
+
+/// Rows per multi-row INSERT (5 bound values each, well under SQLite's variable limit).
+const INSERT_CHUNK: usize = 500;
+
+const SESSION_COLUMNS: &str =
+    "id, agent, status, metadata, last_seq, created_at, updated_at, closed_at";
+
+pub struct SqliteStore {
+    writer: SqlitePool,
+    readers: SqlitePool,
+    journal: GroupCommit,
+}
+
+impl SqliteStore {
+    pub async fn open(options: &StoreOptions) -> Result<Self> {
+        let DatabaseUrl::Sqlite(path) = &options.url else {
+            return Err(Error::Config("not an sqlite URL".into()));
+        };
+        let connect = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .foreign_keys(true)
+            .busy_timeout(std::time::Duration::from_secs(10));
+        let writer = SqlitePoolOptions::new()
+            .max_connections(1)
+            .min_connections(1)
+            .acquire_timeout(std::time::Duration::from_secs(60))
+            .connect_with(connect.clone())
+            .await
+            .map_err(|e| {
+                Error::Config(format!(
+                    "cannot open SQLite database {}: {e}",
+                    path.display()
+                ))
+            })?;
+        let readers = SqlitePoolOptions::new()
+            .max_connections(options.max_connections.max(1))
+            .acquire_timeout(
+                options
+                    .connect_timeout
+                    .max(std::time::Duration::from_secs(30)),
+            )
+            .connect_with(connect)
+            .await?;
+        let journal = GroupCommit::start(
+            SqliteBatchWriter {
+                writer: writer.clone(),
+            },
+            options.max_event_bytes,
+            options.max_batch_events,
+        );
+        Ok(SqliteStore {
+            writer,
+            readers,
+            journal,
+        })
+    }
+
+    async fn fetch_session(&self, id: Uuid) -> Result<Session> {
+        let sql = format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?");
+        sqlx::query(&sql)
+            .bind(id.to_string())
+            .fetch_optional(&self.readers)
+            .await?
+            .map(|row| session_from_row(&row))
+            .transpose()?
+            .ok_or(Error::SessionNotFound(id))
+    }
+
+    async fn require_session(&self, id: Uuid) -> Result<()> {
+        let found = sqlx::query("SELECT 1 FROM sessions WHERE id = ?")
+            .bind(id.to_string())
+            .fetch_optional(&self.readers)
+            .await?;
+        found.map(|_| ()).ok_or(Error::SessionNotFound(id))
+    }
+}
+
+fn parse_uuid(text: &str) -> Result<Uuid> {
+    Uuid::try_parse(text).map_err(|e| Error::Corrupt(format!("id `{text}`: {e}")))
+}
+
+fn parse_json(text: &str) -> Result<Value> {
+    serde_json::from_str(text).map_err(|e| Error::Corrupt(format!("JSON: {e}")))
+}
+
+fn session_from_row(row: &SqliteRow) -> Result<Session> {
+    let status: String = row.try_get("status")?;
+    Ok(Session {
+        id: parse_uuid(&row.try_get::<String, _>("id")?)?,
+        agent: row.try_get("agent")?,
+        status: SessionStatus::from_str(&status)?,
+        metadata: parse_json(&row.try_get::<String, _>("metadata")?)?,
+        last_seq: row.try_get("last_seq")?,
+        created_at: micros_to_time(row.try_get("created_at")?),
+        updated_at: micros_to_time(row.try_get("updated_at")?),
+        closed_at: row
+            .try_get::<Option<i64>, _>("closed_at")?
+            .map(micros_to_time),
+    })
+}
+
+fn kv_from_row(row: &SqliteRow) -> Result<KvEntry> {
+    Ok(KvEntry {
+        key: row.try_get("key")?,
+        value: parse_json(&row.try_get::<String, _>("value")?)?,
+        updated_at: micros_to_time(row.try_get("updated_at")?),
+    })
+}
+
+#[async_trait]
+impl JournalStore for SqliteStore {
+    fn backend(&self) -> Backend {
+        Backend::Sqlite
+    }
+
+    async fn ping(&self) -> Result<()> {
+        sqlx::query("SELECT 1").execute(&self.readers).await?;
+        Ok(())
+    }
+
+    async fn migrate(&self) -> Result<MigrationReport> {
+        let before = applied_versions(&mut *self.writer.acquire().await?).await?;
+        MIGRATOR.run(&self.writer).await?;
+        let after = applied_versions(&mut *self.writer.acquire().await?).await?;
+        Ok(MigrationReport {
+            applied: after
+                .iter()
+                .filter(|v| !before.contains(v))
+                .copied()
+                .collect(),
+            current: after.iter().max().copied(),
+        })
+    }
+
+    async fn create_session(&self, new: NewSession) -> Result<Session> {
+        let now = now_micros();
+        let session = Session {
+            id: new.id.unwrap_or_else(Uuid::now_v7),
+            agent: new.agent,
+            status: SessionStatus::Idle,
+            metadata: new.metadata,
+            last_seq: 0,
+            created_at: now,
+            updated_at: now,
+            closed_at: None,
+        };
+        sqlx::query(
+            "INSERT INTO sessions (id, agent, status, metadata, last_seq, created_at, updated_at) \
+             VALUES (?, ?, ?, ?, 0, ?, ?)",
+        )
+        .bind(session.id.to_string())
+        .bind(&session.agent)
+        .bind(session.status.as_str())
+        .bind(session.metadata.to_string())
+        .bind(now.timestamp_micros())
+        .bind(now.timestamp_micros())
+        .execute(&self.writer)
+        .await
+        .map_err(|e| match &e {
+            sqlx::Error::Database(db) if db.is_unique_violation() => {
+                Error::InvalidInput(format!("session {} already exists", session.id))
+            }
+            _ => Error::Database(e),
+        })?;
+        Ok(session)
+    }
+
+    async fn get_session(&self, id: Uuid) -> Result<Session> {
+        self.fetch_session(id).await
+    }
+
+    async fn list_sessions(&self, query: &SessionQuery) -> Result<SessionPage> {
+        let limit = query.page_size();
+        let cursor = query.decoded_cursor()?;
+        let mut sql = QueryBuilder::<Sqlite>::new(format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions WHERE 1 = 1"
+        ));
+        if let Some(agent) = &query.agent {
+            sql.push(" AND agent = ").push_bind(agent.clone());
+        }
+        if let Some(status) = query.status {
+            sql.push(" AND status = ").push_bind(status.as_str());
+        }
+        if let Some(cursor) = cursor {
+            sql.push(" AND (created_at < ")
+                .push_bind(cursor.created_at_us)
+                .push(" OR (created_at = ")
+                .push_bind(cursor.created_at_us)
+                .push(" AND id < ")
+                .push_bind(cursor.id.to_string())
+                .push("))");
+        }
+        sql.push(" ORDER BY created_at DESC, id DESC LIMIT ")
+            .push_bind(i64::from(limit) + 1);
+        let rows = sql.build().fetch_all(&self.readers).await?;
+        let sessions = rows
+            .iter()
+            .map(session_from_row)
+            .collect::<Result<Vec<_>>>()?;
+        Ok(into_page(sessions, limit))
+    }
+
+    async fn update_status(&self, id: Uuid, status: SessionStatus) -> Result<Session> {
+        let done = sqlx::query("UPDATE sessions SET status = ?, updated_at = ? WHERE id = ?")
+            .bind(status.as_str())
+            .bind(now_micros().timestamp_micros())
+            .bind(id.to_string())
+            .execute(&self.writer)
+            .await?;
+        if done.rows_affected() == 0 {
+            return Err(Error::SessionNotFound(id));
+        }
+        self.fetch_session(id).await
+    }
+
+    async fn close_session(&self, id: Uuid) -> Result<Session> {
+        let now = now_micros().timestamp_micros();
+        let done = sqlx::query(
+            "UPDATE sessions SET status = 'closed', updated_at = ?, \
+             closed_at = COALESCE(closed_at, ?) WHERE id = ?",
+        )
+        .bind(now)
+        .bind(now)
+        .bind(id.to_string())
+        .execute(&self.writer)
+        .await?;
+        if done.rows_affected() == 0 {
+            return Err(Error::SessionNotFound(id));
+        }
+        self.fetch_session(id).await
+    }
+
+    async fn append(
+        &self,
+        session_id: Uuid,
+        expected_last_seq: i64,
+        events: Vec<NewEvent>,
+    ) -> Result<Vec<i64>> {
+        self.journal
+            .append(session_id, expected_last_seq, events)
+            .await
+    }
+
+    async fn read(&self, session_id: Uuid, after_seq: i64, limit: u32) -> Result<Vec<Event>> {
+        let rows = sqlx::query(
+            "SELECT seq, kind, payload, created_at FROM journal \
+             WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+        )
+        .bind(session_id.to_string())
+        .bind(after_seq)
+        .bind(i64::from(limit))
+        .fetch_all(&self.readers)
+        .await?;
+        if rows.is_empty() {
+            self.require_session(session_id).await?;
+        }
+        rows.iter()
+            .map(|row| {
+                Ok(Event {
+                    session_id,
+                    seq: row.try_get("seq")?,
+                    kind: row.try_get("kind")?,
+                    payload: parse_json(&row.try_get::<String, _>("payload")?)?,
+                    created_at: micros_to_time(row.try_get("created_at")?),
+                })
+            })
+            .collect()
+    }
+
+    async fn put_snapshot(&self, session_id: Uuid, seq: i64, state: Value) -> Result<()> {
+        self.require_session(session_id).await?;
+        sqlx::query(
+            "INSERT INTO snapshots (session_id, seq, state, created_at) VALUES (?, ?, ?, ?) \
+             ON CONFLICT (session_id) DO UPDATE SET seq = excluded.seq, state = excluded.state, \
+             created_at = excluded.created_at WHERE excluded.seq >= snapshots.seq",
+        )
+        .bind(session_id.to_string())
+        .bind(seq)
+        .bind(state.to_string())
+        .bind(now_micros().timestamp_micros())
+        .execute(&self.writer)
+        .await?;
+        Ok(())
+    }
+
+    async fn latest_snapshot(&self, session_id: Uuid) -> Result<Option<Snapshot>> {
+        let row = sqlx::query("SELECT seq, state, created_at FROM snapshots WHERE session_id = ?")
+            .bind(session_id.to_string())
+            .fetch_optional(&self.readers)
+            .await?;
+        match row {
+            None => {
+                self.require_session(session_id).await?;
+                Ok(None)
+            }
+            Some(row) => Ok(Some(Snapshot {
+                session_id,
+                seq: row.try_get("seq")?,
+                state: parse_json(&row.try_get::<String, _>("state")?)?,
+                created_at: micros_to_time(row.try_get("created_at")?),
+            })),
+        }
+    }
+
+    async fn kv_get(&self, session_id: Uuid, key: &str) -> Result<Option<KvEntry>> {
+        let row =
+            sqlx::query("SELECT key, value, updated_at FROM kv WHERE session_id = ? AND key = ?")
+                .bind(session_id.to_string())
+                .bind(key)
+                .fetch_optional(&self.readers)
+                .await?;
+        match row {
+            None => {
+                self.require_session(session_id).await?;
+                Ok(None)
+            }
+            Some(row) => kv_from_row(&row).map(Some),
+        }
+    }
+
+    async fn kv_set(&self, session_id: Uuid, key: &str, value: Value) -> Result<KvEntry> {
+        self.require_session(session_id).await?;
+        let now = now_micros();
+        sqlx::query(
+            "INSERT INTO kv (session_id, key, value, updated_at) VALUES (?, ?, ?, ?) \
+             ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value, \
+             updated_at = excluded.updated_at",
+        )
+        .bind(session_id.to_string())
+        .bind(key)
+        .bind(value.to_string())
+        .bind(now.timestamp_micros())
+        .execute(&self.writer)
+        .await?;
+        Ok(KvEntry {
+            key: key.to_string(),
+            value,
+            updated_at: now,
+        })
+    }
+
+    async fn kv_delete(&self, session_id: Uuid, key: &str) -> Result<bool> {
+        self.require_session(session_id).await?;
+        let done = sqlx::query("DELETE FROM kv WHERE session_id = ? AND key = ?")
+            .bind(session_id.to_string())
+            .bind(key)
+            .execute(&self.writer)
+            .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn kv_list(&self, session_id: Uuid, prefix: &str) -> Result<Vec<KvEntry>> {
+        self.require_session(session_id).await?;
+        // `substr` rather than LIKE: a prefix may contain `%` or `_`.
+        let rows = sqlx::query(
+            "SELECT key, value, updated_at FROM kv \
+             WHERE session_id = ? AND substr(key, 1, length(?)) = ? ORDER BY key",
+        )
+        .bind(session_id.to_string())
+        .bind(prefix)
+        .bind(prefix)
+        .fetch_all(&self.readers)
+        .await?;
+        rows.iter().map(kv_from_row).collect()
+    }
+
+    fn journal_stats(&self) -> crate::JournalStats {
+        self.journal.stats()
+    }
+
+    async fn shutdown(&self) {
+        self.journal.shutdown().await;
+        self.readers.close().await;
+        self.writer.close().await;
+    }
+}
+
+async fn applied_versions(conn: &mut sqlx::SqliteConnection) -> Result<Vec<i64>> {
+    let exists: Option<i64> = sqlx::query_scalar(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'",
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
+    if exists.is_none() {
+        return Ok(Vec::new());
+    }
+    Ok(
+        sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version")
+            .fetch_all(&mut *conn)
+            .await?,
+    )
+}
+
+struct SqliteBatchWriter {
+    writer: SqlitePool,
+}
+
+#[async_trait]
+impl BatchWriter for SqliteBatchWriter {
+    async fn write_batch(&mut self, batch: &[AppendRequest]) -> Result<Vec<Outcome>> {
+        let mut conn = self.writer.acquire().await?;
+        let mut tx = conn.begin().await?;
+        let now = now_micros().timestamp_micros();
+        let mut outcomes = Vec::with_capacity(batch.len());
+        let mut accepted: Vec<&AppendRequest> = Vec::with_capacity(batch.len());
+        for request in batch {
+            let new_last = request.expected_last_seq + request.events.len() as i64;
+            let done = sqlx::query(
+                "UPDATE sessions SET last_seq = ?, updated_at = ? WHERE id = ? AND last_seq = ?",
+            )
+            .bind(new_last)
+            .bind(now)
+            .bind(request.session_id.to_string())
+            .bind(request.expected_last_seq)
+            .execute(&mut *tx)
+            .await?;
+            if done.rows_affected() == 1 {
+                outcomes.push(Outcome::Appended);
+                accepted.push(request);
+                continue;
+            }
+            let actual: Option<i64> =
+                sqlx::query_scalar("SELECT last_seq FROM sessions WHERE id = ?")
+                    .bind(request.session_id.to_string())
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            outcomes.push(match actual {
+                Some(actual) => Outcome::Conflict { actual },
+                None => Outcome::NotFound,
+            });
+        }
+        let rows = accepted.iter().flat_map(|request| {
+            let id = request.session_id.to_string();
+            request.events.iter().enumerate().map(move |(i, event)| {
+                (id.clone(), request.expected_last_seq + 1 + i as i64, event)
+            })
+        });
+        let rows: Vec<_> = rows.collect();
+        for chunk in rows.chunks(INSERT_CHUNK) {
+            let mut insert = QueryBuilder::<Sqlite>::new(
+                "INSERT INTO journal (session_id, seq, kind, payload, created_at) ",
+            );
+            insert.push_values(chunk, |mut row, (id, seq, event)| {
+                row.push_bind(id.as_str())
+                    .push_bind(*seq)
+                    .push_bind(event.kind.as_str())
+                    .push_bind(event.payload.as_str())
+                    .push_bind(event.created_at.timestamp_micros());
+            });
+            insert.build().execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(outcomes)
+    }
+}

@@ -1,0 +1,224 @@
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::{Error, Result};
+
+/// Lifecycle status of a session, as stored and as shown to clients (SPEC §5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionStatus {
+    Idle,
+    Running,
+    AwaitingApproval,
+    Failed,
+    Closed,
+}
+
+impl SessionStatus {
+    pub const ALL: [SessionStatus; 5] = [
+        SessionStatus::Idle,
+        SessionStatus::Running,
+        SessionStatus::AwaitingApproval,
+        SessionStatus::Failed,
+        SessionStatus::Closed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionStatus::Idle => "idle",
+            SessionStatus::Running => "running",
+            SessionStatus::AwaitingApproval => "awaiting_approval",
+            SessionStatus::Failed => "failed",
+            SessionStatus::Closed => "closed",
+        }
+    }
+}
+
+impl std::fmt::Display for SessionStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for SessionStatus {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        SessionStatus::ALL
+            .into_iter()
+            .find(|status| status.as_str() == s)
+            .ok_or_else(|| Error::InvalidInput(format!("unknown session status `{s}`")))
+    }
+}
+
+/// What a caller supplies to create a session.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewSession {
+    /// Fixed id (imports, forks); `None` assigns a fresh time-ordered UUIDv7.
+    pub id: Option<Uuid>,
+    pub agent: String,
+    pub metadata: Value,
+}
+
+impl NewSession {
+    pub fn for_agent(agent: impl Into<String>) -> Self {
+        NewSession {
+            id: None,
+            agent: agent.into(),
+            metadata: Value::Object(Default::default()),
+        }
+    }
+}
+
+/// A stored session row.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Session {
+    pub id: Uuid,
+    pub agent: String,
+    pub status: SessionStatus,
+    pub metadata: Value,
+    /// Seq of the last journal event (0 when the journal is empty).
+    pub last_seq: i64,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub closed_at: Option<DateTime<Utc>>,
+}
+
+/// Filter and page for [`crate::JournalStore::list_sessions`].
+#[derive(Debug, Clone, Default)]
+pub struct SessionQuery {
+    pub agent: Option<String>,
+    pub status: Option<SessionStatus>,
+    /// Page size; clamped to `1..=MAX_PAGE`.
+    pub limit: u32,
+    /// Opaque cursor from a previous page's `next_cursor`.
+    pub cursor: Option<String>,
+}
+
+/// One page of sessions, newest first.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SessionPage {
+    pub sessions: Vec<Session>,
+    /// Cursor for the next (older) page; `None` on the last page.
+    pub next_cursor: Option<String>,
+}
+
+pub const MAX_PAGE: u32 = 500;
+pub const DEFAULT_PAGE: u32 = 50;
+
+/// A position in the newest-first session order: `(created_at, id)`, both descending.
+///
+/// Keyset pagination on this pair is stable under inserts: new sessions sort before every
+/// cursor already handed out, so later pages never repeat or skip a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SessionCursor {
+    pub created_at_us: i64,
+    pub id: Uuid,
+}
+
+impl SessionCursor {
+    pub fn of(session: &Session) -> Self {
+        SessionCursor {
+            created_at_us: session.created_at.timestamp_micros(),
+            id: session.id,
+        }
+    }
+
+    pub fn encode(&self) -> String {
+        format!("{:x}.{}", self.created_at_us, self.id.simple())
+    }
+
+    pub fn decode(cursor: &str) -> Result<Self> {
+        let bad = || Error::InvalidInput(format!("malformed cursor `{cursor}`"));
+        let (time, id) = cursor.split_once('.').ok_or_else(bad)?;
+        Ok(SessionCursor {
+            created_at_us: i64::from_str_radix(time, 16).map_err(|_| bad())?,
+            id: Uuid::try_parse(id).map_err(|_| bad())?,
+        })
+    }
+}
+
+impl SessionQuery {
+    pub(crate) fn page_size(&self) -> u32 {
+        match self.limit {
+            0 => DEFAULT_PAGE,
+            n => n.min(MAX_PAGE),
+        }
+    }
+
+    pub(crate) fn decoded_cursor(&self) -> Result<Option<SessionCursor>> {
+        self.cursor
+            .as_deref()
+            .map(SessionCursor::decode)
+            .transpose()
+    }
+}
+
+/// Builds a page from up to `limit + 1` rows fetched in order.
+pub(crate) fn into_page(mut rows: Vec<Session>, limit: u32) -> SessionPage {
+    let next_cursor = if rows.len() > limit as usize {
+        rows.truncate(limit as usize);
+        rows.last().map(|s| SessionCursor::of(s).encode())
+    } else {
+        None
+    };
+    SessionPage {
+        sessions: rows,
+        next_cursor,
+    }
+}
+
+/// An event to append. Its seq is assigned by the store.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewEvent {
+    pub kind: String,
+    pub payload: Value,
+}
+
+impl NewEvent {
+    pub fn new(kind: impl Into<String>, payload: Value) -> Self {
+        NewEvent {
+            kind: kind.into(),
+            payload,
+        }
+    }
+}
+
+/// A committed journal event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    pub session_id: Uuid,
+    pub seq: i64,
+    pub kind: String,
+    pub payload: Value,
+    pub created_at: DateTime<Utc>,
+}
+
+/// The folded state of a session at `seq`, written by the session actor every N events.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub session_id: Uuid,
+    pub seq: i64,
+    pub state: Value,
+    pub created_at: DateTime<Utc>,
+}
+
+/// One entry of a session's durable key–value storage.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KvEntry {
+    pub key: String,
+    pub value: Value,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// The current time truncated to microseconds, the precision both backends store, so that a
+/// value read back equals the value written.
+pub(crate) fn now_micros() -> DateTime<Utc> {
+    micros_to_time(Utc::now().timestamp_micros())
+}
+
+pub(crate) fn micros_to_time(us: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp_micros(us).unwrap_or_default()
+}

@@ -1,0 +1,149 @@
+//! The command line (clap). Every failure ends as one line on stderr and a non-zero exit.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use tracing_subscriber::EnvFilter;
+
+use crate::config::{Config, LogFormat, Overrides};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "stead",
+    version,
+    about = "Self-hosted platform for durable AI agents"
+)]
+pub struct Cli {
+    /// Configuration file (default: ./stead.toml when present). Env: STEAD_CONFIG.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Address to listen on, IP:PORT. Env: STEAD_LISTEN.
+    #[arg(long, global = true, value_name = "ADDR")]
+    pub listen: Option<String>,
+
+    /// Data directory (SQLite database, models). Env: STEAD_DATA_DIR.
+    #[arg(long, global = true, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+
+    /// postgres://… or sqlite://PATH. Env: DATABASE_URL.
+    #[arg(long, global = true, value_name = "URL")]
+    pub database_url: Option<String>,
+
+    /// Print the effective configuration (secrets redacted) and exit.
+    #[arg(long)]
+    pub dump_config: bool,
+
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the server.
+    Serve,
+    /// Apply pending database migrations and exit.
+    Migrate,
+    /// Measure Stead's own components.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Append throughput and latency of the durable journal.
+    Journal(JournalBenchArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BenchBackend {
+    Sqlite,
+    Postgres,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct JournalBenchArgs {
+    /// Which database to measure. PostgreSQL uses --database-url / DATABASE_URL and works in a
+    /// scratch database that it drops afterwards.
+    #[arg(long, value_enum, default_value = "sqlite")]
+    pub backend: BenchBackend,
+    /// Sessions appending concurrently.
+    #[arg(long, default_value_t = 100)]
+    pub sessions: usize,
+    /// Appends per session (one event each).
+    #[arg(long, default_value_t = 200)]
+    pub events: usize,
+    /// Bytes of text in each event's payload.
+    #[arg(long, default_value_t = 200)]
+    pub payload_bytes: usize,
+    /// Print the result as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl Cli {
+    fn overrides(&self) -> Overrides {
+        Overrides {
+            config_file: self.config.clone(),
+            listen: self.listen.clone(),
+            data_dir: self.data_dir.clone(),
+            database_url: self.database_url.clone(),
+        }
+    }
+}
+
+/// Entry point of the binary.
+pub fn main() -> ExitCode {
+    std::panic::set_hook(Box::new(|info| {
+        let text = info.to_string().replace('\n', " ");
+        eprintln!("stead: internal error: {text}");
+    }));
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("stead: {}", format!("{error:#}").replace('\n', " "));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    let config = Config::load(&cli.overrides())?;
+    if cli.dump_config {
+        print!("{}", config.to_redacted_toml());
+        return Ok(());
+    }
+    let Some(command) = cli.command else {
+        anyhow::bail!("no command given; try `stead serve` or `stead --help`");
+    };
+    init_tracing(&config);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async move {
+        match command {
+            Command::Serve => crate::serve::serve(config).await,
+            Command::Migrate => crate::serve::migrate(config).await,
+            Command::Bench(BenchCommand::Journal(args)) => {
+                crate::bench::journal(config, args).await
+            }
+        }
+    })
+}
+
+fn init_tracing(config: &Config) {
+    let filter = EnvFilter::try_from_default_env()
+        .or_else(|_| EnvFilter::try_new(&config.log.filter))
+        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match config.log.format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}

@@ -1,0 +1,515 @@
+//! Configuration: built-in defaults → `stead.toml` (`--config` / `STEAD_CONFIG`) → `STEAD_*`
+//! environment variables → command-line flags, merged by figment and validated once at start.
+//!
+//! Environment: `STEAD_LISTEN`, `STEAD_DATA_DIR` and `DATABASE_URL` set `server.listen`,
+//! `server.data_dir` and `database.url`; any other key is `STEAD_<SECTION>__<KEY>` (double
+//! underscore between levels), e.g. `STEAD_DATABASE__MAX_EVENT_BYTES=2097152`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use figment::providers::{Env, Format, Serialized, Toml};
+use figment::Figment;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use stead_persistence::DatabaseUrl;
+
+/// Variables with a fixed meaning that the generic `STEAD_*` mapping must not see.
+const RESERVED_ENV: [&str; 3] = ["CONFIG", "LISTEN", "DATA_DIR"];
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub database: DatabaseConfig,
+    pub log: LogConfig,
+    pub providers: Vec<ProviderConfig>,
+    pub routes: Vec<RouteConfig>,
+    pub agents: Vec<AgentConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    pub listen: String,
+    pub data_dir: PathBuf,
+    /// Plaintext keys or `sha256:<hex>` digests; empty means loopback only.
+    pub api_keys: Vec<String>,
+    /// How long a graceful shutdown waits for requests in flight.
+    pub shutdown_grace_secs: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DatabaseConfig {
+    /// `postgres://…` or `sqlite://PATH`; unset means `sqlite://{data_dir}/stead.db`.
+    pub url: Option<String>,
+    pub max_event_bytes: usize,
+    pub max_connections: u32,
+    pub connect_timeout_secs: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// A `tracing` filter, e.g. `info` or `stead=debug,sqlx=warn`. `RUST_LOG` wins when set.
+    pub filter: String,
+    pub format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    /// The pooled local ONNX Runtime engine.
+    Onnx,
+    /// Any OpenAI-compatible HTTP API.
+    Openai,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderConfig {
+    pub name: String,
+    pub kind: ProviderKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_dir: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    pub name: String,
+    pub targets: Vec<RouteTarget>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteTarget {
+    pub provider: String,
+    pub model: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    pub name: String,
+    pub route: String,
+    #[serde(default)]
+    pub system_prompt: String,
+    #[serde(default = "default_max_steps")]
+    pub max_steps: u32,
+    #[serde(default)]
+    pub tools: Vec<ToolConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolConfig {
+    pub name: String,
+    /// `webhook`, `memory`, `clock` or `calculator`.
+    pub kind: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parameters: Option<Value>,
+    /// `never`, `always`, or a condition on the arguments.
+    #[serde(default = "default_approval")]
+    pub approval: String,
+    #[serde(default)]
+    pub idempotent: bool,
+}
+
+fn default_max_steps() -> u32 {
+    8
+}
+
+fn default_approval() -> String {
+    "never".into()
+}
+
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
+pub const DEFAULT_DATA_DIR: &str = ".stead";
+pub const LOCAL_MODEL: &str = "smollm2-135m-instruct";
+pub const TOOL_KINDS: [&str; 4] = ["webhook", "memory", "clock", "calculator"];
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: DEFAULT_LISTEN.into(),
+            data_dir: DEFAULT_DATA_DIR.into(),
+            api_keys: Vec::new(),
+            shutdown_grace_secs: 10,
+        }
+    }
+}
+
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        DatabaseConfig {
+            url: None,
+            max_event_bytes: stead_persistence::DEFAULT_MAX_EVENT_BYTES,
+            max_connections: 8,
+            connect_timeout_secs: 5,
+        }
+    }
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            filter: "info".into(),
+            format: LogFormat::Text,
+        }
+    }
+}
+
+impl Default for Config {
+    /// The built-in configuration: one local provider, one route, one demo agent whose
+    /// destructive tool needs approval — enough for `stead serve` alone to give a working chat.
+    fn default() -> Self {
+        let server = ServerConfig::default();
+        let model_dir = server.data_dir.join("models").join(LOCAL_MODEL);
+        Config {
+            server,
+            database: DatabaseConfig::default(),
+            log: LogConfig::default(),
+            providers: vec![ProviderConfig {
+                name: "local".into(),
+                kind: ProviderKind::Onnx,
+                model_dir: Some(model_dir),
+                base_url: None,
+                api_key_env: None,
+            }],
+            routes: vec![RouteConfig {
+                name: "default".into(),
+                targets: vec![RouteTarget {
+                    provider: "local".into(),
+                    model: LOCAL_MODEL.into(),
+                }],
+            }],
+            agents: vec![AgentConfig {
+                name: "demo".into(),
+                route: "default".into(),
+                system_prompt: "You are a helpful assistant. You can remember and forget notes."
+                    .into(),
+                max_steps: 8,
+                tools: vec![
+                    ToolConfig {
+                        name: "clock".into(),
+                        kind: "clock".into(),
+                        description: "The current date and time (UTC)".into(),
+                        url: None,
+                        parameters: None,
+                        approval: "never".into(),
+                        idempotent: true,
+                    },
+                    ToolConfig {
+                        name: "remember".into(),
+                        kind: "memory".into(),
+                        description: "Store a note under a key".into(),
+                        url: None,
+                        parameters: None,
+                        approval: "never".into(),
+                        idempotent: true,
+                    },
+                    ToolConfig {
+                        name: "forget".into(),
+                        kind: "memory".into(),
+                        description: "Delete a stored note (destructive)".into(),
+                        url: None,
+                        parameters: None,
+                        approval: "always".into(),
+                        idempotent: true,
+                    },
+                ],
+            }],
+        }
+    }
+}
+
+/// Where a configuration value may come from besides files and the environment.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub config_file: Option<PathBuf>,
+    pub listen: Option<String>,
+    pub data_dir: Option<PathBuf>,
+    pub database_url: Option<String>,
+}
+
+/// A configuration problem, phrased for one line on stderr and naming the bad key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn bad(key: &str, problem: impl std::fmt::Display) -> ConfigError {
+    ConfigError(format!("invalid configuration: {key}: {problem}"))
+}
+
+impl Config {
+    /// Loads every layer and validates the result.
+    pub fn load(overrides: &Overrides) -> Result<Config, ConfigError> {
+        let mut figment = Figment::from(Serialized::defaults(Config::default()));
+        let file = overrides
+            .config_file
+            .clone()
+            .or_else(|| std::env::var_os("STEAD_CONFIG").map(PathBuf::from));
+        match file {
+            Some(path) => {
+                if !path.is_file() {
+                    return Err(ConfigError(format!(
+                        "invalid configuration: config file {} does not exist or is not a file",
+                        path.display()
+                    )));
+                }
+                figment = figment.merge(Toml::file_exact(path));
+            }
+            None if Path::new("stead.toml").is_file() => {
+                figment = figment.merge(Toml::file_exact("stead.toml"));
+            }
+            None => {}
+        }
+        figment = figment.merge(Env::prefixed("STEAD_").ignore(&RESERVED_ENV).split("__"));
+        let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        let layers = [
+            ("server.listen", env("STEAD_LISTEN")),
+            ("server.data_dir", env("STEAD_DATA_DIR")),
+            ("database.url", env("DATABASE_URL")),
+            ("server.listen", overrides.listen.clone()),
+            (
+                "server.data_dir",
+                overrides
+                    .data_dir
+                    .as_ref()
+                    .map(|d| d.to_string_lossy().into_owned()),
+            ),
+            ("database.url", overrides.database_url.clone()),
+        ];
+        for (key, value) in layers {
+            if let Some(value) = value {
+                figment = figment.merge(Serialized::default(key, value));
+            }
+        }
+        let mut config: Config = figment.extract().map_err(|error| {
+            let all: Vec<String> = error.into_iter().map(|e| e.to_string()).collect();
+            ConfigError(format!("invalid configuration: {}", all.join("; ")).replace('\n', " "))
+        })?;
+        config.resolve_defaults();
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Fills values that depend on others (the local model lives under the data dir).
+    fn resolve_defaults(&mut self) {
+        for provider in &mut self.providers {
+            if provider.kind == ProviderKind::Onnx && provider.model_dir.is_none() {
+                provider.model_dir = Some(self.server.data_dir.join("models").join(LOCAL_MODEL));
+            }
+        }
+    }
+
+    /// The socket address to listen on (validated).
+    pub fn listen_addr(&self) -> SocketAddr {
+        self.server
+            .listen
+            .parse()
+            .expect("server.listen was validated at load")
+    }
+
+    /// The database to use: `database.url`, else an SQLite file in the data dir.
+    pub fn database_url(&self) -> DatabaseUrl {
+        match &self.database.url {
+            Some(url) => DatabaseUrl::parse(url).expect("database.url was validated at load"),
+            None => DatabaseUrl::Sqlite(self.server.data_dir.join("stead.db")),
+        }
+    }
+
+    /// Checks every value and cross-reference, naming the first bad key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let listen: SocketAddr = self.server.listen.parse().map_err(|_| {
+            bad(
+                "server.listen",
+                format!(
+                    "`{}` is not a socket address (expected IP:PORT, e.g. {DEFAULT_LISTEN})",
+                    self.server.listen
+                ),
+            )
+        })?;
+        for (i, key) in self.server.api_keys.iter().enumerate() {
+            let name = format!("server.api_keys[{i}]");
+            if let Some(digest) = key.strip_prefix("sha256:") {
+                if digest.len() != 64 || !digest.chars().all(|c| c.is_ascii_hexdigit()) {
+                    return Err(bad(&name, "a sha256: key needs 64 hex digits"));
+                }
+            } else if key.len() < 16 {
+                return Err(bad(&name, "an API key needs at least 16 characters"));
+            }
+        }
+        if !listen.ip().is_loopback() && self.server.api_keys.is_empty() {
+            return Err(bad(
+                "server.listen",
+                format!(
+                    "{listen} is not a loopback address and server.api_keys is empty; \
+                     configure API keys before listening off loopback"
+                ),
+            ));
+        }
+        if self.server.data_dir.as_os_str().is_empty() {
+            return Err(bad("server.data_dir", "must not be empty"));
+        }
+        if let Some(url) = &self.database.url {
+            DatabaseUrl::parse(url).map_err(|e| bad("database.url", e))?;
+        }
+        if self.database.max_event_bytes == 0 {
+            return Err(bad("database.max_event_bytes", "must be at least 1"));
+        }
+        if self.database.max_connections == 0 {
+            return Err(bad("database.max_connections", "must be at least 1"));
+        }
+        if self.database.connect_timeout_secs == 0 {
+            return Err(bad("database.connect_timeout_secs", "must be at least 1"));
+        }
+        self.validate_models()?;
+        self.validate_agents()
+    }
+
+    fn validate_models(&self) -> Result<(), ConfigError> {
+        let mut seen = Vec::new();
+        for (i, provider) in self.providers.iter().enumerate() {
+            let key = format!("providers[{i}]");
+            if provider.name.is_empty() || seen.contains(&&provider.name) {
+                return Err(bad(
+                    &format!("{key}.name"),
+                    format!("`{}` is empty or used twice", provider.name),
+                ));
+            }
+            seen.push(&provider.name);
+            match provider.kind {
+                ProviderKind::Onnx if provider.model_dir.is_none() => {
+                    return Err(bad(
+                        &format!("{key}.model_dir"),
+                        "required for kind \"onnx\"",
+                    ));
+                }
+                ProviderKind::Openai => {
+                    let base = provider.base_url.as_deref().ok_or_else(|| {
+                        bad(&format!("{key}.base_url"), "required for kind \"openai\"")
+                    })?;
+                    match url::Url::parse(base) {
+                        Ok(url) if matches!(url.scheme(), "http" | "https") => {}
+                        _ => {
+                            return Err(bad(
+                                &format!("{key}.base_url"),
+                                format!("`{base}` is not an http(s) URL"),
+                            ))
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        let mut routes = Vec::new();
+        for (i, route) in self.routes.iter().enumerate() {
+            let key = format!("routes[{i}]");
+            if route.name.is_empty() || routes.contains(&&route.name) {
+                return Err(bad(
+                    &format!("{key}.name"),
+                    format!("`{}` is empty or used twice", route.name),
+                ));
+            }
+            routes.push(&route.name);
+            if route.targets.is_empty() {
+                return Err(bad(&format!("{key}.targets"), "needs at least one target"));
+            }
+            for (j, target) in route.targets.iter().enumerate() {
+                if !seen.contains(&&target.provider) {
+                    return Err(bad(
+                        &format!("{key}.targets[{j}].provider"),
+                        format!("no provider is named `{}`", target.provider),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_agents(&self) -> Result<(), ConfigError> {
+        let mut agents = Vec::new();
+        for (i, agent) in self.agents.iter().enumerate() {
+            let key = format!("agents[{i}]");
+            if agent.name.is_empty() || agents.contains(&&agent.name) {
+                return Err(bad(
+                    &format!("{key}.name"),
+                    format!("`{}` is empty or used twice", agent.name),
+                ));
+            }
+            agents.push(&agent.name);
+            if !self.routes.iter().any(|r| r.name == agent.route) {
+                return Err(bad(
+                    &format!("{key}.route"),
+                    format!("no route is named `{}`", agent.route),
+                ));
+            }
+            if agent.max_steps == 0 {
+                return Err(bad(&format!("{key}.max_steps"), "must be at least 1"));
+            }
+            let mut tools = Vec::new();
+            for (j, tool) in agent.tools.iter().enumerate() {
+                let key = format!("{key}.tools[{j}]");
+                if tool.name.is_empty() || tools.contains(&&tool.name) {
+                    return Err(bad(
+                        &format!("{key}.name"),
+                        format!("`{}` is empty or used twice", tool.name),
+                    ));
+                }
+                tools.push(&tool.name);
+                if !TOOL_KINDS.contains(&tool.kind.as_str()) {
+                    return Err(bad(
+                        &format!("{key}.kind"),
+                        format!("`{}` is not one of {}", tool.kind, TOOL_KINDS.join(", ")),
+                    ));
+                }
+                if tool.kind == "webhook" && tool.url.is_none() {
+                    return Err(bad(&format!("{key}.url"), "required for kind \"webhook\""));
+                }
+                if tool.approval.trim().is_empty() {
+                    return Err(bad(&format!("{key}.approval"), "must not be empty"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The configuration as TOML, with secrets replaced (`--dump-config`).
+    pub fn to_redacted_toml(&self) -> String {
+        let mut shown = self.clone();
+        for key in &mut shown.server.api_keys {
+            if !key.starts_with("sha256:") {
+                *key = "***".into();
+            }
+        }
+        if let Some(url) = &mut shown.database.url {
+            *url = stead_persistence::redact_url(url);
+        }
+        toml::to_string_pretty(&shown).unwrap_or_else(|e| format!("# cannot render: {e}\n"))
+    }
+}

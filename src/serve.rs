@@ -1,0 +1,141 @@
+//! `stead serve` and `stead migrate`: prepare the data directory, open the store, run.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use stead_persistence::{JournalStore, StoreOptions};
+use tokio::net::TcpListener;
+
+use crate::config::Config;
+
+/// Creates the data directory and proves it writable, so that a bad one fails at start with a
+/// message naming it rather than later with an I/O error.
+pub fn prepare_data_dir(dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| anyhow::anyhow!("server.data_dir: cannot create {}: {e}", dir.display()))?;
+    let probe = dir.join(".stead-write-probe");
+    std::fs::write(&probe, b"ok")
+        .and_then(|()| std::fs::remove_file(&probe))
+        .map_err(|e| anyhow::anyhow!("server.data_dir: {} is not writable: {e}", dir.display()))
+}
+
+/// Opens the configured store; with `migrate`, applies pending migrations and reports them.
+pub async fn open_store(config: &Config, migrate: bool) -> anyhow::Result<Arc<dyn JournalStore>> {
+    let url = config.database_url();
+    let mut options = StoreOptions::new(url.clone());
+    options.max_event_bytes = config.database.max_event_bytes;
+    options.max_connections = config.database.max_connections;
+    options.connect_timeout = Duration::from_secs(config.database.connect_timeout_secs);
+    options.run_migrations = false;
+    let store = stead_persistence::open(options)
+        .await
+        .map_err(|e| match e {
+            stead_persistence::Error::Config(message) => anyhow::anyhow!("database: {message}"),
+            other => anyhow::anyhow!("database {}: {other}", url.redacted()),
+        })?;
+    if migrate {
+        let report = store
+            .migrate()
+            .await
+            .map_err(|e| anyhow::anyhow!("database {}: {e}", url.redacted()))?;
+        for version in &report.applied {
+            tracing::info!(version, "applied migration");
+        }
+        tracing::info!(
+            backend = %store.backend(),
+            database = %url.redacted(),
+            applied = report.applied.len(),
+            schema_version = ?report.current,
+            "database ready"
+        );
+    }
+    Ok(store)
+}
+
+/// `stead migrate`.
+pub async fn migrate(config: Config) -> anyhow::Result<()> {
+    prepare_data_dir(&config.server.data_dir)?;
+    let store = open_store(&config, false).await?;
+    let url = config.database_url();
+    let report = store
+        .migrate()
+        .await
+        .map_err(|e| anyhow::anyhow!("database {}: {e}", url.redacted()))?;
+    for version in &report.applied {
+        println!("applied migration {version}");
+    }
+    println!(
+        "{} database {} is at schema version {} ({} migration(s) applied now)",
+        store.backend(),
+        url.redacted(),
+        report.current.map_or("none".into(), |v| v.to_string()),
+        report.applied.len()
+    );
+    store.shutdown().await;
+    Ok(())
+}
+
+/// `stead serve`: runs until SIGINT or SIGTERM, then drains and exits 0.
+pub async fn serve(config: Config) -> anyhow::Result<()> {
+    prepare_data_dir(&config.server.data_dir)?;
+    let addr = config.listen_addr();
+    let listener = TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("server.listen: cannot listen on {addr}"))?;
+    let store = open_store(&config, true).await?;
+    let local = listener.local_addr()?;
+    let router = stead_gateway::router(stead_gateway::AppState {
+        store: store.clone(),
+        version: env!("CARGO_PKG_VERSION"),
+    });
+    tracing::info!(address = %local, "stead listening");
+    println!("stead listening on http://{local}");
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut server_stop = stop_rx.clone();
+    let server = tokio::spawn(stead_gateway::serve(listener, router, async move {
+        let _ = server_stop.wait_for(|stop| *stop).await;
+    }));
+    tokio::pin!(server);
+    let grace = Duration::from_secs(config.server.shutdown_grace_secs);
+    tokio::select! {
+        result = &mut server => {
+            store.shutdown().await;
+            return result.context("server task failed")?.context("server failed");
+        }
+        signal = shutdown_signal() => {
+            tracing::info!(signal, "shutting down");
+        }
+    }
+    let _ = stop_tx.send(true);
+    match tokio::time::timeout(grace, &mut server).await {
+        Ok(result) => result
+            .context("server task failed")?
+            .context("server failed")?,
+        Err(_) => tracing::warn!(?grace, "requests still in flight after the grace period"),
+    }
+    store.shutdown().await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() -> &'static str {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                .expect("SIGTERM handler");
+        tokio::select! {
+            _ = interrupt => "SIGINT",
+            _ = terminate.recv() => "SIGTERM",
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = interrupt.await;
+        "ctrl-c"
+    }
+}
