@@ -180,16 +180,15 @@ impl Default for Config {
     /// The built-in configuration: one local provider, one route, one demo agent whose
     /// destructive tool needs approval — enough for `stead serve` alone to give a working chat.
     fn default() -> Self {
-        let server = ServerConfig::default();
-        let model_dir = server.data_dir.join("models").join(LOCAL_MODEL);
         Config {
-            server,
+            server: ServerConfig::default(),
             database: DatabaseConfig::default(),
             log: LogConfig::default(),
             providers: vec![ProviderConfig {
                 name: "local".into(),
                 kind: ProviderKind::Onnx,
-                model_dir: Some(model_dir),
+                // Resolved at load to `{data_dir}/models/smollm2-135m-instruct`.
+                model_dir: None,
                 base_url: None,
                 api_key_env: None,
             }],
@@ -265,6 +264,32 @@ fn bad(key: &str, problem: impl std::fmt::Display) -> ConfigError {
     ConfigError(format!("invalid configuration: {key}: {problem}"))
 }
 
+/// One figment error as `key: problem (in SOURCE)`, where SOURCE is the file or the exact
+/// environment variable that supplied the value.
+fn describe(error: &figment::Error) -> String {
+    let key = error.path.join(".").to_lowercase();
+    let source = error.metadata.as_ref().map(|metadata| {
+        if metadata.name.contains("environment") {
+            format!(
+                "environment variable STEAD_{}",
+                error.path.join("__").to_uppercase()
+            )
+        } else {
+            match &metadata.source {
+                Some(figment::Source::File(path)) => path.display().to_string(),
+                _ => metadata.name.to_string(),
+            }
+        }
+    });
+    let problem = error.kind.to_string();
+    match (key.is_empty(), source) {
+        (true, Some(source)) => format!("{problem} (in {source})"),
+        (true, None) => problem,
+        (false, Some(source)) => format!("{key}: {problem} (in {source})"),
+        (false, None) => format!("{key}: {problem}"),
+    }
+}
+
 impl Config {
     /// Loads every layer and validates the result.
     pub fn load(overrides: &Overrides) -> Result<Config, ConfigError> {
@@ -310,7 +335,7 @@ impl Config {
             }
         }
         let mut config: Config = figment.extract().map_err(|error| {
-            let all: Vec<String> = error.into_iter().map(|e| e.to_string()).collect();
+            let all: Vec<String> = error.into_iter().map(|e| describe(&e)).collect();
             ConfigError(format!("invalid configuration: {}", all.join("; ")).replace('\n', " "))
         })?;
         config.resolve_defaults();

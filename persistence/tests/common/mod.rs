@@ -16,7 +16,7 @@ pub struct TestStore {
 
 enum Guard {
     Sqlite(tempfile::TempDir),
-    Postgres(ScratchDatabase),
+    Postgres(Box<ScratchDatabase>),
 }
 
 /// The PostgreSQL server for tests. Missing is a failure, not a skip: a suite that silently
@@ -43,7 +43,7 @@ pub async fn fresh_location(backend: Backend) -> (DatabaseUrl, TestGuard) {
                 .await
                 .expect("create scratch database");
             let url = DatabaseUrl::Postgres(scratch.url().to_string());
-            (url, TestGuard(Guard::Postgres(scratch)))
+            (url, TestGuard(Guard::Postgres(Box::new(scratch))))
         }
     }
 }

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Runs every test of the project: formatting, lints, and the whole test suite on both database
+# backends. PostgreSQL: DATABASE_URL when it is set (postgres://…, a user that may CREATE
+# DATABASE); otherwise a throwaway cluster started here with initdb/pg_ctl under the target dir
+# (Debian's `postgresql` package is installed with apt-get when missing and we are root).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+
+step() { printf '\n==> %s\n' "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+pg_bin_dir() {
+  local dir
+  dir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+  [ -n "$dir" ] && [ -x "$dir/initdb" ] && echo "$dir"
+}
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+stop_throwaway_postgres() {
+  "${as[@]}" "$bin/pg_ctl" -D "$pg_dir/data" -m fast -w stop >/dev/null 2>&1 || true
+  rm -rf "$pg_dir"
+}
+
+# Globals of the throwaway cluster: its binaries, the user that runs them, its directory.
+bin="" pg_dir="" as=()
+
+start_throwaway_postgres() {
+  bin=$(pg_bin_dir || true)
+  if [ -z "$bin" ]; then
+    if [ "$(id -u)" = 0 ]; then
+      step "installing PostgreSQL (apt-get install postgresql)"
+      apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+      bin=$(pg_bin_dir) || die "postgresql installed but initdb not found under /usr/lib/postgresql"
+    else
+      die "PostgreSQL is needed for the tests: set DATABASE_URL=postgres://… or install Debian's postgresql package (sudo apt-get install postgresql)"
+    fi
+  fi
+
+  # initdb and pg_ctl refuse to run as root: run them as the `postgres` user then.
+  as=()
+  if [ "$(id -u)" = 0 ]; then
+    id postgres >/dev/null 2>&1 || useradd --system --home-dir /var/lib/postgresql --shell /bin/sh postgres
+    as=(runuser -u postgres --)
+  fi
+
+  pg_dir="$CARGO_TARGET_DIR/pg-test"
+  rm -rf "$pg_dir"
+  mkdir -p "$pg_dir"
+  if [ ${#as[@]} -gt 0 ]; then
+    chown postgres: "$pg_dir"
+    # The postgres user must be able to reach the directory; fall back to /tmp if it can't.
+    if ! "${as[@]}" test -w "$pg_dir"; then
+      rmdir "$pg_dir"
+      pg_dir=$(mktemp -d /tmp/stead-pg-test.XXXXXX)
+      chown postgres: "$pg_dir"
+    fi
+  fi
+  local port
+  port=$(free_port)
+  step "starting a throwaway PostgreSQL ($bin) on 127.0.0.1:$port in $pg_dir"
+  "${as[@]}" "$bin/initdb" -D "$pg_dir/data" -U postgres --auth=trust -E UTF8 >"$pg_dir/initdb.log" 2>&1 \
+    || { cat "$pg_dir/initdb.log" >&2; die "initdb failed"; }
+  "${as[@]}" "$bin/pg_ctl" -D "$pg_dir/data" -l "$pg_dir/server.log" -w -t 60 \
+    -o "-c listen_addresses=127.0.0.1 -p $port -k $pg_dir -c max_connections=400 -c fsync=on -c synchronous_commit=on" \
+    start >/dev/null || { cat "$pg_dir/server.log" >&2; die "PostgreSQL did not start"; }
+  trap stop_throwaway_postgres EXIT
+  export DATABASE_URL="postgres://postgres@127.0.0.1:$port/postgres"
+}
+
+if [ -n "${DATABASE_URL:-}" ]; then
+  case "$DATABASE_URL" in
+    postgres://*|postgresql://*) step "using PostgreSQL from DATABASE_URL" ;;
+    *) die "DATABASE_URL must be a postgres:// URL for the tests (SQLite tests need none)" ;;
+  esac
+else
+  start_throwaway_postgres
+fi
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy (all targets, warnings are errors)"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "cargo test (SQLite and PostgreSQL)"
+test_log="$CARGO_TARGET_DIR/test-output.log"
+cargo test --workspace --locked 2>&1 | tee "$test_log"
+status=${PIPESTATUS[0]}
+# One closing line over every test binary: cargo's own last line is the last crate's doc-tests.
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed;?$/) p += $(i-1); if ($i ~ /^failed;?$/) f += $(i-1); if ($i ~ /^ignored;?$/) s += $(i-1) } }
+     END { printf "\ntests: %d passed, %d failed, %d skipped\n", p, f, s }' "$test_log"
+exit "$status"
