@@ -125,7 +125,7 @@ async fn run(
         let text = text.clone();
         let events = args.events;
         tasks.push(tokio::spawn(async move {
-            let mut latencies = Histogram::<u64>::new(3).expect("histogram");
+            let mut latencies = Histogram::<u64>::new_with_bounds(1, 600_000_000, 3).expect("histogram");
             for seq in 0..events as i64 {
                 let event = NewEvent::new(
                     "model_call_finished",
@@ -133,13 +133,13 @@ async fn run(
                 );
                 let t0 = Instant::now();
                 store.append(id, seq, vec![event]).await?;
-                latencies.saturating_record(t0.elapsed().as_nanos() as u64);
+                latencies.saturating_record(t0.elapsed().as_micros() as u64);
                 done.fetch_add(1, Ordering::Relaxed);
             }
             anyhow::Ok(latencies)
         }));
     }
-    let mut latencies = Histogram::<u64>::new(3).expect("histogram");
+    let mut latencies = Histogram::<u64>::new_with_bounds(1, 600_000_000, 3).expect("histogram");
     for task in tasks {
         latencies.add(task.await??)?;
     }
@@ -160,7 +160,7 @@ async fn run(
             args.events
         );
     }
-    let ms = |nanos: u64| nanos as f64 / 1e6;
+    let ms = |micros: u64| micros as f64 / 1e3;
     Ok(JournalBenchResult {
         backend: store.backend().to_string(),
         sessions: args.sessions,

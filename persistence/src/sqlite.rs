@@ -5,6 +5,7 @@
 //! beside the writer. Ids are stored as hyphenated text, times as Unix microseconds, JSON as
 //! text.
 
+use std::collections::HashSet;
 use std::str::FromStr;
 
 use async_trait::async_trait;
@@ -16,7 +17,9 @@ use sqlx::sqlite::{
 use sqlx::{Acquire, QueryBuilder, Row, Sqlite};
 use uuid::Uuid;
 
-use crate::group_commit::{AppendRequest, BatchWriter, GroupCommit, Outcome};
+use crate::group_commit::{
+    rounds, AppendRequest, BatchWriter, GroupCommit, Outcome, PreparedEvent,
+};
 use crate::types::{into_page, micros_to_time, now_micros};
 use crate::{
     Backend, DatabaseUrl, Error, Event, JournalStore, KvEntry, MigrationReport, NewEvent,
@@ -27,6 +30,8 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite"
 
 /// Rows per multi-row INSERT (5 bound values each, well under SQLite's variable limit).
 const INSERT_CHUNK: usize = 500;
+/// Requests per fenced UPDATE (3 bound values each).
+const UPDATE_CHUNK: usize = 1000;
 
 const SESSION_COLUMNS: &str =
     "id, agent, status, metadata, last_seq, created_at, updated_at, closed_at";
@@ -430,41 +435,62 @@ impl BatchWriter for SqliteBatchWriter {
         let mut conn = self.writer.acquire().await?;
         let mut tx = conn.begin().await?;
         let now = now_micros().timestamp_micros();
-        let mut outcomes = Vec::with_capacity(batch.len());
-        let mut accepted: Vec<&AppendRequest> = Vec::with_capacity(batch.len());
-        for request in batch {
-            let new_last = request.expected_last_seq + request.events.len() as i64;
-            let done = sqlx::query(
-                "UPDATE sessions SET last_seq = ?, updated_at = ? WHERE id = ? AND last_seq = ?",
-            )
-            .bind(new_last)
-            .bind(now)
-            .bind(request.session_id.to_string())
-            .bind(request.expected_last_seq)
-            .execute(&mut *tx)
-            .await?;
-            if done.rows_affected() == 1 {
-                outcomes.push(Outcome::Appended);
-                accepted.push(request);
-                continue;
+        let mut outcomes: Vec<Option<Outcome>> = vec![None; batch.len()];
+        let mut rejected = Vec::new();
+        for round in rounds(batch) {
+            for chunk in round.chunks(UPDATE_CHUNK) {
+                // One fenced UPDATE per round: a request is admitted only when the session's
+                // last_seq still equals its expected_last_seq.
+                let mut update = QueryBuilder::<Sqlite>::new(
+                    "UPDATE sessions SET last_seq = req.column3, updated_at = ",
+                );
+                update.push_bind(now).push(" FROM (");
+                update.push_values(chunk, |mut row, &index| {
+                    let request = &batch[index];
+                    row.push_bind(request.session_id.to_string())
+                        .push_bind(request.expected_last_seq)
+                        .push_bind(request.expected_last_seq + request.events.len() as i64);
+                });
+                update.push(
+                    ") AS req WHERE sessions.id = req.column1 AND sessions.last_seq = req.column2 \
+                     RETURNING sessions.id",
+                );
+                let admitted: Vec<String> = update.build_query_scalar().fetch_all(&mut *tx).await?;
+                let admitted: HashSet<Uuid> = admitted
+                    .iter()
+                    .map(|id| parse_uuid(id))
+                    .collect::<Result<_>>()?;
+                for &index in chunk {
+                    if admitted.contains(&batch[index].session_id) {
+                        outcomes[index] = Some(Outcome::Appended);
+                    } else {
+                        rejected.push(index);
+                    }
+                }
             }
+        }
+        for index in rejected {
             let actual: Option<i64> =
                 sqlx::query_scalar("SELECT last_seq FROM sessions WHERE id = ?")
-                    .bind(request.session_id.to_string())
+                    .bind(batch[index].session_id.to_string())
                     .fetch_optional(&mut *tx)
                     .await?;
-            outcomes.push(match actual {
+            outcomes[index] = Some(match actual {
                 Some(actual) => Outcome::Conflict { actual },
                 None => Outcome::NotFound,
             });
         }
-        let rows = accepted.iter().flat_map(|request| {
-            let id = request.session_id.to_string();
-            request.events.iter().enumerate().map(move |(i, event)| {
-                (id.clone(), request.expected_last_seq + 1 + i as i64, event)
+        let rows: Vec<(String, i64, &PreparedEvent)> = batch
+            .iter()
+            .zip(&outcomes)
+            .filter(|(_, outcome)| **outcome == Some(Outcome::Appended))
+            .flat_map(|(request, _)| {
+                let id = request.session_id.to_string();
+                request.events.iter().enumerate().map(move |(i, event)| {
+                    (id.clone(), request.expected_last_seq + 1 + i as i64, event)
+                })
             })
-        });
-        let rows: Vec<_> = rows.collect();
+            .collect();
         for chunk in rows.chunks(INSERT_CHUNK) {
             let mut insert = QueryBuilder::<Sqlite>::new(
                 "INSERT INTO journal (session_id, seq, kind, payload, created_at) ",
@@ -479,6 +505,9 @@ impl BatchWriter for SqliteBatchWriter {
             insert.build().execute(&mut *tx).await?;
         }
         tx.commit().await?;
-        Ok(outcomes)
+        Ok(outcomes
+            .into_iter()
+            .map(|o| o.expect("every request of a batch gets an outcome"))
+            .collect())
     }
 }
