@@ -53,6 +53,8 @@ impl SqliteStore {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
             .foreign_keys(true)
+            // Statement journals of multi-row writes stay in memory instead of temp files.
+            .pragma("temp_store", "memory")
             .busy_timeout(std::time::Duration::from_secs(10));
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
