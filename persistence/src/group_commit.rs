@@ -257,3 +257,78 @@ pub fn rounds(batch: &[AppendRequest]) -> Vec<Vec<usize>> {
     }
     rounds
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(session_id: Uuid) -> AppendRequest {
+        AppendRequest {
+            session_id,
+            expected_last_seq: 0,
+            events: Vec::new(),
+            reply: oneshot::channel().0,
+        }
+    }
+
+    #[test]
+    fn rounds_hold_each_session_once_and_keep_its_order() {
+        let (a, b, c) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
+        let batch: Vec<AppendRequest> = [a, b, a, c, a, b].into_iter().map(request).collect();
+        assert_eq!(rounds(&batch), vec![vec![0, 1, 3], vec![2, 5], vec![4]]);
+        assert!(rounds(&[]).is_empty());
+    }
+
+    #[tokio::test]
+    async fn answers_follow_outcomes_and_failures_fail_every_request() {
+        struct Scripted(Vec<Result<Vec<Outcome>>>);
+        #[async_trait]
+        impl BatchWriter for Scripted {
+            async fn write_batch(&mut self, batch: &[AppendRequest]) -> Result<Vec<Outcome>> {
+                let next = self.0.remove(0);
+                if let Ok(outcomes) = &next {
+                    assert_eq!(outcomes.len(), batch.len());
+                }
+                next
+            }
+        }
+        let writer = Scripted(vec![
+            Ok(vec![Outcome::Appended]),
+            Ok(vec![Outcome::Conflict { actual: 7 }]),
+            Ok(vec![Outcome::NotFound]),
+            Err(Error::CommitFailed("disk full".into())),
+        ]);
+        let journal = GroupCommit::start(writer, 1024, 16);
+        let id = Uuid::now_v7();
+        let event = || {
+            vec![
+                NewEvent::new("k", serde_json::json!({})),
+                NewEvent::new("k", serde_json::json!(1)),
+            ]
+        };
+        assert_eq!(journal.append(id, 4, event()).await.unwrap(), vec![5, 6]);
+        assert!(matches!(
+            journal.append(id, 4, event()).await,
+            Err(Error::Conflict {
+                expected: 4,
+                actual: 7,
+                ..
+            })
+        ));
+        assert!(matches!(
+            journal.append(id, 0, event()).await,
+            Err(Error::SessionNotFound(_))
+        ));
+        assert!(matches!(
+            journal.append(id, 0, event()).await,
+            Err(Error::CommitFailed(_))
+        ));
+        let stats = journal.stats();
+        assert_eq!((stats.commits, stats.appends, stats.events), (3, 1, 2));
+        journal.shutdown().await;
+        assert!(matches!(
+            journal.append(id, 0, event()).await,
+            Err(Error::ShutDown)
+        ));
+    }
+}

@@ -254,3 +254,64 @@ fn contains_nul(value: &Value) -> bool {
         _ => false,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn database_urls_parse_by_scheme() {
+        assert_eq!(
+            DatabaseUrl::parse("sqlite:///var/lib/stead/stead.db").unwrap(),
+            DatabaseUrl::Sqlite("/var/lib/stead/stead.db".into())
+        );
+        assert_eq!(
+            DatabaseUrl::parse("sqlite:data/stead.db?mode=rwc").unwrap(),
+            DatabaseUrl::Sqlite("data/stead.db".into())
+        );
+        assert_eq!(
+            DatabaseUrl::parse("postgresql://u:p@db:5432/stead")
+                .unwrap()
+                .backend(),
+            Backend::Postgres
+        );
+        for bad in [
+            "mysql://x",
+            "sqlite://",
+            "sqlite::memory:",
+            "postgres://",
+            "stead.db",
+        ] {
+            assert!(
+                matches!(DatabaseUrl::parse(bad), Err(Error::Config(_))),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn redaction_hides_only_the_password() {
+        assert_eq!(
+            redact_url("postgres://stead:hunter2@db:5432/stead?sslmode=require"),
+            "postgres://stead:***@db:5432/stead?sslmode=require"
+        );
+        assert_eq!(redact_url("postgres://db/stead"), "postgres://db/stead");
+    }
+
+    #[test]
+    fn payload_checks() {
+        assert!(prepare_payload("k", &serde_json::json!({"a": 1}), 100).is_ok());
+        assert!(matches!(
+            prepare_payload("k", &serde_json::json!({"a": "x".repeat(200)}), 100),
+            Err(Error::EventTooLarge { .. })
+        ));
+        assert!(matches!(
+            prepare_payload("k", &serde_json::json!({"a\u{0}": 1}), 100),
+            Err(Error::InvalidInput(_))
+        ));
+        assert!(matches!(
+            prepare_payload("", &serde_json::json!({}), 100),
+            Err(Error::InvalidInput(_))
+        ));
+    }
+}

@@ -222,3 +222,46 @@ pub(crate) fn now_micros() -> DateTime<Utc> {
 pub(crate) fn micros_to_time(us: i64) -> DateTime<Utc> {
     DateTime::from_timestamp_micros(us).unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursor_round_trips_and_rejects_garbage() {
+        let cursor = SessionCursor {
+            created_at_us: 1_764_480_000_123_456,
+            id: Uuid::now_v7(),
+        };
+        assert_eq!(SessionCursor::decode(&cursor.encode()).unwrap(), cursor);
+        for bad in [
+            "",
+            "abc",
+            "zz.00000000000000000000000000000000",
+            "1.not-a-uuid",
+        ] {
+            assert!(SessionCursor::decode(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn status_names_match_the_wire() {
+        for status in SessionStatus::ALL {
+            let wire = serde_json::to_value(status).unwrap();
+            assert_eq!(wire, serde_json::json!(status.as_str()));
+            assert_eq!(status.as_str().parse::<SessionStatus>().unwrap(), status);
+        }
+        assert!("parked".parse::<SessionStatus>().is_err());
+    }
+
+    #[test]
+    fn page_size_is_clamped() {
+        let query = |limit| SessionQuery {
+            limit,
+            ..Default::default()
+        };
+        assert_eq!(query(0).page_size(), DEFAULT_PAGE);
+        assert_eq!(query(7).page_size(), 7);
+        assert_eq!(query(100_000).page_size(), MAX_PAGE);
+    }
+}
