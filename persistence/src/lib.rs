@@ -159,6 +159,20 @@ pub struct MigrationReport {
     pub current: Option<i64>,
 }
 
+impl MigrationReport {
+    /// The report for a run that found `before` applied and left `after`.
+    pub(crate) fn between(before: &[i64], after: &[i64]) -> Self {
+        MigrationReport {
+            applied: after
+                .iter()
+                .filter(|v| !before.contains(v))
+                .copied()
+                .collect(),
+            current: after.iter().max().copied(),
+        }
+    }
+}
+
 /// Durable storage for sessions and their journals. One implementation per backend; both pass
 /// the same test suite (`persistence/tests/journal.rs`).
 #[async_trait]

@@ -153,28 +153,12 @@ impl JournalStore for PgStore {
         let before = applied_versions(&mut *self.pool.acquire().await?).await?;
         MIGRATOR.run(&self.pool).await?;
         let after = applied_versions(&mut *self.pool.acquire().await?).await?;
-        Ok(MigrationReport {
-            applied: after
-                .iter()
-                .filter(|v| !before.contains(v))
-                .copied()
-                .collect(),
-            current: after.iter().max().copied(),
-        })
+        Ok(MigrationReport::between(&before, &after))
     }
 
     async fn create_session(&self, new: NewSession) -> Result<Session> {
-        let now = now_micros();
-        let session = Session {
-            id: new.id.unwrap_or_else(Uuid::now_v7),
-            agent: new.agent,
-            status: SessionStatus::Idle,
-            metadata: new.metadata,
-            last_seq: 0,
-            created_at: now,
-            updated_at: now,
-            closed_at: None,
-        };
+        let session = Session::new_idle(new);
+        let now = session.created_at;
         sqlx::query(
             "INSERT INTO sessions (id, agent, status, metadata, last_seq, created_at, updated_at) \
              VALUES ($1, $2, $3, $4, 0, $5, $5)",

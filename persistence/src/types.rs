@@ -86,6 +86,23 @@ pub struct Session {
     pub closed_at: Option<DateTime<Utc>>,
 }
 
+impl Session {
+    /// A new, empty, idle session (a fresh UUIDv7 unless the caller fixed the id).
+    pub(crate) fn new_idle(new: NewSession) -> Self {
+        let now = now_micros();
+        Session {
+            id: new.id.unwrap_or_else(Uuid::now_v7),
+            agent: new.agent,
+            status: SessionStatus::Idle,
+            metadata: new.metadata,
+            last_seq: 0,
+            created_at: now,
+            updated_at: now,
+            closed_at: None,
+        }
+    }
+}
+
 /// Filter and page for [`crate::JournalStore::list_sessions`].
 #[derive(Debug, Clone, Default)]
 pub struct SessionQuery {
