@@ -1,6 +1,14 @@
-//! `stead-inference` will own local inference (the pooled ONNX Runtime engine, tokenizer, chat
-//! templates, sampling and constrained tool-call decoding) and the model router over the local
-//! engine and remote OpenAI-compatible providers. It knows nothing of sessions or storage: the
-//! router's request log goes through a sink trait the binary connects to persistence.
-//!
-//! Nothing lives here yet: the foundation issue only builds the journal and the binary.
+//! `stead-inference` owns local inference: the pooled ONNX Runtime engine (ort), the model
+//! directory it loads, tokenization and incremental detokenization, the model's own chat
+//! template, sampling, and tool calls constrained to their JSON schemas (llguidance). Later it
+//! also owns the model router over the local engine and remote OpenAI-compatible providers.
+//! It knows nothing of sessions or storage.
+
+mod error;
+pub mod sampling;
+pub mod template;
+pub mod text;
+mod types;
+
+pub use error::{Error, Result};
+pub use types::*;
