@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
-# Builds Stead (release) and runs the server on the embedded default: SQLite under ./.stead,
+# Builds Stead (release), prepares ONNX Runtime and the local model (`stead setup`: cached after
+# the first run), and runs the server on the embedded default: SQLite under ./.stead,
 # http://127.0.0.1:8787. Extra arguments go to `stead serve` (e.g. --listen, --config).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec cargo run --release --locked --bin stead -- serve "$@"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
+cargo build --release --locked --bin stead
+stead="$CARGO_TARGET_DIR/release/stead"
+"$stead" setup
+exec "$stead" serve "$@"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs every test of the project: formatting, lints, and the whole test suite on both database
-# backends. PostgreSQL: DATABASE_URL when it is set (postgres://…, a user that may CREATE
+# Runs every test of the project: model preparation (`stead setup`, cached), formatting, lints,
+# and the whole test suite on both database backends and the real local model. PostgreSQL: DATABASE_URL when it is set (postgres://…, a user that may CREATE
 # DATABASE); otherwise a throwaway cluster started here with initdb/pg_ctl under the target dir
 # (Debian's `postgresql` package is installed with apt-get when missing and we are root).
 set -euo pipefail
@@ -82,6 +82,11 @@ if [ -n "${DATABASE_URL:-}" ]; then
 else
   start_throwaway_postgres
 fi
+
+step "stead setup (ONNX Runtime and the local model, cached under the target dir)"
+cargo build --locked --bin stead
+export STEAD_DATA_DIR="$CARGO_TARGET_DIR/stead-data"
+"$CARGO_TARGET_DIR/debug/stead" setup --data-dir "$STEAD_DATA_DIR"
 
 step "cargo fmt --check"
 cargo fmt --all -- --check

@@ -46,6 +46,8 @@ pub enum Command {
     Serve,
     /// Apply pending database migrations and exit.
     Migrate,
+    /// Prepare ONNX Runtime and the local model into the data directory (idempotent).
+    Setup(SetupArgs),
     /// Measure Stead's own components.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -55,6 +57,40 @@ pub enum Command {
 pub enum BenchCommand {
     /// Append throughput and latency of the durable journal.
     Journal(JournalBenchArgs),
+    /// The local inference engine against onnxruntime-genai on the same model.
+    Inference(InferenceBenchArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SetupArgs {
+    /// Weight precision of the converted model.
+    #[arg(long, default_value = "int4", value_parser = ["int4", "int8", "fp32"])]
+    pub precision: String,
+    /// Convert this llama-architecture GGUF instead of the bundled SmolLM2-135M-Instruct.
+    #[arg(long, value_name = "FILE")]
+    pub gguf: Option<PathBuf>,
+    /// Directory name under {data_dir}/models (default: the GGUF's file stem).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Python interpreter for the converter's virtual environment.
+    #[arg(long, default_value = "python3")]
+    pub python: String,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct InferenceBenchArgs {
+    /// Sequential runs for TTFT and single-stream figures.
+    #[arg(long, default_value_t = 10)]
+    pub runs: usize,
+    /// New tokens per generation.
+    #[arg(long, default_value_t = 64)]
+    pub max_tokens: usize,
+    /// Skip the peer (onnxruntime-genai).
+    #[arg(long)]
+    pub no_peer: bool,
+    /// Print the result as one JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -128,8 +164,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         match command {
             Command::Serve => crate::serve::serve(config).await,
             Command::Migrate => crate::serve::migrate(config).await,
+            Command::Setup(args) => crate::serve::setup(config, args).await,
             Command::Bench(BenchCommand::Journal(args)) => {
                 crate::bench::journal(config, args).await
+            }
+            Command::Bench(BenchCommand::Inference(args)) => {
+                crate::bench_inference::inference(config, args).await
             }
         }
     })

@@ -5,6 +5,7 @@
 //! `stead-inference`.
 
 pub mod bench;
+pub mod bench_inference;
 pub mod cli;
 pub mod config;
 pub mod serve;

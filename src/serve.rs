@@ -139,3 +139,28 @@ async fn shutdown_signal() -> &'static str {
         "ctrl-c"
     }
 }
+
+/// `stead setup`: prepares ONNX Runtime and the local model, printing progress.
+pub async fn setup(config: Config, args: crate::cli::SetupArgs) -> anyhow::Result<()> {
+    prepare_data_dir(&config.server.data_dir)?;
+    let options = stead_inference::setup::SetupOptions {
+        data_dir: config.server.data_dir.clone(),
+        precision: args.precision.parse().map_err(anyhow::Error::msg)?,
+        gguf: args.gguf,
+        model_name: args.name,
+        python: args.python,
+    };
+    let started = std::time::Instant::now();
+    let prepared = tokio::task::spawn_blocking(move || {
+        stead_inference::setup::run(&options, &mut |line| println!("{line}"))
+    })
+    .await
+    .context("setup task failed")??;
+    println!(
+        "setup done in {:.1} s: model {} · runtime {}",
+        started.elapsed().as_secs_f64(),
+        prepared.model_dir.display(),
+        prepared.runtime_library.display()
+    );
+    Ok(())
+}

@@ -4,8 +4,14 @@
 //! also owns the model router over the local engine and remote OpenAI-compatible providers.
 //! It knows nothing of sessions or storage.
 
+pub mod constrained;
+pub mod engine;
 mod error;
+pub mod model_dir;
+pub mod pool;
 pub mod sampling;
+pub mod scheduler;
+pub mod setup;
 pub mod template;
 pub mod text;
 mod types;

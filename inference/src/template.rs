@@ -21,6 +21,9 @@ pub struct ChatTemplate {
 impl ChatTemplate {
     pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<Self> {
         let mut env = Environment::new();
+        // As Hugging Face renders chat templates.
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function(
             "raise_exception",

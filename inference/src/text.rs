@@ -76,8 +76,8 @@ impl Default for IncrementalDecoder {
 pub struct Filtered {
     /// Text that is safe to emit now.
     pub emit: String,
-    /// A stop sequence was found: generation ends, `emit` is the last text.
-    pub stopped: bool,
+    /// The stop sequence that was found (generation ends; `emit` is the last text).
+    pub stopped: Option<String>,
 }
 
 /// Cuts the answer at the first stop sequence, holding back any tail that might be the start
@@ -100,20 +100,21 @@ impl StopFilter {
         if self.stops.is_empty() {
             return Filtered {
                 emit: std::mem::take(&mut self.pending),
-                stopped: false,
+                stopped: None,
             };
         }
         let first_stop = self
             .stops
             .iter()
-            .filter_map(|stop| self.pending.find(stop.as_str()))
-            .min();
-        if let Some(at) = first_stop {
+            .filter_map(|stop| self.pending.find(stop.as_str()).map(|at| (at, stop)))
+            .min_by_key(|(at, _)| *at);
+        if let Some((at, stop)) = first_stop {
             let emit = self.pending[..at].to_string();
+            let stop = stop.clone();
             self.pending.clear();
             return Filtered {
                 emit,
-                stopped: true,
+                stopped: Some(stop),
             };
         }
         // Hold back the longest tail that is a prefix of some stop sequence.
@@ -128,7 +129,7 @@ impl StopFilter {
         self.pending.drain(..cut);
         Filtered {
             emit,
-            stopped: false,
+            stopped: None,
         }
     }
 
@@ -163,7 +164,7 @@ mod tests {
             let f = filter.push(piece);
             deltas.push(f.emit.clone());
             out.push_str(&f.emit);
-            if f.stopped {
+            if f.stopped.is_some() {
                 return (out, true, deltas);
             }
         }

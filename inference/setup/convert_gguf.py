@@ -1,0 +1,737 @@
+#!/usr/bin/env python3
+"""Convert a llama-architecture GGUF into the model directory Stead's inference engine loads.
+
+    python convert_gguf.py --gguf PATH --out DIR [--precision int4|int8|fp32]
+
+The decoder graph is written directly with the onnx helper API in the layout of the
+onnxruntime-genai model builder (GroupQueryAttention with rotary inside the op, no
+position_ids input), filled with the dequantized GGUF weights, and its MatMuls are then
+quantized with onnxruntime's own MatMulNBitsQuantizer:
+
+  int4  k-quant int4 (block 32) for every layer, int8 for the lm_head
+  int8  k-quant int8 (block 32, asymmetric) everywhere
+  fp32  no quantization
+
+Besides model.onnx the directory gets tokenizer.json (Hugging Face `tokenizers` format,
+built from the GGUF vocabulary), tokenizer_config.json, chat_template.jinja,
+stead_model.json (read by the Rust engine) and genai_config.json (read by
+onnxruntime-genai, the benchmark peer). Progress goes to stdout, one flushed line per step.
+"""
+
+import argparse
+import hashlib
+import json
+import logging
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+import gguf
+
+STEPS = 7
+OPSET = 21  # first opset with int4 tensor types, which the quantizer may emit
+IR_VERSION = 10
+BLOCK_SIZE = 32
+# MatMulNBits accuracy level 4 computes with int8 activations: the fastest CPU kernels,
+# and what the onnxruntime-genai builder uses on CPU.
+ACCURACY_LEVEL = 4
+# A protobuf file cannot exceed 2 GiB; larger models keep their weights in one side file.
+PROTOBUF_LIMIT = 1_800_000_000
+EXTERNAL_DATA_NAME = "model.onnx.data"
+
+# llama.cpp token types (tokenizer.ggml.token_type)
+TOKEN_CONTROL = 3
+TOKEN_USER_DEFINED = 4
+
+# Tokens that end a turn or a document in common chat models; those present in the
+# vocabulary as control tokens join the GGUF's own eos id as stop tokens.
+STOP_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<|eom_id|>", "</s>", "<end_of_turn>")
+
+# Pre-tokenizers of llama.cpp's gpt2-style vocabularies (tokenizer.ggml.pre) as Hugging Face
+# `tokenizers` pre_tokenizer components.
+LLAMA3_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+
+def byte_level(use_regex):
+    return {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": use_regex}
+
+
+PRE_TOKENIZERS = {
+    "default": [byte_level(True)],
+    "gpt2": [byte_level(True)],
+    # llama.cpp splits every digit for these, then applies the gpt2 regex.
+    **{
+        name: [{"type": "Digits", "individual_digits": True}, byte_level(True)]
+        for name in ("smollm", "starcoder", "refact", "codeshell")
+    },
+    **{
+        name: [
+            {"type": "Split", "pattern": {"Regex": LLAMA3_SPLIT}, "behavior": "Isolated", "invert": False},
+            byte_level(False),
+        ]
+        for name in ("llama-bpe", "llama3", "llama-v3")
+    },
+}
+
+
+class ConvertError(Exception):
+    """A problem with the input that ends the conversion with a one-line message."""
+
+
+def progress(step, message):
+    print(f"[{step}/{STEPS}] {message}", flush=True)
+
+
+# ---------------------------------------------------------------------------------------
+# GGUF metadata and weights
+# ---------------------------------------------------------------------------------------
+
+_MISSING = object()
+
+
+def field(reader, key, default=_MISSING):
+    f = reader.fields.get(key)
+    if f is None:
+        if default is _MISSING:
+            raise ConvertError(f"GGUF metadata lacks {key}")
+        return default
+    return f.contents()
+
+
+@dataclass
+class LlamaConfig:
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    context_length: int
+    rope_theta: float
+    rope_linear_factor: float
+    rms_eps: float
+    tied_embeddings: bool
+
+
+def read_config(reader):
+    arch = field(reader, "general.architecture")
+    if arch != "llama":
+        raise ConvertError(f"unsupported architecture {arch!r} (only 'llama' is supported)")
+
+    hidden = int(field(reader, "llama.embedding_length"))
+    heads = int(field(reader, "llama.attention.head_count"))
+    head_dim = int(field(reader, "llama.attention.key_length", hidden // heads))
+    if int(field(reader, "llama.attention.value_length", head_dim)) != head_dim:
+        raise ConvertError("different key and value head sizes are not supported")
+    if int(field(reader, "llama.rope.dimension_count", head_dim)) != head_dim:
+        raise ConvertError("partial rotary embeddings are not supported")
+    if "llama.expert_count" in reader.fields:
+        raise ConvertError("mixture-of-experts llama models are not supported")
+
+    scaling = field(reader, "llama.rope.scaling.type", "none")
+    if scaling not in ("none", "linear"):
+        raise ConvertError(f"unsupported rope scaling {scaling!r}")
+    linear_factor = float(field(reader, "llama.rope.scaling.factor", 1.0)) if scaling == "linear" else 1.0
+
+    tensor_names = {t.name for t in reader.tensors}
+    vocab = field(reader, "llama.vocab_size", None)
+    if vocab is None:
+        vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
+
+    return LlamaConfig(
+        name=str(field(reader, "general.name", "model")),
+        num_layers=int(field(reader, "llama.block_count")),
+        hidden_size=hidden,
+        num_heads=heads,
+        num_kv_heads=int(field(reader, "llama.attention.head_count_kv", heads)),
+        head_dim=head_dim,
+        vocab_size=int(vocab),
+        context_length=int(field(reader, "llama.context_length")),
+        rope_theta=float(field(reader, "llama.rope.freq_base", 10000.0)),
+        rope_linear_factor=linear_factor,
+        rms_eps=float(field(reader, "llama.attention.layer_norm_rms_epsilon")),
+        tied_embeddings="output.weight" not in tensor_names,
+    )
+
+
+def unpermute_rotary(weight, n_heads):
+    """Undo llama.cpp's Q/K row permutation.
+
+    llama.cpp's converter reorders each head's rows so that its rope (which rotates adjacent
+    pairs) matches Hugging Face's rotate-half layout. GroupQueryAttention with
+    rotary_interleaved=0 implements rotate-half, so the rows go back to Hugging Face order.
+    """
+    rows, cols = weight.shape
+    return weight.reshape(n_heads, rows // n_heads // 2, 2, cols).swapaxes(1, 2).reshape(rows, cols)
+
+
+def load_weights(reader, cfg, step):
+    """Dequantize every tensor to float32, keyed by GGUF name, in [out, in] orientation."""
+    expected = {"token_embd.weight", "output_norm.weight"}
+    if not cfg.tied_embeddings:
+        expected.add("output.weight")
+    for i in range(cfg.num_layers):
+        expected.update(
+            f"blk.{i}.{part}.weight"
+            for part in ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")
+        )
+    optional = {"rope_freqs.weight"}
+    present = {t.name for t in reader.tensors}
+    if missing := sorted(expected - present):
+        raise ConvertError(f"GGUF lacks tensor {missing[0]} ({len(missing)} missing)")
+    if unexpected := sorted(present - expected - optional):
+        raise ConvertError(f"unsupported tensor {unexpected[0]} (not a plain llama model)")
+
+    weights = {}
+    total = len(reader.tensors)
+    report_every = max(1, total // 10)
+    for n, tensor in enumerate(reader.tensors, 1):
+        try:
+            data = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
+        except NotImplementedError as e:
+            raise ConvertError(f"cannot dequantize {tensor.name} ({tensor.tensor_type.name}): {e}") from None
+        data = np.ascontiguousarray(data, dtype=np.float32)
+        if tensor.name.endswith("attn_q.weight"):
+            data = unpermute_rotary(data, cfg.num_heads)
+        elif tensor.name.endswith("attn_k.weight"):
+            data = unpermute_rotary(data, cfg.num_kv_heads)
+        weights[tensor.name] = data
+        if n % report_every == 0 or n == total:
+            progress(step, f"dequantizing tensors {n}/{total}")
+
+    embed = weights["token_embd.weight"]
+    if embed.shape != (cfg.vocab_size, cfg.hidden_size):
+        raise ConvertError(f"token_embd.weight has shape {embed.shape}, expected {(cfg.vocab_size, cfg.hidden_size)}")
+    return weights
+
+
+# ---------------------------------------------------------------------------------------
+# ONNX graph
+# ---------------------------------------------------------------------------------------
+
+
+class Graph:
+    """Collects nodes, initializers and constants for the decoder graph."""
+
+    def __init__(self):
+        self.nodes = []
+        self.initializers = []
+        self._constants = {}
+
+    def node(self, op, inputs, name, outputs=1, domain="", **attrs):
+        names = [f"{name}/output_{i}" for i in range(outputs)] if isinstance(outputs, int) else outputs
+        self.nodes.append(helper.make_node(op, inputs, names, name=name, domain=domain, **attrs))
+        return names[0] if len(names) == 1 else names
+
+    def initializer(self, name, array):
+        self.initializers.append(numpy_helper.from_array(array, name))
+        return name
+
+    def const_i64(self, values, scalar=False):
+        """An int64 constant shared by every node that needs the same value."""
+        key = (tuple(values), scalar)
+        if key not in self._constants:
+            name = f"/constants/int64/{'scalar' if scalar else 'vector'}/{'_'.join(map(str, values))}"
+            array = np.array(values[0] if scalar else values, dtype=np.int64)
+            self._constants[key] = self.initializer(name, array)
+        return self._constants[key]
+
+
+def rotary_caches(cfg, rope_freqs):
+    """cos/sin tables [context_length, head_dim/2] for GroupQueryAttention."""
+    inv_freq = 1.0 / (cfg.rope_theta ** (np.arange(0, cfg.head_dim, 2, dtype=np.float64) / cfg.head_dim))
+    if rope_freqs is not None:
+        # llama 3.x stores its long-context frequency factors as a tensor; llama.cpp divides by them.
+        inv_freq = inv_freq / rope_freqs.astype(np.float64)
+    positions = np.arange(cfg.context_length, dtype=np.float64) / cfg.rope_linear_factor
+    freqs = np.outer(positions, inv_freq)
+    return np.cos(freqs).astype(np.float32), np.sin(freqs).astype(np.float32)
+
+
+def build_model(cfg, weights):
+    """The float32 decoder graph. MatMul weights are [in, out] initializers, quantized later."""
+    g = Graph()
+    H, V = cfg.hidden_size, cfg.vocab_size
+    kv_dim = cfg.num_kv_heads * cfg.head_dim
+
+    def linear(name, x, weight):
+        return g.node("MatMul", [x, g.initializer(f"{name}.weight", np.ascontiguousarray(weight.T))], f"/{name}/MatMul")
+
+    # A tied model has one table for both ends: the lm_head weight, which tie_embedding later
+    # shares with the quantized embedding lookup.
+    lm_head_source = weights["token_embd.weight" if cfg.tied_embeddings else "output.weight"]
+    lm_head_weight = g.initializer("lm_head.weight", np.ascontiguousarray(lm_head_source.T))
+    if cfg.tied_embeddings:
+        # Float graphs gather from the transposed lm_head weight (onnxruntime folds the
+        # Transpose at load); quantized graphs replace this pair with GatherBlockQuantized.
+        table = g.node("Transpose", [lm_head_weight], "/embed_tokens/Transpose", perm=[1, 0])
+    else:
+        table = g.initializer("embed_tokens.weight", weights["token_embd.weight"])
+    hidden = g.node("Gather", [table, "input_ids"], "/embed_tokens/Gather")
+
+    # GroupQueryAttention takes each row's length from the attention mask: seqlens_k is the
+    # row's total length minus one, total_sequence_length the mask width. This is what lets
+    # right-padded rows of different lengths decode in one batch.
+    mask_sum = g.node("ReduceSum", ["attention_mask", g.const_i64([1])], "/attn_mask/ReduceSum", keepdims=0)
+    seqlens = g.node("Sub", [mask_sum, g.const_i64([1], scalar=True)], "/attn_mask/Sub")
+    seqlens_k = g.node("Cast", [seqlens], "/attn_mask/Sub/Cast", to=TensorProto.INT32)
+    mask_shape = g.node("Shape", ["attention_mask"], "/attn_mask/Shape")
+    total_len = g.node("Gather", [mask_shape, g.const_i64([1], scalar=True)], "/attn_mask/Gather", axis=0)
+    total_seq_len = g.node("Cast", [total_len], "/attn_mask/Gather/Cast", to=TensorProto.INT32)
+
+    cos, sin = rotary_caches(cfg, weights.get("rope_freqs.weight"))
+    g.initializer("cos_cache", cos)
+    g.initializer("sin_cache", sin)
+
+    residual = None
+    for i in range(cfg.num_layers):
+        p, b = f"blk.{i}.", f"layers.{i}"
+        if residual is None:
+            normed = g.node(
+                "SimplifiedLayerNormalization",
+                [hidden, g.initializer(f"{b}.attn_norm.weight", weights[p + "attn_norm.weight"])],
+                f"/{b}/attn_norm/SimplifiedLayerNorm", axis=-1, epsilon=cfg.rms_eps, stash_type=1,
+            )
+            residual = hidden
+        else:
+            # Adds the previous block's output to the residual stream and normalizes, in one op.
+            normed, _, _, residual = g.node(
+                "SkipSimplifiedLayerNormalization",
+                [hidden, residual, g.initializer(f"{b}.attn_norm.weight", weights[p + "attn_norm.weight"])],
+                f"/{b}/attn_norm/SkipLayerNorm", outputs=4, domain="com.microsoft", epsilon=cfg.rms_eps,
+            )
+
+        # One packed Q|K|V MatMul; GroupQueryAttention splits it when key and value are empty.
+        qkv_weight = np.concatenate([weights[p + "attn_q.weight"], weights[p + "attn_k.weight"], weights[p + "attn_v.weight"]])
+        if qkv_weight.shape != (cfg.num_heads * cfg.head_dim + 2 * kv_dim, H):
+            raise ConvertError(f"unexpected attention weight shapes in layer {i}")
+        qkv = linear(f"{b}.attn_qkv", normed, qkv_weight)
+        attn = g.node(
+            "GroupQueryAttention",
+            [qkv, "", "", f"past_key_values.{i}.key", f"past_key_values.{i}.value", seqlens_k, total_seq_len, "cos_cache", "sin_cache"],
+            f"/{b}/attn/GroupQueryAttention",
+            outputs=[f"/{b}/attn/GroupQueryAttention/output_0", f"present.{i}.key", f"present.{i}.value"],
+            domain="com.microsoft",
+            num_heads=cfg.num_heads, kv_num_heads=cfg.num_kv_heads,
+            scale=1.0 / math.sqrt(cfg.head_dim), do_rotary=1, rotary_interleaved=0,
+            local_window_size=-1, softcap=0.0,
+        )[0]
+        attn_out = linear(f"{b}.attn_output", attn, weights[p + "attn_output.weight"])
+
+        normed, _, _, residual = g.node(
+            "SkipSimplifiedLayerNormalization",
+            [attn_out, residual, g.initializer(f"{b}.ffn_norm.weight", weights[p + "ffn_norm.weight"])],
+            f"/{b}/ffn_norm/SkipLayerNorm", outputs=4, domain="com.microsoft", epsilon=cfg.rms_eps,
+        )
+        gate = linear(f"{b}.ffn_gate", normed, weights[p + "ffn_gate.weight"])
+        up = linear(f"{b}.ffn_up", normed, weights[p + "ffn_up.weight"])
+        silu = g.node("Mul", [gate, g.node("Sigmoid", [gate], f"/{b}/ffn/Sigmoid")], f"/{b}/ffn/SiLU")
+        hidden = linear(f"{b}.ffn_down", g.node("Mul", [silu, up], f"/{b}/ffn/Mul"), weights[p + "ffn_down.weight"])
+
+    final, _, _, _ = g.node(
+        "SkipSimplifiedLayerNormalization",
+        [hidden, residual, g.initializer("output_norm.weight", weights["output_norm.weight"])],
+        "/output_norm/SkipLayerNorm", outputs=4, domain="com.microsoft", epsilon=cfg.rms_eps,
+    )
+    g.node("MatMul", [final, lm_head_weight], "/lm_head/MatMul", outputs=["logits"])
+
+    kv_shape = ["batch_size", cfg.num_kv_heads, "past_sequence_length", cfg.head_dim]
+    present_shape = ["batch_size", cfg.num_kv_heads, "total_sequence_length", cfg.head_dim]
+    inputs = [
+        helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch_size", "sequence_length"]),
+        helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch_size", "total_sequence_length"]),
+    ]
+    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch_size", "sequence_length", V])]
+    for i in range(cfg.num_layers):
+        for kind in ("key", "value"):
+            inputs.append(helper.make_tensor_value_info(f"past_key_values.{i}.{kind}", TensorProto.FLOAT, kv_shape))
+            outputs.append(helper.make_tensor_value_info(f"present.{i}.{kind}", TensorProto.FLOAT, present_shape))
+
+    graph = helper.make_graph(g.nodes, "decoder", inputs, outputs, g.initializers)
+    opsets = [helper.make_opsetid("", OPSET), helper.make_opsetid("com.microsoft", 1)]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=IR_VERSION, producer_name="stead-convert-gguf")
+
+
+# ---------------------------------------------------------------------------------------
+# Quantization
+# ---------------------------------------------------------------------------------------
+
+
+def quantize(model, cfg, precision, step):
+    # The quantizer module configures root logging at INFO and logs every node; keep stdout
+    # to our progress lines and stderr quiet.
+    from onnxruntime.quantization import matmul_nbits_quantizer as mnq
+    from onnxruntime.quantization.neural_compressor import weight_only
+
+    logging.getLogger().setLevel(logging.WARNING)
+
+    matmuls = sum(1 for n in model.graph.node if n.op_type == "MatMul")
+    report_every = max(1, matmuls // 10)
+
+    def report(total, i):
+        if i % report_every == 0 or i == total:
+            progress(step, f"quantizing MatMuls {i}/{total}")
+
+    # k-quant (llama.cpp's search for each block's scale and zero point) for both: plain int4
+    # makes this small model ramble, and int8 from the default quantizer gives wrong text
+    # with accuracy level 4 in onnxruntime 1.31.1 (right text only at level 0, ~20x slower).
+    if precision == "int4":
+        # The lm_head, which also serves as the tied embedding table, stays int8.
+        bits = {"/lm_head/MatMul": 8}
+    else:
+        bits = {n.name: 8 for n in model.graph.node if n.op_type == "MatMul"}
+    config = mnq.KQuantWeightOnlyQuantConfig(customized_weight_config={name: {"bits": b} for name, b in bits.items()})
+    # rtn_quantize draws a carriage-return progress bar on stdout; turn it into lines.
+    weight_only.simple_progress_bar = report
+    quantizer = mnq.MatMulNBitsQuantizer(
+        model, bits=4, block_size=BLOCK_SIZE, is_symmetric=False, accuracy_level=ACCURACY_LEVEL, algo_config=config
+    )
+    quantizer.process()
+    model = quantizer.model.model
+
+    if cfg.tied_embeddings:
+        tie_embedding(model, cfg)
+    else:
+        model = quantize_embedding(model)
+    return model
+
+
+def tie_embedding(model, cfg):
+    """Gather token embeddings straight from the quantized lm_head weight.
+
+    The quantized lm_head holds one row per token, quantized in blocks along the hidden
+    dimension, which is exactly GatherBlockQuantized's layout; sharing it keeps a single
+    copy of the largest tensor.
+    """
+    graph = model.graph
+    lm_head = next(n for n in graph.node if n.op_type == "MatMulNBits" and n.output[0] == "logits")
+    attrs = {a.name: helper.get_attribute_value(a) for a in lm_head.attribute}
+    bits, block = attrs["bits"], attrs["block_size"]
+    padded = -(-cfg.hidden_size // block) * block
+
+    g = Graph()
+    table = g.node("Reshape", [lm_head.input[1], g.const_i64([cfg.vocab_size, padded * bits // 8])], "/embed_tokens/Reshape")
+    embedded = g.node(
+        "GatherBlockQuantized",
+        [table, "input_ids", *lm_head.input[2:]],
+        "/embed_tokens/GatherBlockQuantized",
+        domain="com.microsoft", bits=bits, block_size=block, gather_axis=0, quantize_axis=1,
+    )
+    if padded != cfg.hidden_size:
+        embedded = g.node(
+            "Slice", [embedded, g.const_i64([0]), g.const_i64([cfg.hidden_size]), g.const_i64([-1])], "/embed_tokens/Slice"
+        )
+
+    gather = next(n for n in graph.node if n.name == "/embed_tokens/Gather")
+    consumers = [n for n in graph.node if gather.output[0] in n.input]
+    for n in consumers:
+        n.input[:] = [embedded if x == gather.output[0] else x for x in n.input]
+    kept = [n for n in graph.node if n.name not in ("/embed_tokens/Transpose", "/embed_tokens/Gather")]
+    graph.ClearField("node")
+    graph.node.extend(g.nodes + kept)
+    graph.initializer.extend(g.initializers)
+    # The float lm_head weight was only still referenced by the removed Transpose.
+    kept_init = [t for t in graph.initializer if t.name != "lm_head.weight"]
+    graph.ClearField("initializer")
+    graph.initializer.extend(kept_init)
+
+
+def quantize_embedding(model):
+    """Quantize a separate (untied) embedding table to symmetric int4 GatherBlockQuantized."""
+    from onnxruntime.quantization import matmul_nbits_quantizer as mnq
+
+    config = mnq.DefaultWeightOnlyQuantConfig(
+        block_size=BLOCK_SIZE, is_symmetric=True, bits=4, op_types_to_quantize=("Gather",), quant_axes=(("Gather", 1),)
+    )
+    quantizer = mnq.MatMulNBitsQuantizer(model, algo_config=config)
+    quantizer.process()
+    return quantizer.model.model
+
+
+# ---------------------------------------------------------------------------------------
+# Tokenizer and configuration files
+# ---------------------------------------------------------------------------------------
+
+
+def build_tokenizer(reader):
+    """A Hugging Face tokenizer.json for the GGUF's byte-level BPE vocabulary."""
+    kind = field(reader, "tokenizer.ggml.model")
+    if kind != "gpt2":
+        raise ConvertError(f"unsupported tokenizer model {kind!r} (only byte-level BPE 'gpt2' is supported)")
+    pre = field(reader, "tokenizer.ggml.pre", "default")
+    if pre not in PRE_TOKENIZERS:
+        raise ConvertError(f"unsupported pre-tokenizer {pre!r} (supported: {', '.join(sorted(PRE_TOKENIZERS))})")
+
+    tokens = field(reader, "tokenizer.ggml.tokens")
+    types = field(reader, "tokenizer.ggml.token_type", [1] * len(tokens))
+    merges = field(reader, "tokenizer.ggml.merges")
+
+    added = [
+        {
+            "id": i, "content": tok, "single_word": False, "lstrip": False, "rstrip": False,
+            "normalized": False, "special": ty == TOKEN_CONTROL,
+        }
+        for i, (tok, ty) in enumerate(zip(tokens, types))
+        if ty in (TOKEN_CONTROL, TOKEN_USER_DEFINED)
+    ]
+
+    post_processor = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True}
+    if field(reader, "tokenizer.ggml.add_bos_token", False):
+        bos_id = int(field(reader, "tokenizer.ggml.bos_token_id"))
+        bos = {"SpecialToken": {"id": tokens[bos_id], "type_id": 0}}
+        seq = {"Sequence": {"id": "A", "type_id": 0}}
+        seq_b = {"Sequence": {"id": "B", "type_id": 1}}
+        post_processor = {
+            "type": "TemplateProcessing",
+            "single": [bos, seq],
+            "pair": [bos, seq, {"SpecialToken": {"id": tokens[bos_id], "type_id": 1}}, seq_b],
+            "special_tokens": {tokens[bos_id]: {"id": tokens[bos_id], "ids": [bos_id], "tokens": [tokens[bos_id]]}},
+        }
+
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": None,
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": PRE_TOKENIZERS[pre]},
+        "post_processor": post_processor,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "ignore_merges": False,
+            "vocab": {tok: i for i, tok in enumerate(tokens)},
+            "merges": list(merges),
+        },
+    }
+
+
+@dataclass
+class SpecialTokens:
+    bos: int
+    eos: list
+    pad: int
+    unk: int | None
+
+
+def special_tokens(reader, tokens, types):
+    eos = int(field(reader, "tokenizer.ggml.eos_token_id"))
+    eos_ids = [eos]
+    for key in ("tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"):
+        if (extra := field(reader, key, None)) is not None and int(extra) not in eos_ids:
+            eos_ids.append(int(extra))
+    for i, (tok, ty) in enumerate(zip(tokens, types)):
+        if tok in STOP_TOKENS and ty == TOKEN_CONTROL and i not in eos_ids:
+            eos_ids.append(i)
+    unk = field(reader, "tokenizer.ggml.unknown_token_id", None)
+    return SpecialTokens(
+        bos=int(field(reader, "tokenizer.ggml.bos_token_id", eos)),
+        eos=eos_ids,
+        pad=int(field(reader, "tokenizer.ggml.padding_token_id", eos)),
+        unk=None if unk is None else int(unk),
+    )
+
+
+def tokenizer_config(reader, tokens, special, cfg, chat_template):
+    """tokenizer_config.json: lets Hugging Face and onnxruntime-genai load tokenizer.json."""
+    config = {
+        "add_bos_token": bool(field(reader, "tokenizer.ggml.add_bos_token", False)),
+        "add_eos_token": bool(field(reader, "tokenizer.ggml.add_eos_token", False)),
+        "add_prefix_space": False,
+        "bos_token": tokens[special.bos],
+        "eos_token": tokens[special.eos[0]],
+        "pad_token": tokens[special.pad],
+        "clean_up_tokenization_spaces": False,
+        "model_max_length": cfg.context_length,
+        # `tokenizers` class: transformers then uses tokenizer.json as written (with
+        # "GPT2Tokenizer" transformers 5 rebuilds the pre-tokenizer and drops Digits).
+        "tokenizer_class": "PreTrainedTokenizerFast",
+    }
+    if special.unk is not None:
+        config["unk_token"] = tokens[special.unk]
+    if chat_template is not None:
+        config["chat_template"] = chat_template
+    return config
+
+
+def genai_config(cfg, special):
+    """genai_config.json for onnxruntime-genai, describing the very same model.onnx."""
+    return {
+        "model": {
+            "bos_token_id": special.bos,
+            "context_length": cfg.context_length,
+            "decoder": {
+                "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},
+                "filename": "model.onnx",
+                "head_size": cfg.head_dim,
+                "hidden_size": cfg.hidden_size,
+                "inputs": {
+                    "input_ids": "input_ids",
+                    "attention_mask": "attention_mask",
+                    "past_key_names": "past_key_values.%d.key",
+                    "past_value_names": "past_key_values.%d.value",
+                },
+                "outputs": {
+                    "logits": "logits",
+                    "present_key_names": "present.%d.key",
+                    "present_value_names": "present.%d.value",
+                },
+                "num_attention_heads": cfg.num_heads,
+                "num_hidden_layers": cfg.num_layers,
+                "num_key_value_heads": cfg.num_kv_heads,
+            },
+            "eos_token_id": special.eos,
+            "pad_token_id": special.pad,
+            "type": "llama",
+            "vocab_size": cfg.vocab_size,
+        },
+        "search": {
+            "diversity_penalty": 0.0,
+            "do_sample": False,
+            "early_stopping": True,
+            "length_penalty": 1.0,
+            "max_length": cfg.context_length,
+            "min_length": 0,
+            "no_repeat_ngram_size": 0,
+            "num_beams": 1,
+            "num_return_sequences": 1,
+            # GroupQueryAttention updates a max_length-sized cache in place.
+            "past_present_share_buffer": True,
+            "repetition_penalty": 1.0,
+            "temperature": 1.0,
+            "top_k": 1,
+            "top_p": 1.0,
+        },
+    }
+
+
+def sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def write_json(path, value):
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(value, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+
+
+# ---------------------------------------------------------------------------------------
+
+
+def convert(gguf_path, out_dir, precision):
+    started = time.monotonic()
+    progress(1, f"reading {os.path.basename(gguf_path)}")
+    try:
+        reader = gguf.GGUFReader(gguf_path)
+    except Exception as e:
+        raise ConvertError(f"cannot read {gguf_path} as GGUF: {e}") from None
+    cfg = read_config(reader)
+    progress(
+        1,
+        f"llama: {cfg.num_layers} layers, hidden {cfg.hidden_size}, heads {cfg.num_heads}/{cfg.num_kv_heads} (kv), "
+        f"head dim {cfg.head_dim}, vocab {cfg.vocab_size}, context {cfg.context_length}, "
+        f"{'tied' if cfg.tied_embeddings else 'separate'} output weights",
+    )
+    # The tokenizer is checked before the slow steps so an unsupported one fails fast.
+    tokenizer = build_tokenizer(reader)
+
+    weights = load_weights(reader, cfg, 2)
+
+    progress(3, "building the decoder graph")
+    model = build_model(cfg, weights)
+    del weights
+
+    if precision == "fp32":
+        progress(4, "keeping float32 weights (no quantization)")
+    else:
+        progress(4, f"quantizing to {precision}")
+        model = quantize(model, cfg, precision, 4)
+
+    progress(5, "writing model.onnx")
+    os.makedirs(out_dir, exist_ok=True)
+    model_path = os.path.join(out_dir, "model.onnx")
+    for stale in (model_path, os.path.join(out_dir, EXTERNAL_DATA_NAME)):
+        if os.path.exists(stale):
+            os.remove(stale)
+    large = sum(len(t.raw_data) for t in model.graph.initializer) > PROTOBUF_LIMIT
+    onnx.save_model(model, model_path, save_as_external_data=large, all_tensors_to_one_file=True, location=EXTERNAL_DATA_NAME)
+    del model
+
+    progress(6, "writing tokenizer.json, tokenizer_config.json, chat_template.jinja")
+    tokens = field(reader, "tokenizer.ggml.tokens")
+    types = field(reader, "tokenizer.ggml.token_type", [1] * len(tokens))
+    special = special_tokens(reader, tokens, types)
+    chat_template = field(reader, "tokenizer.chat_template", None)
+    write_json(os.path.join(out_dir, "tokenizer.json"), tokenizer)
+    write_json(os.path.join(out_dir, "tokenizer_config.json"), tokenizer_config(reader, tokens, special, cfg, chat_template))
+    if chat_template is not None:
+        with open(os.path.join(out_dir, "chat_template.jinja"), "w", encoding="utf-8") as f:
+            f.write(chat_template)
+
+    progress(7, "writing stead_model.json, genai_config.json")
+    write_json(
+        os.path.join(out_dir, "stead_model.json"),
+        {
+            "format": 1,
+            "architecture": "llama",
+            "name": cfg.name,
+            "precision": precision,
+            "vocab_size": cfg.vocab_size,
+            "context_length": cfg.context_length,
+            "num_layers": cfg.num_layers,
+            "num_heads": cfg.num_heads,
+            "num_kv_heads": cfg.num_kv_heads,
+            "head_dim": cfg.head_dim,
+            "hidden_size": cfg.hidden_size,
+            "bos_token_id": special.bos,
+            "eos_token_ids": special.eos,
+            "pad_token_id": special.pad,
+            "source_gguf": os.path.basename(gguf_path),
+            "source_sha256": sha256(gguf_path),
+        },
+    )
+    write_json(os.path.join(out_dir, "genai_config.json"), genai_config(cfg, special))
+
+    size = sum(os.path.getsize(os.path.join(out_dir, f)) for f in ("model.onnx", EXTERNAL_DATA_NAME) if os.path.exists(os.path.join(out_dir, f)))
+    print(f"done: {out_dir} ({precision}, model {size / 1e6:.1f} MB) in {time.monotonic() - started:.1f} s", flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description="Convert a llama-architecture GGUF into an ONNX model directory.")
+    parser.add_argument("--gguf", required=True, help="path of the .gguf file")
+    parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument("--precision", choices=("int4", "int8", "fp32"), default="int4")
+    args = parser.parse_args()
+    try:
+        if not os.path.isfile(args.gguf):
+            raise ConvertError(f"no such file: {args.gguf}")
+        convert(args.gguf, args.out, args.precision)
+    except ConvertError as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        sys.exit(1)
+    except Exception as e:  # anything unforeseen still ends with one line for `stead setup`
+        print(f"error: {e.__class__.__name__}: {e}", file=sys.stderr, flush=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

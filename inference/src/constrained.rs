@@ -1,0 +1,130 @@
+//! Tool calls that always parse: once a call starts, every token is masked by an llguidance
+//! grammar compiled from the tool's JSON schema, so the model can only write a valid call.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use llguidance::api::TopLevelGrammar;
+use llguidance::{Matcher, ParserFactory};
+use serde_json::{json, Value};
+use toktrie_hf_tokenizers::ByteTokenizer;
+
+use crate::{Error, Result, ToolSpec};
+
+/// Longest tool call, in tokens: small models can otherwise loop inside a string.
+pub const MAX_CALL_TOKENS: usize = 512;
+
+/// Compiles tool schemas into token masks for one tokenizer (built once per model).
+#[derive(Clone)]
+pub struct ToolGrammar {
+    factory: Arc<ParserFactory>,
+}
+
+impl ToolGrammar {
+    pub fn new(tokenizer_json: &Path, eos_ids: &[u32], vocab: usize) -> Result<Self> {
+        let problem = |e: anyhow::Error| Error::ModelDir {
+            dir: tokenizer_json.display().to_string(),
+            message: format!("cannot build the tool-call grammar tokenizer: {e}"),
+        };
+        let mut bytes = ByteTokenizer::from_file(tokenizer_json).map_err(problem)?;
+        bytes.set_eos_tokens(eos_ids);
+        let env = bytes.into_tok_env(Some(vocab)).map_err(problem)?;
+        let factory = ParserFactory::new_simple(&env).map_err(problem)?;
+        Ok(ToolGrammar {
+            factory: Arc::new(factory),
+        })
+    }
+
+    /// The schema of one call `{"name": …, "arguments": {…}}` to any of `tools` (or to `only`).
+    pub fn call_schema(tools: &[ToolSpec], only: Option<&str>) -> Value {
+        let variants: Vec<Value> = tools
+            .iter()
+            .filter(|t| only.is_none_or(|name| name == t.name))
+            .map(|t| {
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "name": { "const": t.name },
+                        "arguments": closed(&t.parameters),
+                    },
+                    "required": ["name", "arguments"],
+                    "additionalProperties": false,
+                })
+            })
+            .collect();
+        let mut schema = if variants.len() == 1 {
+            variants.into_iter().next().expect("one variant")
+        } else {
+            json!({ "anyOf": variants })
+        };
+        // Fixed separators: unlimited whitespace is where small models loop.
+        schema["x-guidance"] =
+            json!({ "whitespace_flexible": false, "key_separator": ": ", "item_separator": ", " });
+        schema
+    }
+
+    /// A matcher for `schema`, or the reason it cannot compile.
+    pub fn matcher(
+        &self,
+        schema: Value,
+        max_tokens: usize,
+    ) -> std::result::Result<Matcher, String> {
+        let mut grammar = TopLevelGrammar::from_json_schema(schema);
+        grammar.max_tokens = Some(max_tokens.clamp(1, MAX_CALL_TOKENS));
+        let matcher = Matcher::new(self.factory.create_parser(grammar));
+        match matcher.get_error() {
+            Some(error) => Err(error),
+            None => Ok(matcher),
+        }
+    }
+
+    /// Checks every tool's schema at admission, naming the first that does not compile.
+    pub fn validate(&self, tools: &[ToolSpec]) -> Result<()> {
+        for tool in tools {
+            if !tool.parameters.is_object() {
+                return Err(Error::InvalidToolSchema {
+                    tool: tool.name.clone(),
+                    message: "parameters must be a JSON-schema object".into(),
+                });
+            }
+            self.matcher(Self::call_schema(std::slice::from_ref(tool), None), 16)
+                .map_err(|message| Error::InvalidToolSchema {
+                    tool: tool.name.clone(),
+                    message,
+                })?;
+        }
+        Ok(())
+    }
+}
+
+/// Objects without `additionalProperties` get `false`: otherwise any extra key passes.
+fn closed(schema: &Value) -> Value {
+    let mut schema = schema.clone();
+    if let Some(map) = schema.as_object_mut() {
+        let is_object = map.get("type").and_then(Value::as_str) == Some("object")
+            || map.contains_key("properties");
+        if is_object && !map.contains_key("additionalProperties") {
+            map.insert("additionalProperties".into(), Value::Bool(false));
+        }
+        if let Some(Value::Object(properties)) = map.get_mut("properties") {
+            for value in properties.values_mut() {
+                *value = closed(value);
+            }
+        }
+    }
+    schema
+}
+
+/// Sets every token the grammar forbids to −∞.
+pub fn mask_logits(matcher: &mut Matcher, logits: &mut [f32]) -> Result<()> {
+    let mask = matcher
+        .compute_mask_or_eos()
+        .map_err(|e| Error::Inference(format!("tool-call grammar: {e}")))?;
+    let n = mask.len();
+    for (token, logit) in logits.iter_mut().enumerate() {
+        if token >= n || !mask.is_allowed(token as u32) {
+            *logit = f32::NEG_INFINITY;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,445 @@
+//! The pooled inference actor: the front every caller talks to.
+//!
+//! [`InferencePool::generate`] validates and tokenizes a request on the caller's task, then asks
+//! the pool actor (ractor) to admit it: a full queue is answered at once with
+//! [`Error::Overloaded`], never by waiting. Admitted jobs wait in a bounded queue for one of the
+//! engine workers ([`crate::scheduler`]), which batch them continuously. The caller reads a
+//! stream of [`StreamEvent`]s; cancelling it, or dropping it, stops the job before its next
+//! decode step.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use tokenizers::Tokenizer;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+
+use crate::constrained::ToolGrammar;
+use crate::engine::{init_runtime, Engine, ExecutionProvider};
+use crate::model_dir::{ModelConfig, ModelDir};
+use crate::scheduler::{run_worker, Job, ModelShared, ToolMode, WorkQueue, WorkerSettings};
+use crate::template::{ChatTemplate, TOOL_CALL_OPEN};
+use crate::{ChatRequest, Completion, Error, Result, StreamEvent, ToolChoice};
+
+/// How to run one local model.
+#[derive(Debug, Clone)]
+pub struct PoolConfig {
+    /// The name requests use for this model.
+    pub model_name: String,
+    pub model_dir: PathBuf,
+    /// `libonnxruntime.so` prepared by `stead setup`.
+    pub runtime_library: PathBuf,
+    pub execution_provider: ExecutionProvider,
+    /// Engine workers (each owns a session and decodes its own batch).
+    pub workers: usize,
+    /// Intra-op threads per worker; 0 = physical cores ÷ workers.
+    pub threads_per_worker: usize,
+    /// Most rows one worker decodes together.
+    pub max_batch: usize,
+    /// Most jobs waiting for a worker before new ones are refused.
+    pub queue_capacity: usize,
+}
+
+impl PoolConfig {
+    pub fn new(
+        model_name: impl Into<String>,
+        model_dir: PathBuf,
+        runtime_library: PathBuf,
+    ) -> Self {
+        PoolConfig {
+            model_name: model_name.into(),
+            model_dir,
+            runtime_library,
+            execution_provider: ExecutionProvider::Cpu,
+            workers: 1,
+            threads_per_worker: 0,
+            max_batch: 8,
+            queue_capacity: 64,
+        }
+    }
+}
+
+/// Counters of a pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub struct PoolStats {
+    pub queued: usize,
+    pub active: usize,
+    pub admitted: u64,
+    pub refused: u64,
+    /// Most rows decoded together in one step so far.
+    pub peak_batch: usize,
+}
+
+enum PoolMsg {
+    Submit(Box<Job>, RpcReplyPort<Result<()>>),
+    Stats(RpcReplyPort<PoolStats>),
+}
+
+struct PoolActor;
+
+struct PoolState {
+    queue: Arc<WorkQueue>,
+    admitted: u64,
+    refused: u64,
+}
+
+impl Actor for PoolActor {
+    type Msg = PoolMsg;
+    type State = PoolState;
+    type Arguments = Arc<WorkQueue>;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        queue: Self::Arguments,
+    ) -> std::result::Result<Self::State, ActorProcessingErr> {
+        Ok(PoolState {
+            queue,
+            admitted: 0,
+            refused: 0,
+        })
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> std::result::Result<(), ActorProcessingErr> {
+        match message {
+            PoolMsg::Submit(job, reply) => {
+                let result = state.queue.push(*job);
+                match &result {
+                    Ok(()) => state.admitted += 1,
+                    Err(_) => state.refused += 1,
+                }
+                let _ = reply.send(result);
+            }
+            PoolMsg::Stats(reply) => {
+                let _ = reply.send(PoolStats {
+                    queued: state.queue.len(),
+                    active: state.queue.active.load(Ordering::Relaxed),
+                    admitted: state.admitted,
+                    refused: state.refused,
+                    peak_batch: state.queue.peak_batch.load(Ordering::Relaxed),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A running pool for one local model.
+pub struct InferencePool {
+    model_name: String,
+    config: ModelConfig,
+    template: ChatTemplate,
+    shared: Arc<ModelShared>,
+    queue: Arc<WorkQueue>,
+    actor: ActorRef<PoolMsg>,
+    workers: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>,
+    /// Whether the sessions run on CUDA.
+    pub on_cuda: bool,
+}
+
+static POOL_IDS: AtomicU64 = AtomicU64::new(0);
+
+impl InferencePool {
+    /// Loads the model (once per worker) and starts the workers and the pool actor.
+    pub async fn start(config: PoolConfig) -> Result<Self> {
+        let loading = config.clone();
+        let (model, engines, shared) =
+            tokio::task::spawn_blocking(move || load(&loading))
+                .await
+                .map_err(|e| Error::Runtime(format!("model loading panicked: {e}")))??;
+        let on_cuda = engines.iter().any(|e| e.on_cuda);
+        let template = ChatTemplate::new(
+            &model.chat_template,
+            &token_text(&shared.tokenizer, model.config.bos_token_id),
+            &token_text(
+                &shared.tokenizer,
+                model.config.eos_token_ids.first().copied(),
+            ),
+        )
+        .map_err(|e| match e {
+            Error::ModelDir { message, .. } => Error::ModelDir {
+                dir: model.path.display().to_string(),
+                message,
+            },
+            other => other,
+        })?;
+        let queue = Arc::new(WorkQueue::new(config.queue_capacity));
+        let mut workers = Vec::new();
+        for (index, engine) in engines.into_iter().enumerate() {
+            let shared = shared.clone();
+            let queue = queue.clone();
+            let settings = WorkerSettings {
+                max_batch: config.max_batch.max(1),
+            };
+            workers.push(
+                std::thread::Builder::new()
+                    .name(format!("stead-engine-{index}"))
+                    .spawn(move || run_worker(engine, shared, queue, settings))
+                    .map_err(|e| Error::Runtime(format!("cannot start an engine worker: {e}")))?,
+            );
+        }
+        let name = format!(
+            "inference-pool-{}-{}",
+            config.model_name,
+            POOL_IDS.fetch_add(1, Ordering::Relaxed)
+        );
+        let (actor, _) = Actor::spawn(Some(name), PoolActor, queue.clone())
+            .await
+            .map_err(|e| Error::Runtime(format!("cannot start the pool actor: {e}")))?;
+        Ok(InferencePool {
+            model_name: config.model_name,
+            config: model.config,
+            template,
+            shared,
+            queue,
+            actor,
+            workers: std::sync::Mutex::new(workers),
+            on_cuda,
+        })
+    }
+
+    pub fn model_name(&self) -> &str {
+        &self.model_name
+    }
+
+    pub fn model_config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// Starts a generation; the returned stream yields deltas and then the completion.
+    pub async fn generate(&self, request: ChatRequest) -> Result<Generation> {
+        let (events, receiver) = unbounded_channel();
+        let cancel = Arc::new(AtomicBool::new(false));
+        let job = self.prepare(request, events, cancel.clone())?;
+        let answer = self
+            .actor
+            .call(|reply| PoolMsg::Submit(Box::new(job), reply), None)
+            .await
+            .map_err(|_| Error::ShutDown)?;
+        match answer {
+            ractor::rpc::CallResult::Success(result) => result?,
+            _ => return Err(Error::ShutDown),
+        }
+        Ok(Generation {
+            events: receiver,
+            cancel,
+        })
+    }
+
+    /// Generates to the end and returns the completion.
+    pub async fn complete(&self, request: ChatRequest) -> Result<Completion> {
+        self.generate(request).await?.collect().await
+    }
+
+    pub async fn stats(&self) -> PoolStats {
+        match self.actor.call(PoolMsg::Stats, None).await {
+            Ok(ractor::rpc::CallResult::Success(stats)) => stats,
+            _ => PoolStats::default(),
+        }
+    }
+
+    /// Refuses new work, lets running jobs finish, and stops the workers.
+    pub async fn shutdown(&self) {
+        self.queue.close();
+        self.actor.stop(None);
+        let workers = std::mem::take(&mut *self.workers.lock().expect("workers lock"));
+        let _ = tokio::task::spawn_blocking(move || {
+            for worker in workers {
+                let _ = worker.join();
+            }
+        })
+        .await;
+    }
+
+    /// Validates, renders and tokenizes a request.
+    fn prepare(
+        &self,
+        request: ChatRequest,
+        events: tokio::sync::mpsc::UnboundedSender<StreamEvent>,
+        cancel: Arc<AtomicBool>,
+    ) -> Result<Job> {
+        if !request.model.is_empty() && request.model != self.model_name {
+            return Err(Error::UnknownModel(request.model));
+        }
+        if request.messages.is_empty() {
+            return Err(Error::InvalidRequest("messages must not be empty".into()));
+        }
+        if request.sampling.max_tokens == 0 {
+            return Err(Error::InvalidRequest(
+                "max_tokens must be at least 1".into(),
+            ));
+        }
+        crate::sampling::Sampler::new(&request.sampling)?;
+        let (tools, forced) = match &request.tool_choice {
+            ToolChoice::None => (Vec::new(), None),
+            ToolChoice::Auto => (request.tools.clone(), None),
+            ToolChoice::Required => {
+                if request.tools.is_empty() {
+                    return Err(Error::InvalidRequest(
+                        "tool_choice \"required\" needs at least one tool".into(),
+                    ));
+                }
+                (request.tools.clone(), Some(None))
+            }
+            ToolChoice::Function(name) => {
+                if !request.tools.iter().any(|t| &t.name == name) {
+                    return Err(Error::InvalidRequest(format!(
+                        "tool_choice names `{name}`, which is not among the tools"
+                    )));
+                }
+                (request.tools.clone(), Some(Some(name.clone())))
+            }
+        };
+        self.shared.grammar.validate(&tools)?;
+        let mut prompt = self.template.render(&request.messages, &tools)?;
+        let mode = match (&forced, tools.is_empty()) {
+            (Some(only), _) => {
+                prompt.push_str(TOOL_CALL_OPEN);
+                ToolMode::Forced {
+                    schema: ToolGrammar::call_schema(&tools, only.as_deref()),
+                }
+            }
+            (None, false) => ToolMode::Auto {
+                schema: ToolGrammar::call_schema(&tools, None),
+            },
+            (None, true) => ToolMode::None,
+        };
+        let encoding = self
+            .shared
+            .tokenizer
+            .encode(prompt.as_str(), false)
+            .map_err(|e| Error::InvalidRequest(format!("cannot tokenize the prompt: {e}")))?;
+        let prompt_tokens: Vec<u32> = encoding.get_ids().to_vec();
+        let context = self.config.context_length;
+        if prompt_tokens.len() + request.sampling.max_tokens > context {
+            return Err(Error::ContextOverflow {
+                prompt_tokens: prompt_tokens.len(),
+                max_tokens: request.sampling.max_tokens,
+                context,
+            });
+        }
+        Ok(Job {
+            model: self.model_name.clone(),
+            prompt: prompt_tokens,
+            sampling: request.sampling,
+            tools: mode,
+            events,
+            cancel,
+            submitted: Instant::now(),
+        })
+    }
+}
+
+fn load(config: &PoolConfig) -> Result<(ModelDir, Vec<Engine>, Arc<ModelShared>)> {
+    let model = ModelDir::open(&config.model_dir)?;
+    let env = init_runtime(&config.runtime_library)?;
+    let workers = config.workers.max(1);
+    let threads = match config.threads_per_worker {
+        0 => (physical_cores() / workers).max(1),
+        n => n,
+    };
+    let engines = (0..workers)
+        .map(|_| Engine::load(&env, &model, threads, config.execution_provider))
+        .collect::<Result<Vec<_>>>()?;
+    let tokenizer = Tokenizer::from_file(model.tokenizer_path()).map_err(|e| Error::ModelDir {
+        dir: model.path.display().to_string(),
+        message: format!("tokenizer.json: {e}"),
+    })?;
+    let grammar = ToolGrammar::new(
+        &model.tokenizer_path(),
+        &model.config.eos_token_ids,
+        model.config.vocab_size,
+    )?;
+    let shared = Arc::new(ModelShared {
+        tokenizer,
+        grammar,
+        eos_ids: model.config.eos_token_ids.clone(),
+    });
+    Ok((model, engines, shared))
+}
+
+fn token_text(tokenizer: &Tokenizer, id: Option<u32>) -> String {
+    id.and_then(|id| tokenizer.id_to_token(id))
+        .unwrap_or_default()
+}
+
+/// Physical cores (not hyper-threads): intra-op threads beyond them slow ONNX Runtime down.
+pub fn physical_cores() -> usize {
+    let logical = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let Ok(info) = std::fs::read_to_string("/proc/cpuinfo") else {
+        return logical;
+    };
+    let mut cores = std::collections::HashSet::new();
+    let mut physical = "";
+    for line in info.lines() {
+        if let Some(v) = line.strip_prefix("physical id") {
+            physical = v.trim_start_matches([' ', '\t', ':']);
+        } else if let Some(v) = line.strip_prefix("core id") {
+            cores.insert((
+                physical.to_string(),
+                v.trim_start_matches([' ', '\t', ':']).to_string(),
+            ));
+        }
+    }
+    if cores.is_empty() {
+        logical
+    } else {
+        cores.len().min(logical)
+    }
+}
+
+/// A running generation. Dropping it cancels the job.
+pub struct Generation {
+    events: UnboundedReceiver<StreamEvent>,
+    cancel: Arc<AtomicBool>,
+}
+
+/// Cancels a generation from elsewhere.
+#[derive(Clone)]
+pub struct CancelHandle(Arc<AtomicBool>);
+
+impl CancelHandle {
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Generation {
+    /// The next event; `None` after `Done` or `Failed`.
+    pub async fn next(&mut self) -> Option<StreamEvent> {
+        self.events.recv().await
+    }
+
+    pub fn cancel(&self) {
+        self.cancel.store(true, Ordering::Relaxed);
+    }
+
+    pub fn cancel_handle(&self) -> CancelHandle {
+        CancelHandle(self.cancel.clone())
+    }
+
+    /// Waits for the end, ignoring deltas.
+    pub async fn collect(mut self) -> Result<Completion> {
+        while let Some(event) = self.next().await {
+            match event {
+                StreamEvent::Delta(_) => {}
+                StreamEvent::Done(completion) => return Ok(completion),
+                StreamEvent::Failed(error) => return Err(error),
+            }
+        }
+        Err(Error::ShutDown)
+    }
+}
+
+impl Drop for Generation {
+    fn drop(&mut self) {
+        self.cancel.store(true, Ordering::Relaxed);
+    }
+}

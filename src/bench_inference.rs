@@ -1,0 +1,289 @@
+//! `stead bench inference`: the pooled local engine against the peer, side by side.
+//!
+//! Measures, on the prepared default model: time to first token (p50/p99 over sequential
+//! requests), single-stream decode speed, aggregate decode speed at 1, 2, 4 and 8 concurrent
+//! streams (continuous batching), and cancel-to-stop latency. Then it runs the peer, Python
+//! `onnxruntime-genai` generating from the very same model directory, with the same prompt,
+//! token budget and thread count, and prints the ratios.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::Context;
+use serde_json::{json, Value};
+use stead_inference::pool::{physical_cores, InferencePool, PoolConfig};
+use stead_inference::setup;
+use stead_inference::{ChatMessage, ChatRequest, SamplingParams, StreamEvent};
+
+use crate::cli::InferenceBenchArgs;
+use crate::config::Config;
+
+const PROMPT: &str = "Write a long story about a lighthouse keeper and a storm.";
+
+fn request(max_tokens: usize) -> ChatRequest {
+    ChatRequest {
+        model: setup::DEFAULT_MODEL.into(),
+        messages: vec![ChatMessage::user(PROMPT)],
+        sampling: SamplingParams {
+            max_tokens,
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+fn percentile(values: &mut [f64], p: f64) -> f64 {
+    values.sort_by(f64::total_cmp);
+    if values.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * (values.len() - 1) as f64).round() as usize;
+    values[rank.min(values.len() - 1)]
+}
+
+pub async fn inference(config: Config, args: InferenceBenchArgs) -> anyhow::Result<()> {
+    let data = config.server.data_dir.clone();
+    let model_dir = setup::model_dir(&data, setup::DEFAULT_MODEL);
+    let mut pool_config = PoolConfig::new(
+        setup::DEFAULT_MODEL,
+        model_dir.clone(),
+        setup::runtime_library(&data),
+    );
+    pool_config.max_batch = 8;
+    pool_config.queue_capacity = 64;
+    let threads = physical_cores();
+    eprintln!(
+        "loading {} ({threads} intra-op threads)…",
+        model_dir.display()
+    );
+    let pool = InferencePool::start(pool_config)
+        .await
+        .context("start the inference pool (run `stead setup` first)")?;
+
+    // Warm-up: the first run pays one-time allocations.
+    pool.complete(request(8)).await?;
+
+    eprintln!(
+        "single stream: {} runs × {} tokens",
+        args.runs, args.max_tokens
+    );
+    let mut ttft = Vec::new();
+    let mut decode = Vec::new();
+    for run in 0..args.runs {
+        let completion = pool.complete(request(args.max_tokens)).await?;
+        ttft.push(completion.timings.ttft_ms);
+        let tokens = completion.usage.completion_tokens.saturating_sub(1) as f64;
+        let seconds = (completion.timings.total_ms - completion.timings.ttft_ms) / 1e3;
+        if tokens > 0.0 && seconds > 0.0 {
+            decode.push(tokens / seconds);
+        }
+        eprint!("\r  progress: {}/{} runs", run + 1, args.runs);
+    }
+    eprintln!();
+    let single = percentile(&mut decode.clone(), 50.0);
+
+    let mut aggregate = Vec::new();
+    for &streams in &[1usize, 2, 4, 8] {
+        eprintln!("aggregate: {streams} concurrent streams");
+        let started = Instant::now();
+        let mut tasks = Vec::new();
+        for _ in 0..streams {
+            let generation = pool.generate(request(args.max_tokens)).await?;
+            tasks.push(tokio::spawn(generation.collect()));
+        }
+        let mut tokens = 0;
+        for task in tasks {
+            tokens += task.await??.usage.completion_tokens;
+        }
+        let seconds = started.elapsed().as_secs_f64();
+        aggregate.push((streams, tokens as f64 / seconds));
+    }
+
+    eprintln!("cancel-to-stop: {} trials", args.runs.max(10));
+    let mut cancel_ms = Vec::new();
+    for _ in 0..args.runs.max(10) {
+        let mut generation = pool.generate(request(256)).await?;
+        let mut seen = 0;
+        while seen < 4 {
+            match generation.next().await {
+                Some(StreamEvent::Delta(_)) => seen += 1,
+                Some(_) | None => break,
+            }
+        }
+        let cancelled = Instant::now();
+        generation.cancel();
+        while let Some(event) = generation.next().await {
+            if matches!(event, StreamEvent::Done(_) | StreamEvent::Failed(_)) {
+                break;
+            }
+        }
+        cancel_ms.push(cancelled.elapsed().as_secs_f64() * 1e3);
+    }
+    pool.shutdown().await;
+
+    let stead = json!({
+        "ttft_ms_p50": percentile(&mut ttft.clone(), 50.0),
+        "ttft_ms_p99": percentile(&mut ttft, 99.0),
+        "decode_tok_s": single,
+        "aggregate_tok_s": aggregate.iter().map(|(c, t)| json!({ "streams": c, "tok_s": t })).collect::<Vec<_>>(),
+        "cancel_to_stop_ms_p50": percentile(&mut cancel_ms.clone(), 50.0),
+        "cancel_to_stop_ms_p95": percentile(&mut cancel_ms, 95.0),
+    });
+    let peer = if args.no_peer {
+        Value::Null
+    } else {
+        eprintln!("peer: onnxruntime-genai on the same model directory");
+        run_peer(&data, &model_dir, &args, threads).unwrap_or_else(|e| {
+            eprintln!("peer failed: {e:#}");
+            json!({ "error": format!("{e:#}") })
+        })
+    };
+    let result = json!({ "model": setup::DEFAULT_MODEL, "threads": threads, "max_tokens": args.max_tokens, "runs": args.runs, "stead": stead, "peer": peer });
+    if args.json {
+        println!("{result}");
+        return Ok(());
+    }
+    print_report(&result);
+    Ok(())
+}
+
+fn print_report(result: &Value) {
+    let s = &result["stead"];
+    let p = &result["peer"];
+    let f = |v: &Value| v.as_f64().map_or("—".to_string(), |x| format!("{x:.1}"));
+    println!(
+        "inference bench: {} · {} threads · {} new tokens · greedy",
+        result["model"].as_str().unwrap_or_default(),
+        result["threads"],
+        result["max_tokens"]
+    );
+    println!("  {:<34} {:>10} {:>10} {:>8}", "", "stead", "peer", "ratio");
+    let row = |name: &str, a: &Value, b: &Value, higher_is_better: bool| {
+        let ratio = match (a.as_f64(), b.as_f64()) {
+            (Some(a), Some(b)) if a > 0.0 && b > 0.0 => {
+                format!("{:.2}×", if higher_is_better { a / b } else { b / a })
+            }
+            _ => "—".into(),
+        };
+        println!("  {name:<34} {:>10} {:>10} {ratio:>8}", f(a), f(b));
+    };
+    row("TTFT p50 (ms)", &s["ttft_ms_p50"], &p["ttft_ms_p50"], false);
+    row("TTFT p99 (ms)", &s["ttft_ms_p99"], &p["ttft_ms_p99"], false);
+    row(
+        "single-stream decode (tok/s)",
+        &s["decode_tok_s"],
+        &p["decode_tok_s"],
+        true,
+    );
+    let peer_aggregate = |streams: u64| {
+        p["aggregate_tok_s"]
+            .as_array()
+            .and_then(|a| a.iter().find(|x| x["streams"] == streams))
+            .map_or(Value::Null, |x| x["tok_s"].clone())
+    };
+    for entry in s["aggregate_tok_s"].as_array().into_iter().flatten() {
+        let streams = entry["streams"].as_u64().unwrap_or(0);
+        row(
+            &format!("aggregate, {streams} streams (tok/s)"),
+            &entry["tok_s"],
+            &peer_aggregate(streams),
+            true,
+        );
+    }
+    let single = s["decode_tok_s"].as_f64().unwrap_or(0.0);
+    let at8 = s["aggregate_tok_s"]
+        .as_array()
+        .and_then(|a| a.iter().find(|x| x["streams"] == 8))
+        .and_then(|x| x["tok_s"].as_f64())
+        .unwrap_or(0.0);
+    if single > 0.0 {
+        println!(
+            "  aggregate at 8 streams ÷ single stream: {:.2}×",
+            at8 / single
+        );
+    }
+    println!(
+        "  cancel-to-stop: p50 {} ms · p95 {} ms",
+        f(&s["cancel_to_stop_ms_p50"]),
+        f(&s["cancel_to_stop_ms_p95"])
+    );
+    if let Some(error) = p["error"].as_str() {
+        println!("  peer: {error}");
+    } else if let Some(name) = p["peer"].as_str() {
+        println!("  peer: {name}");
+    }
+}
+
+/// Runs the peer script in its own virtual environment (created on first use from PyPI).
+fn run_peer(
+    data: &std::path::Path,
+    model_dir: &std::path::Path,
+    args: &InferenceBenchArgs,
+    threads: usize,
+) -> anyhow::Result<Value> {
+    let dir = data.join("setup").join("peer");
+    std::fs::create_dir_all(&dir)?;
+    let venv = dir.join("venv");
+    let python: PathBuf = venv.join("bin").join("python");
+    let stamp = dir.join("venv.stamp");
+    if std::fs::read_to_string(&stamp).ok().as_deref() != Some(setup::PEER_REQUIREMENTS) {
+        if !python.is_file() {
+            let status = Command::new("python3")
+                .args(["-m", "venv"])
+                .arg(&venv)
+                .status()?;
+            anyhow::ensure!(status.success(), "python3 -m venv failed");
+        }
+        let requirements = dir.join("requirements.txt");
+        std::fs::write(&requirements, setup::PEER_REQUIREMENTS)?;
+        let status = Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--no-deps",
+                "--disable-pip-version-check",
+                "-q",
+                "-r",
+            ])
+            .arg(&requirements)
+            .status()?;
+        anyhow::ensure!(status.success(), "pip install of the peer failed");
+        std::fs::write(&stamp, setup::PEER_REQUIREMENTS)?;
+    }
+    let script = dir.join("peer_genai_bench.py");
+    std::fs::write(&script, setup::PEER_SCRIPT)?;
+    let mut aggregate = Vec::new();
+    let mut single = Value::Null;
+    for streams in [1usize, 2, 4, 8] {
+        let output = Command::new(&python)
+            .arg(&script)
+            .arg("--model")
+            .arg(model_dir)
+            .args(["--prompt", PROMPT])
+            .args(["--max-tokens", &args.max_tokens.to_string()])
+            .args(["--runs", &args.runs.to_string()])
+            .args(["--concurrency", &streams.to_string()])
+            .args(["--threads", &threads.to_string()])
+            .output()?;
+        anyhow::ensure!(
+            output.status.success(),
+            "peer exited with {}: {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+                .lines()
+                .last()
+                .unwrap_or_default()
+        );
+        let line = String::from_utf8_lossy(&output.stdout);
+        let value: Value = serde_json::from_str(line.trim().lines().last().unwrap_or_default())
+            .context("peer output is not JSON")?;
+        aggregate.push(json!({ "streams": streams, "tok_s": value["aggregate_tok_s"] }));
+        if streams == 1 {
+            single = value;
+        }
+    }
+    single["aggregate_tok_s"] = Value::Array(aggregate);
+    Ok(single)
+}
