@@ -27,10 +27,24 @@ fn request(max_tokens: usize) -> ChatRequest {
         messages: vec![ChatMessage::user(PROMPT)],
         sampling: SamplingParams {
             max_tokens,
+            // Exactly `max_tokens` per stream, as the peer does, so both decode the same work.
+            ignore_eos: true,
             ..Default::default()
         },
         ..Default::default()
     }
+}
+
+/// Starts `n` background generations that run until dropped.
+async fn background_streams(
+    pool: &InferencePool,
+    n: usize,
+) -> anyhow::Result<Vec<stead_inference::pool::Generation>> {
+    let mut streams = Vec::new();
+    for _ in 0..n {
+        streams.push(pool.generate(request(256)).await?);
+    }
+    Ok(streams)
 }
 
 fn percentile(values: &mut [f64], p: f64) -> f64 {
@@ -103,6 +117,8 @@ pub async fn inference(config: Config, args: InferenceBenchArgs) -> anyhow::Resu
     eprintln!("cancel-to-stop: {} trials", args.runs.max(10));
     let mut cancel_ms = Vec::new();
     for _ in 0..args.runs.max(10) {
+        // Measured while other streams decode, as in a busy server.
+        let _background = background_streams(&pool, 3).await?;
         let mut generation = pool.generate(request(256)).await?;
         let mut seen = 0;
         while seen < 4 {
@@ -114,11 +130,20 @@ pub async fn inference(config: Config, args: InferenceBenchArgs) -> anyhow::Resu
         let cancelled = Instant::now();
         generation.cancel();
         while let Some(event) = generation.next().await {
-            if matches!(event, StreamEvent::Done(_) | StreamEvent::Failed(_)) {
-                break;
+            match event {
+                StreamEvent::Done(completion) => {
+                    anyhow::ensure!(
+                        completion.finish_reason == stead_inference::FinishReason::Cancelled,
+                        "the cancel trial ended by itself ({:?})",
+                        completion.finish_reason
+                    );
+                    cancel_ms.push(cancelled.elapsed().as_secs_f64() * 1e3);
+                    break;
+                }
+                StreamEvent::Failed(error) => return Err(error.into()),
+                StreamEvent::Delta(_) => {}
             }
         }
-        cancel_ms.push(cancelled.elapsed().as_secs_f64() * 1e3);
     }
     pool.shutdown().await;
 

@@ -95,46 +95,24 @@ impl Engine {
             .collect()
     }
 
-    /// Runs the whole prompt of one sequence; returns the logits of its last position and its
-    /// cache (`[1, kv, prompt_len, hd]`).
-    pub fn prefill(&mut self, prompt: &[u32]) -> Result<(Vec<f32>, KvCache)> {
-        let len = prompt.len();
-        let ids: Vec<i64> = prompt.iter().map(|&t| i64::from(t)).collect();
-        let past = self.empty_cache(1)?;
-        self.forward(ids, 1, len, vec![1; len], len, past)
-    }
-
-    /// One decode step for every row: `tokens[i]` is row `i`'s newest token, `valid_lens[i]`
-    /// how many positions of `cache` row `i` holds. Returns `rows × vocab` logits.
-    pub fn decode(
-        &mut self,
-        tokens: &[u32],
-        valid_lens: &[usize],
-        cache: KvCache,
-    ) -> Result<(Vec<f32>, KvCache)> {
-        let batch = tokens.len();
-        let buffer = cache_len(&cache)?;
-        let total = buffer + 1;
-        let mut mask = vec![0i64; batch * total];
-        for (row, &valid) in valid_lens.iter().enumerate() {
-            mask[row * total..row * total + valid + 1].fill(1);
+    /// Runs several whole prompts in one pass (right-padded to the longest); returns, per
+    /// prompt, the logits of its last position, and their cache (`[n, kv, longest, hd]`, row
+    /// `i` valid for `prompts[i].len()` positions).
+    pub fn prefill(&mut self, prompts: &[&[u32]]) -> Result<(Vec<Vec<f32>>, KvCache)> {
+        let batch = prompts.len();
+        let longest = prompts.iter().map(|p| p.len()).max().unwrap_or(0);
+        let mut ids = vec![0i64; batch * longest];
+        let mut mask = vec![0i64; batch * longest];
+        for (row, prompt) in prompts.iter().enumerate() {
+            for (i, &token) in prompt.iter().enumerate() {
+                ids[row * longest + i] = i64::from(token);
+                mask[row * longest + i] = 1;
+            }
         }
-        let ids = tokens.iter().map(|&t| i64::from(t)).collect();
-        self.forward(ids, batch, 1, mask, total, cache)
-    }
-
-    fn forward(
-        &mut self,
-        ids: Vec<i64>,
-        batch: usize,
-        seq: usize,
-        mask: Vec<i64>,
-        total: usize,
-        past: KvCache,
-    ) -> Result<(Vec<f32>, KvCache)> {
+        let past = self.empty_cache(batch)?;
         let mut inputs: Vec<(std::borrow::Cow<'_, str>, SessionInputValue<'_>)> = ort::inputs![
-            "input_ids" => Tensor::<i64>::from_array(([batch, seq], ids))?,
-            "attention_mask" => Tensor::<i64>::from_array(([batch, total], mask))?,
+            "input_ids" => Tensor::<i64>::from_array(([batch, longest], ids))?,
+            "attention_mask" => Tensor::<i64>::from_array(([batch, longest], mask))?,
         ];
         for (layer, (key, value)) in past.into_iter().enumerate() {
             inputs.push((format!("past_key_values.{layer}.key").into(), key.into()));
@@ -144,17 +122,18 @@ impl Engine {
             ));
         }
         let vocab = self.vocab();
-        let layers = self.config.num_layers;
         let mut outputs = self.session.run(inputs)?;
-        let (shape, logits) = outputs["logits"].try_extract_tensor::<f32>()?;
-        let rows_seq = shape[1] as usize;
-        let mut last = Vec::with_capacity(batch * vocab);
-        for row in 0..batch {
-            let start = (row * rows_seq + rows_seq - 1) * vocab;
-            last.extend_from_slice(&logits[start..start + vocab]);
-        }
-        let mut present = Vec::with_capacity(layers);
-        for layer in 0..layers {
+        let (_, logits) = outputs["logits"].try_extract_tensor::<f32>()?;
+        let last: Vec<Vec<f32>> = prompts
+            .iter()
+            .enumerate()
+            .map(|(row, prompt)| {
+                let start = (row * longest + prompt.len().saturating_sub(1)) * vocab;
+                logits[start..start + vocab].to_vec()
+            })
+            .collect();
+        let mut present = Vec::with_capacity(self.config.num_layers);
+        for layer in 0..self.config.num_layers {
             let key = outputs.remove(format!("present.{layer}.key"));
             let value = outputs.remove(format!("present.{layer}.value"));
             match (key, value) {
@@ -239,43 +218,142 @@ pub fn cache_len(cache: &KvCache) -> Result<usize> {
     Ok(key.shape()[2] as usize)
 }
 
+/// A running batch's KV cache: per layer a key and a value buffer of shape
+/// `[rows, kv_heads, capacity, head_dim]`, bound as both `past_key_values.*` and `present.*`,
+/// so GroupQueryAttention writes each step's new position in place (its shared-buffer mode)
+/// instead of copying the whole cache into fresh outputs every step.
+pub struct SharedCache {
+    keys: Vec<Tensor<f32>>,
+    values: Vec<Tensor<f32>>,
+    /// The cache buffers bound once as inputs and outputs; each step rebinds only the token
+    /// ids and the mask (rebinding 120 tensors every step cost ~10% of a step).
+    binding: Option<ort::session::IoBinding>,
+    pub rows: usize,
+    pub capacity: usize,
+}
+
+impl SharedCache {
+    fn layer(&self, layer: usize, value: bool) -> &Tensor<f32> {
+        if value {
+            &self.values[layer]
+        } else {
+            &self.keys[layer]
+        }
+    }
+}
+
+/// Where a row's cache currently lives.
+pub enum CacheRef<'a> {
+    /// A prefill's own outputs (`[1, kv, len, hd]`).
+    Prefill(&'a KvCache),
+    /// The running batch.
+    Batch(&'a SharedCache),
+}
+
+impl CacheRef<'_> {
+    fn data(&self, layer: usize, value: bool) -> Result<(usize, &[f32])> {
+        let (shape, data) = match self {
+            CacheRef::Prefill(cache) => {
+                let (k, v) = &cache[layer];
+                if value { v } else { k }.try_extract_tensor::<f32>()?
+            }
+            CacheRef::Batch(cache) => cache.layer(layer, value).try_extract_tensor::<f32>()?,
+        };
+        Ok((shape[2] as usize, data))
+    }
+}
+
 /// One row of a new batch: which cache it comes from, its row there, its valid length.
 pub struct RowSource<'a> {
-    pub cache: &'a KvCache,
+    pub cache: CacheRef<'a>,
     pub row: usize,
     pub valid_len: usize,
 }
 
-/// Builds a cache for a new set of rows, copying each row's valid positions into a buffer
-/// exactly as long as the longest row. Used only when rows join or leave the batch; between
-/// those, each step's `present` is fed back as `past` without a copy.
-pub fn regroup(config: &ModelConfig, rows: &[RowSource<'_>]) -> Result<KvCache> {
-    let heads = config.num_kv_heads;
-    let hd = config.head_dim;
-    let len = rows.iter().map(|r| r.valid_len).max().unwrap_or(0);
-    let batch = rows.len();
-    let mut cache = Vec::with_capacity(config.num_layers);
-    for layer in 0..config.num_layers {
-        let mut pair = Vec::with_capacity(2);
-        for kind in 0..2 {
-            let mut data = vec![0f32; batch * heads * len * hd];
-            for (dst_row, source) in rows.iter().enumerate() {
-                let (k, v) = &source.cache[layer];
-                let value = if kind == 0 { k } else { v };
-                let (shape, src) = value.try_extract_tensor::<f32>()?;
-                let src_len = shape[2] as usize;
-                for head in 0..heads {
-                    let from = ((source.row * heads + head) * src_len) * hd;
-                    let to = ((dst_row * heads + head) * len) * hd;
-                    let n = source.valid_len * hd;
-                    data[to..to + n].copy_from_slice(&src[from..from + n]);
+impl Engine {
+    /// One decode step over a shared cache: `tokens[i]` is row `i`'s newest token and
+    /// `valid_lens[i]` the positions its cache holds. Returns `rows × vocab` logits; the cache
+    /// has each row's new position written at index `valid_lens[i]`.
+    pub fn decode_shared(
+        &mut self,
+        tokens: &[u32],
+        valid_lens: &[usize],
+        cache: &mut SharedCache,
+    ) -> Result<Vec<f32>> {
+        let batch = tokens.len();
+        let total = valid_lens.iter().max().copied().unwrap_or(0) + 1;
+        if total > cache.capacity {
+            return Err(Error::Inference("the batch cache is full".into()));
+        }
+        let mut mask = vec![0i64; batch * total];
+        for (row, &valid) in valid_lens.iter().enumerate() {
+            mask[row * total..row * total + valid + 1].fill(1);
+        }
+        let ids: Vec<i64> = tokens.iter().map(|&t| i64::from(t)).collect();
+        let ids = Tensor::<i64>::from_array(([batch, 1], ids))?;
+        let mask = Tensor::<i64>::from_array(([batch, total], mask))?;
+        if cache.binding.is_none() {
+            let mut binding = self.session.create_binding()?;
+            for layer in 0..self.config.num_layers {
+                binding.bind_input(format!("past_key_values.{layer}.key"), &cache.keys[layer])?;
+                binding.bind_input(
+                    format!("past_key_values.{layer}.value"),
+                    &cache.values[layer],
+                )?;
+                binding.bind_output(format!("present.{layer}.key"), &mut cache.keys[layer])?;
+                binding.bind_output(format!("present.{layer}.value"), &mut cache.values[layer])?;
+            }
+            binding.bind_output_to_device("logits", &ort::memory::MemoryInfo::default())?;
+            cache.binding = Some(binding);
+        }
+        let binding = cache.binding.as_mut().expect("bound above");
+        binding.bind_input("input_ids", &ids)?;
+        binding.bind_input("attention_mask", &mask)?;
+        let vocab = self.vocab();
+        let outputs = self.session.run_binding(binding)?;
+        let (_, logits) = outputs["logits"].try_extract_tensor::<f32>()?;
+        Ok(logits[..batch * vocab].to_vec())
+    }
+
+    /// Builds a batch cache for a new set of rows with room for `capacity` positions each,
+    /// copying each row's valid positions. Used only when rows join or leave the batch.
+    pub fn regroup(&self, rows: &[RowSource<'_>], capacity: usize) -> Result<SharedCache> {
+        let heads = self.config.num_kv_heads;
+        let hd = self.config.head_dim;
+        let batch = rows.len();
+        let allocator = ort::memory::Allocator::default();
+        let mut keys = Vec::with_capacity(self.config.num_layers);
+        let mut values = Vec::with_capacity(self.config.num_layers);
+        for layer in 0..self.config.num_layers {
+            for value in [false, true] {
+                let mut tensor = Tensor::<f32>::new(&allocator, [batch, heads, capacity, hd])?;
+                {
+                    let (_, data) = tensor.try_extract_tensor_mut::<f32>()?;
+                    // Zeroed, not just overwritten: padded positions must not hold NaN garbage.
+                    data.fill(0.0);
+                    for (dst_row, source) in rows.iter().enumerate() {
+                        let (src_len, src) = source.cache.data(layer, value)?;
+                        for head in 0..heads {
+                            let from = ((source.row * heads + head) * src_len) * hd;
+                            let to = ((dst_row * heads + head) * capacity) * hd;
+                            let n = source.valid_len * hd;
+                            data[to..to + n].copy_from_slice(&src[from..from + n]);
+                        }
+                    }
+                }
+                if value {
+                    values.push(tensor);
+                } else {
+                    keys.push(tensor);
                 }
             }
-            pair.push(Tensor::<f32>::from_array(([batch, heads, len, hd], data))?.into_dyn());
         }
-        let value = pair.pop().expect("two tensors");
-        let key = pair.pop().expect("two tensors");
-        cache.push((key, value));
+        Ok(SharedCache {
+            keys,
+            values,
+            binding: None,
+            rows: batch,
+            capacity,
+        })
     }
-    Ok(cache)
 }

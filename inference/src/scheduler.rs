@@ -17,7 +17,7 @@ use tokenizers::Tokenizer;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::constrained::{mask_logits, ToolGrammar};
-use crate::engine::{regroup, Engine, KvCache, RowSource};
+use crate::engine::{CacheRef, Engine, RowSource, SharedCache};
 use crate::sampling::Sampler;
 use crate::template::TOOL_CALL_OPEN;
 use crate::text::{IncrementalDecoder, StopFilter};
@@ -188,6 +188,12 @@ impl Sequence {
         })
     }
 
+    /// Cache positions this row may still need: what it holds, its remaining token budget,
+    /// and the position of the token being decoded.
+    fn room_needed(&self) -> usize {
+        self.valid_len + self.job.sampling.max_tokens.saturating_sub(self.generated) + 1
+    }
+
     fn emit(&mut self, delta: String) {
         if !delta.is_empty() {
             self.text.push_str(&delta);
@@ -204,6 +210,13 @@ impl Sequence {
             Some(matcher) => {
                 let mut masked = logits.to_vec();
                 mask_logits(matcher, &mut masked)?;
+                self.sampler.sample(&masked)
+            }
+            None if self.job.sampling.ignore_eos => {
+                let mut masked = logits.to_vec();
+                for &eos in &shared.eos_ids {
+                    masked[eos as usize] = f32::NEG_INFINITY;
+                }
                 self.sampler.sample(&masked)
             }
             None => self.sampler.sample(logits),
@@ -347,10 +360,9 @@ pub fn run_worker(
     let vocab = engine.config.vocab_size;
     let context = engine.config.context_length;
     let mut active: Vec<Sequence> = Vec::new();
-    let mut cache: Option<KvCache> = None;
+    let mut cache: Option<SharedCache> = None;
     loop {
         // Admit new work between steps.
-        let mut joining: Vec<(Sequence, KvCache)> = Vec::new();
         let mut incoming = Vec::new();
         if active.is_empty() {
             match queue.pop_blocking() {
@@ -364,34 +376,44 @@ pub fn run_worker(
                 None => break,
             }
         }
+        // Prefill every newcomer in one pass.
+        let mut newcomers = Vec::new();
         for job in incoming {
             if job.abandoned() {
                 continue;
             }
             let budget = job.sampling.max_tokens;
-            let mut sequence = match Sequence::new(job, &shared, budget) {
-                Ok(sequence) => sequence,
-                Err(error) => {
-                    tracing::warn!(%error, "inference job refused at start");
-                    continue;
-                }
-            };
-            queue.active.fetch_add(1, Ordering::Relaxed);
-            match engine.prefill(&sequence.job.prompt) {
+            match Sequence::new(job, &shared, budget) {
+                Ok(sequence) => newcomers.push(sequence),
+                Err(error) => tracing::warn!(%error, "inference job refused at start"),
+            }
+        }
+        let mut prefill_cache = None;
+        if !newcomers.is_empty() {
+            queue.active.fetch_add(newcomers.len(), Ordering::Relaxed);
+            let prompts: Vec<&[u32]> = newcomers.iter().map(|s| s.job.prompt.as_slice()).collect();
+            match engine.prefill(&prompts) {
                 Ok((logits, kv)) => {
-                    if let Err(error) = sequence.step(&logits, &shared) {
-                        sequence.fail(error);
+                    for (sequence, logits) in newcomers.iter_mut().zip(&logits) {
+                        if let Err(error) = sequence.step(logits, &shared) {
+                            sequence.fail(error);
+                        }
                     }
-                    if sequence.done {
-                        queue.active.fetch_sub(1, Ordering::Relaxed);
-                    } else {
-                        joining.push((sequence, kv));
-                    }
+                    prefill_cache = Some(kv);
                 }
                 Err(error) => {
-                    sequence.fail(error);
-                    queue.active.fetch_sub(1, Ordering::Relaxed);
+                    for sequence in newcomers.iter_mut() {
+                        sequence.fail(error.clone());
+                    }
                 }
+            }
+        }
+        let mut joining: Vec<(usize, Sequence)> = Vec::new();
+        for (row, sequence) in newcomers.into_iter().enumerate() {
+            if sequence.done {
+                queue.active.fetch_sub(1, Ordering::Relaxed);
+            } else {
+                joining.push((row, sequence));
             }
         }
 
@@ -400,33 +422,40 @@ pub fn run_worker(
         if leaving > 0 || !joining.is_empty() {
             let rebuilt = {
                 let mut sources = Vec::new();
+                let mut needed = 0;
                 if let Some(cache) = &cache {
                     for (row, sequence) in active.iter().enumerate() {
                         if !sequence.done {
+                            needed = needed.max(sequence.room_needed());
                             sources.push(RowSource {
-                                cache,
+                                cache: CacheRef::Batch(cache),
                                 row,
                                 valid_len: sequence.valid_len,
                             });
                         }
                     }
                 }
-                for (sequence, kv) in &joining {
-                    sources.push(RowSource {
-                        cache: kv,
-                        row: 0,
-                        valid_len: sequence.valid_len,
-                    });
+                if let Some(kv) = &prefill_cache {
+                    for (row, sequence) in &joining {
+                        needed = needed.max(sequence.room_needed());
+                        sources.push(RowSource {
+                            cache: CacheRef::Prefill(kv),
+                            row: *row,
+                            valid_len: sequence.valid_len,
+                        });
+                    }
                 }
                 if sources.is_empty() {
                     Ok(None)
                 } else {
-                    regroup(&engine.config, &sources).map(Some)
+                    // Room for every row's remaining budget, in steps of 64 positions.
+                    let capacity = needed.div_ceil(64).saturating_mul(64).min(context);
+                    engine.regroup(&sources, capacity).map(Some)
                 }
             };
             queue.active.fetch_sub(leaving, Ordering::Relaxed);
             active.retain(|s| !s.done);
-            active.extend(joining.into_iter().map(|(sequence, _)| sequence));
+            active.extend(joining.into_iter().map(|(_, sequence)| sequence));
             match rebuilt {
                 Ok(rebuilt) => cache = rebuilt,
                 Err(error) => {
@@ -454,7 +483,7 @@ pub fn run_worker(
         queue.peak_batch.fetch_max(active.len(), Ordering::Relaxed);
         let tokens: Vec<u32> = active.iter().map(|s| s.last_token).collect();
         let valid: Vec<usize> = active.iter().map(|s| s.valid_len).collect();
-        let Some(past) = cache.take() else {
+        let Some(batch_cache) = cache.as_mut() else {
             fail_all(
                 &mut active,
                 &queue,
@@ -462,9 +491,8 @@ pub fn run_worker(
             );
             continue;
         };
-        match engine.decode(&tokens, &valid, past) {
-            Ok((logits, present)) => {
-                cache = Some(present);
+        match engine.decode_shared(&tokens, &valid, batch_cache) {
+            Ok(logits) => {
                 for (row, sequence) in active.iter_mut().enumerate() {
                     sequence.valid_len += 1;
                     let result = if sequence.valid_len + 1 >= context {
@@ -477,7 +505,10 @@ pub fn run_worker(
                     }
                 }
             }
-            Err(error) => fail_all(&mut active, &queue, error),
+            Err(error) => {
+                fail_all(&mut active, &queue, error);
+                cache = None;
+            }
         }
     }
 }

@@ -94,6 +94,8 @@ pub struct SamplingParams {
     pub max_tokens: usize,
     /// Text that ends the answer (not included in it).
     pub stop: Vec<String>,
+    /// Never end at the end-of-turn token: generate exactly `max_tokens` (benchmarks).
+    pub ignore_eos: bool,
 }
 
 impl Default for SamplingParams {
@@ -105,6 +107,7 @@ impl Default for SamplingParams {
             seed: None,
             max_tokens: 256,
             stop: Vec::new(),
+            ignore_eos: false,
         }
     }
 }
