@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use serde_json::{json, Value};
+use stead_inference::engine::ExecutionProvider;
 use stead_inference::pool::{physical_cores, InferencePool, PoolConfig};
 use stead_inference::setup;
 use stead_inference::{ChatMessage, ChatRequest, SamplingParams, StreamEvent};
@@ -62,8 +63,15 @@ pub async fn inference(config: Config, args: InferenceBenchArgs) -> anyhow::Resu
     let mut pool_config = PoolConfig::new(
         setup::DEFAULT_MODEL,
         model_dir.clone(),
-        setup::runtime_library(&data),
+        args.runtime_library
+            .clone()
+            .unwrap_or_else(|| setup::runtime_library(&data)),
     );
+    pool_config.execution_provider = match args.execution_provider.as_str() {
+        "cuda" => ExecutionProvider::Cuda,
+        "auto" => ExecutionProvider::Auto,
+        _ => ExecutionProvider::Cpu,
+    };
     pool_config.max_batch = 8;
     pool_config.queue_capacity = 64;
     let threads = physical_cores();
@@ -75,6 +83,7 @@ pub async fn inference(config: Config, args: InferenceBenchArgs) -> anyhow::Resu
         .await
         .context("start the inference pool (run `stead setup` first)")?;
 
+    let on_cuda = pool.on_cuda;
     // Warm-up: the first run pays one-time allocations.
     pool.complete(request(8)).await?;
 
@@ -164,7 +173,7 @@ pub async fn inference(config: Config, args: InferenceBenchArgs) -> anyhow::Resu
             json!({ "error": format!("{e:#}") })
         })
     };
-    let result = json!({ "model": setup::DEFAULT_MODEL, "threads": threads, "max_tokens": args.max_tokens, "runs": args.runs, "stead": stead, "peer": peer });
+    let result = json!({ "model": setup::DEFAULT_MODEL, "execution_provider": args.execution_provider, "on_cuda": on_cuda, "threads": threads, "max_tokens": args.max_tokens, "runs": args.runs, "stead": stead, "peer": peer });
     if args.json {
         println!("{result}");
         return Ok(());

@@ -88,6 +88,12 @@ pub struct InferenceBenchArgs {
     /// Skip the peer (onnxruntime-genai).
     #[arg(long)]
     pub no_peer: bool,
+    /// Where the engine runs: cpu, cuda or auto.
+    #[arg(long, default_value = "cpu", value_parser = ["cpu", "cuda", "auto"])]
+    pub execution_provider: String,
+    /// ONNX Runtime library (default: the one `stead setup` prepared).
+    #[arg(long, value_name = "FILE")]
+    pub runtime_library: Option<PathBuf>,
     /// Print the result as one JSON object.
     #[arg(long)]
     pub json: bool,

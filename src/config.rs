@@ -84,6 +84,37 @@ pub struct ProviderConfig {
     pub base_url: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_key_env: Option<String>,
+    /// onnx: the local engine's pool.
+    #[serde(default, flatten)]
+    pub engine: EngineConfig,
+}
+
+/// How an `onnx` provider runs (ignored by other kinds).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct EngineConfig {
+    /// `cpu`, `cuda` (fail at start when unavailable) or `auto` (CUDA, else CPU with a warning).
+    pub execution_provider: stead_inference::engine::ExecutionProvider,
+    /// Engine workers, each with its own session and batch.
+    pub workers: usize,
+    /// Intra-op threads per worker; 0 = physical cores ÷ workers.
+    pub threads_per_worker: usize,
+    /// Most sequences one worker decodes together (continuous batching).
+    pub max_batch: usize,
+    /// Most requests waiting for a worker; more are refused as overloaded.
+    pub queue_capacity: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            execution_provider: stead_inference::engine::ExecutionProvider::Cpu,
+            workers: 1,
+            threads_per_worker: 0,
+            max_batch: 8,
+            queue_capacity: 64,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -191,6 +222,7 @@ impl Default for Config {
                 model_dir: None,
                 base_url: None,
                 api_key_env: None,
+                engine: EngineConfig::default(),
             }],
             routes: vec![RouteConfig {
                 name: "default".into(),
@@ -596,6 +628,7 @@ mod tests {
             model_dir: None,
             base_url: Some("ftp://x".into()),
             api_key_env: None,
+            engine: EngineConfig::default(),
         }))
         .contains("providers[1].base_url"));
         assert!(invalid(|c| c.database.max_event_bytes = 0).contains("database.max_event_bytes"));

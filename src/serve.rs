@@ -84,7 +84,16 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let listener = TcpListener::bind(addr)
         .await
         .with_context(|| format!("server.listen: cannot listen on {addr}"))?;
-    let store = open_store(&config, true).await?;
+    // Models first: a provider that cannot start is a configuration error, reported before
+    // the database is touched.
+    let pools = start_local_models(&config).await?;
+    let store = match open_store(&config, true).await {
+        Ok(store) => store,
+        Err(error) => {
+            stop_local_models(&pools).await;
+            return Err(error);
+        }
+    };
     let local = listener.local_addr()?;
     let router = stead_gateway::router(stead_gateway::AppState {
         store: store.clone(),
@@ -102,6 +111,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let grace = Duration::from_secs(config.server.shutdown_grace_secs);
     tokio::select! {
         result = &mut server => {
+            stop_local_models(&pools).await;
             store.shutdown().await;
             return result.context("server task failed")?.context("server failed");
         }
@@ -116,6 +126,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
             .context("server failed")?,
         Err(_) => tracing::warn!(?grace, "requests still in flight after the grace period"),
     }
+    stop_local_models(&pools).await;
     store.shutdown().await;
     tracing::info!("stopped");
     Ok(())
@@ -163,4 +174,63 @@ pub async fn setup(config: Config, args: crate::cli::SetupArgs) -> anyhow::Resul
         prepared.runtime_library.display()
     );
     Ok(())
+}
+
+/// Starts the pooled engine of every `onnx` provider whose model is prepared. A provider whose
+/// model directory is missing is skipped with a warning (run `stead setup`); one that cannot
+/// start (say, `execution_provider = "cuda"` without CUDA) stops the server from starting.
+async fn start_local_models(
+    config: &Config,
+) -> anyhow::Result<Vec<stead_inference::pool::InferencePool>> {
+    use stead_inference::pool::{InferencePool, PoolConfig};
+    let mut pools = Vec::new();
+    for (index, provider) in config.providers.iter().enumerate() {
+        if provider.kind != crate::config::ProviderKind::Onnx {
+            continue;
+        }
+        let model_dir = provider
+            .model_dir
+            .clone()
+            .expect("onnx providers have a model_dir after validation");
+        if !model_dir.join("stead_model.json").is_file() {
+            tracing::warn!(
+                provider = %provider.name,
+                model_dir = %model_dir.display(),
+                "local model not prepared; run `stead setup` (the provider is unavailable)"
+            );
+            continue;
+        }
+        let name = model_dir.file_name().map_or_else(
+            || provider.name.clone(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        let engine = &provider.engine;
+        let mut pool = PoolConfig::new(
+            name,
+            model_dir,
+            stead_inference::setup::runtime_library(&config.server.data_dir),
+        );
+        pool.execution_provider = engine.execution_provider;
+        pool.workers = engine.workers;
+        pool.threads_per_worker = engine.threads_per_worker;
+        pool.max_batch = engine.max_batch;
+        pool.queue_capacity = engine.queue_capacity;
+        let started = InferencePool::start(pool)
+            .await
+            .map_err(|e| anyhow::anyhow!("providers[{index}] (`{}`): {e}", provider.name))?;
+        tracing::info!(
+            provider = %provider.name,
+            model = %started.model_name(),
+            cuda = started.on_cuda,
+            "local model ready"
+        );
+        pools.push(started);
+    }
+    Ok(pools)
+}
+
+async fn stop_local_models(pools: &[stead_inference::pool::InferencePool]) {
+    for pool in pools {
+        pool.shutdown().await;
+    }
 }

@@ -364,3 +364,31 @@ fn journal_benchmark_runs_and_reports() {
         .collect();
     assert!(left.is_empty(), "benchmark files left behind");
 }
+
+#[test]
+fn cuda_without_the_cuda_build_fails_at_start_with_one_line() {
+    // Needs the model prepared by `stead setup` (scripts/test.sh exports STEAD_DATA_DIR).
+    let data = std::env::var("STEAD_DATA_DIR")
+        .expect("needs STEAD_DATA_DIR prepared by `stead setup`; scripts/test.sh sets it");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("stead.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[[providers]]\nname = \"local\"\nkind = \"onnx\"\nmodel_dir = \"{data}/models/smollm2-135m-instruct\"\nexecution_provider = \"cuda\"\n"
+        ),
+    )
+    .unwrap();
+    let output = stead()
+        .arg("--config")
+        .arg(&file)
+        .args(["--data-dir", &data, "--listen", "127.0.0.1:0"])
+        .env(
+            "DATABASE_URL",
+            format!("sqlite://{}/stead.db", dir.path().display()),
+        )
+        .arg("serve")
+        .output()
+        .unwrap();
+    assert_one_line_failure(&output, &["providers[0]", "cuda"]);
+}

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use serde_json::{json, Value};
+use stead_inference::engine::ExecutionProvider;
 use stead_inference::pool::{InferencePool, PoolConfig};
 use stead_inference::text::IncrementalDecoder;
 use stead_inference::{
@@ -23,13 +24,21 @@ fn data_dir() -> PathBuf {
     }
 }
 
+/// The CPU runtime from `stead setup` by default; scripts/gpu-check.sh points
+/// `INFERENCE_TEST_RUNTIME` at the onnxruntime-gpu library and sets
+/// `INFERENCE_TEST_PROVIDER=cuda` to run these same tests on CUDA.
 fn config() -> PoolConfig {
     let data = data_dir();
-    PoolConfig::new(
-        MODEL,
-        data.join("models").join(MODEL),
-        data.join("runtime").join("libonnxruntime.so"),
-    )
+    let runtime = std::env::var_os("INFERENCE_TEST_RUNTIME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| data.join("runtime").join("libonnxruntime.so"));
+    let mut config = PoolConfig::new(MODEL, data.join("models").join(MODEL), runtime);
+    config.execution_provider = match std::env::var("INFERENCE_TEST_PROVIDER").as_deref() {
+        Ok("cuda") => ExecutionProvider::Cuda,
+        Ok("auto") => ExecutionProvider::Auto,
+        _ => ExecutionProvider::Cpu,
+    };
+    config
 }
 
 /// One runtime and one pool for the tests that can share them: loading the model per test
