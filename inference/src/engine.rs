@@ -56,9 +56,15 @@ pub fn init_runtime(library: &Path) -> Result<ort::environment::Environment> {
 /// Per layer: (key, value).
 pub type KvCache = Vec<(DynValue, DynValue)>;
 
+pub const DEFAULT_PREFILL_CHUNK: usize = 512;
+
 pub struct Engine {
     session: Session,
     pub config: ModelConfig,
+    /// Longest piece of one prompt run in a single pass: the graph returns logits for every
+    /// position (`[rows, len, vocab]` f32, 196 KB per position here), so long prompts are
+    /// prefilled in chunks that continue the cache.
+    pub prefill_chunk: usize,
     /// Whether the session runs on CUDA.
     pub on_cuda: bool,
 }
@@ -74,6 +80,7 @@ impl Engine {
         Ok(Engine {
             session,
             config: model.config.clone(),
+            prefill_chunk: DEFAULT_PREFILL_CHUNK,
             on_cuda,
         })
     }
@@ -95,10 +102,35 @@ impl Engine {
             .collect()
     }
 
+    /// One long prompt in pieces of `prefill_chunk` tokens, each continuing the cache of the
+    /// previous one.
+    fn prefill_chunked(&mut self, prompt: &[u32]) -> Result<(Vec<Vec<f32>>, KvCache)> {
+        let mut cache = self.empty_cache(1)?;
+        let mut last = Vec::new();
+        let mut done = 0;
+        for chunk in prompt.chunks(self.prefill_chunk.max(1)) {
+            let ids: Vec<i64> = chunk.iter().map(|&t| i64::from(t)).collect();
+            let total = done + chunk.len();
+            let (logits, present) =
+                self.run_prompt(ids, 1, chunk.len(), vec![1; total], total, cache, |_| {
+                    chunk.len() - 1
+                })?;
+            last = logits;
+            cache = present;
+            done = total;
+        }
+        Ok((last, cache))
+    }
+
     /// Runs several whole prompts in one pass (right-padded to the longest); returns, per
     /// prompt, the logits of its last position, and their cache (`[n, kv, longest, hd]`, row
     /// `i` valid for `prompts[i].len()` positions).
     pub fn prefill(&mut self, prompts: &[&[u32]]) -> Result<(Vec<Vec<f32>>, KvCache)> {
+        if let [prompt] = prompts {
+            if prompt.len() > self.prefill_chunk {
+                return self.prefill_chunked(prompt);
+            }
+        }
         let batch = prompts.len();
         let longest = prompts.iter().map(|p| p.len()).max().unwrap_or(0);
         let mut ids = vec![0i64; batch * longest];
@@ -110,9 +142,27 @@ impl Engine {
             }
         }
         let past = self.empty_cache(batch)?;
+        self.run_prompt(ids, batch, longest, mask, longest, past, |row| {
+            prompts[row].len().saturating_sub(1)
+        })
+    }
+
+    /// Runs `seq` new positions for `batch` rows after `past`; returns the logits at each
+    /// row's `last_position(row)` and the cache (`present`).
+    #[allow(clippy::too_many_arguments)]
+    fn run_prompt(
+        &mut self,
+        ids: Vec<i64>,
+        batch: usize,
+        seq: usize,
+        mask: Vec<i64>,
+        total: usize,
+        past: KvCache,
+        last_position: impl Fn(usize) -> usize,
+    ) -> Result<(Vec<Vec<f32>>, KvCache)> {
         let mut inputs: Vec<(std::borrow::Cow<'_, str>, SessionInputValue<'_>)> = ort::inputs![
-            "input_ids" => Tensor::<i64>::from_array(([batch, longest], ids))?,
-            "attention_mask" => Tensor::<i64>::from_array(([batch, longest], mask))?,
+            "input_ids" => Tensor::<i64>::from_array(([batch, seq], ids))?,
+            "attention_mask" => Tensor::<i64>::from_array(([batch, total], mask))?,
         ];
         for (layer, (key, value)) in past.into_iter().enumerate() {
             inputs.push((format!("past_key_values.{layer}.key").into(), key.into()));
@@ -124,11 +174,9 @@ impl Engine {
         let vocab = self.vocab();
         let mut outputs = self.session.run(inputs)?;
         let (_, logits) = outputs["logits"].try_extract_tensor::<f32>()?;
-        let last: Vec<Vec<f32>> = prompts
-            .iter()
-            .enumerate()
-            .map(|(row, prompt)| {
-                let start = (row * longest + prompt.len().saturating_sub(1)) * vocab;
+        let last: Vec<Vec<f32>> = (0..batch)
+            .map(|row| {
+                let start = (row * seq + last_position(row)) * vocab;
                 logits[start..start + vocab].to_vec()
             })
             .collect();

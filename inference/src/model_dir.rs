@@ -71,6 +71,15 @@ impl ModelDir {
                 config.format
             )));
         }
+        if config
+            .eos_token_ids
+            .iter()
+            .any(|&id| id as usize >= config.vocab_size)
+        {
+            return Err(problem(
+                "stead_model.json has an EOS id outside the vocabulary".into(),
+            ));
+        }
         if config.eos_token_ids.is_empty() || config.num_layers == 0 || config.num_kv_heads == 0 {
             return Err(problem("stead_model.json lacks EOS ids or shapes".into()));
         }

@@ -8,7 +8,7 @@
 //! decode step.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -40,6 +40,8 @@ pub struct PoolConfig {
     pub max_batch: usize,
     /// Most jobs waiting for a worker before new ones are refused.
     pub queue_capacity: usize,
+    /// Longest prompt piece prefilled in one pass (longer prompts continue in chunks).
+    pub prefill_chunk: usize,
 }
 
 impl PoolConfig {
@@ -57,6 +59,7 @@ impl PoolConfig {
             threads_per_worker: 0,
             max_batch: 8,
             queue_capacity: 64,
+            prefill_chunk: crate::engine::DEFAULT_PREFILL_CHUNK,
         }
     }
 }
@@ -174,25 +177,46 @@ impl InferencePool {
         let mut workers = Vec::new();
         for (index, engine) in engines.into_iter().enumerate() {
             let shared = shared.clone();
-            let queue = queue.clone();
+            let worker_queue = queue.clone();
             let settings = WorkerSettings {
                 max_batch: config.max_batch.max(1),
             };
-            workers.push(
-                std::thread::Builder::new()
-                    .name(format!("stead-engine-{index}"))
-                    .spawn(move || run_worker(engine, shared, queue, settings))
-                    .map_err(|e| Error::Runtime(format!("cannot start an engine worker: {e}")))?,
-            );
+            let spawned = std::thread::Builder::new()
+                .name(format!("stead-engine-{index}"))
+                .spawn(move || {
+                    let guard_queue = worker_queue.clone();
+                    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        run_worker(engine, shared, worker_queue, settings)
+                    }));
+                    if outcome.is_err() {
+                        // A crashed worker must not leave callers waiting on a queue nobody
+                        // serves: stop taking work and fail what is waiting.
+                        tracing::error!("an engine worker crashed; the pool stops");
+                        guard_queue.close();
+                    }
+                });
+            match spawned {
+                Ok(handle) => workers.push(handle),
+                Err(e) => {
+                    queue.close();
+                    return Err(Error::Runtime(format!(
+                        "cannot start an engine worker: {e}"
+                    )));
+                }
+            }
         }
         let name = format!(
             "inference-pool-{}-{}",
             config.model_name,
             POOL_IDS.fetch_add(1, Ordering::Relaxed)
         );
-        let (actor, _) = Actor::spawn(Some(name), PoolActor, queue.clone())
-            .await
-            .map_err(|e| Error::Runtime(format!("cannot start the pool actor: {e}")))?;
+        let (actor, _) = match Actor::spawn(Some(name), PoolActor, queue.clone()).await {
+            Ok(spawned) => spawned,
+            Err(e) => {
+                queue.close();
+                return Err(Error::Runtime(format!("cannot start the pool actor: {e}")));
+            }
+        };
         Ok(InferencePool {
             model_name: config.model_name,
             config: model.config,
@@ -217,7 +241,8 @@ impl InferencePool {
     pub async fn generate(&self, request: ChatRequest) -> Result<Generation> {
         let (events, receiver) = unbounded_channel();
         let cancel = Arc::new(AtomicBool::new(false));
-        let job = self.prepare(request, events, cancel.clone())?;
+        let progress = Arc::new(AtomicUsize::new(0));
+        let job = self.prepare(request, events, cancel.clone(), progress.clone())?;
         let answer = self
             .actor
             .call(|reply| PoolMsg::Submit(Box::new(job), reply), None)
@@ -230,6 +255,7 @@ impl InferencePool {
         Ok(Generation {
             events: receiver,
             cancel,
+            progress,
         })
     }
 
@@ -264,6 +290,7 @@ impl InferencePool {
         request: ChatRequest,
         events: tokio::sync::mpsc::UnboundedSender<StreamEvent>,
         cancel: Arc<AtomicBool>,
+        progress: Arc<AtomicUsize>,
     ) -> Result<Job> {
         if !request.model.is_empty() && request.model != self.model_name {
             return Err(Error::UnknownModel(request.model));
@@ -318,7 +345,11 @@ impl InferencePool {
             .map_err(|e| Error::InvalidRequest(format!("cannot tokenize the prompt: {e}")))?;
         let prompt_tokens: Vec<u32> = encoding.get_ids().to_vec();
         let context = self.config.context_length;
-        if prompt_tokens.len() + request.sampling.max_tokens > context {
+        if prompt_tokens
+            .len()
+            .checked_add(request.sampling.max_tokens)
+            .is_none_or(|total| total > context)
+        {
             return Err(Error::ContextOverflow {
                 prompt_tokens: prompt_tokens.len(),
                 max_tokens: request.sampling.max_tokens,
@@ -332,6 +363,7 @@ impl InferencePool {
             tools: mode,
             events,
             cancel,
+            progress,
             submitted: Instant::now(),
         })
     }
@@ -346,7 +378,11 @@ fn load(config: &PoolConfig) -> Result<(ModelDir, Vec<Engine>, Arc<ModelShared>)
         n => n,
     };
     let engines = (0..workers)
-        .map(|_| Engine::load(&env, &model, threads, config.execution_provider))
+        .map(|_| {
+            let mut engine = Engine::load(&env, &model, threads, config.execution_provider)?;
+            engine.prefill_chunk = config.prefill_chunk.max(1);
+            Ok(engine)
+        })
         .collect::<Result<Vec<_>>>()?;
     let tokenizer = Tokenizer::from_file(model.tokenizer_path()).map_err(|e| Error::ModelDir {
         dir: model.path.display().to_string(),
@@ -395,10 +431,19 @@ pub fn physical_cores() -> usize {
     }
 }
 
+impl Drop for InferencePool {
+    /// A pool dropped without `shutdown` still stops its workers (they exit at their next step).
+    fn drop(&mut self) {
+        self.queue.close();
+        self.actor.stop(None);
+    }
+}
+
 /// A running generation. Dropping it cancels the job.
 pub struct Generation {
     events: UnboundedReceiver<StreamEvent>,
     cancel: Arc<AtomicBool>,
+    progress: Arc<AtomicUsize>,
 }
 
 /// Cancels a generation from elsewhere.
@@ -419,6 +464,11 @@ impl Generation {
 
     pub fn cancel(&self) {
         self.cancel.store(true, Ordering::Relaxed);
+    }
+
+    /// Tokens the engine has generated so far (it may be ahead of the events read).
+    pub fn tokens_generated(&self) -> usize {
+        self.progress.load(Ordering::Relaxed)
     }
 
     pub fn cancel_handle(&self) -> CancelHandle {

@@ -39,8 +39,9 @@ impl Sampler {
         })
     }
 
+    /// Temperatures this low are greedy in effect (and 1/t would overflow).
     pub fn is_greedy(&self) -> bool {
-        self.temperature == 0.0 || self.top_k == 1
+        self.temperature < 1e-5 || self.top_k == 1
     }
 
     /// Picks a token. Tokens whose logit is −∞ (masked by a grammar) are never picked.

@@ -17,13 +17,16 @@ use tokenizers::Tokenizer;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::constrained::{mask_logits, ToolGrammar};
-use crate::engine::{CacheRef, Engine, RowSource, SharedCache};
+use crate::engine::{CacheRef, Engine, KvCache, RowSource, SharedCache};
 use crate::sampling::Sampler;
 use crate::template::TOOL_CALL_OPEN;
 use crate::text::{IncrementalDecoder, StopFilter};
 use crate::{
     Completion, Error, FinishReason, Result, SamplingParams, StreamEvent, Timings, ToolCall, Usage,
 };
+
+/// Most prompt positions (rows × longest prompt) one batched prefill pass may hold.
+const PREFILL_TOKEN_BUDGET: usize = 2048;
 
 /// How a job may call tools.
 #[derive(Debug, Clone)]
@@ -47,12 +50,29 @@ pub struct Job {
     pub tools: ToolMode,
     pub events: UnboundedSender<StreamEvent>,
     pub cancel: Arc<AtomicBool>,
+    /// Tokens generated so far, visible to the caller.
+    pub progress: Arc<AtomicUsize>,
     pub submitted: Instant,
 }
 
 impl Job {
     fn abandoned(&self) -> bool {
         self.cancel.load(Ordering::Relaxed) || self.events.is_closed()
+    }
+
+    /// Answers a job cancelled before it decoded anything.
+    fn cancelled_before_start(&self) {
+        let _ = self.events.send(StreamEvent::Done(Completion {
+            model: self.model.clone(),
+            text: String::new(),
+            tool_calls: Vec::new(),
+            finish_reason: FinishReason::Cancelled,
+            usage: Usage {
+                prompt_tokens: self.prompt.len(),
+                completion_tokens: 0,
+            },
+            timings: Timings::default(),
+        }));
     }
 }
 
@@ -82,10 +102,18 @@ impl WorkQueue {
 
     /// Queues a job, or answers `Overloaded` at once when the queue is full.
     pub fn push(&self, job: Job) -> Result<()> {
+        let mut jobs = self.jobs.lock().expect("work queue lock");
         if self.closed.load(Ordering::Relaxed) {
             return Err(Error::ShutDown);
         }
-        let mut jobs = self.jobs.lock().expect("work queue lock");
+        // Jobs whose callers went away while waiting free their slots now.
+        jobs.retain(|waiting| {
+            let keep = !waiting.abandoned();
+            if !keep {
+                waiting.cancelled_before_start();
+            }
+            keep
+        });
         if jobs.len() >= self.capacity {
             return Err(Error::Overloaded { queued: jobs.len() });
         }
@@ -121,9 +149,20 @@ impl WorkQueue {
         }
     }
 
+    /// Refuses new jobs, fails the waiting ones, and tells workers to stop (rows decoding
+    /// end as cancelled before their next step).
     pub fn close(&self) {
+        let mut jobs = self.jobs.lock().expect("work queue lock");
         self.closed.store(true, Ordering::Relaxed);
+        for job in jobs.drain(..) {
+            let _ = job.events.send(StreamEvent::Failed(Error::ShutDown));
+        }
+        drop(jobs);
         self.ready.notify_all();
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Relaxed)
     }
 }
 
@@ -154,25 +193,36 @@ struct Sequence {
 }
 
 impl Sequence {
-    fn new(job: Job, shared: &ModelShared, grammar_budget: usize) -> Result<Self> {
+    fn new(
+        job: Job,
+        shared: &ModelShared,
+        grammar_budget: usize,
+    ) -> std::result::Result<Self, (Box<Job>, Error)> {
         let mut stops = job.sampling.stop.clone();
         if matches!(job.tools, ToolMode::Auto { .. }) {
             stops.push(TOOL_CALL_OPEN.to_string());
         }
         let matcher = match &job.tools {
-            ToolMode::Forced { schema } => Some(
-                shared
-                    .grammar
-                    .matcher(schema.clone(), grammar_budget)
-                    .map_err(|e| Error::InvalidToolSchema {
-                        tool: "*".into(),
-                        message: e,
-                    })?,
-            ),
+            ToolMode::Forced { schema } => {
+                match shared.grammar.matcher(schema.clone(), grammar_budget) {
+                    Ok(matcher) => Some(matcher),
+                    Err(message) => {
+                        let error = Error::InvalidToolSchema {
+                            tool: "*".into(),
+                            message,
+                        };
+                        return Err((Box::new(job), error));
+                    }
+                }
+            }
             _ => None,
         };
+        let sampler = match Sampler::new(&job.sampling) {
+            Ok(sampler) => sampler,
+            Err(error) => return Err((Box::new(job), error)),
+        };
         Ok(Sequence {
-            sampler: Sampler::new(&job.sampling)?,
+            sampler,
             decoder: IncrementalDecoder::new(),
             stops: StopFilter::new(&stops),
             matcher,
@@ -191,7 +241,9 @@ impl Sequence {
     /// Cache positions this row may still need: what it holds, its remaining token budget,
     /// and the position of the token being decoded.
     fn room_needed(&self) -> usize {
-        self.valid_len + self.job.sampling.max_tokens.saturating_sub(self.generated) + 1
+        self.valid_len
+            .saturating_add(self.job.sampling.max_tokens.saturating_sub(self.generated))
+            .saturating_add(1)
     }
 
     fn emit(&mut self, delta: String) {
@@ -225,6 +277,7 @@ impl Sequence {
         self.first_token_at.get_or_insert(now);
         self.last_token_at = Some(now);
         self.generated += 1;
+        self.job.progress.store(self.generated, Ordering::Relaxed);
         self.last_token = token;
 
         if let Some(matcher) = &mut self.matcher {
@@ -380,40 +433,70 @@ pub fn run_worker(
         let mut newcomers = Vec::new();
         for job in incoming {
             if job.abandoned() {
+                job.cancelled_before_start();
                 continue;
             }
             let budget = job.sampling.max_tokens;
             match Sequence::new(job, &shared, budget) {
                 Ok(sequence) => newcomers.push(sequence),
-                Err(error) => tracing::warn!(%error, "inference job refused at start"),
+                Err((job, error)) => {
+                    tracing::warn!(%error, "inference job refused at start");
+                    let _ = job.events.send(StreamEvent::Failed(error));
+                }
             }
         }
-        let mut prefill_cache = None;
-        if !newcomers.is_empty() {
-            queue.active.fetch_add(newcomers.len(), Ordering::Relaxed);
-            let prompts: Vec<&[u32]> = newcomers.iter().map(|s| s.job.prompt.as_slice()).collect();
+        // Newcomers are prefilled together, in groups small enough that the pass's logits
+        // (one row per prompt position) stay bounded.
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        let mut longest = 0;
+        for (index, sequence) in newcomers.iter().enumerate() {
+            let len = sequence.job.prompt.len();
+            let grown = longest.max(len);
+            match groups.last_mut() {
+                Some(group) if grown * (group.len() + 1) <= PREFILL_TOKEN_BUDGET => {
+                    group.push(index);
+                    longest = grown;
+                }
+                _ => {
+                    groups.push(vec![index]);
+                    longest = len;
+                }
+            }
+        }
+        queue.active.fetch_add(newcomers.len(), Ordering::Relaxed);
+        let mut prefill_caches: Vec<KvCache> = Vec::new();
+        let mut placement: Vec<Option<(usize, usize)>> = vec![None; newcomers.len()];
+        for group in groups {
+            let prompts: Vec<Vec<u32>> = group
+                .iter()
+                .map(|&i| newcomers[i].job.prompt.clone())
+                .collect();
+            let prompts: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
             match engine.prefill(&prompts) {
                 Ok((logits, kv)) => {
-                    for (sequence, logits) in newcomers.iter_mut().zip(&logits) {
-                        if let Err(error) = sequence.step(logits, &shared) {
-                            sequence.fail(error);
+                    let cache_index = prefill_caches.len();
+                    prefill_caches.push(kv);
+                    for (row, &i) in group.iter().enumerate() {
+                        if let Err(error) = newcomers[i].step(&logits[row], &shared) {
+                            newcomers[i].fail(error);
                         }
+                        placement[i] = Some((cache_index, row));
                     }
-                    prefill_cache = Some(kv);
                 }
                 Err(error) => {
-                    for sequence in newcomers.iter_mut() {
-                        sequence.fail(error.clone());
+                    for &i in &group {
+                        newcomers[i].fail(error.clone());
                     }
                 }
             }
         }
-        let mut joining: Vec<(usize, Sequence)> = Vec::new();
-        for (row, sequence) in newcomers.into_iter().enumerate() {
-            if sequence.done {
-                queue.active.fetch_sub(1, Ordering::Relaxed);
-            } else {
-                joining.push((row, sequence));
+        let mut joining: Vec<((usize, usize), Sequence)> = Vec::new();
+        for (sequence, place) in newcomers.into_iter().zip(placement) {
+            match place {
+                Some(place) if !sequence.done => joining.push((place, sequence)),
+                _ => {
+                    queue.active.fetch_sub(1, Ordering::Relaxed);
+                }
             }
         }
 
@@ -435,15 +518,13 @@ pub fn run_worker(
                         }
                     }
                 }
-                if let Some(kv) = &prefill_cache {
-                    for (row, sequence) in &joining {
-                        needed = needed.max(sequence.room_needed());
-                        sources.push(RowSource {
-                            cache: CacheRef::Prefill(kv),
-                            row: *row,
-                            valid_len: sequence.valid_len,
-                        });
-                    }
+                for ((cache_index, row), sequence) in &joining {
+                    needed = needed.max(sequence.room_needed());
+                    sources.push(RowSource {
+                        cache: CacheRef::Prefill(&prefill_caches[*cache_index]),
+                        row: *row,
+                        valid_len: sequence.valid_len,
+                    });
                 }
                 if sources.is_empty() {
                     Ok(None)
@@ -470,9 +551,11 @@ pub fn run_worker(
             continue;
         }
 
-        // Rows whose caller went away leave without another step.
+        // Rows whose caller went away (or whose pool is shutting down) leave without
+        // another step.
+        let stopping = queue.is_closed();
         let mut abandoned = false;
-        for sequence in active.iter_mut().filter(|s| s.job.abandoned()) {
+        for sequence in active.iter_mut().filter(|s| stopping || s.job.abandoned()) {
             let _ = sequence.finish(FinishReason::Cancelled, &shared);
             abandoned = true;
         }
@@ -494,12 +577,10 @@ pub fn run_worker(
         match engine.decode_shared(&tokens, &valid, batch_cache) {
             Ok(logits) => {
                 for (row, sequence) in active.iter_mut().enumerate() {
+                    // Admission guarantees prompt + max_tokens ≤ context, so a row reaches
+                    // `max_tokens` before the cache could overflow.
                     sequence.valid_len += 1;
-                    let result = if sequence.valid_len + 1 >= context {
-                        sequence.finish(FinishReason::Length, &shared)
-                    } else {
-                        sequence.step(&logits[row * vocab..(row + 1) * vocab], &shared)
-                    };
+                    let result = sequence.step(&logits[row * vocab..(row + 1) * vocab], &shared);
                     if let Err(error) = result {
                         sequence.fail(error);
                     }

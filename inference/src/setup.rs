@@ -216,7 +216,7 @@ pub fn run(options: &SetupOptions, progress: &mut dyn FnMut(&str)) -> Result<Pre
     } else {
         let script = setup_dir.join("convert_gguf.py");
         std::fs::write(&script, CONVERT_SCRIPT).map_err(|e| io("write", &script, e))?;
-        let staging = target.with_extension("partial");
+        let staging = target.with_file_name(format!("{name}.partial"));
         let _ = std::fs::remove_dir_all(&staging);
         run_command(
             Command::new(&python)
@@ -294,7 +294,9 @@ fn run_command(
     if status.success() {
         return Ok(());
     }
-    let last: Vec<&String> = errors.iter().chain(tail.iter()).rev().take(3).collect();
+    // The cause is on stderr when there is any (the converter and pip print progress on stdout).
+    let source = if errors.is_empty() { &tail } else { &errors };
+    let last: Vec<&String> = source.iter().rev().take(3).collect();
     let last: Vec<&str> = last.into_iter().rev().map(String::as_str).collect();
     Err(Error::Runtime(format!(
         "could not {what} ({status}): {} — {hint}",
@@ -303,7 +305,11 @@ fn run_command(
 }
 
 fn copy_atomically(from: &Path, to: &Path) -> Result<()> {
-    let staging = to.with_extension("partial");
+    let staging = to.with_file_name(format!(
+        "{}.partial",
+        to.file_name()
+            .map_or_else(|| "runtime".into(), |n| n.to_string_lossy())
+    ));
     std::fs::copy(from, &staging).map_err(|e| io("copy", from, e))?;
     std::fs::rename(&staging, to).map_err(|e| io("move into place", to, e))
 }
