@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
+source scripts/ensure-python-venv.sh
 cargo build --release --locked --bin stead
 stead="$CARGO_TARGET_DIR/release/stead"
 "$stead" setup

@@ -84,6 +84,7 @@ else
 fi
 
 step "stead setup (ONNX Runtime and the local model, cached under the target dir)"
+source scripts/ensure-python-venv.sh
 cargo build --locked --bin stead
 export STEAD_DATA_DIR="$CARGO_TARGET_DIR/stead-data"
 "$CARGO_TARGET_DIR/debug/stead" setup --data-dir "$STEAD_DATA_DIR"
