@@ -1,6 +1,7 @@
 # Sourced by run.sh and test.sh: `stead setup` creates a Python virtual environment, which on
 # Debian needs the python3-venv package (ensurepip). Install it when missing and we are root.
-if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+venv_probe=$(mktemp -d)
+if ! python3 -m venv "$venv_probe/v" >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "==> installing python3-venv (apt-get install python3-venv)" >&2
     apt-get update -qq
@@ -10,3 +11,4 @@ if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
     exit 1
   fi
 fi
+rm -rf "$venv_probe"
