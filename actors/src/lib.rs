@@ -1,5 +1,15 @@
-//! `stead-actors` will own the session actor (the "durable object"), its supervisor and registry,
-//! the agent loop written as pure decisions over the journal, the tools and the approval policy.
-//! It talks to storage and models only through small traits, so it never names sqlx or ort types.
-//!
-//! Nothing lives here yet: the foundation issue only builds the journal underneath it.
+//! `stead-actors` owns the session as a durable object: the agent loop written as pure
+//! decisions over the journal (`decide`), the fold that rebuilds a session's state from its
+//! events (`state`), the approval policies, and — growing on this core — the session actor, its
+//! supervisor and registry, and the tools. It talks to storage and models only through small
+//! traits and never names sqlx or ort types.
+
+pub mod decide;
+pub mod events;
+pub mod policy;
+pub mod state;
+
+pub use decide::{decide, Action, AgentRules, Decision, Input, ModelOutput, Refusal, ToolRules};
+pub use events::{ApprovalScope, RequestedCall, SessionEvent, Usage};
+pub use policy::{args_hash, ApprovalPolicy};
+pub use state::{CallStatus, SessionState, TranscriptEntry, Turn};

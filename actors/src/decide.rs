@@ -1,0 +1,430 @@
+//! The agent loop as pure decisions: `decide(state, input, agent) -> Decision`. The events of a
+//! decision are journaled first; its actions run only after that commit (SPEC §2.2). Nothing
+//! here does I/O, so every path is tested without a database, a model or a tool.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::events::{ApprovalScope, RequestedCall, SessionEvent, Usage};
+use crate::policy::{args_hash, ApprovalPolicy};
+use crate::state::{CallStatus, SessionState};
+
+/// What an agent's loop needs to know about its tools.
+#[derive(Debug, Clone)]
+pub struct ToolRules {
+    pub approval: ApprovalPolicy,
+    pub idempotent: bool,
+}
+
+/// The parts of an agent's configuration that decisions depend on.
+#[derive(Debug, Clone)]
+pub struct AgentRules {
+    pub route: String,
+    pub max_steps: u32,
+    pub tools: BTreeMap<String, ToolRules>,
+}
+
+/// What a model call returned.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelOutput {
+    pub text: String,
+    /// `(tool, arguments)` in the model's order.
+    pub tool_calls: Vec<(String, Value)>,
+    pub usage: Usage,
+    pub provider: String,
+    pub model: String,
+    pub latency_ms: f64,
+    pub ttft_ms: f64,
+    pub cost: f64,
+}
+
+/// Something that happened to the session.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Input {
+    UserMessage {
+        text: String,
+        client_id: Option<String>,
+    },
+    ModelFinished {
+        call_id: String,
+        output: ModelOutput,
+    },
+    ModelFailed {
+        call_id: String,
+        error: String,
+    },
+    ToolFinished {
+        call_id: String,
+        result: Value,
+    },
+    ToolFailed {
+        call_id: String,
+        error: String,
+    },
+    Decision {
+        call_id: String,
+        approved: bool,
+        reason: Option<String>,
+        decided_by: String,
+        scope: ApprovalScope,
+        /// When given, must match the hash in `approval_requested`.
+        args_hash: Option<String>,
+    },
+    Cancel {
+        reason: String,
+    },
+    /// The actor was (re)activated from the journal: resume whatever was in flight.
+    Recover,
+}
+
+/// Work to do after the decision's events are committed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    CallModel {
+        call_id: String,
+    },
+    RunTool {
+        call_id: String,
+        tool: String,
+        arguments: Value,
+        idempotency_key: String,
+    },
+    AbortModelCall {
+        call_id: String,
+    },
+}
+
+/// Inputs refused without touching the journal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    DuplicateClientId,
+    NoSuchApproval,
+    AlreadyDecided,
+    ArgsHashMismatch,
+    /// A model or tool result for a call that is not in flight (late or replayed).
+    Stale,
+    NothingToCancel,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Decision {
+    pub events: Vec<SessionEvent>,
+    pub actions: Vec<Action>,
+}
+
+/// Decides what `input` means for a session in `state`.
+pub fn decide(
+    state: &SessionState,
+    session_id: &str,
+    input: Input,
+    agent: &AgentRules,
+) -> Result<Decision, Refusal> {
+    let mut next = Planner {
+        state: state.clone(),
+        session_id,
+        agent,
+        decision: Decision::default(),
+    };
+    match input {
+        Input::UserMessage { text, client_id } => {
+            if client_id
+                .as_ref()
+                .is_some_and(|id| state.client_ids.contains(id))
+            {
+                return Err(Refusal::DuplicateClientId);
+            }
+            next.push(SessionEvent::UserMessage { text, client_id });
+        }
+        Input::ModelFinished { call_id, output } => {
+            let in_flight = state.turn.as_ref().and_then(|t| t.model_call.as_deref());
+            if in_flight != Some(call_id.as_str()) {
+                return Err(Refusal::Stale);
+            }
+            let mut requested = Vec::new();
+            for (i, (tool, arguments)) in output.tool_calls.iter().enumerate() {
+                requested.push(RequestedCall {
+                    call_id: format!("t{}", state.tool_calls_total + i as u64 + 1),
+                    tool: tool.clone(),
+                    arguments: arguments.clone(),
+                });
+            }
+            next.push(SessionEvent::ModelCallFinished {
+                call_id,
+                text: output.text.clone(),
+                tool_calls: requested.clone(),
+                usage: output.usage,
+                provider: output.provider,
+                model: output.model,
+                latency_ms: output.latency_ms,
+                ttft_ms: output.ttft_ms,
+                cost: output.cost,
+            });
+            if requested.is_empty() {
+                next.push(SessionEvent::AssistantMessage { text: output.text });
+                next.push(SessionEvent::TurnFinished {
+                    reason: "completed".into(),
+                });
+            }
+            for call in requested {
+                next.push(SessionEvent::ToolCallRequested {
+                    call_id: call.call_id,
+                    tool: call.tool,
+                    arguments: call.arguments,
+                });
+            }
+        }
+        Input::ModelFailed { call_id, error } => {
+            let in_flight = state.turn.as_ref().and_then(|t| t.model_call.as_deref());
+            if in_flight != Some(call_id.as_str()) {
+                return Err(Refusal::Stale);
+            }
+            next.push(SessionEvent::ModelCallFailed { call_id, error });
+            next.push(SessionEvent::TurnFinished {
+                reason: "model_failed".into(),
+            });
+        }
+        Input::ToolFinished { call_id, result } => {
+            let tool = next.started_call(&call_id)?;
+            next.push(SessionEvent::ToolCallFinished {
+                call_id,
+                tool,
+                result,
+            });
+        }
+        Input::ToolFailed { call_id, error } => {
+            let tool = next.started_call(&call_id)?;
+            next.push(SessionEvent::ToolCallFailed {
+                call_id,
+                tool,
+                error,
+                in_doubt: false,
+            });
+        }
+        Input::Decision {
+            call_id,
+            approved,
+            reason,
+            decided_by,
+            scope,
+            args_hash: given_hash,
+        } => {
+            let call = state
+                .turn
+                .as_ref()
+                .and_then(|t| t.call(&call_id))
+                .ok_or(Refusal::NoSuchApproval)?;
+            let CallStatus::AwaitingApproval { args_hash, .. } = &call.status else {
+                return Err(Refusal::AlreadyDecided);
+            };
+            if given_hash.is_some_and(|h| &h != args_hash) {
+                return Err(Refusal::ArgsHashMismatch);
+            }
+            let tool = call.tool.clone();
+            next.push(SessionEvent::ApprovalDecided {
+                call_id: call_id.clone(),
+                approved,
+                reason: reason.clone(),
+                decided_by: decided_by.clone(),
+                scope,
+            });
+            if !approved {
+                let why = reason.map_or_else(String::new, |r| format!(": {r}"));
+                next.push(SessionEvent::ToolCallFailed {
+                    call_id,
+                    tool,
+                    error: format!("rejected by {decided_by}{why}"),
+                    in_doubt: false,
+                });
+            }
+        }
+        Input::Cancel { reason } => {
+            let Some(turn) = &state.turn else {
+                return Err(Refusal::NothingToCancel);
+            };
+            if let Some(call_id) = &turn.model_call {
+                next.decision.actions.push(Action::AbortModelCall {
+                    call_id: call_id.clone(),
+                });
+            }
+            next.push(SessionEvent::TurnCancelled { reason });
+        }
+        Input::Recover => next.recover(),
+    }
+    next.advance();
+    Ok(next.decision)
+}
+
+struct Planner<'a> {
+    /// The state as it will be once the decision's events so far are committed.
+    state: SessionState,
+    session_id: &'a str,
+    agent: &'a AgentRules,
+    decision: Decision,
+}
+
+impl Planner<'_> {
+    fn push(&mut self, event: SessionEvent) {
+        let seq = self.state.last_seq + 1;
+        self.state.apply(seq, &event);
+        self.decision.events.push(event);
+    }
+
+    fn started_call(&self, call_id: &str) -> Result<String, Refusal> {
+        let call = self
+            .state
+            .turn
+            .as_ref()
+            .and_then(|t| t.call(call_id))
+            .ok_or(Refusal::Stale)?;
+        match call.status {
+            CallStatus::Started { .. } => Ok(call.tool.clone()),
+            _ => Err(Refusal::Stale),
+        }
+    }
+
+    /// After a restart: an unfinished model call is issued again; a tool started but not
+    /// finished runs again with the same key if idempotent, else is failed as in doubt.
+    fn recover(&mut self) {
+        let Some(turn) = self.state.turn.clone() else {
+            return;
+        };
+        if let Some(call_id) = &turn.model_call {
+            self.decision.actions.push(Action::CallModel {
+                call_id: call_id.clone(),
+            });
+            return;
+        }
+        for call in &turn.calls {
+            if let CallStatus::Started { idempotency_key } = &call.status {
+                if self.rules(&call.tool).is_some_and(|r| r.idempotent) {
+                    self.decision.actions.push(Action::RunTool {
+                        call_id: call.call_id.clone(),
+                        tool: call.tool.clone(),
+                        arguments: call.arguments.clone(),
+                        idempotency_key: idempotency_key.clone(),
+                    });
+                } else {
+                    self.push(SessionEvent::ToolCallFailed {
+                        call_id: call.call_id.clone(),
+                        tool: call.tool.clone(),
+                        error: "in doubt: the process stopped while this call ran, and the tool is not idempotent; it was not retried. Ask the user whether it took effect.".into(),
+                        in_doubt: true,
+                    });
+                }
+            }
+        }
+    }
+
+    fn rules(&self, tool: &str) -> Option<&ToolRules> {
+        self.agent.tools.get(tool)
+    }
+
+    /// Moves the turn forward as far as it can go without waiting for anything.
+    fn advance(&mut self) {
+        loop {
+            let Some(turn) = self.state.turn.clone() else {
+                return;
+            };
+            if turn.model_call.is_some() {
+                return;
+            }
+            if self
+                .decision
+                .actions
+                .iter()
+                .any(|a| matches!(a, Action::RunTool { .. }))
+            {
+                return; // one tool at a time
+            }
+            // Apply policies to newly requested calls.
+            if let Some(call) = turn
+                .calls
+                .iter()
+                .find(|c| c.status == CallStatus::Requested)
+            {
+                let event = match self.rules(&call.tool) {
+                    None => SessionEvent::ToolCallFailed {
+                        call_id: call.call_id.clone(),
+                        tool: call.tool.clone(),
+                        error: format!("unknown tool `{}`", call.tool),
+                        in_doubt: false,
+                    },
+                    Some(rules) => {
+                        let needs = if self.state.approved_tools.contains(&call.tool) {
+                            None
+                        } else {
+                            rules.approval.requires_approval(&call.arguments)
+                        };
+                        match needs {
+                            Some(reason) => SessionEvent::ApprovalRequested {
+                                call_id: call.call_id.clone(),
+                                tool: call.tool.clone(),
+                                arguments: call.arguments.clone(),
+                                args_hash: args_hash(&call.arguments),
+                                reason,
+                            },
+                            None => self.start(
+                                call.call_id.clone(),
+                                call.tool.clone(),
+                                call.arguments.clone(),
+                            ),
+                        }
+                    }
+                };
+                self.push(event);
+                continue;
+            }
+            if turn.awaiting_approval() {
+                return; // parked: nothing runs until a decision arrives
+            }
+            if let Some(call) = turn.calls.iter().find(|c| c.status == CallStatus::Approved) {
+                let event = self.start(
+                    call.call_id.clone(),
+                    call.tool.clone(),
+                    call.arguments.clone(),
+                );
+                self.push(event);
+                continue;
+            }
+            if turn
+                .calls
+                .iter()
+                .any(|c| matches!(c.status, CallStatus::Started { .. }))
+            {
+                return; // a tool is running
+            }
+            // Every call is done (or there were none and the model must answer).
+            if turn.model_calls >= self.agent.max_steps {
+                self.push(SessionEvent::TurnFinished {
+                    reason: "max_steps".into(),
+                });
+                continue;
+            }
+            let call_id = format!("m{}", self.state.model_calls_total + 1);
+            self.push(SessionEvent::ModelCallStarted {
+                call_id: call_id.clone(),
+                route: self.agent.route.clone(),
+                model: self.agent.route.clone(),
+            });
+            self.decision.actions.push(Action::CallModel { call_id });
+            return;
+        }
+    }
+
+    /// `tool_call_started` for a call, with its action.
+    fn start(&mut self, call_id: String, tool: String, arguments: Value) -> SessionEvent {
+        let idempotency_key = format!("{}:{}", self.session_id, call_id);
+        self.decision.actions.push(Action::RunTool {
+            call_id: call_id.clone(),
+            tool: tool.clone(),
+            arguments,
+            idempotency_key: idempotency_key.clone(),
+        });
+        SessionEvent::ToolCallStarted {
+            call_id,
+            tool,
+            idempotency_key,
+        }
+    }
+}

@@ -1,0 +1,154 @@
+//! The journal's event kinds (SPEC §3) as one typed enum, so the fold and the decisions never
+//! handle untyped JSON. `kind` is the journal's `kind` column, the rest its `payload`.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// A tool call as the model asked for it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestedCall {
+    pub call_id: String,
+    pub tool: String,
+    pub arguments: Value,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+}
+
+/// Whether an approval covers this call only or the tool for the rest of the session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalScope {
+    Once,
+    Session,
+}
+
+/// One journaled step of a session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "payload", rename_all = "snake_case")]
+pub enum SessionEvent {
+    SessionCreated {
+        agent: String,
+    },
+    UserMessage {
+        text: String,
+        client_id: Option<String>,
+    },
+    ModelCallStarted {
+        call_id: String,
+        route: String,
+        model: String,
+    },
+    ModelCallFinished {
+        call_id: String,
+        text: String,
+        tool_calls: Vec<RequestedCall>,
+        usage: Usage,
+        provider: String,
+        model: String,
+        latency_ms: f64,
+        ttft_ms: f64,
+        cost: f64,
+    },
+    ModelCallFailed {
+        call_id: String,
+        error: String,
+    },
+    ToolCallRequested {
+        call_id: String,
+        tool: String,
+        arguments: Value,
+    },
+    ApprovalRequested {
+        call_id: String,
+        tool: String,
+        arguments: Value,
+        args_hash: String,
+        reason: String,
+    },
+    ApprovalDecided {
+        call_id: String,
+        approved: bool,
+        reason: Option<String>,
+        decided_by: String,
+        scope: ApprovalScope,
+    },
+    ToolCallStarted {
+        call_id: String,
+        tool: String,
+        idempotency_key: String,
+    },
+    ToolCallFinished {
+        call_id: String,
+        tool: String,
+        result: Value,
+    },
+    ToolCallFailed {
+        call_id: String,
+        tool: String,
+        error: String,
+        /// The call may or may not have taken effect (started, not finished, not idempotent).
+        #[serde(default)]
+        in_doubt: bool,
+    },
+    AssistantMessage {
+        text: String,
+    },
+    TurnFinished {
+        reason: String,
+    },
+    TurnCancelled {
+        reason: String,
+    },
+}
+
+impl SessionEvent {
+    /// The journal's `kind` and `payload` columns.
+    pub fn to_parts(&self) -> (String, Value) {
+        let mut value = serde_json::to_value(self).expect("session events serialize");
+        let kind = value["kind"].as_str().unwrap_or_default().to_string();
+        let payload = value
+            .get_mut("payload")
+            .map(Value::take)
+            .unwrap_or(Value::Object(Default::default()));
+        (kind, payload)
+    }
+
+    /// Reads a journaled event back. Unknown kinds (from a newer Stead) are `None`.
+    pub fn from_parts(kind: &str, payload: &Value) -> Option<Self> {
+        serde_json::from_value(serde_json::json!({ "kind": kind, "payload": payload })).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn kinds_and_payloads_match_the_spec() {
+        let event = SessionEvent::UserMessage {
+            text: "hi".into(),
+            client_id: None,
+        };
+        let (kind, payload) = event.to_parts();
+        assert_eq!(kind, "user_message");
+        assert_eq!(payload, json!({ "text": "hi", "client_id": null }));
+        assert_eq!(SessionEvent::from_parts(&kind, &payload), Some(event));
+
+        let decided = SessionEvent::ApprovalDecided {
+            call_id: "c1".into(),
+            approved: false,
+            reason: Some("no".into()),
+            decided_by: "ada".into(),
+            scope: ApprovalScope::Once,
+        };
+        let (kind, payload) = decided.to_parts();
+        assert_eq!(kind, "approval_decided");
+        assert_eq!(payload["scope"], json!("once"));
+        assert_eq!(SessionEvent::from_parts("no_such_kind", &payload), None);
+    }
+}

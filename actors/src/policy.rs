@@ -1,0 +1,206 @@
+//! Approval policies and the argument hash that binds a decision to the arguments it approved.
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// When a tool call needs a person's approval.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ApprovalPolicy {
+    Never,
+    Always,
+    /// Approval is needed when the condition holds for the call's arguments.
+    When(Condition),
+}
+
+/// `PATH OP VALUE`: `PATH` is a dotted path into the arguments (`table`, `filter.days`), `OP`
+/// one of `==`, `!=`, `>`, `>=`, `<`, `<=`, and `VALUE` a JSON literal (`"users"`, `100`,
+/// `true`). Example: `approval = "table == \"users\""`. A missing path compares as `null`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Condition {
+    pub path: Vec<String>,
+    pub op: Op,
+    pub value: Value,
+    pub source: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Eq,
+    Ne,
+    Gt,
+    Ge,
+    Lt,
+    Le,
+}
+
+impl ApprovalPolicy {
+    /// Parses the config's `approval` value, naming what is wrong.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text.trim() {
+            "never" => return Ok(ApprovalPolicy::Never),
+            "always" => return Ok(ApprovalPolicy::Always),
+            _ => {}
+        }
+        let ops = [
+            ("==", Op::Eq),
+            ("!=", Op::Ne),
+            (">=", Op::Ge),
+            ("<=", Op::Le),
+            (">", Op::Gt),
+            ("<", Op::Lt),
+        ];
+        let (at, token, op) = ops
+            .iter()
+            .filter_map(|(token, op)| text.find(token).map(|at| (at, *token, *op)))
+            .min_by_key(|(at, token, _)| (*at, usize::MAX - token.len()))
+            .ok_or_else(|| {
+                format!("`{text}` is not \"never\", \"always\" or a condition like `table == \"users\"`")
+            })?;
+        let path = text[..at].trim();
+        let literal = text[at + token.len()..].trim();
+        if path.is_empty()
+            || !path
+                .split('.')
+                .all(|p| !p.is_empty() && p.chars().all(|c| c.is_alphanumeric() || c == '_'))
+        {
+            return Err(format!(
+                "`{path}` is not an argument path (like `table` or `filter.days`)"
+            ));
+        }
+        let value: Value = serde_json::from_str(literal)
+            .map_err(|_| format!("`{literal}` is not a JSON value (strings need double quotes)"))?;
+        Ok(ApprovalPolicy::When(Condition {
+            path: path.split('.').map(str::to_string).collect(),
+            op,
+            value,
+            source: text.trim().to_string(),
+        }))
+    }
+
+    /// Why the call needs approval, or `None` when it does not.
+    pub fn requires_approval(&self, arguments: &Value) -> Option<String> {
+        match self {
+            ApprovalPolicy::Never => None,
+            ApprovalPolicy::Always => Some("this tool always needs approval".into()),
+            ApprovalPolicy::When(condition) => condition
+                .holds(arguments)
+                .then(|| format!("the arguments match `{}`", condition.source)),
+        }
+    }
+}
+
+impl Condition {
+    fn holds(&self, arguments: &Value) -> bool {
+        let mut current = arguments;
+        for part in &self.path {
+            current = match current.get(part) {
+                Some(next) => next,
+                None => &Value::Null,
+            };
+        }
+        let ordering = match (current.as_f64(), self.value.as_f64()) {
+            (Some(a), Some(b)) => a.partial_cmp(&b),
+            _ => match (current.as_str(), self.value.as_str()) {
+                (Some(a), Some(b)) => Some(a.cmp(b)),
+                _ => None,
+            },
+        };
+        use std::cmp::Ordering::*;
+        match self.op {
+            Op::Eq => current == &self.value || ordering == Some(Equal),
+            Op::Ne => !(current == &self.value || ordering == Some(Equal)),
+            Op::Gt => ordering == Some(Greater),
+            Op::Ge => matches!(ordering, Some(Greater | Equal)),
+            Op::Lt => ordering == Some(Less),
+            Op::Le => matches!(ordering, Some(Less | Equal)),
+        }
+    }
+}
+
+/// SHA-256 of the arguments' canonical JSON (object keys sorted at every level), hex.
+pub fn args_hash(arguments: &Value) -> String {
+    let mut canonical = String::new();
+    write_canonical(arguments, &mut canonical);
+    let digest = Sha256::digest(canonical.as_bytes());
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn write_canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, key) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(key.clone()).to_string());
+                out.push(':');
+                write_canonical(&map[key], out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn policies_parse_and_decide() {
+        assert_eq!(
+            ApprovalPolicy::parse("never")
+                .unwrap()
+                .requires_approval(&json!({})),
+            None
+        );
+        assert!(ApprovalPolicy::parse("always")
+            .unwrap()
+            .requires_approval(&json!({}))
+            .is_some());
+        let users = ApprovalPolicy::parse(r#"table == "users""#).unwrap();
+        assert!(users
+            .requires_approval(&json!({"table": "users"}))
+            .is_some());
+        assert!(users.requires_approval(&json!({"table": "logs"})).is_none());
+        let big = ApprovalPolicy::parse("filter.rows >= 100").unwrap();
+        assert!(big
+            .requires_approval(&json!({"filter": {"rows": 100}}))
+            .is_some());
+        assert!(big
+            .requires_approval(&json!({"filter": {"rows": 99}}))
+            .is_none());
+        assert!(big.requires_approval(&json!({})).is_none());
+        let not_dry = ApprovalPolicy::parse("dry_run != true").unwrap();
+        assert!(not_dry.requires_approval(&json!({})).is_some());
+        assert!(not_dry
+            .requires_approval(&json!({"dry_run": true}))
+            .is_none());
+        for bad in ["sometimes", "== 3", "table == users", "a..b == 1"] {
+            assert!(ApprovalPolicy::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn hash_ignores_key_order_but_not_values() {
+        let a = args_hash(&json!({"b": 1, "a": {"y": [1, 2], "x": "s"}}));
+        let b = args_hash(&json!({"a": {"x": "s", "y": [1, 2]}, "b": 1}));
+        assert_eq!(a, b);
+        assert_eq!(a.len(), 64);
+        assert_ne!(a, args_hash(&json!({"a": {"x": "s", "y": [2, 1]}, "b": 1})));
+    }
+}

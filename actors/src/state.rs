@@ -1,0 +1,259 @@
+//! A session's state as a pure fold over its journal: `apply(state, event)`. The same fold
+//! rebuilds an actor on activation and answers `state?at=N`.
+
+use std::collections::{BTreeSet, VecDeque};
+
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::events::{ApprovalScope, RequestedCall, SessionEvent, Usage};
+
+/// One entry of the conversation the model sees.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+pub enum TranscriptEntry {
+    User {
+        text: String,
+    },
+    Assistant {
+        text: String,
+        tool_calls: Vec<RequestedCall>,
+    },
+    Tool {
+        call_id: String,
+        tool: String,
+        content: Value,
+    },
+}
+
+/// Where one tool call of the current turn stands.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum CallStatus {
+    /// Asked for by the model; its policy has not been applied yet.
+    Requested,
+    AwaitingApproval {
+        args_hash: String,
+        reason: String,
+    },
+    /// Cleared to run (by policy or by a decision).
+    Approved,
+    Started {
+        idempotency_key: String,
+    },
+    Finished,
+    Failed {
+        in_doubt: bool,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CallState {
+    pub call_id: String,
+    pub tool: String,
+    pub arguments: Value,
+    pub status: CallStatus,
+}
+
+/// The turn in progress.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct Turn {
+    /// Model calls made in this turn (bounded by the agent's `max_steps`).
+    pub model_calls: u32,
+    /// The model call started and not yet finished, if any.
+    pub model_call: Option<String>,
+    /// Tool calls of the latest model answer, in order.
+    pub calls: Vec<CallState>,
+}
+
+impl Turn {
+    pub fn call(&self, call_id: &str) -> Option<&CallState> {
+        self.calls.iter().find(|c| c.call_id == call_id)
+    }
+
+    fn call_mut(&mut self, call_id: &str) -> Option<&mut CallState> {
+        self.calls.iter_mut().find(|c| c.call_id == call_id)
+    }
+
+    pub fn awaiting_approval(&self) -> bool {
+        self.calls
+            .iter()
+            .any(|c| matches!(c.status, CallStatus::AwaitingApproval { .. }))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct SessionState {
+    pub last_seq: i64,
+    pub agent: String,
+    pub transcript: Vec<TranscriptEntry>,
+    pub turn: Option<Turn>,
+    /// User messages that arrived during a turn, handled after it, in order.
+    pub queued: VecDeque<String>,
+    pub client_ids: BTreeSet<String>,
+    /// Tools approved for the rest of the session.
+    pub approved_tools: BTreeSet<String>,
+    pub usage: Usage,
+    /// Counters that make generated ids deterministic under replay.
+    pub model_calls_total: u64,
+    pub tool_calls_total: u64,
+}
+
+impl SessionState {
+    /// Folds one committed event at `seq`.
+    pub fn apply(&mut self, seq: i64, event: &SessionEvent) {
+        self.last_seq = seq;
+        match event {
+            SessionEvent::SessionCreated { agent } => self.agent = agent.clone(),
+            SessionEvent::UserMessage { text, client_id } => {
+                if let Some(id) = client_id {
+                    self.client_ids.insert(id.clone());
+                }
+                if self.turn.is_some() {
+                    self.queued.push_back(text.clone());
+                } else {
+                    self.start_turn(text.clone());
+                }
+            }
+            SessionEvent::ModelCallStarted { call_id, .. } => {
+                self.model_calls_total += 1;
+                if let Some(turn) = &mut self.turn {
+                    turn.model_calls += 1;
+                    turn.model_call = Some(call_id.clone());
+                    turn.calls.clear();
+                }
+            }
+            SessionEvent::ModelCallFinished {
+                text,
+                tool_calls,
+                usage,
+                ..
+            } => {
+                self.usage.prompt_tokens += usage.prompt_tokens;
+                self.usage.completion_tokens += usage.completion_tokens;
+                self.transcript.push(TranscriptEntry::Assistant {
+                    text: text.clone(),
+                    tool_calls: tool_calls.clone(),
+                });
+                if let Some(turn) = &mut self.turn {
+                    turn.model_call = None;
+                }
+            }
+            SessionEvent::ModelCallFailed { .. } => {
+                if let Some(turn) = &mut self.turn {
+                    turn.model_call = None;
+                }
+            }
+            SessionEvent::ToolCallRequested {
+                call_id,
+                tool,
+                arguments,
+            } => {
+                self.tool_calls_total += 1;
+                if let Some(turn) = &mut self.turn {
+                    turn.calls.push(CallState {
+                        call_id: call_id.clone(),
+                        tool: tool.clone(),
+                        arguments: arguments.clone(),
+                        status: CallStatus::Requested,
+                    });
+                }
+            }
+            SessionEvent::ApprovalRequested {
+                call_id,
+                args_hash,
+                reason,
+                ..
+            } => self.set_status(
+                call_id,
+                CallStatus::AwaitingApproval {
+                    args_hash: args_hash.clone(),
+                    reason: reason.clone(),
+                },
+            ),
+            SessionEvent::ApprovalDecided {
+                call_id,
+                approved,
+                scope,
+                ..
+            } => {
+                if *approved {
+                    if *scope == ApprovalScope::Session {
+                        if let Some(tool) = self.turn.as_ref().and_then(|t| t.call(call_id)) {
+                            self.approved_tools.insert(tool.tool.clone());
+                        }
+                    }
+                    self.set_status(call_id, CallStatus::Approved);
+                }
+                // A rejection is followed by the call's `tool_call_failed`.
+            }
+            SessionEvent::ToolCallStarted {
+                call_id,
+                idempotency_key,
+                ..
+            } => self.set_status(
+                call_id,
+                CallStatus::Started {
+                    idempotency_key: idempotency_key.clone(),
+                },
+            ),
+            SessionEvent::ToolCallFinished {
+                call_id,
+                tool,
+                result,
+            } => {
+                self.set_status(call_id, CallStatus::Finished);
+                self.transcript.push(TranscriptEntry::Tool {
+                    call_id: call_id.clone(),
+                    tool: tool.clone(),
+                    content: result.clone(),
+                });
+            }
+            SessionEvent::ToolCallFailed {
+                call_id,
+                tool,
+                error,
+                in_doubt,
+            } => {
+                self.set_status(
+                    call_id,
+                    CallStatus::Failed {
+                        in_doubt: *in_doubt,
+                    },
+                );
+                self.transcript.push(TranscriptEntry::Tool {
+                    call_id: call_id.clone(),
+                    tool: tool.clone(),
+                    content: json!({ "error": error }),
+                });
+            }
+            SessionEvent::AssistantMessage { .. } => {}
+            SessionEvent::TurnFinished { .. } | SessionEvent::TurnCancelled { .. } => {
+                self.turn = None;
+                if let Some(next) = self.queued.pop_front() {
+                    self.start_turn(next);
+                }
+            }
+        }
+    }
+
+    fn start_turn(&mut self, text: String) {
+        self.transcript.push(TranscriptEntry::User { text });
+        self.turn = Some(Turn::default());
+    }
+
+    fn set_status(&mut self, call_id: &str, status: CallStatus) {
+        if let Some(call) = self.turn.as_mut().and_then(|t| t.call_mut(call_id)) {
+            call.status = status;
+        }
+    }
+
+    /// `idle`, `running` or `awaiting_approval` (SPEC §5; `failed`/`closed` live on the row).
+    pub fn status(&self) -> &'static str {
+        match &self.turn {
+            None => "idle",
+            Some(turn) if turn.awaiting_approval() => "awaiting_approval",
+            Some(_) => "running",
+        }
+    }
+}
