@@ -8,6 +8,7 @@ pub mod decide;
 pub mod events;
 pub mod policy;
 pub mod state;
+pub mod tools;
 
 pub use decide::{decide, Action, AgentRules, Decision, Input, ModelOutput, Refusal, ToolRules};
 pub use events::{ApprovalScope, RequestedCall, SessionEvent, Usage};

@@ -1,0 +1,355 @@
+//! Tools an agent can call. Every call carries the idempotency key
+//! `"{session_id}:{call_id}"` (SPEC §2.4), so a call re-run after a crash is recognisable.
+//!
+//! Built-in kinds: `webhook` (POST to a URL, SPEC §7), `memory` (the session's durable key–value
+//! storage), `clock` and `calculator`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{json, Value};
+use stead_persistence::JournalStore;
+use uuid::Uuid;
+
+use crate::policy::ApprovalPolicy;
+
+/// What a running tool knows about its call.
+#[derive(Debug, Clone)]
+pub struct ToolContext {
+    pub session_id: Uuid,
+    pub call_id: String,
+    pub idempotency_key: String,
+}
+
+/// Why a tool call failed; the message goes back to the model as the tool's error.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub struct ToolError(pub String);
+
+#[async_trait]
+pub trait Tool: Send + Sync {
+    fn name(&self) -> &str;
+    fn description(&self) -> &str;
+    /// JSON schema of the arguments.
+    fn parameters(&self) -> Value;
+    fn approval(&self) -> &ApprovalPolicy;
+    /// Safe to run twice with the same idempotency key.
+    fn idempotent(&self) -> bool;
+    async fn execute(&self, arguments: Value, context: &ToolContext) -> Result<Value, ToolError>;
+}
+
+/// Name, description, policy and flag shared by the built-ins.
+#[derive(Debug, Clone)]
+pub struct ToolInfo {
+    pub name: String,
+    pub description: String,
+    pub approval: ApprovalPolicy,
+    pub idempotent: bool,
+}
+
+macro_rules! tool_info_accessors {
+    () => {
+        fn name(&self) -> &str {
+            &self.info.name
+        }
+        fn description(&self) -> &str {
+            &self.info.description
+        }
+        fn approval(&self) -> &ApprovalPolicy {
+            &self.info.approval
+        }
+        fn idempotent(&self) -> bool {
+            self.info.idempotent
+        }
+    };
+}
+
+/// The current time in UTC.
+pub struct ClockTool {
+    pub info: ToolInfo,
+}
+
+#[async_trait]
+impl Tool for ClockTool {
+    tool_info_accessors!();
+
+    fn parameters(&self) -> Value {
+        json!({ "type": "object", "properties": {}, "additionalProperties": false })
+    }
+
+    async fn execute(&self, _arguments: Value, _context: &ToolContext) -> Result<Value, ToolError> {
+        let now = chrono::Utc::now();
+        Ok(json!({ "utc": now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true) }))
+    }
+}
+
+/// Arithmetic on numbers: `+ - * / %`, `^`, parentheses, unary minus.
+pub struct CalculatorTool {
+    pub info: ToolInfo,
+}
+
+#[async_trait]
+impl Tool for CalculatorTool {
+    tool_info_accessors!();
+
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": { "expression": { "type": "string", "maxLength": 200 } },
+            "required": ["expression"],
+            "additionalProperties": false
+        })
+    }
+
+    async fn execute(&self, arguments: Value, _context: &ToolContext) -> Result<Value, ToolError> {
+        let expression = arguments["expression"]
+            .as_str()
+            .ok_or_else(|| ToolError("`expression` must be a string".into()))?;
+        let value = calculate(expression).map_err(ToolError)?;
+        Ok(json!({ "expression": expression, "value": value }))
+    }
+}
+
+/// Evaluates an arithmetic expression.
+pub fn calculate(expression: &str) -> Result<f64, String> {
+    let tokens: Vec<char> = expression.chars().filter(|c| !c.is_whitespace()).collect();
+    let mut parser = Arith { tokens, at: 0 };
+    let value = parser.sum()?;
+    if parser.at != parser.tokens.len() {
+        return Err(format!("unexpected `{}`", parser.tokens[parser.at]));
+    }
+    if !value.is_finite() {
+        return Err("the result is not a finite number".into());
+    }
+    Ok(value)
+}
+
+struct Arith {
+    tokens: Vec<char>,
+    at: usize,
+}
+
+impl Arith {
+    fn peek(&self) -> Option<char> {
+        self.tokens.get(self.at).copied()
+    }
+
+    fn sum(&mut self) -> Result<f64, String> {
+        let mut value = self.product()?;
+        while let Some(op @ ('+' | '-')) = self.peek() {
+            self.at += 1;
+            let rhs = self.product()?;
+            value = if op == '+' { value + rhs } else { value - rhs };
+        }
+        Ok(value)
+    }
+
+    fn product(&mut self) -> Result<f64, String> {
+        let mut value = self.unary()?;
+        while let Some(op @ ('*' | '/' | '%')) = self.peek() {
+            self.at += 1;
+            let rhs = self.unary()?;
+            value = match op {
+                '*' => value * rhs,
+                '/' if rhs == 0.0 => return Err("division by zero".into()),
+                '/' => value / rhs,
+                _ if rhs == 0.0 => return Err("division by zero".into()),
+                _ => value % rhs,
+            };
+        }
+        Ok(value)
+    }
+
+    /// `^` binds tighter than unary minus (`-2^2` is −4) and is right-associative.
+    fn power(&mut self) -> Result<f64, String> {
+        let base = self.atom()?;
+        if self.peek() == Some('^') {
+            self.at += 1;
+            let exponent = self.unary()?;
+            return Ok(base.powf(exponent));
+        }
+        Ok(base)
+    }
+
+    fn unary(&mut self) -> Result<f64, String> {
+        match self.peek() {
+            Some('-') => {
+                self.at += 1;
+                Ok(-self.unary()?)
+            }
+            Some('+') => {
+                self.at += 1;
+                self.unary()
+            }
+            _ => self.power(),
+        }
+    }
+
+    fn atom(&mut self) -> Result<f64, String> {
+        match self.peek() {
+            Some('(') => {
+                self.at += 1;
+                let value = self.sum()?;
+                if self.peek() != Some(')') {
+                    return Err("missing `)`".into());
+                }
+                self.at += 1;
+                Ok(value)
+            }
+            Some(c) if c.is_ascii_digit() || c == '.' => {
+                let start = self.at;
+                while self
+                    .peek()
+                    .is_some_and(|c| c.is_ascii_digit() || c == '.' || c == 'e' || c == 'E')
+                {
+                    self.at += 1;
+                }
+                let text: String = self.tokens[start..self.at].iter().collect();
+                text.parse()
+                    .map_err(|_| format!("`{text}` is not a number"))
+            }
+            Some(c) => Err(format!("unexpected `{c}`")),
+            None => Err("the expression ends too early".into()),
+        }
+    }
+}
+
+/// Get, set, list and delete notes in the session's durable key–value storage.
+pub struct MemoryTool {
+    pub info: ToolInfo,
+    pub store: Arc<dyn JournalStore>,
+}
+
+#[async_trait]
+impl Tool for MemoryTool {
+    tool_info_accessors!();
+
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "op": { "type": "string", "enum": ["get", "set", "list", "delete"] },
+                "key": { "type": "string", "maxLength": 100 },
+                "value": { "type": "string", "maxLength": 2000 }
+            },
+            "required": ["op"],
+            "additionalProperties": false
+        })
+    }
+
+    async fn execute(&self, arguments: Value, context: &ToolContext) -> Result<Value, ToolError> {
+        let failed = |e: stead_persistence::Error| ToolError(format!("memory: {e}"));
+        let key = arguments["key"].as_str().unwrap_or_default();
+        let need_key = || {
+            if key.is_empty() {
+                Err(ToolError("`key` is required for this op".into()))
+            } else {
+                Ok(())
+            }
+        };
+        let id = context.session_id;
+        match arguments["op"].as_str().unwrap_or_default() {
+            "get" => {
+                need_key()?;
+                let entry = self.store.kv_get(id, key).await.map_err(failed)?;
+                Ok(json!({ "key": key, "value": entry.map(|e| e.value) }))
+            }
+            "set" => {
+                need_key()?;
+                let value = arguments.get("value").cloned().unwrap_or(Value::Null);
+                self.store
+                    .kv_set(id, key, value.clone())
+                    .await
+                    .map_err(failed)?;
+                Ok(json!({ "key": key, "value": value }))
+            }
+            "list" => {
+                let entries = self.store.kv_list(id, key).await.map_err(failed)?;
+                let keys: Vec<String> = entries.into_iter().map(|e| e.key).collect();
+                Ok(json!({ "keys": keys }))
+            }
+            "delete" => {
+                need_key()?;
+                let existed = self.store.kv_delete(id, key).await.map_err(failed)?;
+                Ok(json!({ "key": key, "deleted": existed }))
+            }
+            other => Err(ToolError(format!(
+                "unknown op `{other}` (get, set, list, delete)"
+            ))),
+        }
+    }
+}
+
+/// `POST {url}` with `Idempotency-Key` and `{"session_id","call_id","tool","arguments"}`; a 2xx
+/// JSON body is the result. Idempotent webhooks are retried on failure (connection errors,
+/// timeouts, 5xx and 429) with exponential backoff; others are tried once.
+pub struct WebhookTool {
+    pub info: ToolInfo,
+    pub url: String,
+    pub parameters: Value,
+    pub timeout: Duration,
+    pub attempts: u32,
+    pub client: reqwest::Client,
+}
+
+#[async_trait]
+impl Tool for WebhookTool {
+    tool_info_accessors!();
+
+    fn parameters(&self) -> Value {
+        self.parameters.clone()
+    }
+
+    async fn execute(&self, arguments: Value, context: &ToolContext) -> Result<Value, ToolError> {
+        let body = json!({
+            "session_id": context.session_id,
+            "call_id": context.call_id,
+            "tool": self.info.name,
+            "arguments": arguments,
+        });
+        let attempts = if self.info.idempotent {
+            self.attempts.max(1)
+        } else {
+            1
+        };
+        let mut last_error = String::new();
+        for attempt in 0..attempts {
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_millis(100 * 2u64.pow(attempt - 1))).await;
+            }
+            let response = self
+                .client
+                .post(&self.url)
+                .header("Idempotency-Key", &context.idempotency_key)
+                .timeout(self.timeout)
+                .json(&body)
+                .send()
+                .await;
+            match response {
+                Ok(response) if response.status().is_success() => {
+                    return response.json::<Value>().await.map_err(|e| {
+                        ToolError(format!(
+                            "webhook answered with a body that is not JSON: {e}"
+                        ))
+                    });
+                }
+                Ok(response) => {
+                    let status = response.status();
+                    last_error = format!("webhook answered {status}");
+                    if !(status.is_server_error() || status.as_u16() == 429) {
+                        break; // a 4xx will not get better
+                    }
+                }
+                Err(error) => {
+                    last_error = if error.is_timeout() {
+                        format!("webhook timed out after {:?}", self.timeout)
+                    } else {
+                        format!("webhook unreachable: {error}")
+                    };
+                }
+            }
+        }
+        Err(ToolError(last_error))
+    }
+}

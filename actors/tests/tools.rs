@@ -1,0 +1,248 @@
+//! The built-in tools against real things: the SQLite store for memory, a real HTTP server for
+//! webhooks (a test double of the user's endpoint that counts calls by idempotency key).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use stead_actors::tools::{
+    calculate, CalculatorTool, ClockTool, MemoryTool, Tool, ToolContext, ToolInfo, WebhookTool,
+};
+use stead_actors::ApprovalPolicy;
+use stead_persistence::{DatabaseUrl, NewSession, StoreOptions};
+use uuid::Uuid;
+
+fn info(name: &str, idempotent: bool) -> ToolInfo {
+    ToolInfo {
+        name: name.into(),
+        description: String::new(),
+        approval: ApprovalPolicy::Never,
+        idempotent,
+    }
+}
+
+fn context(session_id: Uuid) -> ToolContext {
+    ToolContext {
+        session_id,
+        call_id: "t1".into(),
+        idempotency_key: format!("{session_id}:t1"),
+    }
+}
+
+#[test]
+fn calculator_evaluates_and_refuses() {
+    assert_eq!(calculate("2 + 3 * (4 - 1)^2").unwrap(), 29.0);
+    assert_eq!(calculate("-2^2").unwrap(), -4.0);
+    assert_eq!(calculate("2^3^2").unwrap(), 512.0);
+    assert_eq!(calculate("2^-1").unwrap(), 0.5);
+    assert_eq!(calculate("10 % 4 / 2").unwrap(), 1.0);
+    assert_eq!(calculate("1.5e3 + .5").unwrap(), 1500.5);
+    for bad in ["1 / 0", "2 +", "(1", "abc", "1 2"] {
+        assert!(calculate(bad).is_err(), "{bad}");
+    }
+}
+
+#[tokio::test]
+async fn calculator_and_clock_answer_json() {
+    let id = Uuid::now_v7();
+    let calc = CalculatorTool {
+        info: info("calculator", true),
+    };
+    let out = calc
+        .execute(json!({"expression": "6*7"}), &context(id))
+        .await
+        .unwrap();
+    assert_eq!(out, json!({"expression": "6*7", "value": 42.0}));
+    assert!(calc.execute(json!({}), &context(id)).await.is_err());
+    let clock = ClockTool {
+        info: info("clock", true),
+    };
+    let out = clock.execute(json!({}), &context(id)).await.unwrap();
+    assert!(chrono::DateTime::parse_from_rfc3339(out["utc"].as_str().unwrap()).is_ok());
+}
+
+#[tokio::test]
+async fn memory_uses_the_sessions_durable_storage() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = stead_persistence::open(StoreOptions::new(DatabaseUrl::Sqlite(
+        dir.path().join("s.db"),
+    )))
+    .await
+    .unwrap();
+    let id = store
+        .create_session(NewSession::for_agent("demo"))
+        .await
+        .unwrap()
+        .id;
+    let memory = MemoryTool {
+        info: info("memory", true),
+        store: store.clone(),
+    };
+    let ctx = context(id);
+    memory
+        .execute(json!({"op": "set", "key": "note/a", "value": "milk"}), &ctx)
+        .await
+        .unwrap();
+    memory
+        .execute(json!({"op": "set", "key": "note/b", "value": "eggs"}), &ctx)
+        .await
+        .unwrap();
+    assert_eq!(
+        memory
+            .execute(json!({"op": "get", "key": "note/a"}), &ctx)
+            .await
+            .unwrap(),
+        json!({"key": "note/a", "value": "milk"})
+    );
+    assert_eq!(
+        memory
+            .execute(json!({"op": "list", "key": "note/"}), &ctx)
+            .await
+            .unwrap(),
+        json!({"keys": ["note/a", "note/b"]})
+    );
+    assert_eq!(
+        memory
+            .execute(json!({"op": "delete", "key": "note/a"}), &ctx)
+            .await
+            .unwrap(),
+        json!({"key": "note/a", "deleted": true})
+    );
+    assert_eq!(store.kv_get(id, "note/a").await.unwrap(), None);
+    assert!(memory.execute(json!({"op": "get"}), &ctx).await.is_err());
+    assert!(memory
+        .execute(json!({"op": "explode"}), &ctx)
+        .await
+        .is_err());
+    store.shutdown().await;
+}
+
+/// A webhook endpoint double: answers with the scripted statuses in order (then 200), and
+/// records every request's idempotency key and body.
+#[derive(Clone, Default)]
+struct Endpoint {
+    script: Arc<Mutex<Vec<u16>>>,
+    seen: Arc<Mutex<Vec<(String, Value)>>>,
+}
+
+async fn endpoint(
+    State(e): State<Endpoint>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> (StatusCode, Json<Value>) {
+    let key = headers
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    e.seen.lock().unwrap().push((key, body.clone()));
+    let status = {
+        let mut script = e.script.lock().unwrap();
+        if script.is_empty() {
+            200
+        } else {
+            script.remove(0)
+        }
+    };
+    if status == 999 {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        return (StatusCode::OK, Json(json!({})));
+    }
+    (
+        StatusCode::from_u16(status).unwrap(),
+        Json(json!({"deleted": body["arguments"]["table"]})),
+    )
+}
+
+async fn serve(script: Vec<u16>) -> (String, Endpoint) {
+    let e = Endpoint {
+        script: Arc::new(Mutex::new(script)),
+        ..Default::default()
+    };
+    let app = Router::new()
+        .route("/tools/delete", post(endpoint))
+        .with_state(e.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/tools/delete", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (url, e)
+}
+
+fn webhook(url: &str, idempotent: bool) -> WebhookTool {
+    WebhookTool {
+        info: info("delete_records", idempotent),
+        url: url.into(),
+        parameters: json!({"type": "object"}),
+        timeout: Duration::from_millis(500),
+        attempts: 3,
+        client: reqwest::Client::new(),
+    }
+}
+
+#[tokio::test]
+async fn webhook_sends_the_spec_body_and_key() {
+    let (url, e) = serve(vec![]).await;
+    let id = Uuid::now_v7();
+    let out = webhook(&url, true)
+        .execute(json!({"table": "users"}), &context(id))
+        .await
+        .unwrap();
+    assert_eq!(out, json!({"deleted": "users"}));
+    let seen = e.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].0, format!("{id}:t1"));
+    assert_eq!(
+        seen[0].1,
+        json!({"session_id": id, "call_id": "t1", "tool": "delete_records", "arguments": {"table": "users"}})
+    );
+}
+
+#[tokio::test]
+async fn idempotent_webhooks_retry_server_errors_with_the_same_key() {
+    let (url, e) = serve(vec![500, 503]).await;
+    let id = Uuid::now_v7();
+    webhook(&url, true)
+        .execute(json!({"table": "t"}), &context(id))
+        .await
+        .unwrap();
+    let keys: Vec<String> = e
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(k, _)| k.clone())
+        .collect();
+    assert_eq!(keys, vec![format!("{id}:t1"); 3]);
+}
+
+#[tokio::test]
+async fn non_idempotent_webhooks_are_tried_once() {
+    let (url, e) = serve(vec![500]).await;
+    let err = webhook(&url, false)
+        .execute(json!({}), &context(Uuid::now_v7()))
+        .await
+        .unwrap_err();
+    assert!(err.0.contains("500"), "{err}");
+    assert_eq!(e.seen.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn client_errors_are_not_retried_and_timeouts_fail() {
+    let (url, e) = serve(vec![400]).await;
+    assert!(webhook(&url, true)
+        .execute(json!({}), &context(Uuid::now_v7()))
+        .await
+        .is_err());
+    assert_eq!(e.seen.lock().unwrap().len(), 1);
+
+    let (url, _) = serve(vec![999, 999, 999]).await;
+    let err = webhook(&url, true)
+        .execute(json!({}), &context(Uuid::now_v7()))
+        .await
+        .unwrap_err();
+    assert!(err.0.contains("timed out"), "{err}");
+}
