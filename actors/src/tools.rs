@@ -113,10 +113,10 @@ impl Tool for CalculatorTool {
 
 /// Evaluates an arithmetic expression.
 pub fn calculate(expression: &str) -> Result<f64, String> {
-    let tokens: Vec<char> = expression.chars().filter(|c| !c.is_whitespace()).collect();
+    let tokens: Vec<char> = expression.chars().collect();
     let mut parser = Arith { tokens, at: 0 };
     let value = parser.sum()?;
-    if parser.at != parser.tokens.len() {
+    if parser.peek().is_some() {
         return Err(format!("unexpected `{}`", parser.tokens[parser.at]));
     }
     if !value.is_finite() {
@@ -131,7 +131,11 @@ struct Arith {
 }
 
 impl Arith {
-    fn peek(&self) -> Option<char> {
+    /// The next character that is not whitespace (whitespace separates, it never joins).
+    fn peek(&mut self) -> Option<char> {
+        while self.tokens.get(self.at).is_some_and(|c| c.is_whitespace()) {
+            self.at += 1;
+        }
         self.tokens.get(self.at).copied()
     }
 
@@ -200,8 +204,9 @@ impl Arith {
             Some(c) if c.is_ascii_digit() || c == '.' => {
                 let start = self.at;
                 while self
-                    .peek()
-                    .is_some_and(|c| c.is_ascii_digit() || c == '.' || c == 'e' || c == 'E')
+                    .tokens
+                    .get(self.at)
+                    .is_some_and(|c| c.is_ascii_digit() || matches!(c, '.' | 'e' | 'E'))
                 {
                     self.at += 1;
                 }
