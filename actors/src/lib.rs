@@ -7,6 +7,7 @@
 pub mod decide;
 pub mod events;
 pub mod policy;
+pub mod session;
 pub mod state;
 pub mod tools;
 

@@ -1,0 +1,417 @@
+//! The session actor — the durable object. One ractor actor per live session owns its folded
+//! state; every input goes through `decide`, its events are appended to the journal (fenced by
+//! the last seq the actor folded), folded, broadcast, and only then are its actions started.
+//! Model and tool calls run as tasks that report back to the actor as messages, so the actor
+//! never blocks: a session parked on an approval holds no task at all.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use serde_json::Value;
+use stead_persistence::{JournalStore, NewEvent};
+use tokio::sync::mpsc::UnboundedSender;
+use uuid::Uuid;
+
+use crate::decide::{decide, Action, AgentRules, Input, ModelOutput, Refusal};
+use crate::events::SessionEvent;
+use crate::state::{SessionState, TranscriptEntry};
+use crate::tools::{Tool, ToolContext};
+
+/// A tool as the model sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    pub parameters: Value,
+}
+
+/// One model call of a session.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelRequest {
+    pub route: String,
+    pub system_prompt: String,
+    pub transcript: Vec<TranscriptEntry>,
+    pub tools: Vec<ToolSpec>,
+}
+
+/// How sessions reach models: the local engine now, the model router later.
+#[async_trait]
+pub trait ModelClient: Send + Sync + 'static {
+    /// Streams text deltas into `deltas` and returns the whole answer. Stops early (with an
+    /// error) once `cancel` is set.
+    async fn complete(
+        &self,
+        request: ModelRequest,
+        deltas: UnboundedSender<String>,
+        cancel: Arc<AtomicBool>,
+    ) -> Result<ModelOutput, String>;
+}
+
+/// An agent: its loop rules, prompt and tools.
+pub struct Agent {
+    pub name: String,
+    pub system_prompt: String,
+    pub rules: AgentRules,
+    pub tools: BTreeMap<String, Arc<dyn Tool>>,
+}
+
+/// What subscribers receive, in commit order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Frame {
+    Event { seq: i64, event: SessionEvent },
+    Delta { call_id: String, text: String },
+}
+
+/// Why an input was not applied.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SessionError {
+    #[error("refused: {0:?}")]
+    Refused(Refusal),
+    #[error("journal: {0}")]
+    Journal(String),
+}
+
+pub enum SessionMsg {
+    Input(Input, Option<RpcReplyPort<Result<i64, SessionError>>>),
+    Delta { call_id: String, text: String },
+    Subscribe(UnboundedSender<Frame>),
+    State(RpcReplyPort<SessionState>),
+}
+
+pub struct SessionDeps {
+    pub session_id: Uuid,
+    pub agent: Arc<Agent>,
+    pub store: Arc<dyn JournalStore>,
+    pub model: Arc<dyn ModelClient>,
+}
+
+pub struct SessionActor;
+
+pub struct Live {
+    deps: SessionDeps,
+    state: SessionState,
+    subscribers: Vec<UnboundedSender<Frame>>,
+    /// The model call in flight: its id, cancel flag and the text streamed so far.
+    streaming: Option<(String, Arc<AtomicBool>, String)>,
+}
+
+const READ_PAGE: u32 = 1000;
+
+impl Actor for SessionActor {
+    type Msg = SessionMsg;
+    type State = Live;
+    type Arguments = SessionDeps;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        deps: SessionDeps,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        // Activation: fold the whole journal, then resume what was in flight.
+        let mut state = SessionState::default();
+        loop {
+            let page = deps
+                .store
+                .read(deps.session_id, state.last_seq, READ_PAGE)
+                .await?;
+            let done = page.len() < READ_PAGE as usize;
+            for event in page {
+                match SessionEvent::from_parts(&event.kind, &event.payload) {
+                    Some(typed) => state.apply(event.seq, &typed),
+                    None => state.last_seq = event.seq,
+                }
+            }
+            if done {
+                break;
+            }
+        }
+        myself.cast(SessionMsg::Input(Input::Recover, None))?;
+        Ok(Live {
+            deps,
+            state,
+            subscribers: Vec::new(),
+            streaming: None,
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        live: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            SessionMsg::Input(input, reply) => {
+                let result = live.process(&myself, input).await;
+                if let Some(reply) = reply {
+                    let _ = reply.send(result);
+                }
+            }
+            SessionMsg::Delta { call_id, text } => {
+                if let Some((current, _, buffer)) = &mut live.streaming {
+                    if *current == call_id {
+                        buffer.push_str(&text);
+                        live.broadcast(Frame::Delta { call_id, text });
+                    }
+                }
+            }
+            SessionMsg::Subscribe(sender) => {
+                // A late subscriber first gets the stream in flight.
+                if let Some((call_id, _, buffer)) = &live.streaming {
+                    if !buffer.is_empty() {
+                        let _ = sender.send(Frame::Delta {
+                            call_id: call_id.clone(),
+                            text: buffer.clone(),
+                        });
+                    }
+                }
+                live.subscribers.push(sender);
+            }
+            SessionMsg::State(reply) => {
+                let _ = reply.send(live.state.clone());
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Live {
+    fn broadcast(&mut self, frame: Frame) {
+        self.subscribers.retain(|s| s.send(frame.clone()).is_ok());
+    }
+
+    async fn process(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        input: Input,
+    ) -> Result<i64, SessionError> {
+        let session_id = self.deps.session_id.to_string();
+        let decision = decide(&self.state, &session_id, input, &self.deps.agent.rules)
+            .map_err(SessionError::Refused)?;
+        if !decision.events.is_empty() {
+            let rows: Vec<NewEvent> = decision
+                .events
+                .iter()
+                .map(|e| {
+                    let (kind, payload) = e.to_parts();
+                    NewEvent::new(kind, payload)
+                })
+                .collect();
+            let seqs = self
+                .deps
+                .store
+                .append(self.deps.session_id, self.state.last_seq, rows)
+                .await
+                .map_err(|e| SessionError::Journal(e.to_string()))?;
+            for (seq, event) in seqs.into_iter().zip(decision.events) {
+                self.state.apply(seq, &event);
+                self.broadcast(Frame::Event { seq, event });
+            }
+        }
+        for action in decision.actions {
+            self.start(myself, action);
+        }
+        Ok(self.state.last_seq)
+    }
+
+    /// Starts an action's work as a task that reports back to the actor.
+    fn start(&mut self, myself: &ActorRef<SessionMsg>, action: Action) {
+        match action {
+            Action::CallModel { call_id } => {
+                let cancel = Arc::new(AtomicBool::new(false));
+                self.streaming = Some((call_id.clone(), cancel.clone(), String::new()));
+                let agent = &self.deps.agent;
+                let request = ModelRequest {
+                    route: agent.rules.route.clone(),
+                    system_prompt: agent.system_prompt.clone(),
+                    transcript: self.state.transcript.clone(),
+                    tools: agent
+                        .tools
+                        .values()
+                        .map(|t| ToolSpec {
+                            name: t.name().to_string(),
+                            description: t.description().to_string(),
+                            parameters: t.parameters(),
+                        })
+                        .collect(),
+                };
+                let model = self.deps.model.clone();
+                let me = myself.clone();
+                tokio::spawn(async move {
+                    let (deltas, mut stream) = tokio::sync::mpsc::unbounded_channel();
+                    let forward = {
+                        let me = me.clone();
+                        let call_id = call_id.clone();
+                        tokio::spawn(async move {
+                            while let Some(text) = stream.recv().await {
+                                let _ = me.cast(SessionMsg::Delta {
+                                    call_id: call_id.clone(),
+                                    text,
+                                });
+                            }
+                        })
+                    };
+                    let result = model.complete(request, deltas, cancel).await;
+                    let _ = forward.await;
+                    let input = match result {
+                        Ok(output) => Input::ModelFinished { call_id, output },
+                        Err(error) => Input::ModelFailed { call_id, error },
+                    };
+                    let _ = me.cast(SessionMsg::Input(input, None));
+                });
+            }
+            Action::RunTool {
+                call_id,
+                tool,
+                arguments,
+                idempotency_key,
+            } => {
+                let Some(tool) = self.deps.agent.tools.get(&tool).cloned() else {
+                    let input = Input::ToolFailed {
+                        call_id,
+                        error: format!("unknown tool `{tool}`"),
+                    };
+                    let _ = myself.cast(SessionMsg::Input(input, None));
+                    return;
+                };
+                let context = ToolContext {
+                    session_id: self.deps.session_id,
+                    call_id: call_id.clone(),
+                    idempotency_key,
+                };
+                let me = myself.clone();
+                tokio::spawn(async move {
+                    let input = match tool.execute(arguments, &context).await {
+                        Ok(result) => Input::ToolFinished { call_id, result },
+                        Err(error) => Input::ToolFailed {
+                            call_id,
+                            error: error.0,
+                        },
+                    };
+                    let _ = me.cast(SessionMsg::Input(input, None));
+                });
+            }
+            Action::AbortModelCall { call_id } => {
+                if let Some((current, cancel, _)) = &self.streaming {
+                    if *current == call_id {
+                        cancel.store(true, Ordering::Relaxed);
+                    }
+                }
+                self.streaming = None;
+            }
+        }
+    }
+}
+
+/// Keeps one live actor per session id on this node and activates sessions on demand.
+pub struct SessionRegistry {
+    store: Arc<dyn JournalStore>,
+    model: Arc<dyn ModelClient>,
+    agents: HashMap<String, Arc<Agent>>,
+    live: Mutex<HashMap<Uuid, ActorRef<SessionMsg>>>,
+    activation: tokio::sync::Mutex<()>,
+}
+
+impl SessionRegistry {
+    pub fn new(
+        store: Arc<dyn JournalStore>,
+        model: Arc<dyn ModelClient>,
+        agents: Vec<Agent>,
+    ) -> Self {
+        SessionRegistry {
+            store,
+            model,
+            agents: agents
+                .into_iter()
+                .map(|a| (a.name.clone(), Arc::new(a)))
+                .collect(),
+            live: Mutex::new(HashMap::new()),
+            activation: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The session's actor, activating it from the journal when it is not live.
+    pub async fn session(&self, id: Uuid) -> Result<ActorRef<SessionMsg>, SessionError> {
+        if let Some(actor) = self.live_actor(id) {
+            return Ok(actor);
+        }
+        // One activation at a time, re-checked under the lock: never two actors for one id.
+        let _guard = self.activation.lock().await;
+        if let Some(actor) = self.live_actor(id) {
+            return Ok(actor);
+        }
+        let row = self
+            .store
+            .get_session(id)
+            .await
+            .map_err(|e| SessionError::Journal(e.to_string()))?;
+        let agent = self
+            .agents
+            .get(&row.agent)
+            .cloned()
+            .ok_or_else(|| SessionError::Journal(format!("no agent named `{}`", row.agent)))?;
+        let deps = SessionDeps {
+            session_id: id,
+            agent,
+            store: self.store.clone(),
+            model: self.model.clone(),
+        };
+        let (actor, _) = Actor::spawn(None, SessionActor, deps)
+            .await
+            .map_err(|e| SessionError::Journal(format!("cannot activate the session: {e}")))?;
+        self.live
+            .lock()
+            .expect("registry lock")
+            .insert(id, actor.clone());
+        Ok(actor)
+    }
+
+    fn live_actor(&self, id: Uuid) -> Option<ActorRef<SessionMsg>> {
+        let live = self.live.lock().expect("registry lock");
+        live.get(&id)
+            .filter(|a| a.get_status() == ractor::ActorStatus::Running)
+            .cloned()
+    }
+
+    /// Sends an input and waits until its events are committed.
+    pub async fn send(&self, id: Uuid, input: Input) -> Result<i64, SessionError> {
+        let actor = self.session(id).await?;
+        match actor
+            .call(|reply| SessionMsg::Input(input, Some(reply)), None)
+            .await
+        {
+            Ok(ractor::rpc::CallResult::Success(result)) => result,
+            _ => Err(SessionError::Journal("the session actor stopped".into())),
+        }
+    }
+
+    pub async fn subscribe(
+        &self,
+        id: Uuid,
+    ) -> Result<tokio::sync::mpsc::UnboundedReceiver<Frame>, SessionError> {
+        let actor = self.session(id).await?;
+        let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+        actor
+            .cast(SessionMsg::Subscribe(sender))
+            .map_err(|_| SessionError::Journal("the session actor stopped".into()))?;
+        Ok(receiver)
+    }
+
+    pub async fn state(&self, id: Uuid) -> Result<SessionState, SessionError> {
+        let actor = self.session(id).await?;
+        match actor.call(SessionMsg::State, None).await {
+            Ok(ractor::rpc::CallResult::Success(state)) => Ok(state),
+            _ => Err(SessionError::Journal("the session actor stopped".into())),
+        }
+    }
+
+    /// Stops every live actor (what a process exit does to them).
+    pub fn stop_all(&self) {
+        for (_, actor) in self.live.lock().expect("registry lock").drain() {
+            actor.stop(None);
+        }
+    }
+}

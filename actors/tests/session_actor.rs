@@ -1,0 +1,335 @@
+//! The session actor end to end on the real SQLite store, with a scripted model (a test double
+//! that answers from a script) and a webhook endpoint double that counts calls by key.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::routing::post;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use stead_actors::session::{Agent, Frame, ModelClient, ModelRequest, SessionRegistry};
+use stead_actors::tools::{ClockTool, Tool, ToolInfo, WebhookTool};
+use stead_actors::{
+    AgentRules, ApprovalPolicy, ApprovalScope, Input, ModelOutput, SessionEvent, ToolRules, Usage,
+};
+use stead_persistence::{DatabaseUrl, JournalStore, NewSession, StoreOptions};
+use tokio::sync::mpsc::UnboundedSender;
+
+/// One scripted answer: text and `(tool, arguments)` calls.
+type Answer = (String, Vec<(String, Value)>);
+
+/// A model double: each call pops the next scripted answer; it records how many calls it got.
+struct ScriptedModel {
+    script: Mutex<Vec<Answer>>,
+    calls: Mutex<usize>,
+}
+
+impl ScriptedModel {
+    fn new(script: Vec<(&str, Vec<(&str, Value)>)>) -> Arc<Self> {
+        Arc::new(ScriptedModel {
+            script: Mutex::new(
+                script
+                    .into_iter()
+                    .map(|(t, c)| {
+                        (
+                            t.to_string(),
+                            c.into_iter().map(|(n, a)| (n.to_string(), a)).collect(),
+                        )
+                    })
+                    .collect(),
+            ),
+            calls: Mutex::new(0),
+        })
+    }
+}
+
+#[async_trait]
+impl ModelClient for ScriptedModel {
+    async fn complete(
+        &self,
+        request: ModelRequest,
+        deltas: UnboundedSender<String>,
+        _cancel: Arc<AtomicBool>,
+    ) -> Result<ModelOutput, String> {
+        assert!(!request.transcript.is_empty());
+        *self.calls.lock().unwrap() += 1;
+        let (text, tool_calls) = {
+            let mut script = self.script.lock().unwrap();
+            if script.is_empty() {
+                ("(script ended)".to_string(), vec![])
+            } else {
+                script.remove(0)
+            }
+        };
+        for word in text.split_inclusive(' ') {
+            let _ = deltas.send(word.to_string());
+        }
+        Ok(ModelOutput {
+            text,
+            tool_calls,
+            usage: Usage {
+                prompt_tokens: 7,
+                completion_tokens: 3,
+            },
+            provider: "scripted".into(),
+            model: "double".into(),
+            latency_ms: 1.0,
+            ttft_ms: 0.1,
+            cost: 0.0,
+        })
+    }
+}
+
+#[derive(Clone, Default)]
+struct Endpoint {
+    keys: Arc<Mutex<Vec<String>>>,
+}
+
+async fn webhook_double(
+    State(e): State<Endpoint>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Json<Value> {
+    let key = headers
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    e.keys.lock().unwrap().push(key.to_string());
+    Json(json!({ "deleted": body["arguments"]["table"] }))
+}
+
+async fn endpoint() -> (String, Endpoint) {
+    let e = Endpoint::default();
+    let app = Router::new()
+        .route("/delete", post(webhook_double))
+        .with_state(e.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/delete", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (url, e)
+}
+
+fn agent(url: &str) -> Agent {
+    let info = |name: &str, approval| ToolInfo {
+        name: name.into(),
+        description: format!("the {name} tool"),
+        approval,
+        idempotent: true,
+    };
+    let mut tools: BTreeMap<String, Arc<dyn Tool>> = BTreeMap::new();
+    tools.insert(
+        "clock".into(),
+        Arc::new(ClockTool {
+            info: info("clock", ApprovalPolicy::Never),
+        }),
+    );
+    tools.insert(
+        "delete_records".into(),
+        Arc::new(WebhookTool {
+            info: info("delete_records", ApprovalPolicy::Always),
+            url: url.into(),
+            parameters: json!({"type": "object", "properties": {"table": {"type": "string"}}}),
+            timeout: Duration::from_secs(5),
+            attempts: 3,
+            client: reqwest::Client::new(),
+        }),
+    );
+    let rules = AgentRules {
+        route: "default".into(),
+        max_steps: 8,
+        tools: tools
+            .iter()
+            .map(|(name, t)| {
+                (
+                    name.clone(),
+                    ToolRules {
+                        approval: t.approval().clone(),
+                        idempotent: t.idempotent(),
+                    },
+                )
+            })
+            .collect(),
+    };
+    Agent {
+        name: "ops".into(),
+        system_prompt: "You are ops.".into(),
+        rules,
+        tools,
+    }
+}
+
+async fn wait_for(
+    frames: &mut tokio::sync::mpsc::UnboundedReceiver<Frame>,
+    kind: &str,
+) -> Vec<Frame> {
+    let mut seen = Vec::new();
+    loop {
+        let frame = tokio::time::timeout(Duration::from_secs(20), frames.recv())
+            .await
+            .unwrap_or_else(|_| panic!("no `{kind}` event; saw {seen:?}"))
+            .expect("stream open");
+        let done = matches!(&frame, Frame::Event { event, .. } if event.to_parts().0 == kind);
+        seen.push(frame);
+        if done {
+            return seen;
+        }
+    }
+}
+
+async fn store(dir: &tempfile::TempDir) -> Arc<dyn JournalStore> {
+    stead_persistence::open(StoreOptions::new(DatabaseUrl::Sqlite(
+        dir.path().join("s.db"),
+    )))
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_streams_deltas_and_journals_every_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(&dir).await;
+    let (url, _) = endpoint().await;
+    let model = ScriptedModel::new(vec![
+        ("", vec![("clock", json!({}))]),
+        ("It is noon now.", vec![]),
+    ]);
+    let registry = SessionRegistry::new(store.clone(), model.clone(), vec![agent(&url)]);
+    let id = store
+        .create_session(NewSession::for_agent("ops"))
+        .await
+        .unwrap()
+        .id;
+    let mut frames = registry.subscribe(id).await.unwrap();
+    registry
+        .send(
+            id,
+            Input::UserMessage {
+                text: "time?".into(),
+                client_id: None,
+            },
+        )
+        .await
+        .unwrap();
+    let seen = wait_for(&mut frames, "turn_finished").await;
+    let deltas: String = seen
+        .iter()
+        .filter_map(|f| match f {
+            Frame::Delta { text, .. } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(deltas, "It is noon now.");
+    let kinds: Vec<String> = store
+        .read(id, 0, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "user_message",
+            "model_call_started",
+            "model_call_finished",
+            "tool_call_requested",
+            "tool_call_started",
+            "tool_call_finished",
+            "model_call_started",
+            "model_call_finished",
+            "assistant_message",
+            "turn_finished"
+        ]
+    );
+    assert_eq!(*model.calls.lock().unwrap(), 2);
+    registry.stop_all();
+    store.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parked_approval_survives_reactivation_and_the_webhook_runs_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(&dir).await;
+    let (url, hits) = endpoint().await;
+    let model = ScriptedModel::new(vec![
+        ("", vec![("delete_records", json!({"table": "users"}))]),
+        ("Deleted.", vec![]),
+    ]);
+    let id = store
+        .create_session(NewSession::for_agent("ops"))
+        .await
+        .unwrap()
+        .id;
+    {
+        let registry = SessionRegistry::new(store.clone(), model.clone(), vec![agent(&url)]);
+        let mut frames = registry.subscribe(id).await.unwrap();
+        registry
+            .send(
+                id,
+                Input::UserMessage {
+                    text: "clean users".into(),
+                    client_id: None,
+                },
+            )
+            .await
+            .unwrap();
+        wait_for(&mut frames, "approval_requested").await;
+        assert_eq!(
+            registry.state(id).await.unwrap().status(),
+            "awaiting_approval"
+        );
+        // The process "stops": every actor goes away while parked.
+        registry.stop_all();
+    }
+    assert!(
+        hits.keys.lock().unwrap().is_empty(),
+        "nothing ran before the decision"
+    );
+
+    // A new registry activates the session from the journal; it is still parked.
+    let registry = SessionRegistry::new(store.clone(), model.clone(), vec![agent(&url)]);
+    assert_eq!(
+        registry.state(id).await.unwrap().status(),
+        "awaiting_approval"
+    );
+    let mut frames = registry.subscribe(id).await.unwrap();
+    let decision = Input::Decision {
+        call_id: "t1".into(),
+        approved: true,
+        reason: None,
+        decided_by: "ada".into(),
+        scope: ApprovalScope::Once,
+        args_hash: None,
+    };
+    registry.send(id, decision.clone()).await.unwrap();
+    wait_for(&mut frames, "turn_finished").await;
+    assert_eq!(
+        *hits.keys.lock().unwrap(),
+        vec![format!("{id}:t1")],
+        "exactly one webhook call"
+    );
+    // The same decision again is a typed refusal, and the journal is unchanged.
+    let before = store.get_session(id).await.unwrap().last_seq;
+    assert!(registry.send(id, decision).await.is_err());
+    assert_eq!(store.get_session(id).await.unwrap().last_seq, before);
+    let journal = store.read(id, 0, 100).await.unwrap();
+    let decided = journal
+        .iter()
+        .find(|e| e.kind == "approval_decided")
+        .unwrap();
+    assert_eq!(decided.payload["decided_by"], "ada");
+    assert!(matches!(
+        SessionEvent::from_parts(
+            &journal.last().unwrap().kind,
+            &journal.last().unwrap().payload
+        ),
+        Some(SessionEvent::TurnFinished { .. })
+    ));
+    registry.stop_all();
+    store.shutdown().await;
+}
