@@ -8,4 +8,5 @@ pub mod bench;
 pub mod bench_inference;
 pub mod cli;
 pub mod config;
+pub mod local_model;
 pub mod serve;
