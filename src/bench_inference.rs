@@ -6,7 +6,6 @@
 //! `onnxruntime-genai` generating from the very same model directory, with the same prompt,
 //! token budget and thread count, and prints the ratios.
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Instant;
 
@@ -257,35 +256,13 @@ fn run_peer(
     threads: usize,
 ) -> anyhow::Result<Value> {
     let dir = data.join("setup").join("peer");
-    std::fs::create_dir_all(&dir)?;
-    let venv = dir.join("venv");
-    let python: PathBuf = venv.join("bin").join("python");
-    let stamp = dir.join("venv.stamp");
-    if std::fs::read_to_string(&stamp).ok().as_deref() != Some(setup::PEER_REQUIREMENTS) {
-        if !python.is_file() {
-            let status = Command::new("python3")
-                .args(["-m", "venv"])
-                .arg(&venv)
-                .status()?;
-            anyhow::ensure!(status.success(), "python3 -m venv failed");
-        }
-        let requirements = dir.join("requirements.txt");
-        std::fs::write(&requirements, setup::PEER_REQUIREMENTS)?;
-        let status = Command::new(&python)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--no-deps",
-                "--disable-pip-version-check",
-                "-q",
-                "-r",
-            ])
-            .arg(&requirements)
-            .status()?;
-        anyhow::ensure!(status.success(), "pip install of the peer failed");
-        std::fs::write(&stamp, setup::PEER_REQUIREMENTS)?;
-    }
+    let python = setup::ensure_venv(
+        &dir,
+        "python3",
+        setup::PEER_REQUIREMENTS,
+        "the peer (onnxruntime-genai)",
+        &mut |line| eprintln!("{line}"),
+    )?;
     let script = dir.join("peer_genai_bench.py");
     std::fs::write(&script, setup::PEER_SCRIPT)?;
     let mut aggregate = Vec::new();

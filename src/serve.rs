@@ -99,6 +99,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         store: store.clone(),
         version: env!("CARGO_PKG_VERSION"),
     });
+    let mut signals = ShutdownSignals::install()?;
     tracing::info!(address = %local, "stead listening");
     println!("stead listening on http://{local}");
 
@@ -115,7 +116,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
             store.shutdown().await;
             return result.context("server task failed")?.context("server failed");
         }
-        signal = shutdown_signal() => {
+        signal = signals.recv() => {
             tracing::info!(signal, "shutting down");
         }
     }
@@ -132,22 +133,28 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn shutdown_signal() -> &'static str {
-    let interrupt = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut terminate =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                .expect("SIGTERM handler");
-        tokio::select! {
-            _ = interrupt => "SIGINT",
-            _ = terminate.recv() => "SIGTERM",
-        }
+/// SIGINT and SIGTERM, with their handlers installed when this is created — before the
+/// server announces itself, so a signal sent right after the "listening" line is never lost
+/// to the default disposition (which would kill the process instead of draining it).
+struct ShutdownSignals {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl ShutdownSignals {
+    fn install() -> anyhow::Result<Self> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(ShutdownSignals {
+            interrupt: signal(SignalKind::interrupt()).context("cannot handle SIGINT")?,
+            terminate: signal(SignalKind::terminate()).context("cannot handle SIGTERM")?,
+        })
     }
-    #[cfg(not(unix))]
-    {
-        let _ = interrupt.await;
-        "ctrl-c"
+
+    async fn recv(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.interrupt.recv() => "SIGINT",
+            _ = self.terminate.recv() => "SIGTERM",
+        }
     }
 }
 

@@ -371,8 +371,15 @@ impl SessionRegistry {
 
     fn live_actor(&self, id: Uuid) -> Option<ActorRef<SessionMsg>> {
         let live = self.live.lock().expect("registry lock");
+        // Right after spawn an actor may still be `Starting`: that one is live too. Only a
+        // stopping or stopped actor is replaced.
         live.get(&id)
-            .filter(|a| a.get_status() == ractor::ActorStatus::Running)
+            .filter(|a| {
+                !matches!(
+                    a.get_status(),
+                    ractor::ActorStatus::Stopping | ractor::ActorStatus::Stopped
+                )
+            })
             .cloned()
     }
 

@@ -333,3 +333,35 @@ async fn parked_approval_survives_reactivation_and_the_webhook_runs_once() {
     registry.stop_all();
     store.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_live_actor_per_session_under_concurrent_activation() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(&dir).await;
+    let (url, _) = endpoint().await;
+    let registry = Arc::new(SessionRegistry::new(
+        store.clone(),
+        ScriptedModel::new(vec![]),
+        vec![agent(&url)],
+    ));
+    let id = store
+        .create_session(NewSession::for_agent("ops"))
+        .await
+        .unwrap()
+        .id;
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let registry = registry.clone();
+        tasks.push(tokio::spawn(async move {
+            registry.session(id).await.unwrap().get_id()
+        }));
+    }
+    let mut ids = Vec::new();
+    for task in tasks {
+        ids.push(task.await.unwrap());
+    }
+    ids.dedup();
+    assert_eq!(ids.len(), 1, "every caller got the same actor");
+    registry.stop_all();
+    store.shutdown().await;
+}

