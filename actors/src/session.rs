@@ -200,12 +200,23 @@ impl Live {
                     NewEvent::new(kind, payload)
                 })
                 .collect();
-            let seqs = self
+            let seqs = match self
                 .deps
                 .store
                 .append(self.deps.session_id, self.state.last_seq, rows)
                 .await
-                .map_err(|e| SessionError::Journal(e.to_string()))?;
+            {
+                Ok(seqs) => seqs,
+                Err(error @ stead_persistence::Error::Conflict { .. }) => {
+                    // Another writer appended to this session: this actor's state is stale and
+                    // it must not act on it. It stops; the next access re-activates from the
+                    // journal (SPEC §2.1).
+                    tracing::warn!(session = %self.deps.session_id, %error, "fenced out; stopping");
+                    myself.stop(Some("fenced by another writer".into()));
+                    return Err(SessionError::Journal(error.to_string()));
+                }
+                Err(error) => return Err(SessionError::Journal(error.to_string())),
+            };
             for (seq, event) in seqs.into_iter().zip(decision.events) {
                 self.state.apply(seq, &event);
                 self.broadcast(Frame::Event { seq, event });
@@ -254,7 +265,14 @@ impl Live {
                             }
                         })
                     };
-                    let result = model.complete(request, deltas, cancel).await;
+                    let call =
+                        tokio::spawn(async move { model.complete(request, deltas, cancel).await });
+                    let result = match call.await {
+                        Ok(result) => result,
+                        Err(join) => {
+                            Err(format!("the model client crashed: {}", panic_message(join)))
+                        }
+                    };
                     let _ = forward.await;
                     let input = match result {
                         Ok(output) => Input::ModelFinished { call_id, output },
@@ -284,11 +302,18 @@ impl Live {
                 };
                 let me = myself.clone();
                 tokio::spawn(async move {
-                    let input = match tool.execute(arguments, &context).await {
-                        Ok(result) => Input::ToolFinished { call_id, result },
-                        Err(error) => Input::ToolFailed {
+                    // The tool runs in a task of its own: a panic in it is contained there and
+                    // becomes the call's error; the session and its actor carry on.
+                    let run = tokio::spawn(async move { tool.execute(arguments, &context).await });
+                    let input = match run.await {
+                        Ok(Ok(result)) => Input::ToolFinished { call_id, result },
+                        Ok(Err(error)) => Input::ToolFailed {
                             call_id,
                             error: error.0,
+                        },
+                        Err(join) => Input::ToolFailed {
+                            call_id,
+                            error: format!("the tool crashed: {}", panic_message(join)),
                         },
                     };
                     let _ = me.cast(SessionMsg::Input(input, None));
@@ -303,6 +328,17 @@ impl Live {
                 self.streaming = None;
             }
         }
+    }
+}
+
+fn panic_message(join: tokio::task::JoinError) -> String {
+    match join.try_into_panic() {
+        Ok(payload) => payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "panic".into()),
+        Err(join) => join.to_string(),
     }
 }
 

@@ -365,3 +365,161 @@ async fn one_live_actor_per_session_under_concurrent_activation() {
     registry.stop_all();
     store.shutdown().await;
 }
+
+/// A tool double that panics.
+struct PanickingTool {
+    info: ToolInfo,
+}
+
+#[async_trait]
+impl Tool for PanickingTool {
+    fn name(&self) -> &str {
+        &self.info.name
+    }
+    fn description(&self) -> &str {
+        ""
+    }
+    fn parameters(&self) -> Value {
+        json!({"type": "object"})
+    }
+    fn approval(&self) -> &ApprovalPolicy {
+        &self.info.approval
+    }
+    fn idempotent(&self) -> bool {
+        true
+    }
+    async fn execute(
+        &self,
+        _: Value,
+        _: &stead_actors::tools::ToolContext,
+    ) -> Result<Value, stead_actors::tools::ToolError> {
+        panic!("the tool exploded");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_tool_is_contained_and_other_sessions_are_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(&dir).await;
+    let (url, _) = endpoint().await;
+    let mut ops = agent(&url);
+    ops.tools.insert(
+        "explode".into(),
+        Arc::new(PanickingTool {
+            info: ToolInfo {
+                name: "explode".into(),
+                description: String::new(),
+                approval: ApprovalPolicy::Never,
+                idempotent: true,
+            },
+        }),
+    );
+    ops.rules.tools.insert(
+        "explode".into(),
+        ToolRules {
+            approval: ApprovalPolicy::Never,
+            idempotent: true,
+        },
+    );
+    let model = ScriptedModel::new(vec![
+        ("", vec![("explode", json!({}))]),
+        ("That tool failed.", vec![]),
+        ("Hello from the other session.", vec![]),
+    ]);
+    let registry = SessionRegistry::new(store.clone(), model, vec![ops]);
+    let a = store
+        .create_session(NewSession::for_agent("ops"))
+        .await
+        .unwrap()
+        .id;
+    let b = store
+        .create_session(NewSession::for_agent("ops"))
+        .await
+        .unwrap()
+        .id;
+    let mut frames_a = registry.subscribe(a).await.unwrap();
+    registry
+        .send(
+            a,
+            Input::UserMessage {
+                text: "boom".into(),
+                client_id: None,
+            },
+        )
+        .await
+        .unwrap();
+    wait_for(&mut frames_a, "turn_finished").await;
+    let journal = store.read(a, 0, 100).await.unwrap();
+    let failed = journal
+        .iter()
+        .find(|e| e.kind == "tool_call_failed")
+        .expect("the crash is journaled");
+    assert!(failed.payload["error"]
+        .as_str()
+        .unwrap()
+        .contains("the tool exploded"));
+
+    let mut frames_b = registry.subscribe(b).await.unwrap();
+    registry
+        .send(
+            b,
+            Input::UserMessage {
+                text: "hi".into(),
+                client_id: None,
+            },
+        )
+        .await
+        .unwrap();
+    wait_for(&mut frames_b, "turn_finished").await;
+    assert_eq!(registry.state(a).await.unwrap().status(), "idle");
+    registry.stop_all();
+    store.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_actor_is_fenced_out_and_reactivates_from_the_journal() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(&dir).await;
+    let (url, _) = endpoint().await;
+    let model = ScriptedModel::new(vec![("first", vec![]), ("second", vec![])]);
+    let registry = SessionRegistry::new(store.clone(), model, vec![agent(&url)]);
+    let id = store
+        .create_session(NewSession::for_agent("ops"))
+        .await
+        .unwrap()
+        .id;
+    let state = registry.state(id).await.unwrap();
+    // Another writer (another node, say) appends behind the actor's back.
+    let (kind, payload) = SessionEvent::UserMessage {
+        text: "from elsewhere".into(),
+        client_id: None,
+    }
+    .to_parts();
+    store
+        .append(
+            id,
+            state.last_seq,
+            vec![stead_persistence::NewEvent::new(kind, payload)],
+        )
+        .await
+        .unwrap();
+    // The actor's next append conflicts: it refuses and stops instead of acting on stale state.
+    let refused = registry
+        .send(
+            id,
+            Input::UserMessage {
+                text: "mine".into(),
+                client_id: None,
+            },
+        )
+        .await;
+    assert!(refused.is_err());
+    // The next access re-activates from the journal, which now includes the other message.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let state = registry.state(id).await.unwrap();
+    assert!(state.transcript.iter().any(
+        |e| matches!(e, stead_actors::TranscriptEntry::User { text } if text == "from elsewhere")
+    ));
+    registry.stop_all();
+    store.shutdown().await;
+}
