@@ -76,7 +76,12 @@ pub enum SessionError {
 
 pub enum SessionMsg {
     Input(Input, Option<RpcReplyPort<Result<i64, SessionError>>>),
-    Delta { call_id: String, text: String },
+    /// Periodic: passivate when idle.
+    Tick,
+    Delta {
+        call_id: String,
+        text: String,
+    },
     Subscribe(UnboundedSender<Frame>),
     State(RpcReplyPort<SessionState>),
 }
@@ -86,7 +91,30 @@ pub struct SessionDeps {
     pub agent: Arc<Agent>,
     pub store: Arc<dyn JournalStore>,
     pub model: Arc<dyn ModelClient>,
+    pub lifecycle: Lifecycle,
 }
+
+/// When actors write snapshots and when idle ones go to sleep.
+#[derive(Debug, Clone, Copy)]
+pub struct Lifecycle {
+    /// Write a snapshot of the folded state every this many events.
+    pub snapshot_every: i64,
+    /// Stop an actor that has had no work and no subscribers for this long; the next access
+    /// re-activates it from its snapshot and journal.
+    pub passivate_after: std::time::Duration,
+}
+
+impl Default for Lifecycle {
+    fn default() -> Self {
+        Lifecycle {
+            snapshot_every: 100,
+            passivate_after: std::time::Duration::from_secs(300),
+        }
+    }
+}
+
+/// Snapshot payload version; a snapshot of another version is ignored (full replay).
+const SNAPSHOT_VERSION: u64 = 1;
 
 pub struct SessionActor;
 
@@ -94,6 +122,10 @@ pub struct Live {
     deps: SessionDeps,
     state: SessionState,
     subscribers: Vec<UnboundedSender<Frame>>,
+    /// Model and tool tasks started and not yet reported back.
+    tasks_in_flight: usize,
+    last_activity: std::time::Instant,
+    last_snapshot: i64,
     /// The model call in flight: its id, cancel flag and the text streamed so far.
     streaming: Option<(String, Arc<AtomicBool>, String)>,
 }
@@ -110,8 +142,19 @@ impl Actor for SessionActor {
         myself: ActorRef<Self::Msg>,
         deps: SessionDeps,
     ) -> Result<Self::State, ActorProcessingErr> {
-        // Activation: fold the whole journal, then resume what was in flight.
+        // Activation: the latest snapshot, then the journal after it; then resume what was
+        // in flight.
         let mut state = SessionState::default();
+        if let Ok(Some(snapshot)) = deps.store.latest_snapshot(deps.session_id).await {
+            if snapshot.state["version"] == SNAPSHOT_VERSION {
+                if let Ok(folded) =
+                    serde_json::from_value::<SessionState>(snapshot.state["state"].clone())
+                {
+                    state = folded;
+                }
+            }
+        }
+        let last_snapshot = state.last_seq;
         loop {
             let page = deps
                 .store
@@ -129,10 +172,24 @@ impl Actor for SessionActor {
             }
         }
         myself.cast(SessionMsg::Input(Input::Recover, None))?;
+        let every = deps.lifecycle.passivate_after / 4;
+        let me = myself.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every.max(std::time::Duration::from_millis(5)));
+            loop {
+                tick.tick().await;
+                if me.cast(SessionMsg::Tick).is_err() {
+                    break; // the actor is gone
+                }
+            }
+        });
         Ok(Live {
             deps,
             state,
             subscribers: Vec::new(),
+            tasks_in_flight: 0,
+            last_activity: std::time::Instant::now(),
+            last_snapshot,
             streaming: None,
         })
     }
@@ -144,7 +201,28 @@ impl Actor for SessionActor {
         live: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
+            SessionMsg::Tick => {
+                live.subscribers.retain(|s| !s.is_closed());
+                let idle = live.tasks_in_flight == 0
+                    && live.subscribers.is_empty()
+                    && live.last_activity.elapsed() >= live.deps.lifecycle.passivate_after;
+                if idle {
+                    // Parked or idle sessions hold nothing: state is in the journal.
+                    myself.stop(Some("passivated".into()));
+                }
+                return Ok(());
+            }
             SessionMsg::Input(input, reply) => {
+                live.last_activity = std::time::Instant::now();
+                if matches!(
+                    input,
+                    Input::ModelFinished { .. }
+                        | Input::ModelFailed { .. }
+                        | Input::ToolFinished { .. }
+                        | Input::ToolFailed { .. }
+                ) {
+                    live.tasks_in_flight = live.tasks_in_flight.saturating_sub(1);
+                }
                 let result = live.process(&myself, input).await;
                 if let Some(reply) = reply {
                     let _ = reply.send(result);
@@ -221,6 +299,9 @@ impl Live {
                 self.state.apply(seq, &event);
                 self.broadcast(Frame::Event { seq, event });
             }
+            if self.state.last_seq - self.last_snapshot >= self.deps.lifecycle.snapshot_every {
+                self.snapshot().await;
+            }
         }
         for action in decision.actions {
             self.start(myself, action);
@@ -228,8 +309,27 @@ impl Live {
         Ok(self.state.last_seq)
     }
 
+    /// Writes the folded state; a failure only costs a longer replay next time.
+    async fn snapshot(&mut self) {
+        let state = serde_json::json!({ "version": SNAPSHOT_VERSION, "state": self.state });
+        match self
+            .deps
+            .store
+            .put_snapshot(self.deps.session_id, self.state.last_seq, state)
+            .await
+        {
+            Ok(()) => self.last_snapshot = self.state.last_seq,
+            Err(error) => {
+                tracing::warn!(session = %self.deps.session_id, %error, "snapshot failed")
+            }
+        }
+    }
+
     /// Starts an action's work as a task that reports back to the actor.
     fn start(&mut self, myself: &ActorRef<SessionMsg>, action: Action) {
+        if matches!(action, Action::CallModel { .. } | Action::RunTool { .. }) {
+            self.tasks_in_flight += 1;
+        }
         match action {
             Action::CallModel { call_id } => {
                 let cancel = Arc::new(AtomicBool::new(false));
@@ -344,6 +444,7 @@ fn panic_message(join: tokio::task::JoinError) -> String {
 
 /// Keeps one live actor per session id on this node and activates sessions on demand.
 pub struct SessionRegistry {
+    lifecycle: Lifecycle,
     store: Arc<dyn JournalStore>,
     model: Arc<dyn ModelClient>,
     agents: HashMap<String, Arc<Agent>>,
@@ -358,6 +459,7 @@ impl SessionRegistry {
         agents: Vec<Agent>,
     ) -> Self {
         SessionRegistry {
+            lifecycle: Lifecycle::default(),
             store,
             model,
             agents: agents
@@ -367,6 +469,16 @@ impl SessionRegistry {
             live: Mutex::new(HashMap::new()),
             activation: tokio::sync::Mutex::new(()),
         }
+    }
+
+    pub fn with_lifecycle(mut self, lifecycle: Lifecycle) -> Self {
+        self.lifecycle = lifecycle;
+        self
+    }
+
+    /// Whether the session has a live actor now (not passivated).
+    pub fn is_live(&self, id: Uuid) -> bool {
+        self.live_actor(id).is_some()
     }
 
     /// The session's actor, activating it from the journal when it is not live.
@@ -394,6 +506,7 @@ impl SessionRegistry {
             agent,
             store: self.store.clone(),
             model: self.model.clone(),
+            lifecycle: self.lifecycle,
         };
         let (actor, _) = Actor::spawn(None, SessionActor, deps)
             .await

@@ -3,13 +3,13 @@
 
 use std::collections::{BTreeSet, VecDeque};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::events::{ApprovalScope, RequestedCall, SessionEvent, Usage};
 
 /// One entry of the conversation the model sees.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "role", rename_all = "snake_case")]
 pub enum TranscriptEntry {
     User {
@@ -27,7 +27,7 @@ pub enum TranscriptEntry {
 }
 
 /// Where one tool call of the current turn stands.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum CallStatus {
     /// Asked for by the model; its policy has not been applied yet.
@@ -47,7 +47,7 @@ pub enum CallStatus {
     },
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CallState {
     pub call_id: String,
     pub tool: String,
@@ -56,7 +56,7 @@ pub struct CallState {
 }
 
 /// The turn in progress.
-#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct Turn {
     /// Model calls made in this turn (bounded by the agent's `max_steps`).
     pub model_calls: u32,
@@ -82,7 +82,7 @@ impl Turn {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct SessionState {
     pub last_seq: i64,
     pub agent: String,

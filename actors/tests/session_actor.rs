@@ -523,3 +523,72 @@ async fn a_stale_actor_is_fenced_out_and_reactivates_from_the_journal() {
     registry.stop_all();
     store.shutdown().await;
 }
+
+fn fold_all(journal: &[stead_persistence::Event]) -> stead_actors::SessionState {
+    let mut state = stead_actors::SessionState::default();
+    for e in journal {
+        state.apply(
+            e.seq,
+            &SessionEvent::from_parts(&e.kind, &e.payload).unwrap(),
+        );
+    }
+    state
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_sessions_passivate_and_come_back_from_snapshot_and_journal() {
+    use stead_actors::session::Lifecycle;
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(&dir).await;
+    let (url, _) = endpoint().await;
+    let model = ScriptedModel::new(vec![("", vec![("clock", json!({}))]), ("Noon.", vec![])]);
+    let lifecycle = Lifecycle {
+        snapshot_every: 4,
+        passivate_after: Duration::from_millis(60),
+    };
+    let registry =
+        SessionRegistry::new(store.clone(), model, vec![agent(&url)]).with_lifecycle(lifecycle);
+    let id = store
+        .create_session(NewSession::for_agent("ops"))
+        .await
+        .unwrap()
+        .id;
+    {
+        let mut frames = registry.subscribe(id).await.unwrap();
+        registry
+            .send(
+                id,
+                Input::UserMessage {
+                    text: "time?".into(),
+                    client_id: None,
+                },
+            )
+            .await
+            .unwrap();
+        wait_for(&mut frames, "turn_finished").await;
+    } // the subscriber goes away
+    let before = registry.state(id).await.unwrap();
+    let snapshot = store
+        .latest_snapshot(id)
+        .await
+        .unwrap()
+        .expect("a snapshot was written");
+    assert!(snapshot.seq >= 4 && snapshot.seq <= before.last_seq);
+
+    let mut passivated = false;
+    for _ in 0..300 {
+        if !registry.is_live(id) {
+            passivated = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(passivated, "an idle session with no subscribers passivates");
+
+    // Re-activation (snapshot + journal after it) equals the state before and a full replay.
+    let after = registry.state(id).await.unwrap();
+    assert_eq!(after, before);
+    assert_eq!(after, fold_all(&store.read(id, 0, 1000).await.unwrap()));
+    registry.stop_all();
+    store.shutdown().await;
+}
