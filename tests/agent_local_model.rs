@@ -36,6 +36,7 @@ async fn a_session_answers_with_the_real_model() {
             route: "default".into(),
             max_steps: 2,
             tools: BTreeMap::new(),
+            approval_timeout: None,
         },
         tools: BTreeMap::new(),
     };

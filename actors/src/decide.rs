@@ -23,6 +23,8 @@ pub struct AgentRules {
     pub route: String,
     pub max_steps: u32,
     pub tools: BTreeMap<String, ToolRules>,
+    /// An approval not decided within this time is rejected as expired (`None`: never).
+    pub approval_timeout: Option<std::time::Duration>,
 }
 
 /// What a model call returned.
@@ -73,6 +75,10 @@ pub enum Input {
     },
     Cancel {
         reason: String,
+    },
+    /// The approval's time ran out (see `AgentRules::approval_timeout`).
+    ApprovalExpired {
+        call_id: String,
     },
     /// The actor was (re)activated from the journal: resume whatever was in flight.
     Recover,
@@ -213,7 +219,7 @@ pub fn decide(
                 .turn
                 .as_ref()
                 .and_then(|t| t.call(&call_id))
-                .ok_or(Refusal::NoSuchApproval)?;
+                .ok_or_else(|| unknown_approval(state, &call_id))?;
             let CallStatus::AwaitingApproval { args_hash, .. } = &call.status else {
                 return Err(Refusal::AlreadyDecided);
             };
@@ -238,6 +244,30 @@ pub fn decide(
                 });
             }
         }
+        Input::ApprovalExpired { call_id } => {
+            let call = state
+                .turn
+                .as_ref()
+                .and_then(|t| t.call(&call_id))
+                .ok_or_else(|| unknown_approval(state, &call_id))?;
+            if !matches!(call.status, CallStatus::AwaitingApproval { .. }) {
+                return Err(Refusal::AlreadyDecided);
+            }
+            let tool = call.tool.clone();
+            next.push(SessionEvent::ApprovalDecided {
+                call_id: call_id.clone(),
+                approved: false,
+                reason: Some("expired".into()),
+                decided_by: "stead".into(),
+                scope: ApprovalScope::Once,
+            });
+            next.push(SessionEvent::ToolCallFailed {
+                call_id,
+                tool,
+                error: "the approval expired before anyone decided".into(),
+                in_doubt: false,
+            });
+        }
         Input::Cancel { reason } => {
             let Some(turn) = &state.turn else {
                 return Err(Refusal::NothingToCancel);
@@ -253,6 +283,15 @@ pub fn decide(
     }
     next.advance();
     Ok(next.decision)
+}
+
+/// A decision for a call not in the current turn: decided earlier, or never asked.
+fn unknown_approval(state: &SessionState, call_id: &str) -> Refusal {
+    if state.decided_approvals.contains(call_id) {
+        Refusal::AlreadyDecided
+    } else {
+        Refusal::NoSuchApproval
+    }
 }
 
 struct Planner<'a> {

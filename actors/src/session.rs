@@ -172,6 +172,24 @@ impl Actor for SessionActor {
             }
         }
         myself.cast(SessionMsg::Input(Input::Recover, None))?;
+        if let (Some(timeout), Some(turn)) = (deps.agent.rules.approval_timeout, &state.turn) {
+            // Approvals still pending after a restart get the full timeout again from now:
+            // an approval may expire late, never early.
+            for call in &turn.calls {
+                if matches!(
+                    call.status,
+                    crate::state::CallStatus::AwaitingApproval { .. }
+                ) {
+                    let me = myself.clone();
+                    let call_id = call.call_id.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(timeout).await;
+                        let _ =
+                            me.cast(SessionMsg::Input(Input::ApprovalExpired { call_id }, None));
+                    });
+                }
+            }
+        }
         let every = deps.lifecycle.passivate_after / 4;
         let me = myself.clone();
         tokio::spawn(async move {
@@ -203,7 +221,16 @@ impl Actor for SessionActor {
         match message {
             SessionMsg::Tick => {
                 live.subscribers.retain(|s| !s.is_closed());
+                // A pending approval with a timeout keeps its actor until the expiry fires (the
+                // timer lives in the actor).
+                let expiry_pending = live.deps.agent.rules.approval_timeout.is_some()
+                    && live
+                        .state
+                        .turn
+                        .as_ref()
+                        .is_some_and(|t| t.awaiting_approval());
                 let idle = live.tasks_in_flight == 0
+                    && !expiry_pending
                     && live.subscribers.is_empty()
                     && live.last_activity.elapsed() >= live.deps.lifecycle.passivate_after;
                 if idle {
@@ -296,6 +323,9 @@ impl Live {
                 Err(error) => return Err(SessionError::Journal(error.to_string())),
             };
             for (seq, event) in seqs.into_iter().zip(decision.events) {
+                if let SessionEvent::ApprovalRequested { call_id, .. } = &event {
+                    self.schedule_expiry(myself, call_id.clone());
+                }
                 self.state.apply(seq, &event);
                 self.broadcast(Frame::Event { seq, event });
             }
@@ -307,6 +337,18 @@ impl Live {
             self.start(myself, action);
         }
         Ok(self.state.last_seq)
+    }
+
+    /// Rejects the approval as expired when its time runs out (a decision first wins; the late
+    /// expiry is then refused and dropped).
+    fn schedule_expiry(&self, myself: &ActorRef<SessionMsg>, call_id: String) {
+        if let Some(timeout) = self.deps.agent.rules.approval_timeout {
+            let me = myself.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(timeout).await;
+                let _ = me.cast(SessionMsg::Input(Input::ApprovalExpired { call_id }, None));
+            });
+        }
     }
 
     /// Writes the folded state; a failure only costs a longer replay next time.

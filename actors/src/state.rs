@@ -83,6 +83,7 @@ impl Turn {
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct SessionState {
     pub last_seq: i64,
     pub agent: String,
@@ -93,6 +94,9 @@ pub struct SessionState {
     pub client_ids: BTreeSet<String>,
     /// Tools approved for the rest of the session.
     pub approved_tools: BTreeSet<String>,
+    /// Calls whose approval was decided (so a late second decision is a conflict, even after
+    /// the turn moved on).
+    pub decided_approvals: BTreeSet<String>,
     pub usage: Usage,
     /// Counters that make generated ids deterministic under replay.
     pub model_calls_total: u64,
@@ -177,6 +181,7 @@ impl SessionState {
                 scope,
                 ..
             } => {
+                self.decided_approvals.insert(call_id.clone());
                 if *approved {
                     if *scope == ApprovalScope::Session {
                         if let Some(tool) = self.turn.as_ref().and_then(|t| t.call(call_id)) {

@@ -53,6 +53,7 @@ impl Session {
                 route: "default".into(),
                 max_steps: 4,
                 tools,
+                approval_timeout: None,
             },
         };
         s.commit(vec![SessionEvent::SessionCreated {
@@ -544,5 +545,49 @@ fn late_or_foreign_results_are_refused() {
             result: json!(1)
         }),
         Err(Refusal::Stale)
+    );
+}
+
+#[test]
+fn an_expired_approval_is_rejected_and_a_late_decision_refused() {
+    let mut s = Session::new();
+    s.send(user("clean up")).unwrap();
+    s.send(answer(
+        "m1",
+        "",
+        vec![("delete_records", json!({"table": "logs"}))],
+    ))
+    .unwrap();
+    let actions = s
+        .send(Input::ApprovalExpired {
+            call_id: "t1".into(),
+        })
+        .unwrap();
+    assert_eq!(
+        actions,
+        vec![Action::CallModel {
+            call_id: "m2".into()
+        }],
+        "the model hears the expiry"
+    );
+    assert!(s.journal.iter().any(|e| matches!(
+        e,
+        SessionEvent::ApprovalDecided { approved: false, reason: Some(r), decided_by, .. } if r == "expired" && decided_by == "stead"
+    )));
+    let late = Input::Decision {
+        call_id: "t1".into(),
+        approved: true,
+        reason: None,
+        decided_by: "ada".into(),
+        scope: ApprovalScope::Once,
+        args_hash: None,
+    };
+    assert_eq!(s.send(late), Err(Refusal::AlreadyDecided));
+    // An expiry after a decision is refused too (the decision won).
+    assert_eq!(
+        s.send(Input::ApprovalExpired {
+            call_id: "t1".into()
+        }),
+        Err(Refusal::AlreadyDecided)
     );
 }

@@ -154,6 +154,7 @@ fn agent(url: &str) -> Agent {
                 )
             })
             .collect(),
+        approval_timeout: None,
     };
     Agent {
         name: "ops".into(),
@@ -589,6 +590,50 @@ async fn idle_sessions_passivate_and_come_back_from_snapshot_and_journal() {
     let after = registry.state(id).await.unwrap();
     assert_eq!(after, before);
     assert_eq!(after, fold_all(&store.read(id, 0, 1000).await.unwrap()));
+    registry.stop_all();
+    store.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undecided_approval_expires() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(&dir).await;
+    let (url, hits) = endpoint().await;
+    let mut ops = agent(&url);
+    ops.rules.approval_timeout = Some(Duration::from_millis(100));
+    let model = ScriptedModel::new(vec![
+        ("", vec![("delete_records", json!({"table": "users"}))]),
+        ("Nobody approved it.", vec![]),
+    ]);
+    let registry = SessionRegistry::new(store.clone(), model, vec![ops]);
+    let id = store
+        .create_session(NewSession::for_agent("ops"))
+        .await
+        .unwrap()
+        .id;
+    let mut frames = registry.subscribe(id).await.unwrap();
+    registry
+        .send(
+            id,
+            Input::UserMessage {
+                text: "clean".into(),
+                client_id: None,
+            },
+        )
+        .await
+        .unwrap();
+    wait_for(&mut frames, "turn_finished").await;
+    let journal = store.read(id, 0, 100).await.unwrap();
+    let decided = journal
+        .iter()
+        .find(|e| e.kind == "approval_decided")
+        .unwrap();
+    assert_eq!(decided.payload["approved"], false);
+    assert_eq!(decided.payload["reason"], "expired");
+    assert!(
+        hits.keys.lock().unwrap().is_empty(),
+        "an expired call never runs"
+    );
     registry.stop_all();
     store.shutdown().await;
 }
