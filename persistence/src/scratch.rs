@@ -74,3 +74,39 @@ impl ScratchDatabase {
         Ok(())
     }
 }
+
+/// Waits until no connection other than this check's own is open to the database at `url`
+/// (PostgreSQL; a no-op for SQLite). A killed client's server-side backend can still be
+/// finishing — even committing — its last transaction: crash tests wait for it to be gone
+/// before they read what survived.
+pub async fn wait_for_other_connections(
+    url: &crate::DatabaseUrl,
+    timeout: std::time::Duration,
+) -> Result<()> {
+    let crate::DatabaseUrl::Postgres(url) = url else {
+        return Ok(());
+    };
+    let mut conn = PgConnectOptions::from_str(url)
+        .map_err(|e| Error::Config(format!("malformed PostgreSQL URL: {e}")))?
+        .connect()
+        .await?;
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let others: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE datname = current_database() AND pid <> pg_backend_pid()",
+        )
+        .fetch_one(&mut conn)
+        .await?;
+        if others == 0 {
+            conn.close().await?;
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(Error::InvalidInput(format!(
+                "{others} connection(s) still open"
+            )));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}

@@ -116,7 +116,9 @@ async fn crash_trials(backend: Backend) {
             *best = (*best).max(seq);
         }
 
-        wait_for_dead_connections(&url).await;
+        stead_persistence::scratch::wait_for_other_connections(&url, Duration::from_secs(30))
+            .await
+            .expect("the killed child's connections go away");
         let store = open(&url).await;
         for id in &sessions {
             let events = store.read(*id, 0, 1_000_000).await.unwrap();
@@ -143,32 +145,6 @@ async fn crash_trials(backend: Backend) {
         "only {trials_with_acks} of {TRIALS} trials acknowledged anything: the test is not testing"
     );
     guard.cleanup().await;
-}
-
-/// A killed client's server-side backend can still be finishing (even committing) its last
-/// transaction. "After reopening" means after the server has let go of the dead process, so
-/// wait for its connections to disappear before checking.
-async fn wait_for_dead_connections(url: &DatabaseUrl) {
-    let DatabaseUrl::Postgres(url) = url else {
-        return;
-    };
-    use sqlx::Connection;
-    let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
-    for _ in 0..3000 {
-        let others: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity \
-             WHERE datname = current_database() AND pid <> pg_backend_pid()",
-        )
-        .fetch_one(&mut conn)
-        .await
-        .unwrap();
-        if others == 0 {
-            conn.close().await.unwrap();
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("the killed child's connections did not go away");
 }
 
 /// The child: appends forever from several concurrent writers and prints `ack ID SEQ` after

@@ -1,0 +1,377 @@
+//! Crash recovery on a real process: a child process (this test binary, re-run with the ignored
+//! `crash_child` test selected) drives session actors — a scripted model double calls an
+//! idempotent and a non-idempotent webhook tool — and is killed with SIGKILL at random moments.
+//! After every kill the journal is checked; after the last one, the parent activates every
+//! session and lets each turn finish. Tool effects are counted at a real HTTP endpoint (a test
+//! double of the user's service) by `Idempotency-Key`.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::process::{Command, Stdio};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::routing::post;
+use axum::{Json, Router};
+use rand::Rng;
+use serde_json::{json, Value};
+use stead_actors::session::{Agent, ModelClient, ModelRequest, SessionRegistry};
+use stead_actors::tools::{Tool, ToolInfo, WebhookTool};
+use stead_actors::{
+    AgentRules, ApprovalPolicy, Input, ModelOutput, SessionEvent, SessionState, ToolRules,
+    TranscriptEntry, Usage,
+};
+use stead_persistence::{Backend, DatabaseUrl, JournalStore, NewSession, StoreOptions};
+use tokio::sync::mpsc::UnboundedSender;
+use uuid::Uuid;
+
+#[path = "../../persistence/tests/common/mod.rs"]
+mod common;
+
+const TRIALS: usize = 60;
+const SESSIONS: usize = 4;
+const CHILD_URL: &str = "CRASH_ACTORS_DATABASE_URL";
+const CHILD_ENDPOINT: &str = "CRASH_ACTORS_ENDPOINT";
+const CHILD_SESSIONS: &str = "CRASH_ACTORS_SESSIONS";
+
+/// Deterministic model double: a user message asks for a tool (alternating idempotent and
+/// not), a tool result gets a final answer.
+struct Scripted;
+
+#[async_trait]
+impl ModelClient for Scripted {
+    async fn complete(
+        &self,
+        request: ModelRequest,
+        deltas: UnboundedSender<String>,
+        _cancel: Arc<AtomicBool>,
+    ) -> Result<ModelOutput, String> {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let users = request
+            .transcript
+            .iter()
+            .filter(|e| matches!(e, TranscriptEntry::User { .. }))
+            .count();
+        let (text, calls) = match request.transcript.last() {
+            Some(TranscriptEntry::User { .. }) => {
+                let tool = if users % 2 == 0 { "charge" } else { "record" };
+                (
+                    String::new(),
+                    vec![(tool.to_string(), json!({ "turn": users }))],
+                )
+            }
+            _ => (format!("done {users}"), vec![]),
+        };
+        let _ = deltas.send(text.clone());
+        Ok(ModelOutput {
+            text,
+            tool_calls: calls,
+            usage: Usage {
+                prompt_tokens: 1,
+                completion_tokens: 1,
+            },
+            provider: "scripted".into(),
+            model: "double".into(),
+            latency_ms: 5.0,
+            ttft_ms: 1.0,
+            cost: 0.0,
+        })
+    }
+}
+
+fn agent(endpoint: &str) -> Agent {
+    let mut tools: BTreeMap<String, Arc<dyn Tool>> = BTreeMap::new();
+    for (name, idempotent) in [("record", true), ("charge", false)] {
+        tools.insert(
+            name.into(),
+            Arc::new(WebhookTool {
+                info: ToolInfo {
+                    name: name.into(),
+                    description: String::new(),
+                    approval: ApprovalPolicy::Never,
+                    idempotent,
+                },
+                url: format!("{endpoint}/{name}"),
+                parameters: json!({ "type": "object" }),
+                timeout: Duration::from_secs(5),
+                attempts: 3,
+                client: reqwest::Client::new(),
+            }),
+        );
+    }
+    let rules = AgentRules {
+        route: "default".into(),
+        max_steps: 4,
+        tools: tools
+            .iter()
+            .map(|(n, t)| {
+                (
+                    n.clone(),
+                    ToolRules {
+                        approval: ApprovalPolicy::Never,
+                        idempotent: t.idempotent(),
+                    },
+                )
+            })
+            .collect(),
+        approval_timeout: None,
+    };
+    Agent {
+        name: "crash".into(),
+        system_prompt: String::new(),
+        rules,
+        tools,
+    }
+}
+
+/// The user's service double: records every request by tool and key, and applies each key's
+/// effect once (as an idempotent service would), counting duplicate deliveries.
+#[derive(Clone, Default)]
+struct Service {
+    deliveries: Arc<Mutex<Vec<(String, String)>>>,
+}
+
+async fn deliver(
+    State(s): State<Service>,
+    axum::extract::Path(tool): axum::extract::Path<String>,
+    headers: HeaderMap,
+    Json(_): Json<Value>,
+) -> Json<Value> {
+    let key = headers
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    s.deliveries.lock().unwrap().push((tool, key.clone()));
+    Json(json!({ "ok": key }))
+}
+
+async fn service() -> (String, Service) {
+    let s = Service::default();
+    let app = Router::new()
+        .route("/{tool}", post(deliver))
+        .with_state(s.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (url, s)
+}
+
+fn url_string(url: &DatabaseUrl) -> String {
+    match url {
+        DatabaseUrl::Sqlite(path) => format!("sqlite://{}", path.display()),
+        DatabaseUrl::Postgres(url) => url.clone(),
+    }
+}
+
+async fn open(url: &DatabaseUrl) -> Arc<dyn JournalStore> {
+    stead_persistence::open(StoreOptions::new(url.clone()))
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_sessions_survive_sigkill_without_duplicate_effects() {
+    crash_trials(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_sessions_survive_sigkill_without_duplicate_effects() {
+    crash_trials(Backend::Postgres).await;
+}
+
+async fn crash_trials(backend: Backend) {
+    let (db, guard) = common::fresh_location(backend).await;
+    let (endpoint, service) = service().await;
+    let store = open(&db).await;
+    let mut ids = Vec::new();
+    for _ in 0..SESSIONS {
+        ids.push(
+            store
+                .create_session(NewSession::for_agent("crash"))
+                .await
+                .unwrap()
+                .id,
+        );
+    }
+    store.shutdown().await;
+    let id_list = ids
+        .iter()
+        .map(Uuid::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut rng = rand::rng();
+    for trial in 0..TRIALS {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "crash_child",
+                "--exact",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD_URL, url_string(&db))
+            .env(CHILD_ENDPOINT, &endpoint)
+            .env(CHILD_SESSIONS, &id_list)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(rng.random_range(30..250))).await;
+        // SAFETY: plain syscall on a child pid we own.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGKILL) }, 0);
+        let _ = child.wait();
+        stead_persistence::scratch::wait_for_other_connections(&db, Duration::from_secs(30))
+            .await
+            .unwrap();
+        let store = open(&db).await;
+        for id in &ids {
+            check_journal(&store, *id, trial).await;
+        }
+        store.shutdown().await;
+    }
+
+    // Recovery to the end: activate every session here and let its turns finish.
+    let store = open(&db).await;
+    let registry = SessionRegistry::new(store.clone(), Arc::new(Scripted), vec![agent(&endpoint)]);
+    for id in &ids {
+        let mut settled = false;
+        for _ in 0..500 {
+            if registry.state(*id).await.unwrap().turn.is_none() {
+                settled = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(settled, "session {id} finishes its turn after recovery");
+        check_journal(&store, *id, TRIALS).await;
+    }
+    registry.stop_all();
+
+    // Effects: every key belongs to one call; a non-idempotent call is delivered at most once;
+    // every finished call was delivered.
+    let deliveries = service.deliveries.lock().unwrap().clone();
+    let mut per_key: HashMap<String, (String, usize)> = HashMap::new();
+    for (tool, key) in &deliveries {
+        per_key.entry(key.clone()).or_insert((tool.clone(), 0)).1 += 1;
+    }
+    for (key, (tool, count)) in &per_key {
+        if tool == "charge" {
+            assert_eq!(
+                *count, 1,
+                "the non-idempotent call {key} was delivered {count} times"
+            );
+        }
+    }
+    let mut finished_calls = 0;
+    let mut in_doubt = 0;
+    for id in &ids {
+        for event in store.read(*id, 0, 100_000).await.unwrap() {
+            match SessionEvent::from_parts(&event.kind, &event.payload) {
+                Some(SessionEvent::ToolCallFinished { call_id, .. }) => {
+                    finished_calls += 1;
+                    assert!(
+                        per_key.contains_key(&format!("{id}:{call_id}")),
+                        "finished call {call_id} was never delivered"
+                    );
+                }
+                Some(SessionEvent::ToolCallFailed { in_doubt: true, .. }) => in_doubt += 1,
+                _ => {}
+            }
+        }
+    }
+    let redelivered = per_key.values().filter(|(_, count)| *count > 1).count();
+    eprintln!(
+        "{backend}: {TRIALS} kills, {} deliveries for {} keys, {finished_calls} calls finished, \
+         {in_doubt} non-idempotent calls in doubt, {redelivered} idempotent calls re-run with their key",
+        deliveries.len(),
+        per_key.len()
+    );
+    assert!(finished_calls > 0, "the loop made progress between kills");
+    assert!(
+        in_doubt + redelivered > 0,
+        "no kill landed inside a tool call: the test is not testing recovery"
+    );
+    store.shutdown().await;
+    guard.cleanup().await;
+}
+
+/// The journal folds cleanly, every call has at most one outcome, every model call at most one
+/// answer.
+async fn check_journal(store: &Arc<dyn JournalStore>, id: Uuid, trial: usize) {
+    let events = store.read(id, 0, 100_000).await.unwrap();
+    let mut state = SessionState::default();
+    let mut outcomes: HashSet<String> = HashSet::new();
+    let mut answers: HashSet<String> = HashSet::new();
+    for (i, event) in events.iter().enumerate() {
+        assert_eq!(event.seq, i as i64 + 1, "trial {trial}: gap");
+        let typed = SessionEvent::from_parts(&event.kind, &event.payload).expect("known kind");
+        match &typed {
+            SessionEvent::ToolCallFinished { call_id, .. }
+            | SessionEvent::ToolCallFailed { call_id, .. } => {
+                assert!(
+                    outcomes.insert(call_id.clone()),
+                    "trial {trial}: call {call_id} has two outcomes"
+                );
+            }
+            SessionEvent::ModelCallFinished { call_id, .. }
+            | SessionEvent::ModelCallFailed { call_id, .. } => {
+                assert!(
+                    answers.insert(call_id.clone()),
+                    "trial {trial}: model call {call_id} answered twice"
+                );
+            }
+            _ => {}
+        }
+        state.apply(event.seq, &typed);
+    }
+}
+
+/// The child: keeps every session busy until killed.
+#[test]
+#[ignore = "run by the crash tests as a child process"]
+fn crash_child() {
+    let Ok(url) = std::env::var(CHILD_URL) else {
+        return;
+    };
+    let endpoint = std::env::var(CHILD_ENDPOINT).unwrap();
+    let ids: Vec<Uuid> = std::env::var(CHILD_SESSIONS)
+        .unwrap()
+        .split(',')
+        .map(|s| Uuid::parse_str(s).unwrap())
+        .collect();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async move {
+        let store = open(&DatabaseUrl::parse(&url).unwrap()).await;
+        let registry = SessionRegistry::new(store, Arc::new(Scripted), vec![agent(&endpoint)]);
+        loop {
+            for id in &ids {
+                let state = registry.state(*id).await.unwrap();
+                let users = state
+                    .transcript
+                    .iter()
+                    .filter(|e| matches!(e, TranscriptEntry::User { .. }))
+                    .count();
+                if state.turn.is_none() && state.queued.is_empty() {
+                    let _ = registry
+                        .send(
+                            *id,
+                            Input::UserMessage {
+                                text: format!("turn {users}"),
+                                client_id: None,
+                            },
+                        )
+                        .await;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    });
+}
