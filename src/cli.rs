@@ -59,6 +59,21 @@ pub enum BenchCommand {
     Journal(JournalBenchArgs),
     /// The local inference engine against onnxruntime-genai on the same model.
     Inference(InferenceBenchArgs),
+    /// Session actors: parked-session memory, activation time, durable step latency.
+    Sessions(SessionsBenchArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SessionsBenchArgs {
+    /// Parked sessions to hold live, then passivate.
+    #[arg(long, default_value_t = 100_000)]
+    pub parked: usize,
+    /// Events in the long session whose activation is timed.
+    #[arg(long, default_value_t = 10_000)]
+    pub long_events: usize,
+    /// Turns for the durable step latency.
+    #[arg(long, default_value_t = 2_000)]
+    pub turns: usize,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -173,6 +188,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Setup(args) => crate::serve::setup(config, args).await,
             Command::Bench(BenchCommand::Journal(args)) => {
                 crate::bench::journal(config, args).await
+            }
+            Command::Bench(BenchCommand::Sessions(args)) => {
+                crate::bench_sessions::sessions(config, args).await
             }
             Command::Bench(BenchCommand::Inference(args)) => {
                 crate::bench_inference::inference(config, args).await

@@ -6,6 +6,7 @@
 
 pub mod bench;
 pub mod bench_inference;
+pub mod bench_sessions;
 pub mod cli;
 pub mod config;
 pub mod local_model;

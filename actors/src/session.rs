@@ -561,17 +561,31 @@ impl SessionRegistry {
     }
 
     fn live_actor(&self, id: Uuid) -> Option<ActorRef<SessionMsg>> {
-        let live = self.live.lock().expect("registry lock");
-        // Right after spawn an actor may still be `Starting`: that one is live too. Only a
-        // stopping or stopped actor is replaced.
-        live.get(&id)
-            .filter(|a| {
-                !matches!(
-                    a.get_status(),
-                    ractor::ActorStatus::Stopping | ractor::ActorStatus::Stopped
-                )
-            })
-            .cloned()
+        let mut live = self.live.lock().expect("registry lock");
+        // Right after spawn an actor may still be `Starting`: that one is live too. A stopping
+        // or stopped (passivated, fenced) actor is forgotten, so the map holds live ones only.
+        let stopped = live.get(&id).is_some_and(|a| {
+            matches!(
+                a.get_status(),
+                ractor::ActorStatus::Stopping | ractor::ActorStatus::Stopped
+            )
+        });
+        if stopped {
+            live.remove(&id);
+        }
+        live.get(&id).cloned()
+    }
+
+    /// Forgets every actor that has stopped (passivated sessions cost nothing here).
+    pub fn prune(&self) -> usize {
+        let mut live = self.live.lock().expect("registry lock");
+        live.retain(|_, a| {
+            !matches!(
+                a.get_status(),
+                ractor::ActorStatus::Stopping | ractor::ActorStatus::Stopped
+            )
+        });
+        live.len()
     }
 
     /// Sends an input and waits until its events are committed.
