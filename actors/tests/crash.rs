@@ -36,6 +36,8 @@ const SESSIONS: usize = 4;
 const CHILD_URL: &str = "CRASH_ACTORS_DATABASE_URL";
 const CHILD_ENDPOINT: &str = "CRASH_ACTORS_ENDPOINT";
 const CHILD_SESSIONS: &str = "CRASH_ACTORS_SESSIONS";
+/// When set, every tool needs approval (the child parks).
+const CHILD_GATED: &str = "CRASH_ACTORS_GATED";
 
 /// Deterministic model double: a user message asks for a tool (alternating idempotent and
 /// not), a tool result gets a final answer.
@@ -232,6 +234,7 @@ async fn crash_trials(backend: Backend) {
             check_journal(&store, *id, trial).await;
         }
         store.shutdown().await;
+        drop(store);
     }
 
     // Recovery to the end: activate every session here and let its turns finish.
@@ -330,6 +333,116 @@ async fn check_journal(store: &Arc<dyn JournalStore>, id: Uuid, trial: usize) {
     }
 }
 
+/// SIGKILL while parked on an approval, restart, approve: the gated webhook runs exactly once
+/// and the turn finishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_while_parked_then_approve_runs_the_tool_once() {
+    for backend in [Backend::Sqlite, Backend::Postgres] {
+        let (db, guard) = common::fresh_location(backend).await;
+        let (endpoint, service) = service().await;
+        let store = open(&db).await;
+        let id = store
+            .create_session(NewSession::for_agent("crash"))
+            .await
+            .unwrap()
+            .id;
+        store.shutdown().await;
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "crash_child",
+                "--exact",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD_URL, url_string(&db))
+            .env(CHILD_ENDPOINT, &endpoint)
+            .env(CHILD_SESSIONS, id.to_string())
+            .env(CHILD_GATED, "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        // Kill it once the session is parked.
+        let store = open(&db).await;
+        let mut parked = false;
+        for _ in 0..1000 {
+            let events = store.read(id, 0, 1000).await.unwrap();
+            if events.iter().any(|e| e.kind == "approval_requested") {
+                parked = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(parked, "{backend}: the child parked on the approval");
+        // SAFETY: plain syscall on a child pid we own.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGKILL) }, 0);
+        let _ = child.wait();
+        store.shutdown().await;
+        drop(store);
+        stead_persistence::scratch::wait_for_other_connections(&db, Duration::from_secs(30))
+            .await
+            .unwrap();
+        let store = open(&db).await;
+        assert!(
+            service.deliveries.lock().unwrap().is_empty(),
+            "nothing ran before the decision"
+        );
+
+        // Restart: a new registry finds the session still parked; the decision runs the tool.
+        let registry = SessionRegistry::new(
+            store.clone(),
+            Arc::new(Scripted),
+            vec![gated_agent(&endpoint)],
+        );
+        assert_eq!(
+            registry.state(id).await.unwrap().status(),
+            "awaiting_approval"
+        );
+        let call_id = registry.state(id).await.unwrap().turn.unwrap().calls[0]
+            .call_id
+            .clone();
+        registry
+            .send(
+                id,
+                Input::Decision {
+                    call_id: call_id.clone(),
+                    approved: true,
+                    reason: None,
+                    decided_by: "ada".into(),
+                    scope: stead_actors::ApprovalScope::Once,
+                    args_hash: None,
+                },
+            )
+            .await
+            .unwrap();
+        let mut finished = false;
+        for _ in 0..500 {
+            if registry.state(id).await.unwrap().turn.is_none() {
+                finished = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(finished, "{backend}: the turn finishes after the approval");
+        let deliveries = service.deliveries.lock().unwrap().clone();
+        assert_eq!(deliveries.len(), 1, "{backend}: exactly one delivery");
+        assert_eq!(deliveries[0].1, format!("{id}:{call_id}"));
+        registry.stop_all();
+        store.shutdown().await;
+        guard.cleanup().await;
+    }
+}
+
+/// The crash agent with every tool gated by approval.
+fn gated_agent(endpoint: &str) -> Agent {
+    let mut agent = agent(endpoint);
+    for rules in agent.rules.tools.values_mut() {
+        rules.approval = ApprovalPolicy::Always;
+    }
+    agent
+}
+
 /// The child: keeps every session busy until killed.
 #[test]
 #[ignore = "run by the crash tests as a child process"]
@@ -350,7 +463,12 @@ fn crash_child() {
         .unwrap();
     runtime.block_on(async move {
         let store = open(&DatabaseUrl::parse(&url).unwrap()).await;
-        let registry = SessionRegistry::new(store, Arc::new(Scripted), vec![agent(&endpoint)]);
+        let agent = if std::env::var_os(CHILD_GATED).is_some() {
+            gated_agent(&endpoint)
+        } else {
+            agent(&endpoint)
+        };
+        let registry = SessionRegistry::new(store, Arc::new(Scripted), vec![agent]);
         loop {
             for id in &ids {
                 let state = registry.state(*id).await.unwrap();

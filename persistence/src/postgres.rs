@@ -58,7 +58,7 @@ impl PgStore {
         };
         let connect = PgConnectOptions::from_str(url)
             .map_err(|e| Error::Config(format!("malformed PostgreSQL URL: {e}")))?
-            .application_name("stead");
+            .application_name(&crate::scratch::application_name());
         // One direct connection first, so that an unreachable server or a refused login is
         // reported as such rather than as a pool timeout.
         let probe = tokio::time::timeout(options.connect_timeout, connect.connect()).await;

@@ -75,10 +75,16 @@ impl ScratchDatabase {
     }
 }
 
-/// Waits until no connection other than this check's own is open to the database at `url`
-/// (PostgreSQL; a no-op for SQLite). A killed client's server-side backend can still be
-/// finishing — even committing — its last transaction: crash tests wait for it to be gone
-/// before they read what survived.
+/// The `application_name` this process's connections carry: `stead/{pid}`, so that
+/// `pg_stat_activity` tells Stead processes apart.
+pub fn application_name() -> String {
+    format!("stead/{}", std::process::id())
+}
+
+/// Waits until no other process has a connection open to the database at `url` (PostgreSQL;
+/// a no-op for SQLite). A killed client's server-side backend can still be finishing — even
+/// committing — its last transaction: crash tests wait for it to be gone before they read
+/// what survived.
 pub async fn wait_for_other_connections(
     url: &crate::DatabaseUrl,
     timeout: std::time::Duration,
@@ -94,8 +100,10 @@ pub async fn wait_for_other_connections(
     loop {
         let others: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM pg_stat_activity \
-             WHERE datname = current_database() AND pid <> pg_backend_pid()",
+             WHERE datname = current_database() AND pid <> pg_backend_pid() \
+             AND application_name IS DISTINCT FROM $1",
         )
+        .bind(application_name())
         .fetch_one(&mut conn)
         .await?;
         if others == 0 {
@@ -103,8 +111,16 @@ pub async fn wait_for_other_connections(
             return Ok(());
         }
         if std::time::Instant::now() > deadline {
+            let who: Vec<(Option<String>, Option<String>, Option<String>)> = sqlx::query_as(
+                "SELECT application_name, state, left(query, 80) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND pid <> pg_backend_pid() \
+                 AND application_name IS DISTINCT FROM $1",
+            )
+            .bind(application_name())
+            .fetch_all(&mut conn)
+            .await?;
             return Err(Error::InvalidInput(format!(
-                "{others} connection(s) still open"
+                "{others} connection(s) still open: {who:?}"
             )));
         }
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
