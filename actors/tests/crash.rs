@@ -6,7 +6,7 @@
 //! double of the user's service) by `Idempotency-Key`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -162,13 +162,6 @@ async fn service() -> (String, Service) {
     (url, s)
 }
 
-fn url_string(url: &DatabaseUrl) -> String {
-    match url {
-        DatabaseUrl::Sqlite(path) => format!("sqlite://{}", path.display()),
-        DatabaseUrl::Postgres(url) => url.clone(),
-    }
-}
-
 async fn open(url: &DatabaseUrl) -> Arc<dyn JournalStore> {
     stead_persistence::open(StoreOptions::new(url.clone()))
         .await
@@ -207,15 +200,8 @@ async fn crash_trials(backend: Backend) {
         .join(",");
     let mut rng = rand::rng();
     for trial in 0..TRIALS {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "crash_child",
-                "--exact",
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_URL, url_string(&db))
+        let mut child = common::child_process("crash_child")
+            .env(CHILD_URL, common::url_string(&db))
             .env(CHILD_ENDPOINT, &endpoint)
             .env(CHILD_SESSIONS, &id_list)
             .stdout(Stdio::null())
@@ -347,15 +333,8 @@ async fn sigkill_while_parked_then_approve_runs_the_tool_once() {
             .unwrap()
             .id;
         store.shutdown().await;
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "crash_child",
-                "--exact",
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_URL, url_string(&db))
+        let mut child = common::child_process("crash_child")
+            .env(CHILD_URL, common::url_string(&db))
             .env(CHILD_ENDPOINT, &endpoint)
             .env(CHILD_SESSIONS, id.to_string())
             .env(CHILD_GATED, "1")

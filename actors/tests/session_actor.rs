@@ -182,6 +182,39 @@ async fn wait_for(
     }
 }
 
+/// Sends a user message and waits for its commit.
+async fn say(registry: &SessionRegistry, id: uuid::Uuid, text: &str) {
+    registry
+        .send(
+            id,
+            Input::UserMessage {
+                text: text.into(),
+                client_id: None,
+            },
+        )
+        .await
+        .unwrap();
+}
+
+async fn new_session(store: &Arc<dyn JournalStore>) -> uuid::Uuid {
+    store
+        .create_session(NewSession::for_agent("ops"))
+        .await
+        .unwrap()
+        .id
+}
+
+/// Polls `check` every 10 ms, up to 3 s; true once it holds.
+async fn eventually(mut check: impl FnMut() -> bool) -> bool {
+    for _ in 0..300 {
+        if check() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    false
+}
+
 async fn store(dir: &tempfile::TempDir) -> Arc<dyn JournalStore> {
     stead_persistence::open(StoreOptions::new(DatabaseUrl::Sqlite(
         dir.path().join("s.db"),
@@ -200,22 +233,9 @@ async fn a_turn_streams_deltas_and_journals_every_step() {
         ("It is noon now.", vec![]),
     ]);
     let registry = SessionRegistry::new(store.clone(), model.clone(), vec![agent(&url)]);
-    let id = store
-        .create_session(NewSession::for_agent("ops"))
-        .await
-        .unwrap()
-        .id;
+    let id = new_session(&store).await;
     let mut frames = registry.subscribe(id).await.unwrap();
-    registry
-        .send(
-            id,
-            Input::UserMessage {
-                text: "time?".into(),
-                client_id: None,
-            },
-        )
-        .await
-        .unwrap();
+    say(&registry, id, "time?").await;
     let seen = wait_for(&mut frames, "turn_finished").await;
     let deltas: String = seen
         .iter()
@@ -261,24 +281,11 @@ async fn parked_approval_survives_reactivation_and_the_webhook_runs_once() {
         ("", vec![("delete_records", json!({"table": "users"}))]),
         ("Deleted.", vec![]),
     ]);
-    let id = store
-        .create_session(NewSession::for_agent("ops"))
-        .await
-        .unwrap()
-        .id;
+    let id = new_session(&store).await;
     {
         let registry = SessionRegistry::new(store.clone(), model.clone(), vec![agent(&url)]);
         let mut frames = registry.subscribe(id).await.unwrap();
-        registry
-            .send(
-                id,
-                Input::UserMessage {
-                    text: "clean users".into(),
-                    client_id: None,
-                },
-            )
-            .await
-            .unwrap();
+        say(&registry, id, "clean users").await;
         wait_for(&mut frames, "approval_requested").await;
         assert_eq!(
             registry.state(id).await.unwrap().status(),
@@ -345,11 +352,7 @@ async fn one_live_actor_per_session_under_concurrent_activation() {
         ScriptedModel::new(vec![]),
         vec![agent(&url)],
     ));
-    let id = store
-        .create_session(NewSession::for_agent("ops"))
-        .await
-        .unwrap()
-        .id;
+    let id = new_session(&store).await;
     let mut tasks = Vec::new();
     for _ in 0..16 {
         let registry = registry.clone();
@@ -428,27 +431,10 @@ async fn a_panicking_tool_is_contained_and_other_sessions_are_untouched() {
         ("Hello from the other session.", vec![]),
     ]);
     let registry = SessionRegistry::new(store.clone(), model, vec![ops]);
-    let a = store
-        .create_session(NewSession::for_agent("ops"))
-        .await
-        .unwrap()
-        .id;
-    let b = store
-        .create_session(NewSession::for_agent("ops"))
-        .await
-        .unwrap()
-        .id;
+    let a = new_session(&store).await;
+    let b = new_session(&store).await;
     let mut frames_a = registry.subscribe(a).await.unwrap();
-    registry
-        .send(
-            a,
-            Input::UserMessage {
-                text: "boom".into(),
-                client_id: None,
-            },
-        )
-        .await
-        .unwrap();
+    say(&registry, a, "boom").await;
     wait_for(&mut frames_a, "turn_finished").await;
     let journal = store.read(a, 0, 100).await.unwrap();
     let failed = journal
@@ -461,16 +447,7 @@ async fn a_panicking_tool_is_contained_and_other_sessions_are_untouched() {
         .contains("the tool exploded"));
 
     let mut frames_b = registry.subscribe(b).await.unwrap();
-    registry
-        .send(
-            b,
-            Input::UserMessage {
-                text: "hi".into(),
-                client_id: None,
-            },
-        )
-        .await
-        .unwrap();
+    say(&registry, b, "hi").await;
     wait_for(&mut frames_b, "turn_finished").await;
     assert_eq!(registry.state(a).await.unwrap().status(), "idle");
     registry.stop_all();
@@ -484,11 +461,7 @@ async fn a_stale_actor_is_fenced_out_and_reactivates_from_the_journal() {
     let (url, _) = endpoint().await;
     let model = ScriptedModel::new(vec![("first", vec![]), ("second", vec![])]);
     let registry = SessionRegistry::new(store.clone(), model, vec![agent(&url)]);
-    let id = store
-        .create_session(NewSession::for_agent("ops"))
-        .await
-        .unwrap()
-        .id;
+    let id = new_session(&store).await;
     let state = registry.state(id).await.unwrap();
     // Another writer (another node, say) appends behind the actor's back.
     let (kind, payload) = SessionEvent::UserMessage {
@@ -549,23 +522,10 @@ async fn idle_sessions_passivate_and_come_back_from_snapshot_and_journal() {
     };
     let registry =
         SessionRegistry::new(store.clone(), model, vec![agent(&url)]).with_lifecycle(lifecycle);
-    let id = store
-        .create_session(NewSession::for_agent("ops"))
-        .await
-        .unwrap()
-        .id;
+    let id = new_session(&store).await;
     {
         let mut frames = registry.subscribe(id).await.unwrap();
-        registry
-            .send(
-                id,
-                Input::UserMessage {
-                    text: "time?".into(),
-                    client_id: None,
-                },
-            )
-            .await
-            .unwrap();
+        say(&registry, id, "time?").await;
         wait_for(&mut frames, "turn_finished").await;
     } // the subscriber goes away
     let before = registry.state(id).await.unwrap();
@@ -576,15 +536,10 @@ async fn idle_sessions_passivate_and_come_back_from_snapshot_and_journal() {
         .expect("a snapshot was written");
     assert!(snapshot.seq >= 4 && snapshot.seq <= before.last_seq);
 
-    let mut passivated = false;
-    for _ in 0..300 {
-        if !registry.is_live(id) {
-            passivated = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(passivated, "an idle session with no subscribers passivates");
+    assert!(
+        eventually(|| !registry.is_live(id)).await,
+        "an idle session with no subscribers passivates"
+    );
 
     // Re-activation (snapshot + journal after it) equals the state before and a full replay.
     let after = registry.state(id).await.unwrap();
@@ -606,22 +561,9 @@ async fn an_undecided_approval_expires() {
         ("Nobody approved it.", vec![]),
     ]);
     let registry = SessionRegistry::new(store.clone(), model, vec![ops]);
-    let id = store
-        .create_session(NewSession::for_agent("ops"))
-        .await
-        .unwrap()
-        .id;
+    let id = new_session(&store).await;
     let mut frames = registry.subscribe(id).await.unwrap();
-    registry
-        .send(
-            id,
-            Input::UserMessage {
-                text: "clean".into(),
-                client_id: None,
-            },
-        )
-        .await
-        .unwrap();
+    say(&registry, id, "clean").await;
     wait_for(&mut frames, "turn_finished").await;
     let journal = store.read(id, 0, 100).await.unwrap();
     let decided = journal

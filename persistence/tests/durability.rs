@@ -6,7 +6,7 @@ mod common;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,13 +31,6 @@ async fn sqlite_keeps_every_acknowledged_event_across_sigkill() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_keeps_every_acknowledged_event_across_sigkill() {
     crash_trials(Backend::Postgres).await;
-}
-
-fn url_string(url: &DatabaseUrl) -> String {
-    match url {
-        DatabaseUrl::Sqlite(path) => format!("sqlite://{}", path.display()),
-        DatabaseUrl::Postgres(url) => url.clone(),
-    }
 }
 
 async fn open(url: &DatabaseUrl) -> Arc<dyn JournalStore> {
@@ -71,15 +64,8 @@ async fn crash_trials(backend: Backend) {
     let mut trials_with_acks = 0;
     let mut rng = rand::rng();
     for trial in 0..TRIALS {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "crash_child",
-                "--exact",
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_URL, url_string(&url))
+        let mut child = common::child_process("crash_child")
+            .env(CHILD_URL, common::url_string(&url))
             .env(CHILD_SESSIONS, &ids)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

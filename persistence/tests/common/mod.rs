@@ -82,6 +82,28 @@ impl TestStore {
     }
 }
 
+/// The URL form of a database location (what a child process is told to open).
+pub fn url_string(url: &DatabaseUrl) -> String {
+    match url {
+        DatabaseUrl::Sqlite(path) => format!("sqlite://{}", path.display()),
+        DatabaseUrl::Postgres(url) => url.clone(),
+    }
+}
+
+/// This test binary re-run with only the ignored test `name` selected: the crash tests'
+/// child process, which the parent kills with SIGKILL.
+pub fn child_process(name: &str) -> std::process::Command {
+    let mut command = std::process::Command::new(std::env::current_exe().expect("test binary"));
+    command.args([
+        name,
+        "--exact",
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ]);
+    command
+}
+
 /// Runs one async test body against both backends, as `sqlite::name` and `postgres::name`.
 #[macro_export]
 macro_rules! both_backends {
