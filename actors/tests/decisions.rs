@@ -94,6 +94,18 @@ impl Session {
     }
 }
 
+/// Ada's decision on a call, not bound to an argument hash.
+fn decision(call_id: &str, approved: bool, scope: ApprovalScope) -> Input {
+    Input::Decision {
+        call_id: call_id.into(),
+        approved,
+        reason: None,
+        decided_by: "ada".into(),
+        scope,
+        args_hash: None,
+    }
+}
+
 fn user(text: &str) -> Input {
     Input::UserMessage {
         text: text.into(),
@@ -241,14 +253,7 @@ fn a_gated_tool_parks_until_approved_and_runs_once() {
     // Decided once: a second decision is a conflict.
     assert_eq!(s.send(approve), Err(Refusal::AlreadyDecided));
     assert_eq!(
-        s.send(Input::Decision {
-            call_id: "t9".into(),
-            approved: true,
-            reason: None,
-            decided_by: "ada".into(),
-            scope: ApprovalScope::Once,
-            args_hash: None,
-        }),
+        s.send(decision("t9", true, ApprovalScope::Once)),
         Err(Refusal::NoSuchApproval)
     );
 }
@@ -300,15 +305,8 @@ fn approval_for_the_session_covers_later_calls_of_that_tool() {
         vec![("delete_records", json!({"table": "a"}))],
     ))
     .unwrap();
-    s.send(Input::Decision {
-        call_id: "t1".into(),
-        approved: true,
-        reason: None,
-        decided_by: "ada".into(),
-        scope: ApprovalScope::Session,
-        args_hash: None,
-    })
-    .unwrap();
+    s.send(decision("t1", true, ApprovalScope::Session))
+        .unwrap();
     s.send(Input::ToolFinished {
         call_id: "t1".into(),
         result: json!({"deleted": 3}),
@@ -574,14 +572,7 @@ fn an_expired_approval_is_rejected_and_a_late_decision_refused() {
         e,
         SessionEvent::ApprovalDecided { approved: false, reason: Some(r), decided_by, .. } if r == "expired" && decided_by == "stead"
     )));
-    let late = Input::Decision {
-        call_id: "t1".into(),
-        approved: true,
-        reason: None,
-        decided_by: "ada".into(),
-        scope: ApprovalScope::Once,
-        args_hash: None,
-    };
+    let late = decision("t1", true, ApprovalScope::Once);
     assert_eq!(s.send(late), Err(Refusal::AlreadyDecided));
     // An expiry after a decision is refused too (the decision won).
     assert_eq!(
