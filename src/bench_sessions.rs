@@ -171,6 +171,7 @@ async fn run(file: &std::path::Path, args: &SessionsBenchArgs) -> anyhow::Result
     let lifecycle = Lifecycle {
         snapshot_every: 100,
         passivate_after: Duration::from_millis(500),
+        ..Lifecycle::default()
     };
     let registry = SessionRegistry::new(store.clone(), Arc::new(InstantModel), vec![agent()])
         .with_lifecycle(lifecycle);
@@ -233,6 +234,7 @@ async fn run(file: &std::path::Path, args: &SessionsBenchArgs) -> anyhow::Result
     let cold = Lifecycle {
         snapshot_every: i64::MAX,
         passivate_after: Duration::from_secs(3600),
+        ..Lifecycle::default()
     };
     let timed_activation = |registry: SessionRegistry| async move {
         let started = Instant::now();

@@ -82,6 +82,14 @@ pub enum Input {
     },
     /// The actor was (re)activated from the journal: resume whatever was in flight.
     Recover,
+    /// The supervisor gives up on the session (its actor kept crashing).
+    Fail {
+        reason: String,
+    },
+    /// A user closes the session: the turn in flight stops, the journal is kept.
+    Close {
+        reason: String,
+    },
 }
 
 /// Work to do after the decision's events are committed.
@@ -111,6 +119,8 @@ pub enum Refusal {
     /// A model or tool result for a call that is not in flight (late or replayed).
     Stale,
     NothingToCancel,
+    /// The session failed or was closed: it takes no more input.
+    Ended,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -132,6 +142,18 @@ pub fn decide(
         agent,
         decision: Decision::default(),
     };
+    if state.failed.is_some() || state.closed {
+        // An ended session's actor still answers reads; it starts nothing and resumes nothing.
+        return match input {
+            Input::Recover => Ok(Decision::default()),
+            Input::Close { .. } if state.closed => Err(Refusal::Ended),
+            Input::Close { reason } => Ok(Decision {
+                events: vec![SessionEvent::SessionClosed { reason }],
+                actions: Vec::new(),
+            }),
+            _ => Err(Refusal::Ended),
+        };
+    }
     match input {
         Input::UserMessage { text, client_id } => {
             if client_id
@@ -280,6 +302,24 @@ pub fn decide(
             next.push(SessionEvent::TurnCancelled { reason });
         }
         Input::Recover => next.recover(),
+        Input::Fail { reason } => {
+            if let Some(call_id) = state.turn.as_ref().and_then(|t| t.model_call.clone()) {
+                next.decision
+                    .actions
+                    .push(Action::AbortModelCall { call_id });
+            }
+            next.push(SessionEvent::SessionFailed { reason });
+            return Ok(next.decision);
+        }
+        Input::Close { reason } => {
+            if let Some(call_id) = state.turn.as_ref().and_then(|t| t.model_call.clone()) {
+                next.decision
+                    .actions
+                    .push(Action::AbortModelCall { call_id });
+            }
+            next.push(SessionEvent::SessionClosed { reason });
+            return Ok(next.decision);
+        }
     }
     next.advance();
     Ok(next.decision)

@@ -103,6 +103,14 @@ pub enum SessionEvent {
     TurnCancelled {
         reason: String,
     },
+    /// The session's actor kept crashing; the session accepts no more input.
+    SessionFailed {
+        reason: String,
+    },
+    /// Closed by a user; the journal is kept and stays readable.
+    SessionClosed {
+        reason: String,
+    },
 }
 
 impl SessionEvent {

@@ -102,6 +102,12 @@ pub struct Lifecycle {
     /// Stop an actor that has had no work and no subscribers for this long; the next access
     /// re-activates it from its snapshot and journal.
     pub passivate_after: std::time::Duration,
+    /// A session whose actor fails this many times within `restart_window` is failed.
+    pub restart_limit: u32,
+    pub restart_window: std::time::Duration,
+    /// Wait before the first restart, doubling per failure in the window up to the max.
+    pub restart_backoff: std::time::Duration,
+    pub restart_backoff_max: std::time::Duration,
 }
 
 impl Default for Lifecycle {
@@ -109,6 +115,10 @@ impl Default for Lifecycle {
         Lifecycle {
             snapshot_every: 100,
             passivate_after: std::time::Duration::from_secs(300),
+            restart_limit: 5,
+            restart_window: std::time::Duration::from_secs(60),
+            restart_backoff: std::time::Duration::from_millis(100),
+            restart_backoff_max: std::time::Duration::from_secs(5),
         }
     }
 }
@@ -128,6 +138,8 @@ pub struct Live {
     last_snapshot: i64,
     /// The model call in flight: its id, cancel flag and the text streamed so far.
     streaming: Option<(String, Arc<AtomicBool>, String)>,
+    /// The status last written to the session's row (for listing and filtering).
+    synced_status: &'static str,
 }
 
 const READ_PAGE: u32 = 1000;
@@ -155,6 +167,7 @@ impl Actor for SessionActor {
             }
         }
         let last_snapshot = state.last_seq;
+        let row_status = deps.store.get_session(deps.session_id).await?.status;
         loop {
             let page = deps
                 .store
@@ -201,7 +214,7 @@ impl Actor for SessionActor {
                 }
             }
         });
-        Ok(Live {
+        let mut live = Live {
             deps,
             state,
             subscribers: Vec::new(),
@@ -209,7 +222,11 @@ impl Actor for SessionActor {
             last_activity: std::time::Instant::now(),
             last_snapshot,
             streaming: None,
-        })
+            synced_status: row_status.as_str(),
+        };
+        // The row's status follows the journal; a crash between the two is mended here.
+        live.sync_status().await;
+        Ok(live)
     }
 
     async fn handle(
@@ -251,8 +268,17 @@ impl Actor for SessionActor {
                     live.tasks_in_flight = live.tasks_in_flight.saturating_sub(1);
                 }
                 let result = live.process(&myself, input).await;
+                // The caller hears of the commit before the actions start, so a failure while
+                // starting them (a restart follows) cannot hide that the input was committed.
+                let (answer, actions) = match result {
+                    Ok((seq, actions)) => (Ok(seq), actions),
+                    Err(error) => (Err(error), Vec::new()),
+                };
                 if let Some(reply) = reply {
-                    let _ = reply.send(result);
+                    let _ = reply.send(answer);
+                }
+                for action in actions {
+                    live.start(&myself, action);
                 }
             }
             SessionMsg::Delta { call_id, text } => {
@@ -292,7 +318,7 @@ impl Live {
         &mut self,
         myself: &ActorRef<SessionMsg>,
         input: Input,
-    ) -> Result<i64, SessionError> {
+    ) -> Result<(i64, Vec<Action>), SessionError> {
         let session_id = self.deps.session_id.to_string();
         let decision = decide(&self.state, &session_id, input, &self.deps.agent.rules)
             .map_err(SessionError::Refused)?;
@@ -332,11 +358,9 @@ impl Live {
             if self.state.last_seq - self.last_snapshot >= self.deps.lifecycle.snapshot_every {
                 self.snapshot().await;
             }
+            self.sync_status().await;
         }
-        for action in decision.actions {
-            self.start(myself, action);
-        }
-        Ok(self.state.last_seq)
+        Ok((self.state.last_seq, decision.actions))
     }
 
     /// Rejects the approval as expired when its time runs out (a decision first wins; the late
@@ -348,6 +372,28 @@ impl Live {
                 tokio::time::sleep(timeout).await;
                 let _ = me.cast(SessionMsg::Input(Input::ApprovalExpired { call_id }, None));
             });
+        }
+    }
+
+    /// Writes the folded status to the session's row when it changed. The journal is the
+    /// truth; the row is an index over it, so a failure here is logged and mended at the next
+    /// change or activation.
+    async fn sync_status(&mut self) {
+        let status = self.state.status();
+        if status == self.synced_status {
+            return;
+        }
+        let id = self.deps.session_id;
+        let result = match status {
+            "closed" => self.deps.store.close_session(id).await,
+            other => {
+                let status = other.parse().expect("the fold's statuses are the row's");
+                self.deps.store.update_status(id, status).await
+            }
+        };
+        match result {
+            Ok(_) => self.synced_status = status,
+            Err(error) => tracing::warn!(session = %id, %error, "status update failed"),
         }
     }
 
@@ -484,50 +530,164 @@ fn panic_message(join: tokio::task::JoinError) -> String {
     }
 }
 
-/// Keeps one live actor per session id on this node and activates sessions on demand.
+/// Keeps one live actor per session id on this node, activates sessions on demand, and
+/// supervises their actors: an actor that fails (a panic in its handler) is restarted from the
+/// journal after a backoff; one that fails `restart_limit` times within `restart_window` gets a
+/// journaled `session_failed` with the reason and takes no more input.
 pub struct SessionRegistry {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
     lifecycle: Lifecycle,
     store: Arc<dyn JournalStore>,
     model: Arc<dyn ModelClient>,
     agents: HashMap<String, Arc<Agent>>,
     live: Mutex<HashMap<Uuid, ActorRef<SessionMsg>>>,
+    /// Recent failures per session (pruned to the restart window), and when a restarting
+    /// session may be activated again.
+    failures: Mutex<HashMap<Uuid, (Vec<std::time::Instant>, std::time::Instant)>>,
     activation: tokio::sync::Mutex<()>,
+    supervisor: tokio::sync::OnceCell<ActorRef<()>>,
 }
 
-impl SessionRegistry {
-    pub fn new(
-        store: Arc<dyn JournalStore>,
-        model: Arc<dyn ModelClient>,
-        agents: Vec<Agent>,
-    ) -> Self {
-        SessionRegistry {
-            lifecycle: Lifecycle::default(),
-            store,
-            model,
-            agents: agents
-                .into_iter()
-                .map(|a| (a.name.clone(), Arc::new(a)))
-                .collect(),
-            live: Mutex::new(HashMap::new()),
-            activation: tokio::sync::Mutex::new(()),
+/// The supervising actor: session actors are linked to it, so their failures arrive here.
+struct Supervisor;
+
+impl Actor for Supervisor {
+    type Msg = ();
+    type State = std::sync::Weak<Shared>;
+    type Arguments = std::sync::Weak<Shared>;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<()>,
+        shared: Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(shared)
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        _myself: ActorRef<()>,
+        event: ractor::SupervisionEvent,
+        shared: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let ractor::SupervisionEvent::ActorFailed(cell, error) = event else {
+            return Ok(());
+        };
+        let Some(shared) = shared.upgrade() else {
+            return Ok(());
+        };
+        let Some(id) = shared.forget(cell.get_id()) else {
+            return Ok(());
+        };
+        let reason = error.to_string();
+        let failures = shared.record_failure(id);
+        let lifecycle = shared.lifecycle;
+        if failures >= lifecycle.restart_limit {
+            tracing::error!(session = %id, failures, %reason, "session actor keeps failing; the session is failed");
+            tokio::spawn(async move {
+                if let Err(error) = shared.fail(id, &reason, failures).await {
+                    tracing::error!(session = %id, %error, "could not journal the session's failure");
+                }
+            });
+        } else {
+            tracing::warn!(session = %id, failures, %reason, "session actor failed; restarting");
+            tokio::spawn(async move {
+                // Restart now (after the backoff) rather than on next access, so a turn in
+                // flight carries on without anyone asking.
+                if let Err(error) = shared.activate(id).await {
+                    tracing::warn!(session = %id, %error, "restart failed");
+                }
+            });
         }
+        Ok(())
     }
 
-    pub fn with_lifecycle(mut self, lifecycle: Lifecycle) -> Self {
-        self.lifecycle = lifecycle;
-        self
+    async fn handle(
+        &self,
+        _myself: ActorRef<()>,
+        _message: (),
+        _shared: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        Ok(())
+    }
+}
+
+impl Shared {
+    /// Forgets the actor with this id; returns its session.
+    fn forget(&self, actor: ractor::ActorId) -> Option<Uuid> {
+        let mut live = self.live.lock().expect("registry lock");
+        let id = live
+            .iter()
+            .find(|(_, a)| a.get_id() == actor)
+            .map(|(id, _)| *id)?;
+        live.remove(&id);
+        Some(id)
     }
 
-    /// Whether the session has a live actor now (not passivated).
-    pub fn is_live(&self, id: Uuid) -> bool {
-        self.live_actor(id).is_some()
+    /// Records a failure; returns the failures within the window, this one included, and sets
+    /// when the session may be activated again.
+    fn record_failure(&self, id: Uuid) -> u32 {
+        let now = std::time::Instant::now();
+        let mut failures = self.failures.lock().expect("registry lock");
+        let (times, _) = failures.entry(id).or_insert_with(|| (Vec::new(), now));
+        times.retain(|t| now.duration_since(*t) < self.lifecycle.restart_window);
+        times.push(now);
+        let count = times.len() as u32;
+        let backoff = self
+            .lifecycle
+            .restart_backoff
+            .saturating_mul(1 << (count - 1).min(16))
+            .min(self.lifecycle.restart_backoff_max);
+        failures.get_mut(&id).expect("just inserted").1 = now + backoff;
+        count
     }
 
-    /// The session's actor, activating it from the journal when it is not live.
-    pub async fn session(&self, id: Uuid) -> Result<ActorRef<SessionMsg>, SessionError> {
+    fn live_actor(&self, id: Uuid) -> Option<ActorRef<SessionMsg>> {
+        let mut live = self.live.lock().expect("registry lock");
+        // Right after spawn an actor may still be `Starting`: that one is live too. A stopping
+        // or stopped (passivated, fenced) actor is forgotten, so the map holds live ones only.
+        let stopped = live.get(&id).is_some_and(|a| {
+            matches!(
+                a.get_status(),
+                ractor::ActorStatus::Stopping | ractor::ActorStatus::Stopped
+            )
+        });
+        if stopped {
+            live.remove(&id);
+        }
+        live.get(&id).cloned()
+    }
+
+    async fn supervisor(self: &Arc<Self>) -> Result<ActorRef<()>, SessionError> {
+        self.supervisor
+            .get_or_try_init(|| async {
+                Actor::spawn(None, Supervisor, Arc::downgrade(self))
+                    .await
+                    .map(|(actor, _)| actor)
+                    .map_err(|e| SessionError::Journal(format!("cannot start the supervisor: {e}")))
+            })
+            .await
+            .cloned()
+    }
+
+    async fn activate(self: &Arc<Self>, id: Uuid) -> Result<ActorRef<SessionMsg>, SessionError> {
         if let Some(actor) = self.live_actor(id) {
             return Ok(actor);
         }
+        // A session restarting after a failure waits out its backoff.
+        let not_before = self
+            .failures
+            .lock()
+            .expect("registry lock")
+            .get(&id)
+            .map(|(_, at)| *at);
+        if let Some(at) = not_before {
+            tokio::time::sleep_until(at.into()).await;
+        }
+        let supervisor = self.supervisor().await?;
         // One activation at a time, re-checked under the lock: never two actors for one id.
         let _guard = self.activation.lock().await;
         if let Some(actor) = self.live_actor(id) {
@@ -550,7 +710,7 @@ impl SessionRegistry {
             model: self.model.clone(),
             lifecycle: self.lifecycle,
         };
-        let (actor, _) = Actor::spawn(None, SessionActor, deps)
+        let (actor, _) = Actor::spawn_linked(None, SessionActor, deps, supervisor.get_cell())
             .await
             .map_err(|e| SessionError::Journal(format!("cannot activate the session: {e}")))?;
         self.live
@@ -560,25 +720,76 @@ impl SessionRegistry {
         Ok(actor)
     }
 
-    fn live_actor(&self, id: Uuid) -> Option<ActorRef<SessionMsg>> {
-        let mut live = self.live.lock().expect("registry lock");
-        // Right after spawn an actor may still be `Starting`: that one is live too. A stopping
-        // or stopped (passivated, fenced) actor is forgotten, so the map holds live ones only.
-        let stopped = live.get(&id).is_some_and(|a| {
-            matches!(
-                a.get_status(),
-                ractor::ActorStatus::Stopping | ractor::ActorStatus::Stopped
-            )
-        });
-        if stopped {
-            live.remove(&id);
+    /// Journals `session_failed` (no actor is live: activation is held off meanwhile).
+    async fn fail(&self, id: Uuid, reason: &str, failures: u32) -> Result<(), SessionError> {
+        let _guard = self.activation.lock().await;
+        let journal = |e: stead_persistence::Error| SessionError::Journal(e.to_string());
+        let row = self.store.get_session(id).await.map_err(journal)?;
+        let event = SessionEvent::SessionFailed {
+            reason: format!("the session actor failed {failures} times; last: {reason}"),
+        };
+        let (kind, payload) = event.to_parts();
+        self.store
+            .append(id, row.last_seq, vec![NewEvent::new(kind, payload)])
+            .await
+            .map_err(journal)?;
+        self.store
+            .update_status(id, stead_persistence::SessionStatus::Failed)
+            .await
+            .map_err(journal)?;
+        self.failures.lock().expect("registry lock").remove(&id);
+        Ok(())
+    }
+}
+
+impl SessionRegistry {
+    pub fn new(
+        store: Arc<dyn JournalStore>,
+        model: Arc<dyn ModelClient>,
+        agents: Vec<Agent>,
+    ) -> Self {
+        SessionRegistry {
+            shared: Arc::new(Shared {
+                lifecycle: Lifecycle::default(),
+                store,
+                model,
+                agents: agents
+                    .into_iter()
+                    .map(|a| (a.name.clone(), Arc::new(a)))
+                    .collect(),
+                live: Mutex::new(HashMap::new()),
+                failures: Mutex::new(HashMap::new()),
+                activation: tokio::sync::Mutex::new(()),
+                supervisor: tokio::sync::OnceCell::new(),
+            }),
         }
-        live.get(&id).cloned()
+    }
+
+    pub fn with_lifecycle(mut self, lifecycle: Lifecycle) -> Self {
+        Arc::get_mut(&mut self.shared)
+            .expect("lifecycle is set before the registry is shared")
+            .lifecycle = lifecycle;
+        self
+    }
+
+    /// The configured agents, by name.
+    pub fn agents(&self) -> impl Iterator<Item = &Arc<Agent>> {
+        self.shared.agents.values()
+    }
+
+    /// Whether the session has a live actor now (not passivated).
+    pub fn is_live(&self, id: Uuid) -> bool {
+        self.shared.live_actor(id).is_some()
+    }
+
+    /// The session's actor, activating it from the journal when it is not live.
+    pub async fn session(&self, id: Uuid) -> Result<ActorRef<SessionMsg>, SessionError> {
+        self.shared.activate(id).await
     }
 
     /// Forgets every actor that has stopped (passivated sessions cost nothing here).
     pub fn prune(&self) -> usize {
-        let mut live = self.live.lock().expect("registry lock");
+        let mut live = self.shared.live.lock().expect("registry lock");
         live.retain(|_, a| {
             !matches!(
                 a.get_status(),
@@ -622,7 +833,7 @@ impl SessionRegistry {
 
     /// Stops every live actor (what a process exit does to them).
     pub fn stop_all(&self) {
-        for (_, actor) in self.live.lock().expect("registry lock").drain() {
+        for (_, actor) in self.shared.live.lock().expect("registry lock").drain() {
             actor.stop(None);
         }
     }

@@ -101,6 +101,10 @@ pub struct SessionState {
     /// Counters that make generated ids deterministic under replay.
     pub model_calls_total: u64,
     pub tool_calls_total: u64,
+    /// Set by `session_failed`: why the session stopped for good.
+    pub failed: Option<String>,
+    /// Set by `session_closed`.
+    pub closed: bool,
 }
 
 impl SessionState {
@@ -233,6 +237,16 @@ impl SessionState {
                 });
             }
             SessionEvent::AssistantMessage { .. } => {}
+            SessionEvent::SessionFailed { reason } => {
+                self.failed = Some(reason.clone());
+                self.turn = None;
+                self.queued.clear();
+            }
+            SessionEvent::SessionClosed { .. } => {
+                self.closed = true;
+                self.turn = None;
+                self.queued.clear();
+            }
             SessionEvent::TurnFinished { .. } | SessionEvent::TurnCancelled { .. } => {
                 self.turn = None;
                 if let Some(next) = self.queued.pop_front() {
@@ -253,8 +267,14 @@ impl SessionState {
         }
     }
 
-    /// `idle`, `running` or `awaiting_approval` (SPEC §5; `failed`/`closed` live on the row).
+    /// `idle`, `running`, `awaiting_approval`, `failed` or `closed` (SPEC §5).
     pub fn status(&self) -> &'static str {
+        if self.closed {
+            return "closed";
+        }
+        if self.failed.is_some() {
+            return "failed";
+        }
         match &self.turn {
             None => "idle",
             Some(turn) if turn.awaiting_approval() => "awaiting_approval",

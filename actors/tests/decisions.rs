@@ -582,3 +582,72 @@ fn an_expired_approval_is_rejected_and_a_late_decision_refused() {
         Err(Refusal::AlreadyDecided)
     );
 }
+
+#[test]
+fn a_failed_session_takes_no_input_and_resumes_nothing() {
+    let mut s = Session::new();
+    s.send(user("hi")).unwrap();
+    let actions = s
+        .send(Input::Fail {
+            reason: "the actor kept crashing".into(),
+        })
+        .unwrap();
+    assert_eq!(
+        actions,
+        vec![Action::AbortModelCall {
+            call_id: "m1".into()
+        }]
+    );
+    assert_eq!(s.kinds_since(s.journal.len() - 1), vec!["session_failed"]);
+    let replayed = s.replayed();
+    assert_eq!(replayed.status(), "failed");
+    assert_eq!(replayed.failed.as_deref(), Some("the actor kept crashing"));
+    assert_eq!(replayed, s.state);
+    let recovered = decide(&replayed, "s1", Input::Recover, &s.agent).unwrap();
+    assert_eq!(recovered, Default::default(), "nothing is resumed");
+    let journaled = s.journal.len();
+    for input in [
+        user("again"),
+        answer("m1", "late", vec![]),
+        Input::Cancel {
+            reason: "user".into(),
+        },
+    ] {
+        assert_eq!(s.send(input), Err(Refusal::Ended));
+    }
+    assert_eq!(s.journal.len(), journaled);
+    // A failed session can still be closed, once.
+    s.send(Input::Close {
+        reason: "user".into(),
+    })
+    .unwrap();
+    assert_eq!(s.state.status(), "closed");
+    assert_eq!(
+        s.send(Input::Close {
+            reason: "again".into()
+        }),
+        Err(Refusal::Ended)
+    );
+}
+
+#[test]
+fn closing_stops_the_turn_and_drops_queued_messages() {
+    let mut s = Session::new();
+    s.send(user("first")).unwrap();
+    s.send(user("queued")).unwrap();
+    let actions = s
+        .send(Input::Close {
+            reason: "user".into(),
+        })
+        .unwrap();
+    assert_eq!(
+        actions,
+        vec![Action::AbortModelCall {
+            call_id: "m1".into()
+        }]
+    );
+    assert_eq!(s.state.status(), "closed");
+    assert!(s.state.queued.is_empty() && s.state.turn.is_none());
+    assert_eq!(s.send(user("after")), Err(Refusal::Ended));
+    assert_eq!(s.replayed(), s.state);
+}
