@@ -23,9 +23,54 @@ pub struct Config {
     pub server: ServerConfig,
     pub database: DatabaseConfig,
     pub log: LogConfig,
+    pub sessions: SessionsConfig,
     pub providers: Vec<ProviderConfig>,
     pub routes: Vec<RouteConfig>,
     pub agents: Vec<AgentConfig>,
+}
+
+/// How session actors snapshot, sleep and restart (`[sessions]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SessionsConfig {
+    /// Write a snapshot of a session's folded state every this many events.
+    pub snapshot_every: i64,
+    /// Passivate an actor idle this long with no clients attached.
+    pub passivate_after_secs: u64,
+    /// A session whose actor fails this many times within `restart_window_secs` is failed.
+    pub restart_limit: u32,
+    pub restart_window_secs: u64,
+    /// First restart delay, doubled per failure up to `restart_backoff_max_ms`.
+    pub restart_backoff_ms: u64,
+    pub restart_backoff_max_ms: u64,
+}
+
+impl Default for SessionsConfig {
+    fn default() -> Self {
+        let lifecycle = stead_actors::session::Lifecycle::default();
+        SessionsConfig {
+            snapshot_every: lifecycle.snapshot_every,
+            passivate_after_secs: lifecycle.passivate_after.as_secs(),
+            restart_limit: lifecycle.restart_limit,
+            restart_window_secs: lifecycle.restart_window.as_secs(),
+            restart_backoff_ms: lifecycle.restart_backoff.as_millis() as u64,
+            restart_backoff_max_ms: lifecycle.restart_backoff_max.as_millis() as u64,
+        }
+    }
+}
+
+impl SessionsConfig {
+    pub fn lifecycle(&self) -> stead_actors::session::Lifecycle {
+        use std::time::Duration;
+        stead_actors::session::Lifecycle {
+            snapshot_every: self.snapshot_every,
+            passivate_after: Duration::from_secs(self.passivate_after_secs),
+            restart_limit: self.restart_limit,
+            restart_window: Duration::from_secs(self.restart_window_secs),
+            restart_backoff: Duration::from_millis(self.restart_backoff_ms),
+            restart_backoff_max: Duration::from_millis(self.restart_backoff_max_ms),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -140,6 +185,9 @@ pub struct AgentConfig {
     pub system_prompt: String,
     #[serde(default = "default_max_steps")]
     pub max_steps: u32,
+    /// An approval not decided within this many seconds is rejected as expired (unset: never).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_timeout_secs: Option<u64>,
     #[serde(default)]
     pub tools: Vec<ToolConfig>,
 }
@@ -161,6 +209,41 @@ pub struct ToolConfig {
     pub approval: String,
     #[serde(default)]
     pub idempotent: bool,
+    /// `webhook`: per-attempt timeout.
+    #[serde(default = "default_tool_timeout")]
+    pub timeout_secs: u64,
+    /// `webhook`: attempts in all (idempotent tools only; others are tried once).
+    #[serde(default = "default_tool_attempts")]
+    pub attempts: u32,
+    /// `memory`: the operations this tool may perform (default all: get, set, list, delete).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ops: Option<Vec<String>>,
+}
+
+fn default_tool_timeout() -> u64 {
+    10
+}
+
+fn default_tool_attempts() -> u32 {
+    3
+}
+
+impl ToolConfig {
+    /// A tool of a built-in kind with the defaults (named after its kind, no approval).
+    pub fn builtin(kind: &str) -> Self {
+        ToolConfig {
+            name: kind.into(),
+            kind: kind.into(),
+            description: String::new(),
+            url: None,
+            parameters: None,
+            approval: default_approval(),
+            idempotent: true,
+            timeout_secs: default_tool_timeout(),
+            attempts: default_tool_attempts(),
+            ops: None,
+        }
+    }
 }
 
 fn default_max_steps() -> u32 {
@@ -175,6 +258,7 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
 pub const DEFAULT_DATA_DIR: &str = ".stead";
 pub const LOCAL_MODEL: &str = "smollm2-135m-instruct";
 pub const TOOL_KINDS: [&str; 4] = ["webhook", "memory", "clock", "calculator"];
+pub const MEMORY_OPS: [&str; 4] = ["get", "set", "list", "delete"];
 
 impl Default for ServerConfig {
     fn default() -> Self {
@@ -215,6 +299,7 @@ impl Default for Config {
             server: ServerConfig::default(),
             database: DatabaseConfig::default(),
             log: LogConfig::default(),
+            sessions: SessionsConfig::default(),
             providers: vec![ProviderConfig {
                 name: "local".into(),
                 kind: ProviderKind::Onnx,
@@ -237,33 +322,28 @@ impl Default for Config {
                 system_prompt: "You are a helpful assistant. You can remember and forget notes."
                     .into(),
                 max_steps: 8,
+                approval_timeout_secs: None,
                 tools: vec![
                     ToolConfig {
                         name: "clock".into(),
                         kind: "clock".into(),
                         description: "The current date and time (UTC)".into(),
-                        url: None,
-                        parameters: None,
-                        approval: "never".into(),
-                        idempotent: true,
+                        ..ToolConfig::builtin("clock")
                     },
                     ToolConfig {
                         name: "remember".into(),
                         kind: "memory".into(),
-                        description: "Store a note under a key".into(),
-                        url: None,
-                        parameters: None,
-                        approval: "never".into(),
-                        idempotent: true,
+                        description: "Store, read and list notes".into(),
+                        ops: Some(vec!["get".into(), "set".into(), "list".into()]),
+                        ..ToolConfig::builtin("memory")
                     },
                     ToolConfig {
                         name: "forget".into(),
                         kind: "memory".into(),
                         description: "Delete a stored note (destructive)".into(),
-                        url: None,
-                        parameters: None,
                         approval: "always".into(),
-                        idempotent: true,
+                        ops: Some(vec!["delete".into()]),
+                        ..ToolConfig::builtin("memory")
                     },
                 ],
             }],
@@ -376,7 +456,7 @@ impl Config {
     }
 
     /// Fills values that depend on others (the local model lives under the data dir).
-    fn resolve_defaults(&mut self) {
+    pub(crate) fn resolve_defaults(&mut self) {
         for provider in &mut self.providers {
             if provider.kind == ProviderKind::Onnx && provider.model_dir.is_none() {
                 provider.model_dir = Some(self.server.data_dir.join("models").join(LOCAL_MODEL));
@@ -444,6 +524,17 @@ impl Config {
         }
         if self.database.connect_timeout_secs == 0 {
             return Err(bad("database.connect_timeout_secs", "must be at least 1"));
+        }
+        let sessions = &self.sessions;
+        for (name, value) in [
+            ("snapshot_every", sessions.snapshot_every.max(0) as u64),
+            ("passivate_after_secs", sessions.passivate_after_secs),
+            ("restart_limit", sessions.restart_limit as u64),
+            ("restart_window_secs", sessions.restart_window_secs),
+        ] {
+            if value == 0 {
+                return Err(bad(&format!("sessions.{name}"), "must be at least 1"));
+            }
         }
         self.validate_models()?;
         self.validate_agents()
@@ -529,6 +620,12 @@ impl Config {
             if agent.max_steps == 0 {
                 return Err(bad(&format!("{key}.max_steps"), "must be at least 1"));
             }
+            if agent.approval_timeout_secs == Some(0) {
+                return Err(bad(
+                    &format!("{key}.approval_timeout_secs"),
+                    "must be at least 1 (leave it out for no expiry)",
+                ));
+            }
             let mut tools = Vec::new();
             for (j, tool) in agent.tools.iter().enumerate() {
                 let key = format!("{key}.tools[{j}]");
@@ -548,8 +645,24 @@ impl Config {
                 if tool.kind == "webhook" && tool.url.is_none() {
                     return Err(bad(&format!("{key}.url"), "required for kind \"webhook\""));
                 }
-                if tool.approval.trim().is_empty() {
-                    return Err(bad(&format!("{key}.approval"), "must not be empty"));
+                stead_actors::ApprovalPolicy::parse(&tool.approval)
+                    .map_err(|e| bad(&format!("{key}.approval"), e))?;
+                if tool.kind == "webhook" && (tool.timeout_secs == 0 || tool.attempts == 0) {
+                    return Err(bad(
+                        &format!("{key}.timeout_secs"),
+                        "timeout_secs and attempts must be at least 1",
+                    ));
+                }
+                if let Some(ops) = &tool.ops {
+                    if tool.kind != "memory" {
+                        return Err(bad(&format!("{key}.ops"), "only for kind \"memory\""));
+                    }
+                    if ops.is_empty() || ops.iter().any(|op| !MEMORY_OPS.contains(&op.as_str())) {
+                        return Err(bad(
+                            &format!("{key}.ops"),
+                            format!("a non-empty list of {}", MEMORY_OPS.join(", ")),
+                        ));
+                    }
                 }
             }
         }
@@ -632,5 +745,20 @@ mod tests {
         }))
         .contains("providers[1].base_url"));
         assert!(invalid(|c| c.database.max_event_bytes = 0).contains("database.max_event_bytes"));
+        assert!(invalid(|c| c.sessions.restart_limit = 0).contains("sessions.restart_limit"));
+        assert!(invalid(|c| c.agents[0].approval_timeout_secs = Some(0))
+            .contains("agents[0].approval_timeout_secs"));
+        assert!(
+            invalid(|c| c.agents[0].tools[0].approval = "table = users".into())
+                .contains("agents[0].tools[0].approval")
+        );
+        assert!(
+            invalid(|c| c.agents[0].tools[1].ops = Some(vec!["drop".into()]))
+                .contains("agents[0].tools[1].ops")
+        );
+        assert!(
+            invalid(|c| c.agents[0].tools[0].ops = Some(vec!["get".into()]))
+                .contains("only for kind \"memory\"")
+        );
     }
 }

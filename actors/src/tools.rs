@@ -224,6 +224,22 @@ impl Arith {
 pub struct MemoryTool {
     pub info: ToolInfo,
     pub store: Arc<dyn JournalStore>,
+    /// The operations this tool offers (a subset of get, set, list, delete), so one agent can
+    /// have a safe "remember" and an approval-gated "forget" over the same storage.
+    pub ops: Vec<String>,
+}
+
+impl MemoryTool {
+    pub const OPS: [&'static str; 4] = ["get", "set", "list", "delete"];
+
+    /// A memory tool with every operation.
+    pub fn all_ops(info: ToolInfo, store: Arc<dyn JournalStore>) -> Self {
+        MemoryTool {
+            info,
+            store,
+            ops: Self::OPS.iter().map(|s| s.to_string()).collect(),
+        }
+    }
 }
 
 #[async_trait]
@@ -234,7 +250,7 @@ impl Tool for MemoryTool {
         json!({
             "type": "object",
             "properties": {
-                "op": { "type": "string", "enum": ["get", "set", "list", "delete"] },
+                "op": { "type": "string", "enum": self.ops },
                 "key": { "type": "string", "maxLength": 100 },
                 "value": { "type": "string", "maxLength": 2000 }
             },
@@ -254,7 +270,14 @@ impl Tool for MemoryTool {
             }
         };
         let id = context.session_id;
-        match arguments["op"].as_str().unwrap_or_default() {
+        let op = arguments["op"].as_str().unwrap_or_default();
+        if !self.ops.iter().any(|o| o == op) {
+            return Err(ToolError(format!(
+                "unknown op `{op}` (this tool offers: {})",
+                self.ops.join(", ")
+            )));
+        }
+        match op {
             "get" => {
                 need_key()?;
                 let entry = self.store.kv_get(id, key).await.map_err(failed)?;

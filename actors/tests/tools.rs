@@ -78,10 +78,7 @@ async fn memory_uses_the_sessions_durable_storage() {
         .await
         .unwrap()
         .id;
-    let memory = MemoryTool {
-        info: info("memory", true),
-        store: store.clone(),
-    };
+    let memory = MemoryTool::all_ops(info("memory", true), store.clone());
     let ctx = context(id);
     memory
         .execute(json!({"op": "set", "key": "note/a", "value": "milk"}), &ctx)
@@ -118,6 +115,25 @@ async fn memory_uses_the_sessions_durable_storage() {
         .execute(json!({"op": "explode"}), &ctx)
         .await
         .is_err());
+
+    // A tool limited to some operations offers only those and refuses the others.
+    let remember = MemoryTool {
+        ops: vec!["get".into(), "set".into()],
+        ..MemoryTool::all_ops(info("remember", true), store.clone())
+    };
+    assert_eq!(
+        remember.parameters()["properties"]["op"]["enum"],
+        json!(["get", "set"])
+    );
+    let refused = remember
+        .execute(json!({"op": "delete", "key": "note/b"}), &ctx)
+        .await
+        .unwrap_err();
+    assert!(refused.0.contains("offers: get, set"), "{refused}");
+    assert!(
+        store.kv_get(id, "note/b").await.unwrap().is_some(),
+        "not deleted"
+    );
     store.shutdown().await;
 }
 

@@ -1,0 +1,182 @@
+//! Agents from configuration: each `[[agents]]` entry becomes a `stead_actors::session::Agent`
+//! with its loop rules and its `[[agents.tools]]` built as tools of their kinds.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use serde_json::json;
+use stead_actors::session::Agent;
+use stead_actors::tools::{CalculatorTool, ClockTool, MemoryTool, Tool, ToolInfo, WebhookTool};
+use stead_actors::{AgentRules, ApprovalPolicy, ToolRules};
+use stead_persistence::JournalStore;
+
+use crate::config::{AgentConfig, Config, ToolConfig};
+
+/// Every configured agent, ready for the session registry.
+pub fn build(config: &Config, store: &Arc<dyn JournalStore>) -> anyhow::Result<Vec<Agent>> {
+    let client = reqwest::Client::builder()
+        .user_agent(concat!("stead/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .context("cannot build the webhook HTTP client")?;
+    config
+        .agents
+        .iter()
+        .map(|agent| build_agent(agent, store, &client))
+        .collect()
+}
+
+fn build_agent(
+    config: &AgentConfig,
+    store: &Arc<dyn JournalStore>,
+    client: &reqwest::Client,
+) -> anyhow::Result<Agent> {
+    let mut tools: BTreeMap<String, Arc<dyn Tool>> = BTreeMap::new();
+    let mut rules = BTreeMap::new();
+    for tool in &config.tools {
+        let built = build_tool(tool, store, client)
+            .with_context(|| format!("agent `{}`, tool `{}`", config.name, tool.name))?;
+        rules.insert(
+            tool.name.clone(),
+            ToolRules {
+                approval: built.approval().clone(),
+                idempotent: built.idempotent(),
+            },
+        );
+        tools.insert(tool.name.clone(), built);
+    }
+    Ok(Agent {
+        name: config.name.clone(),
+        system_prompt: config.system_prompt.clone(),
+        rules: AgentRules {
+            route: config.route.clone(),
+            max_steps: config.max_steps,
+            tools: rules,
+            approval_timeout: config.approval_timeout_secs.map(Duration::from_secs),
+        },
+        tools,
+    })
+}
+
+fn build_tool(
+    config: &ToolConfig,
+    store: &Arc<dyn JournalStore>,
+    client: &reqwest::Client,
+) -> anyhow::Result<Arc<dyn Tool>> {
+    let info = ToolInfo {
+        name: config.name.clone(),
+        description: config.description.clone(),
+        approval: ApprovalPolicy::parse(&config.approval).map_err(anyhow::Error::msg)?,
+        idempotent: config.idempotent,
+    };
+    Ok(match config.kind.as_str() {
+        "clock" => Arc::new(ClockTool { info }),
+        "calculator" => Arc::new(CalculatorTool { info }),
+        "memory" => {
+            let mut memory = MemoryTool::all_ops(info, store.clone());
+            if let Some(ops) = &config.ops {
+                memory.ops = ops.clone();
+            }
+            Arc::new(memory)
+        }
+        "webhook" => Arc::new(WebhookTool {
+            info,
+            url: config.url.clone().context("a webhook tool needs `url`")?,
+            parameters: config
+                .parameters
+                .clone()
+                .unwrap_or_else(|| json!({ "type": "object" })),
+            timeout: Duration::from_secs(config.timeout_secs),
+            attempts: config.attempts,
+            client: client.clone(),
+        }),
+        other => anyhow::bail!("unknown tool kind `{other}`"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stead_persistence::{DatabaseUrl, StoreOptions};
+
+    #[tokio::test]
+    async fn the_demo_agent_gates_its_destructive_tool() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = stead_persistence::open(StoreOptions::new(DatabaseUrl::Sqlite(
+            dir.path().join("a.db"),
+        )))
+        .await
+        .unwrap();
+        let agents = build(&Config::default(), &store).unwrap();
+        assert_eq!(agents.len(), 1);
+        let demo = &agents[0];
+        assert_eq!(demo.name, "demo");
+        let names: Vec<&str> = demo.tools.keys().map(String::as_str).collect();
+        assert_eq!(names, ["clock", "forget", "remember"]);
+        assert_eq!(demo.rules.tools["forget"].approval, ApprovalPolicy::Always);
+        assert_eq!(demo.rules.tools["remember"].approval, ApprovalPolicy::Never);
+        assert_eq!(
+            demo.tools["forget"].parameters()["properties"]["op"]["enum"],
+            json!(["delete"])
+        );
+        assert_eq!(
+            demo.tools["remember"].parameters()["properties"]["op"]["enum"],
+            json!(["get", "set", "list"])
+        );
+        store.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn configured_tools_keep_their_policies_and_settings() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = stead_persistence::open(StoreOptions::new(DatabaseUrl::Sqlite(
+            dir.path().join("a.db"),
+        )))
+        .await
+        .unwrap();
+        let mut config: Config = toml::from_str(
+            r#"
+            [[routes]]
+            name = "default"
+            targets = [{ provider = "local", model = "m" }]
+
+            [[agents]]
+            name = "ops"
+            route = "default"
+            max_steps = 3
+            approval_timeout_secs = 600
+
+            [[agents.tools]]
+            name = "delete_records"
+            kind = "webhook"
+            url = "http://127.0.0.1:9100/tools/delete_records"
+            parameters = { type = "object", properties = { table = { type = "string" } } }
+            approval = 'table == "users"'
+            idempotent = true
+            "#,
+        )
+        .unwrap();
+        config.resolve_defaults();
+        config.validate().unwrap();
+        let agents = build(&config, &store).unwrap();
+        let ops = &agents[0];
+        assert_eq!(ops.rules.max_steps, 3);
+        assert_eq!(ops.rules.approval_timeout, Some(Duration::from_secs(600)));
+        let rules = &ops.rules.tools["delete_records"];
+        assert!(rules.idempotent);
+        assert!(rules
+            .approval
+            .requires_approval(&json!({"table": "users"}))
+            .is_some());
+        assert!(rules
+            .approval
+            .requires_approval(&json!({"table": "logs"}))
+            .is_none());
+        assert_eq!(
+            ops.tools["delete_records"].parameters()["properties"]["table"],
+            json!({"type": "string"})
+        );
+        store.shutdown().await;
+    }
+}
