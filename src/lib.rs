@@ -12,4 +12,6 @@ pub mod bench_sessions;
 pub mod cli;
 pub mod config;
 pub mod local_model;
+pub mod openai_model;
+pub mod routing;
 pub mod serve;

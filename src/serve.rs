@@ -95,15 +95,30 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         }
     };
     let local = listener.local_addr()?;
+    let routes = crate::routing::Routes::build(&config, &pools)?;
+    let route_names = routes.names();
+    let agents = crate::agents::build(&config, &store)?;
+    let sessions = Arc::new(
+        stead_actors::session::SessionRegistry::new(store.clone(), Arc::new(routes), agents)
+            .with_lifecycle(config.sessions.lifecycle()),
+    );
+    let secret = session_secret(&config.server.data_dir)?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let connections = Arc::new(tokio::sync::Semaphore::new(stead_gateway::MAX_CONNECTIONS));
     let router = stead_gateway::router(stead_gateway::AppState {
         store: store.clone(),
+        sessions: sessions.clone(),
+        auth: Arc::new(stead_gateway::Auth::new(&config.server.api_keys, secret)),
+        routes: Arc::new(route_names),
+        limits: stead_gateway::Limits::default(),
         version: env!("CARGO_PKG_VERSION"),
+        shutdown: stop_rx.clone(),
+        connections: connections.clone(),
     });
     let mut signals = ShutdownSignals::install()?;
     tracing::info!(address = %local, "stead listening");
     println!("stead listening on http://{local}");
 
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut server_stop = stop_rx.clone();
     let server = tokio::spawn(stead_gateway::serve(listener, router, async move {
         let _ = server_stop.wait_for(|stop| *stop).await;
@@ -112,6 +127,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let grace = Duration::from_secs(config.server.shutdown_grace_secs);
     tokio::select! {
         result = &mut server => {
+            sessions.stop_all();
             stop_local_models(&pools).await;
             store.shutdown().await;
             return result.context("server task failed")?.context("server failed");
@@ -121,16 +137,49 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         }
     }
     let _ = stop_tx.send(true);
+    // WebSockets flush what is committed and close with a close frame; requests finish.
+    if !stead_gateway::drain_connections(&connections, grace).await {
+        tracing::warn!(
+            ?grace,
+            "WebSocket clients still connected after the grace period"
+        );
+    }
     match tokio::time::timeout(grace, &mut server).await {
         Ok(result) => result
             .context("server task failed")?
             .context("server failed")?,
         Err(_) => tracing::warn!(?grace, "requests still in flight after the grace period"),
     }
+    sessions.stop_all();
     stop_local_models(&pools).await;
     store.shutdown().await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The key that signs session tokens: `{data_dir}/session.key`, made once (32 random bytes,
+/// mode 0600) so tokens survive restarts. Nodes sharing a database need the same file.
+fn session_secret(data_dir: &Path) -> anyhow::Result<Vec<u8>> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = data_dir.join("session.key");
+    if let Ok(existing) = std::fs::read(&path) {
+        if existing.len() >= 32 {
+            return Ok(existing);
+        }
+    }
+    let mut secret = vec![0u8; 32];
+    rand::fill(&mut secret[..]);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    file.write_all(&secret)?;
+    file.sync_all()?;
+    Ok(secret)
 }
 
 /// SIGINT and SIGTERM, with their handlers installed when this is created — before the
@@ -188,7 +237,7 @@ pub async fn setup(config: Config, args: crate::cli::SetupArgs) -> anyhow::Resul
 /// start (say, `execution_provider = "cuda"` without CUDA) stops the server from starting.
 async fn start_local_models(
     config: &Config,
-) -> anyhow::Result<Vec<stead_inference::pool::InferencePool>> {
+) -> anyhow::Result<Vec<(String, Arc<stead_inference::pool::InferencePool>)>> {
     use stead_inference::pool::{InferencePool, PoolConfig};
     let mut pools = Vec::new();
     for (index, provider) in config.providers.iter().enumerate() {
@@ -231,13 +280,13 @@ async fn start_local_models(
             cuda = started.on_cuda,
             "local model ready"
         );
-        pools.push(started);
+        pools.push((provider.name.clone(), Arc::new(started)));
     }
     Ok(pools)
 }
 
-async fn stop_local_models(pools: &[stead_inference::pool::InferencePool]) {
-    for pool in pools {
+async fn stop_local_models(pools: &[(String, Arc<stead_inference::pool::InferencePool>)]) {
+    for (_, pool) in pools {
         pool.shutdown().await;
     }
 }

@@ -481,10 +481,11 @@ impl Planner<'_> {
                 continue;
             }
             let call_id = format!("m{}", self.state.model_calls_total + 1);
+            let route = self.state.route(&self.agent.route).to_string();
             self.push(SessionEvent::ModelCallStarted {
                 call_id: call_id.clone(),
-                route: self.agent.route.clone(),
-                model: self.agent.route.clone(),
+                model: route.clone(),
+                route,
             });
             self.decision.actions.push(Action::CallModel { call_id });
             return;

@@ -111,6 +111,24 @@ pub enum SessionEvent {
     SessionClosed {
         reason: String,
     },
+    /// This session's journal up to here is a copy of `from`'s up to `at`; later model calls
+    /// use the overrides.
+    SessionForked {
+        from: String,
+        at: i64,
+        #[serde(default)]
+        overrides: Overrides,
+    },
+}
+
+/// What a fork changes for the model calls after it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Overrides {
+    /// Another route (what `/v1/chat/completions` calls `model`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
 }
 
 impl SessionEvent {

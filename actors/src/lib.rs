@@ -12,6 +12,6 @@ pub mod state;
 pub mod tools;
 
 pub use decide::{decide, Action, AgentRules, Decision, Input, ModelOutput, Refusal, ToolRules};
-pub use events::{ApprovalScope, RequestedCall, SessionEvent, Usage};
+pub use events::{ApprovalScope, Overrides, RequestedCall, SessionEvent, Usage};
 pub use policy::{args_hash, ApprovalPolicy};
-pub use state::{CallStatus, SessionState, TranscriptEntry, Turn};
+pub use state::{CallState, CallStatus, SessionState, TranscriptEntry, Turn};

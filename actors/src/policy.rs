@@ -77,6 +77,15 @@ impl ApprovalPolicy {
         }))
     }
 
+    /// The policy as configured: `never`, `always` or the condition's text.
+    pub fn describe(&self) -> String {
+        match self {
+            ApprovalPolicy::Never => "never".into(),
+            ApprovalPolicy::Always => "always".into(),
+            ApprovalPolicy::When(condition) => condition.source.clone(),
+        }
+    }
+
     /// Why the call needs approval, or `None` when it does not.
     pub fn requires_approval(&self, arguments: &Value) -> Option<String> {
         match self {

@@ -61,8 +61,43 @@ pub struct Agent {
 /// What subscribers receive, in commit order.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Frame {
-    Event { seq: i64, event: SessionEvent },
-    Delta { call_id: String, text: String },
+    /// A committed event, with the timestamp the journal holds for it.
+    Event {
+        seq: i64,
+        event: SessionEvent,
+        at: chrono::DateTime<chrono::Utc>,
+    },
+    /// Streamed model text; `offset` is where `text` starts in the call's text (bytes), so a
+    /// client that got some of the stream another way can skip what it has.
+    Delta {
+        call_id: String,
+        text: String,
+        offset: usize,
+    },
+}
+
+/// Where a session stood when a subscriber attached: everything after it arrives as frames.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Attached {
+    pub last_seq: i64,
+    pub status: &'static str,
+    /// The model call in flight and its text so far.
+    pub streaming: Option<(String, String)>,
+}
+
+/// A subscriber's end: frames in order, bounded. A subscriber that falls `capacity` frames
+/// behind is dropped (its channel closes and `lagged` is set) so it can never stall the session
+/// or the other subscribers.
+pub struct Subscription {
+    pub frames: tokio::sync::mpsc::Receiver<Frame>,
+    pub attached: Attached,
+    pub lagged: Arc<AtomicBool>,
+}
+
+/// The actor's side of a subscription.
+pub struct Subscriber {
+    sender: tokio::sync::mpsc::Sender<Frame>,
+    lagged: Arc<AtomicBool>,
 }
 
 /// Why an input was not applied.
@@ -70,6 +105,11 @@ pub enum Frame {
 pub enum SessionError {
     #[error("refused: {0:?}")]
     Refused(Refusal),
+    #[error("no such session")]
+    NotFound,
+    /// The session's agent is not in the configuration any more.
+    #[error("the session's agent `{0}` is not configured")]
+    UnknownAgent(String),
     #[error("journal: {0}")]
     Journal(String),
 }
@@ -82,7 +122,7 @@ pub enum SessionMsg {
         call_id: String,
         text: String,
     },
-    Subscribe(UnboundedSender<Frame>),
+    Subscribe(Subscriber, RpcReplyPort<Attached>),
     State(RpcReplyPort<SessionState>),
 }
 
@@ -131,7 +171,7 @@ pub struct SessionActor;
 pub struct Live {
     deps: SessionDeps,
     state: SessionState,
-    subscribers: Vec<UnboundedSender<Frame>>,
+    subscribers: Vec<Subscriber>,
     /// Model and tool tasks started and not yet reported back.
     tasks_in_flight: usize,
     last_activity: std::time::Instant,
@@ -237,7 +277,7 @@ impl Actor for SessionActor {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             SessionMsg::Tick => {
-                live.subscribers.retain(|s| !s.is_closed());
+                live.subscribers.retain(|s| !s.sender.is_closed());
                 // A pending approval with a timeout keeps its actor until the expiry fires (the
                 // timer lives in the actor).
                 let expiry_pending = live.deps.agent.rules.approval_timeout.is_some()
@@ -284,22 +324,27 @@ impl Actor for SessionActor {
             SessionMsg::Delta { call_id, text } => {
                 if let Some((current, _, buffer)) = &mut live.streaming {
                     if *current == call_id {
+                        let offset = buffer.len();
                         buffer.push_str(&text);
-                        live.broadcast(Frame::Delta { call_id, text });
-                    }
-                }
-            }
-            SessionMsg::Subscribe(sender) => {
-                // A late subscriber first gets the stream in flight.
-                if let Some((call_id, _, buffer)) = &live.streaming {
-                    if !buffer.is_empty() {
-                        let _ = sender.send(Frame::Delta {
-                            call_id: call_id.clone(),
-                            text: buffer.clone(),
+                        live.broadcast(Frame::Delta {
+                            call_id,
+                            text,
+                            offset,
                         });
                     }
                 }
-                live.subscribers.push(sender);
+            }
+            SessionMsg::Subscribe(subscriber, reply) => {
+                let attached = Attached {
+                    last_seq: live.state.last_seq,
+                    status: live.state.status(),
+                    streaming: live
+                        .streaming
+                        .as_ref()
+                        .map(|(call_id, _, text)| (call_id.clone(), text.clone())),
+                };
+                live.subscribers.push(subscriber);
+                let _ = reply.send(attached);
             }
             SessionMsg::State(reply) => {
                 let _ = reply.send(live.state.clone());
@@ -311,7 +356,15 @@ impl Actor for SessionActor {
 
 impl Live {
     fn broadcast(&mut self, frame: Frame) {
-        self.subscribers.retain(|s| s.send(frame.clone()).is_ok());
+        self.subscribers
+            .retain(|s| match s.sender.try_send(frame.clone()) {
+                Ok(()) => true,
+                Err(tokio::sync::mpsc::error::TrySendError::Full(_)) => {
+                    s.lagged.store(true, Ordering::Relaxed);
+                    false
+                }
+                Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => false,
+            });
     }
 
     async fn process(
@@ -331,6 +384,7 @@ impl Live {
                     NewEvent::new(kind, payload)
                 })
                 .collect();
+            let times: Vec<_> = rows.iter().map(|r| r.created_at).collect();
             let seqs = match self
                 .deps
                 .store
@@ -348,12 +402,12 @@ impl Live {
                 }
                 Err(error) => return Err(SessionError::Journal(error.to_string())),
             };
-            for (seq, event) in seqs.into_iter().zip(decision.events) {
+            for ((seq, event), at) in seqs.into_iter().zip(decision.events).zip(times) {
                 if let SessionEvent::ApprovalRequested { call_id, .. } = &event {
                     self.schedule_expiry(myself, call_id.clone());
                 }
                 self.state.apply(seq, &event);
-                self.broadcast(Frame::Event { seq, event });
+                self.broadcast(Frame::Event { seq, event, at });
             }
             if self.state.last_seq - self.last_snapshot >= self.deps.lifecycle.snapshot_every {
                 self.snapshot().await;
@@ -424,8 +478,13 @@ impl Live {
                 self.streaming = Some((call_id.clone(), cancel.clone(), String::new()));
                 let agent = &self.deps.agent;
                 let request = ModelRequest {
-                    route: agent.rules.route.clone(),
-                    system_prompt: agent.system_prompt.clone(),
+                    route: self.state.route(&agent.rules.route).to_string(),
+                    system_prompt: self
+                        .state
+                        .overrides
+                        .system_prompt
+                        .clone()
+                        .unwrap_or_else(|| agent.system_prompt.clone()),
                     transcript: self.state.transcript.clone(),
                     tools: agent
                         .tools
@@ -693,16 +752,15 @@ impl Shared {
         if let Some(actor) = self.live_actor(id) {
             return Ok(actor);
         }
-        let row = self
-            .store
-            .get_session(id)
-            .await
-            .map_err(|e| SessionError::Journal(e.to_string()))?;
+        let row = self.store.get_session(id).await.map_err(|e| match e {
+            stead_persistence::Error::SessionNotFound(_) => SessionError::NotFound,
+            other => SessionError::Journal(other.to_string()),
+        })?;
         let agent = self
             .agents
             .get(&row.agent)
             .cloned()
-            .ok_or_else(|| SessionError::Journal(format!("no agent named `{}`", row.agent)))?;
+            .ok_or_else(|| SessionError::UnknownAgent(row.agent.clone()))?;
         let deps = SessionDeps {
             session_id: id,
             agent,
@@ -772,9 +830,15 @@ impl SessionRegistry {
         self
     }
 
-    /// The configured agents, by name.
-    pub fn agents(&self) -> impl Iterator<Item = &Arc<Agent>> {
-        self.shared.agents.values()
+    /// The configured agents, sorted by name.
+    pub fn agents(&self) -> Vec<Arc<Agent>> {
+        let mut agents: Vec<Arc<Agent>> = self.shared.agents.values().cloned().collect();
+        agents.sort_by(|a, b| a.name.cmp(&b.name));
+        agents
+    }
+
+    pub fn agent(&self, name: &str) -> Option<Arc<Agent>> {
+        self.shared.agents.get(name).cloned()
     }
 
     /// Whether the session has a live actor now (not passivated).
@@ -811,16 +875,34 @@ impl SessionRegistry {
         }
     }
 
+    /// Attaches a subscriber that may fall `capacity` frames behind before it is dropped.
+    pub async fn attach(&self, id: Uuid, capacity: usize) -> Result<Subscription, SessionError> {
+        let actor = self.session(id).await?;
+        let (sender, frames) = tokio::sync::mpsc::channel(capacity.max(1));
+        let lagged = Arc::new(AtomicBool::new(false));
+        let subscriber = Subscriber {
+            sender,
+            lagged: lagged.clone(),
+        };
+        match actor
+            .call(|reply| SessionMsg::Subscribe(subscriber, reply), None)
+            .await
+        {
+            Ok(ractor::rpc::CallResult::Success(attached)) => Ok(Subscription {
+                frames,
+                attached,
+                lagged,
+            }),
+            _ => Err(SessionError::Journal("the session actor stopped".into())),
+        }
+    }
+
+    /// Frames from now on (a generous buffer, for in-process callers and tests).
     pub async fn subscribe(
         &self,
         id: Uuid,
-    ) -> Result<tokio::sync::mpsc::UnboundedReceiver<Frame>, SessionError> {
-        let actor = self.session(id).await?;
-        let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
-        actor
-            .cast(SessionMsg::Subscribe(sender))
-            .map_err(|_| SessionError::Journal("the session actor stopped".into()))?;
-        Ok(receiver)
+    ) -> Result<tokio::sync::mpsc::Receiver<Frame>, SessionError> {
+        Ok(self.attach(id, 65_536).await?.frames)
     }
 
     pub async fn state(&self, id: Uuid) -> Result<SessionState, SessionError> {

@@ -6,7 +6,7 @@ use std::collections::{BTreeSet, VecDeque};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::events::{ApprovalScope, RequestedCall, SessionEvent, Usage};
+use crate::events::{ApprovalScope, Overrides, RequestedCall, SessionEvent, Usage};
 
 /// One entry of the conversation the model sees.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -105,6 +105,9 @@ pub struct SessionState {
     pub failed: Option<String>,
     /// Set by `session_closed`.
     pub closed: bool,
+    /// Set by `session_forked`: the source session and seq, and what the fork changed.
+    pub forked_from: Option<(String, i64)>,
+    pub overrides: Overrides,
 }
 
 impl SessionState {
@@ -242,6 +245,19 @@ impl SessionState {
                 self.turn = None;
                 self.queued.clear();
             }
+            SessionEvent::SessionForked {
+                from,
+                at,
+                overrides,
+            } => {
+                self.forked_from = Some((from.clone(), *at));
+                if overrides.route.is_some() {
+                    self.overrides.route = overrides.route.clone();
+                }
+                if overrides.system_prompt.is_some() {
+                    self.overrides.system_prompt = overrides.system_prompt.clone();
+                }
+            }
             SessionEvent::SessionClosed { .. } => {
                 self.closed = true;
                 self.turn = None;
@@ -254,6 +270,20 @@ impl SessionState {
                 }
             }
         }
+    }
+
+    /// The route model calls use: the fork's override, else the agent's.
+    pub fn route<'a>(&'a self, agent_route: &'a str) -> &'a str {
+        self.overrides.route.as_deref().unwrap_or(agent_route)
+    }
+
+    /// Approvals waiting for a decision in the current turn.
+    pub fn pending_approvals(&self) -> Vec<&CallState> {
+        self.turn
+            .iter()
+            .flat_map(|t| t.calls.iter())
+            .filter(|c| matches!(c.status, CallStatus::AwaitingApproval { .. }))
+            .collect()
     }
 
     fn start_turn(&mut self, text: String) {

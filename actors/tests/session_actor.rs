@@ -164,10 +164,7 @@ fn agent(url: &str) -> Agent {
     }
 }
 
-async fn wait_for(
-    frames: &mut tokio::sync::mpsc::UnboundedReceiver<Frame>,
-    kind: &str,
-) -> Vec<Frame> {
+async fn wait_for(frames: &mut tokio::sync::mpsc::Receiver<Frame>, kind: &str) -> Vec<Frame> {
     let mut seen = Vec::new();
     loop {
         let frame = tokio::time::timeout(Duration::from_secs(20), frames.recv())

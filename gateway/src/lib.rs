@@ -1,43 +1,112 @@
-//! `stead-gateway` owns Stead's front door: the axum HTTP (and, later, WebSocket) server, its
-//! error model, authentication and the built web UI. It holds no state of its own: sessions
-//! live in the actors, durable data in `stead-persistence`.
-//!
-//! Today it serves the operational endpoints: `/healthz` (the process is up) and `/readyz` (the
-//! database answers). A server takes its listener and its shutdown future as arguments, so tests
-//! bind `127.0.0.1:0`.
+//! `stead-gateway` owns Stead's front door: the axum HTTP and WebSocket server (SPEC §4–5), its
+//! error model and extractors, authentication (API keys and per-session tokens), the
+//! operational endpoints and, later, the built web UI. It holds no state of its own: sessions
+//! live in the actors (`stead-actors`), durable data in `stead-persistence`. A server takes its
+//! listener and its shutdown signal as arguments, so tests bind `127.0.0.1:0`.
 
+pub mod auth;
 mod error;
+mod rest;
+mod ws;
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::State;
-use axum::routing::get;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
+use stead_actors::session::SessionRegistry;
 use stead_persistence::JournalStore;
 use tokio::net::TcpListener;
 
-pub use error::ApiError;
+pub use auth::{Auth, Principal};
+pub use error::{refusal_error, ApiError, ApiJson, ApiPath, ApiQuery};
+
+/// Bounds on what one client may send or hold.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Largest request body (bytes).
+    pub body_bytes: usize,
+    /// Largest WebSocket text frame the protocol accepts (bytes); a bigger one gets an
+    /// `error` frame and the connection stays open.
+    pub ws_frame_bytes: usize,
+    /// Frames a WebSocket client may fall behind before it is dropped.
+    pub ws_queue: usize,
+    /// Ping interval; a client silent for three intervals is dropped.
+    pub ws_heartbeat: Duration,
+    /// How long a new WebSocket connection holds live frames waiting for a `resume`.
+    pub ws_resume_hold: Duration,
+    /// Longest `?wait=true` on a message.
+    pub wait: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            body_bytes: 1 << 20,
+            ws_frame_bytes: 64 << 10,
+            ws_queue: 1024,
+            ws_heartbeat: Duration::from_secs(20),
+            ws_resume_hold: Duration::from_millis(250),
+            wait: Duration::from_secs(300),
+        }
+    }
+}
 
 /// Everything the handlers share.
 #[derive(Clone)]
 pub struct AppState {
     pub store: Arc<dyn JournalStore>,
+    pub sessions: Arc<SessionRegistry>,
+    pub auth: Arc<Auth>,
+    /// Route names agents and forks may use.
+    pub routes: Arc<Vec<String>>,
+    pub limits: Limits,
     /// Reported by `/healthz`.
     pub version: &'static str,
+    /// Turns true when the server shuts down: WebSockets flush and close.
+    pub shutdown: tokio::sync::watch::Receiver<bool>,
+    /// Open WebSocket connections (for a draining shutdown).
+    pub connections: Arc<tokio::sync::Semaphore>,
 }
+
+/// Most WebSocket connections one server holds.
+pub const MAX_CONNECTIONS: usize = 1 << 20;
 
 /// How long `/readyz` waits for the database before it answers "not ready".
 const READINESS_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// The HTTP router. Unknown paths answer a JSON 404.
+/// The HTTP router. Unknown paths answer a JSON 404, wrong methods a JSON 405.
 pub fn router(state: AppState) -> Router {
+    let limit = state.limits.body_bytes;
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route(
+            "/v1/sessions",
+            post(rest::create_session).get(rest::list_sessions),
+        )
+        .route(
+            "/v1/sessions/{id}",
+            get(rest::get_session).delete(rest::close_session),
+        )
+        .route("/v1/sessions/{id}/messages", post(rest::post_message))
+        .route("/v1/sessions/{id}/events", get(rest::events))
+        .route(
+            "/v1/sessions/{id}/approvals/{call_id}",
+            post(rest::decide_approval),
+        )
+        .route("/v1/sessions/{id}/cancel", post(rest::cancel))
+        .route("/v1/sessions/{id}/state", get(rest::state_at))
+        .route("/v1/sessions/{id}/fork", post(rest::fork))
+        .route("/v1/sessions/{id}/ws", get(ws::upgrade))
+        .route("/v1/approvals", get(rest::pending_approvals))
+        .route("/v1/agents", get(rest::agents))
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(limit))
         .with_state(state)
 }
 
@@ -51,6 +120,14 @@ pub async fn serve(
     axum::serve(listener, router)
         .with_graceful_shutdown(shutdown)
         .await
+}
+
+/// Waits until every WebSocket connection has closed (they close on the shutdown signal after
+/// flushing), or `grace` passes.
+pub async fn drain_connections(connections: &tokio::sync::Semaphore, grace: Duration) -> bool {
+    tokio::time::timeout(grace, connections.acquire_many(MAX_CONNECTIONS as u32))
+        .await
+        .is_ok()
 }
 
 async fn healthz(State(state): State<AppState>) -> Json<Value> {
@@ -72,4 +149,12 @@ async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiError> 
 
 async fn not_found() -> ApiError {
     ApiError::not_found("no such endpoint")
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "this endpoint does not take that method",
+    )
 }

@@ -16,7 +16,7 @@ use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
-use crate::{prepare_payload, types::now_micros, Error, NewEvent, Result};
+use crate::{prepare_payload, Error, NewEvent, Result};
 
 /// An event ready to write: payload serialized and checked, timestamp fixed.
 #[derive(Debug)]
@@ -124,14 +124,13 @@ impl GroupCommit {
                 "expected_last_seq must not be negative".into(),
             ));
         }
-        let created_at = now_micros();
         let events = events
             .iter()
             .map(|event| {
                 Ok(PreparedEvent {
                     payload: prepare_payload(&event.kind, &event.payload, self.max_event_bytes)?,
                     kind: event.kind.clone(),
-                    created_at,
+                    created_at: event.created_at,
                 })
             })
             .collect::<Result<Vec<_>>>()?;

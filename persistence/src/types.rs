@@ -187,11 +187,14 @@ pub(crate) fn into_page(mut rows: Vec<Session>, limit: u32) -> SessionPage {
     }
 }
 
-/// An event to append. Its seq is assigned by the store.
+/// An event to append. Its seq is assigned by the store; its timestamp is fixed when it is
+/// made (microsecond precision, as stored), so the writer knows each event's `created_at`
+/// without reading it back.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewEvent {
     pub kind: String,
     pub payload: Value,
+    pub created_at: DateTime<Utc>,
 }
 
 impl NewEvent {
@@ -199,6 +202,7 @@ impl NewEvent {
         NewEvent {
             kind: kind.into(),
             payload,
+            created_at: now_micros(),
         }
     }
 }

@@ -1,0 +1,735 @@
+//! REST handlers (SPEC §5): sessions, messages, events, approvals, cancel, state at a seq,
+//! forks, agents. Inputs go to the session's actor, which journals them before anything
+//! happens; reads come from the journal or the actor's folded state.
+
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use stead_actors::{ApprovalScope, CallStatus, Input, Overrides, SessionEvent, SessionState};
+use stead_persistence::{Event, NewEvent, NewSession, Session, SessionQuery, SessionStatus};
+use uuid::Uuid;
+
+use crate::auth::Caller;
+use crate::{ApiError, ApiJson, ApiPath, ApiQuery, AppState};
+
+/// Largest user message (bytes).
+pub const MAX_MESSAGE_BYTES: usize = 32 << 10;
+/// Most events one `events` page returns.
+const MAX_EVENTS_PAGE: u32 = 1000;
+/// Largest metadata object of a session (bytes of JSON).
+const MAX_METADATA_BYTES: usize = 16 << 10;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSession {
+    agent: String,
+    #[serde(default)]
+    metadata: Option<Value>,
+}
+
+pub async fn create_session(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiJson(body): ApiJson<CreateSession>,
+) -> Result<Response, ApiError> {
+    caller.require_operator()?;
+    if state.sessions.agent(&body.agent).is_none() {
+        return Err(ApiError::unprocessable(
+            "unknown_agent",
+            format!("no agent is named `{}` (see GET /v1/agents)", body.agent),
+        ));
+    }
+    let metadata = body.metadata.unwrap_or_else(|| json!({}));
+    if !metadata.is_object() {
+        return Err(ApiError::unprocessable(
+            "invalid_request",
+            "`metadata` must be a JSON object",
+        ));
+    }
+    if metadata.to_string().len() > MAX_METADATA_BYTES {
+        return Err(ApiError::unprocessable(
+            "invalid_request",
+            format!("`metadata` is over {MAX_METADATA_BYTES} bytes"),
+        ));
+    }
+    let row = state
+        .store
+        .create_session(NewSession {
+            id: None,
+            agent: body.agent.clone(),
+            metadata,
+        })
+        .await?;
+    let (kind, payload) = SessionEvent::SessionCreated {
+        agent: body.agent.clone(),
+    }
+    .to_parts();
+    state
+        .store
+        .append(row.id, 0, vec![NewEvent::new(kind, payload)])
+        .await?;
+    let mut view = row_view(&row);
+    view["last_seq"] = json!(1);
+    view["token"] = json!(state.auth.session_token(row.id));
+    Ok((StatusCode::CREATED, Json(view)).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    agent: Option<String>,
+    status: Option<String>,
+    limit: Option<u32>,
+    cursor: Option<String>,
+}
+
+pub async fn list_sessions(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiQuery(query): ApiQuery<ListQuery>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require_operator()?;
+    let status = match &query.status {
+        Some(s) => Some(s.parse::<SessionStatus>().map_err(|_| {
+            ApiError::bad_request(
+                "invalid_query",
+                format!(
+                    "`status` is one of idle, running, awaiting_approval, failed, closed; not `{s}`"
+                ),
+            )
+        })?),
+        None => None,
+    };
+    let page = state
+        .store
+        .list_sessions(&SessionQuery {
+            agent: query.agent,
+            status,
+            limit: query.limit.unwrap_or(stead_persistence::DEFAULT_PAGE),
+            cursor: query.cursor,
+        })
+        .await
+        .map_err(|e| match e {
+            stead_persistence::Error::InvalidInput(m) => ApiError::bad_request("invalid_query", m),
+            other => other.into(),
+        })?;
+    Ok(Json(json!({
+        "sessions": page.sessions.iter().map(row_view).collect::<Vec<_>>(),
+        "next_cursor": page.next_cursor,
+    })))
+}
+
+pub async fn get_session(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath(id): ApiPath<Uuid>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require_session(id)?;
+    let row = state.store.get_session(id).await?;
+    let folded = state.sessions.state(id).await?;
+    Ok(Json(session_view(&row, &folded)))
+}
+
+pub async fn close_session(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath(id): ApiPath<Uuid>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require_session(id)?;
+    let result = state
+        .sessions
+        .send(
+            id,
+            Input::Close {
+                reason: format!("closed by {}", caller.name()),
+            },
+        )
+        .await;
+    match result {
+        // Closing a closed session is a no-op (DELETE is idempotent).
+        Ok(_) | Err(stead_actors::session::SessionError::Refused(stead_actors::Refusal::Ended))
+            if state.sessions.state(id).await?.closed =>
+        {
+            let row = state.store.get_session(id).await?;
+            let folded = state.sessions.state(id).await?;
+            Ok(Json(session_view(&row, &folded)))
+        }
+        Ok(_) => Err(ApiError::internal("close", "the session did not close")),
+        Err(error) => Err(error.into()),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PostMessage {
+    text: String,
+    #[serde(default)]
+    client_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WaitQuery {
+    #[serde(default)]
+    wait: bool,
+}
+
+/// Checks a user message's text and client id (shared with the WebSocket).
+pub fn check_message(text: &str, client_id: Option<&str>) -> Result<(), ApiError> {
+    if text.trim().is_empty() {
+        return Err(ApiError::unprocessable(
+            "invalid_request",
+            "`text` must not be empty",
+        ));
+    }
+    if text.len() > MAX_MESSAGE_BYTES {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "message_too_large",
+            format!("`text` is over {MAX_MESSAGE_BYTES} bytes"),
+        ));
+    }
+    if client_id.is_some_and(|c| c.is_empty() || c.len() > 200) {
+        return Err(ApiError::unprocessable(
+            "invalid_request",
+            "`client_id` must be 1 to 200 bytes",
+        ));
+    }
+    Ok(())
+}
+
+pub async fn post_message(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath(id): ApiPath<Uuid>,
+    ApiQuery(query): ApiQuery<WaitQuery>,
+    ApiJson(body): ApiJson<PostMessage>,
+) -> Result<Response, ApiError> {
+    caller.require_session(id)?;
+    check_message(&body.text, body.client_id.as_deref())?;
+    // Attach before sending, so the wait sees every frame the message causes.
+    let mut subscription = if query.wait {
+        Some(state.sessions.attach(id, 65_536).await?)
+    } else {
+        None
+    };
+    let seq = state
+        .sessions
+        .send(
+            id,
+            Input::UserMessage {
+                text: body.text,
+                client_id: body.client_id,
+            },
+        )
+        .await?;
+    let Some(subscription) = &mut subscription else {
+        return Ok((
+            StatusCode::ACCEPTED,
+            Json(json!({ "session_id": id, "seq": seq })),
+        )
+            .into_response());
+    };
+    // Wait for the turn (and any queued before it) to end, or to park on an approval.
+    let deadline = tokio::time::Instant::now() + state.limits.wait;
+    let mut settled = false;
+    loop {
+        let folded = state.sessions.state(id).await?;
+        if folded.last_seq >= seq && folded.status() != "running" {
+            settled = true;
+            break;
+        }
+        match tokio::time::timeout_at(deadline, subscription.frames.recv()).await {
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                // The actor stopped (a restart): attach again and look at the state.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                *subscription = state.sessions.attach(id, 65_536).await?;
+            }
+            Err(_) => break,
+        }
+    }
+    let folded = state.sessions.state(id).await?;
+    let reply = last_reply(&state, id, seq).await?;
+    let status = if settled {
+        StatusCode::OK
+    } else {
+        StatusCode::ACCEPTED
+    };
+    Ok((
+        status,
+        Json(json!({
+            "session_id": id,
+            "seq": seq,
+            "status": folded.status(),
+            "last_seq": folded.last_seq,
+            "reply": reply,
+            "pending_approvals": pending_view(&folded),
+        })),
+    )
+        .into_response())
+}
+
+/// The last assistant message journaled after `seq`.
+async fn last_reply(state: &AppState, id: Uuid, seq: i64) -> Result<Option<String>, ApiError> {
+    let mut reply = None;
+    let mut after = seq;
+    loop {
+        let page = state.store.read(id, after, MAX_EVENTS_PAGE).await?;
+        for event in &page {
+            if event.kind == "assistant_message" {
+                reply = event.payload["text"].as_str().map(str::to_string);
+            }
+        }
+        match page.last() {
+            Some(last) if page.len() == MAX_EVENTS_PAGE as usize => after = last.seq,
+            _ => return Ok(reply),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventsQuery {
+    after: Option<i64>,
+    limit: Option<u32>,
+}
+
+pub async fn events(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath(id): ApiPath<Uuid>,
+    ApiQuery(query): ApiQuery<EventsQuery>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require_session(id)?;
+    let after = query.after.unwrap_or(0);
+    if after < 0 {
+        return Err(ApiError::bad_request(
+            "invalid_query",
+            "`after` must not be negative",
+        ));
+    }
+    let limit = query.limit.unwrap_or(100);
+    if limit == 0 || limit > MAX_EVENTS_PAGE {
+        return Err(ApiError::bad_request(
+            "invalid_query",
+            format!("`limit` is 1 to {MAX_EVENTS_PAGE}"),
+        ));
+    }
+    let row = state.store.get_session(id).await?;
+    let events = state.store.read(id, after, limit).await?;
+    Ok(Json(json!({
+        "events": events.iter().map(event_view).collect::<Vec<_>>(),
+        "last_seq": row.last_seq,
+    })))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Decide {
+    approved: bool,
+    #[serde(default)]
+    reason: Option<String>,
+    #[serde(default)]
+    scope: Option<ApprovalScope>,
+    #[serde(default)]
+    args_hash: Option<String>,
+}
+
+/// The decision input (shared with the WebSocket).
+pub fn decision_input(
+    call_id: String,
+    approved: bool,
+    reason: Option<String>,
+    scope: Option<ApprovalScope>,
+    args_hash: Option<String>,
+    caller: &crate::Principal,
+) -> Input {
+    Input::Decision {
+        call_id,
+        approved,
+        reason,
+        decided_by: caller.name(),
+        scope: scope.unwrap_or(ApprovalScope::Once),
+        args_hash,
+    }
+}
+
+pub async fn decide_approval(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath((id, call_id)): ApiPath<(Uuid, String)>,
+    ApiJson(body): ApiJson<Decide>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require_session(id)?;
+    let input = decision_input(
+        call_id.clone(),
+        body.approved,
+        body.reason,
+        body.scope,
+        body.args_hash,
+        &caller,
+    );
+    let seq = state.sessions.send(id, input).await?;
+    Ok(Json(json!({
+        "session_id": id,
+        "call_id": call_id,
+        "approved": body.approved,
+        "seq": seq,
+    })))
+}
+
+pub async fn cancel(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath(id): ApiPath<Uuid>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require_session(id)?;
+    let seq = state
+        .sessions
+        .send(
+            id,
+            Input::Cancel {
+                reason: format!("cancelled by {}", caller.name()),
+            },
+        )
+        .await?;
+    Ok(Json(json!({ "session_id": id, "seq": seq })))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AtQuery {
+    at: Option<i64>,
+}
+
+/// The state folded from the journal up to `at` (1..=last seq).
+pub async fn fold_until(state: &AppState, id: Uuid, at: i64) -> Result<SessionState, ApiError> {
+    let mut folded = SessionState::default();
+    let mut after = 0;
+    while after < at {
+        let page = state
+            .store
+            .read(id, after, MAX_EVENTS_PAGE.min((at - after) as u32))
+            .await?;
+        let Some(last) = page.last() else { break };
+        after = last.seq;
+        for event in &page {
+            match SessionEvent::from_parts(&event.kind, &event.payload) {
+                Some(typed) => folded.apply(event.seq, &typed),
+                None => folded.last_seq = event.seq,
+            }
+        }
+    }
+    Ok(folded)
+}
+
+pub async fn state_at(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath(id): ApiPath<Uuid>,
+    ApiQuery(query): ApiQuery<AtQuery>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require_session(id)?;
+    let row = state.store.get_session(id).await?;
+    let folded = match query.at {
+        None => state.sessions.state(id).await?,
+        Some(at) => {
+            check_seq(at, row.last_seq)?;
+            fold_until(&state, id, at).await?
+        }
+    };
+    Ok(Json(json!({
+        "session_id": id,
+        "seq": folded.last_seq,
+        "status": folded.status(),
+        "state": folded,
+    })))
+}
+
+fn check_seq(at: i64, last_seq: i64) -> Result<(), ApiError> {
+    if at < 1 || at > last_seq {
+        return Err(ApiError::unprocessable(
+            "seq_out_of_range",
+            format!("`at` must be between 1 and the session's last seq ({last_seq})"),
+        ));
+    }
+    Ok(())
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ForkOverrides {
+    #[serde(default)]
+    route: Option<String>,
+    /// Another name for `route` (what `/v1/chat/completions` calls a route).
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    system_prompt: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fork {
+    at: i64,
+    #[serde(default)]
+    overrides: ForkOverrides,
+}
+
+pub async fn fork(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath(id): ApiPath<Uuid>,
+    ApiJson(body): ApiJson<Fork>,
+) -> Result<Response, ApiError> {
+    caller.require_session(id)?;
+    caller.require_operator()?; // a fork is a new session: a session token cannot mint one
+    let source = state.store.get_session(id).await?;
+    check_seq(body.at, source.last_seq)?;
+    let route = match (body.overrides.route, body.overrides.model) {
+        (Some(r), Some(m)) if r != m => {
+            return Err(ApiError::unprocessable(
+                "invalid_request",
+                "`overrides.route` and `overrides.model` name different routes",
+            ))
+        }
+        (r, m) => r.or(m),
+    };
+    if let Some(route) = &route {
+        if !state.routes.contains(route) {
+            return Err(ApiError::unprocessable(
+                "unknown_route",
+                format!("no route is named `{route}`"),
+            ));
+        }
+    }
+    let overrides = Overrides {
+        route,
+        system_prompt: body.overrides.system_prompt,
+    };
+    let mut metadata = source.metadata.clone();
+    if let Some(object) = metadata.as_object_mut() {
+        object.insert(
+            "forked_from".into(),
+            json!({ "session_id": id, "at": body.at }),
+        );
+    }
+    let row = state
+        .store
+        .create_session(NewSession {
+            id: None,
+            agent: source.agent.clone(),
+            metadata,
+        })
+        .await?;
+    // Copy the journal up to `at` (same seqs, kinds, payloads and times), then mark the fork.
+    let mut copied = 0;
+    while copied < body.at {
+        let page = state
+            .store
+            .read(id, copied, MAX_EVENTS_PAGE.min((body.at - copied) as u32))
+            .await?;
+        if page.is_empty() {
+            break;
+        }
+        let rows = page
+            .iter()
+            .map(|e| NewEvent {
+                kind: e.kind.clone(),
+                payload: e.payload.clone(),
+                created_at: e.created_at,
+            })
+            .collect();
+        state.store.append(row.id, copied, rows).await?;
+        copied = page.last().map_or(copied, |e| e.seq);
+    }
+    let (kind, payload) = SessionEvent::SessionForked {
+        from: id.to_string(),
+        at: body.at,
+        overrides,
+    }
+    .to_parts();
+    let seqs = state
+        .store
+        .append(row.id, copied, vec![NewEvent::new(kind, payload)])
+        .await?;
+    // Activate it: whatever was in flight at `at` carries on in the fork (finished model and
+    // tool calls are in the copied journal and are not run again).
+    let folded = state.sessions.state(row.id).await?;
+    let row = state.store.get_session(row.id).await?;
+    let mut view = session_view(&row, &folded);
+    view["token"] = json!(state.auth.session_token(row.id));
+    view["last_seq"] = json!(seqs.last().copied().unwrap_or(copied));
+    Ok((StatusCode::CREATED, Json(view)).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalsQuery {
+    status: Option<String>,
+    limit: Option<u32>,
+}
+
+/// Pending approvals across sessions (the approval inbox), newest session first.
+pub async fn pending_approvals(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiQuery(query): ApiQuery<ApprovalsQuery>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require_operator()?;
+    match query.status.as_deref() {
+        None | Some("pending") => {}
+        Some(other) => {
+            return Err(ApiError::bad_request(
+                "invalid_query",
+                format!("`status` can only be `pending`, not `{other}`"),
+            ))
+        }
+    }
+    let limit = query.limit.unwrap_or(100).clamp(1, 500);
+    let mut approvals = Vec::new();
+    let mut cursor = None;
+    'pages: loop {
+        let page = state
+            .store
+            .list_sessions(&SessionQuery {
+                agent: None,
+                status: Some(SessionStatus::AwaitingApproval),
+                limit: 100,
+                cursor,
+            })
+            .await?;
+        for row in &page.sessions {
+            let folded = match state.sessions.state(row.id).await {
+                Ok(folded) => folded,
+                Err(error) => {
+                    tracing::warn!(session = %row.id, %error, "cannot read a parked session");
+                    continue;
+                }
+            };
+            for mut approval in pending_view(&folded) {
+                approval["session_id"] = json!(row.id);
+                approval["agent"] = json!(row.agent);
+                approvals.push(approval);
+                if approvals.len() >= limit as usize {
+                    break 'pages;
+                }
+            }
+        }
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    Ok(Json(json!({ "approvals": approvals })))
+}
+
+pub async fn agents(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+) -> Result<Json<Value>, ApiError> {
+    caller.require_operator()?;
+    let agents: Vec<Value> = state
+        .sessions
+        .agents()
+        .iter()
+        .map(|agent| {
+            json!({
+                "name": agent.name,
+                "route": agent.rules.route,
+                "system_prompt": agent.system_prompt,
+                "max_steps": agent.rules.max_steps,
+                "approval_timeout_secs": agent.rules.approval_timeout.map(|t| t.as_secs()),
+                "tools": agent.tools.values().map(|tool| json!({
+                    "name": tool.name(),
+                    "description": tool.description(),
+                    "parameters": tool.parameters(),
+                    "approval": tool.approval().describe(),
+                    "idempotent": tool.idempotent(),
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    Ok(Json(json!({ "agents": agents })))
+}
+
+/// A session row as listed.
+pub fn row_view(row: &Session) -> Value {
+    json!({
+        "id": row.id,
+        "agent": row.agent,
+        "status": row.status.as_str(),
+        "metadata": row.metadata,
+        "last_seq": row.last_seq,
+        "created_at": row.created_at,
+        "updated_at": row.updated_at,
+        "closed_at": row.closed_at,
+    })
+}
+
+/// A session in full: the row plus what its folded state knows.
+pub fn session_view(row: &Session, folded: &SessionState) -> Value {
+    let mut view = row_view(row);
+    view["status"] = json!(folded.status());
+    view["last_seq"] = json!(folded.last_seq.max(row.last_seq));
+    view["pending_approvals"] = json!(pending_view(folded));
+    view["usage"] = json!(folded.usage);
+    view["queued_messages"] = json!(folded.queued.len());
+    view["forked_from"] = match &folded.forked_from {
+        Some((session, at)) => json!({ "session_id": session, "at": at }),
+        None => Value::Null,
+    };
+    view["failure"] = json!(folded.failed);
+    view
+}
+
+/// The approvals a state is waiting for.
+pub fn pending_view(folded: &SessionState) -> Vec<Value> {
+    folded
+        .pending_approvals()
+        .into_iter()
+        .map(|call| {
+            let (args_hash, reason) = match &call.status {
+                CallStatus::AwaitingApproval { args_hash, reason } => (args_hash, reason),
+                _ => unreachable!("pending approvals await approval"),
+            };
+            json!({
+                "call_id": call.call_id,
+                "tool": call.tool,
+                "arguments": call.arguments,
+                "args_hash": args_hash,
+                "reason": reason,
+            })
+        })
+        .collect()
+}
+
+/// A journal event as REST and WebSocket clients see it.
+pub fn event_view(event: &Event) -> Value {
+    json!({
+        "seq": event.seq,
+        "kind": event.kind,
+        "payload": event.payload,
+        "at": rfc3339(event.created_at),
+    })
+}
+
+/// A committed frame as an event view (identical to the journal's).
+pub fn frame_event_view(
+    seq: i64,
+    event: &SessionEvent,
+    at: chrono::DateTime<chrono::Utc>,
+) -> Value {
+    let (kind, payload) = event.to_parts();
+    json!({ "seq": seq, "kind": kind, "payload": payload, "at": rfc3339(at) })
+}
+
+pub fn rfc3339(at: chrono::DateTime<chrono::Utc>) -> String {
+    at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+}
