@@ -102,6 +102,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         stead_actors::session::SessionRegistry::new(store.clone(), Arc::new(routes), agents)
             .with_lifecycle(config.sessions.lifecycle()),
     );
+    tokio::spawn(resume_running_sessions(store.clone(), sessions.clone()));
     let secret = session_secret(&config.server.data_dir)?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let connections = Arc::new(tokio::sync::Semaphore::new(stead_gateway::MAX_CONNECTIONS));
@@ -157,6 +158,46 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// After a restart, sessions that were mid-turn (status `running`) carry on by themselves:
+/// activation folds the journal and resumes what was in flight (an unfinished model call is
+/// issued again; a started tool follows its idempotency policy). Parked and idle sessions stay
+/// asleep until something touches them.
+async fn resume_running_sessions(
+    store: Arc<dyn JournalStore>,
+    sessions: Arc<stead_actors::session::SessionRegistry>,
+) {
+    let mut cursor = None;
+    let mut resumed = 0usize;
+    loop {
+        let query = stead_persistence::SessionQuery {
+            agent: None,
+            status: Some(stead_persistence::SessionStatus::Running),
+            limit: 200,
+            cursor,
+        };
+        let page = match store.list_sessions(&query).await {
+            Ok(page) => page,
+            Err(error) => {
+                tracing::warn!(%error, "cannot list running sessions to resume them");
+                return;
+            }
+        };
+        for row in &page.sessions {
+            match sessions.session(row.id).await {
+                Ok(_) => resumed += 1,
+                Err(error) => tracing::warn!(session = %row.id, %error, "cannot resume"),
+            }
+        }
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    if resumed > 0 {
+        tracing::info!(sessions = resumed, "resumed sessions that were mid-turn");
+    }
+}
+
 /// The key that signs session tokens: `{data_dir}/session.key`, made once (32 random bytes,
 /// mode 0600) so tokens survive restarts. Nodes sharing a database need the same file.
 fn session_secret(data_dir: &Path) -> anyhow::Result<Vec<u8>> {
@@ -168,18 +209,25 @@ fn session_secret(data_dir: &Path) -> anyhow::Result<Vec<u8>> {
             return Ok(existing);
         }
     }
+    // Written aside and linked into place: two servers starting at once agree on one key.
     let mut secret = vec![0u8; 32];
     rand::fill(&mut secret[..]);
+    let staging = data_dir.join(format!("session.key.{}", std::process::id()));
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(0o600)
-        .open(&path)
-        .with_context(|| format!("cannot write {}", path.display()))?;
+        .open(&staging)
+        .with_context(|| format!("cannot write {}", staging.display()))?;
     file.write_all(&secret)?;
     file.sync_all()?;
-    Ok(secret)
+    let linked = std::fs::hard_link(&staging, &path);
+    let _ = std::fs::remove_file(&staging);
+    match linked {
+        Ok(()) => Ok(secret),
+        Err(_) => std::fs::read(&path).with_context(|| format!("cannot read {}", path.display())),
+    }
 }
 
 /// SIGINT and SIGTERM, with their handlers installed when this is created — before the

@@ -7,120 +7,22 @@
 
 #[path = "support/fake_openai.rs"]
 mod fake_openai;
+#[path = "support/ops.rs"]
+mod ops;
 #[path = "support/stead.rs"]
 mod stead;
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::extract::State;
-use axum::http::HeaderMap;
-use axum::routing::post;
-use axum::{Json, Router};
-use fake_openai::{FakeOpenAi, Scripted};
-use serde_json::{json, Value};
+use fake_openai::FakeOpenAi;
+use ops::{long_answer, Webhook};
+use serde_json::json;
 use stead::{events, streamed_text, Stead};
 
-/// The long answer: 40 words, 25 ms apart (a stream of about a second).
-fn long_answer() -> String {
-    (1..=40)
-        .map(|i| format!("word{i}"))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-/// The script: a message mentioning "delete" asks for the gated webhook; a tool result gets
-/// "Done."; anything else gets the long streamed answer.
-async fn upstream() -> FakeOpenAi {
-    FakeOpenAi::start(Arc::new(|request: &Value| {
-        let messages = request["messages"].as_array().unwrap();
-        let last = messages.last().unwrap();
-        if last["role"] == "tool" {
-            return Scripted::Text {
-                text: "Done.".into(),
-                chunk_delay: Duration::from_millis(1),
-            };
-        }
-        let text = last["content"].as_str().unwrap_or_default();
-        if text.contains("delete") {
-            return Scripted::ToolCall {
-                name: "delete_records".into(),
-                arguments: json!({ "table": "users" }),
-            };
-        }
-        Scripted::Text {
-            text: long_answer(),
-            chunk_delay: Duration::from_millis(25),
-        }
-    }))
-    .await
-}
-
-#[derive(Clone, Default)]
-struct Webhook {
-    keys: Arc<Mutex<Vec<String>>>,
-}
-
-async fn webhook() -> (String, Webhook) {
-    async fn handle(
-        State(w): State<Webhook>,
-        headers: HeaderMap,
-        Json(body): Json<Value>,
-    ) -> Json<Value> {
-        let key = headers["idempotency-key"].to_str().unwrap().to_string();
-        w.keys.lock().unwrap().push(key);
-        Json(json!({ "deleted": body["arguments"]["table"] }))
-    }
-    let w = Webhook::default();
-    let app = Router::new()
-        .route("/delete", post(handle))
-        .with_state(w.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/delete", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (url, w)
-}
-
-fn config(upstream: &str, webhook: &str, extra: &str) -> String {
-    format!(
-        r#"
-{extra}
-
-[[providers]]
-name = "fake"
-kind = "openai"
-base_url = "{upstream}"
-
-[[routes]]
-name = "default"
-targets = [{{ provider = "fake", model = "scripted" }}]
-
-[[routes]]
-name = "other"
-targets = [{{ provider = "fake", model = "scripted-2" }}]
-
-[[agents]]
-name = "ops"
-route = "default"
-system_prompt = "You are ops."
-max_steps = 4
-
-[[agents.tools]]
-name = "delete_records"
-kind = "webhook"
-url = "{webhook}"
-description = "Delete records from a table"
-parameters = {{ type = "object", properties = {{ table = {{ type = "string" }} }}, required = ["table"] }}
-approval = "always"
-idempotent = true
-"#
-    )
-}
-
 async fn start(extra: &str) -> (Stead, FakeOpenAi, Webhook) {
-    let fake = upstream().await;
-    let (hook_url, hook) = webhook().await;
-    let server = Stead::start(&config(&fake.base_url, &hook_url, extra), None);
+    let fake = ops::upstream().await;
+    let (hook_url, hook) = ops::webhook().await;
+    let server = Stead::start(&ops::config(&fake.base_url, &hook_url, extra), None);
     (server, fake, hook)
 }
 
