@@ -89,6 +89,16 @@ cargo build --locked --bin stead
 export STEAD_DATA_DIR="$CARGO_TARGET_DIR/stead-data"
 "$CARGO_TARGET_DIR/debug/stead" setup --data-dir "$STEAD_DATA_DIR"
 
+step "Schemathesis (PyPI) for the API property tests, cached under the target dir"
+schemathesis_venv="$CARGO_TARGET_DIR/schemathesis-venv"
+schemathesis_version="4.32.5"
+if [ "$("$schemathesis_venv/bin/schemathesis" --version 2>/dev/null || true)" != "schemathesis, version $schemathesis_version" ]; then
+  rm -rf "$schemathesis_venv"
+  python3 -m venv "$schemathesis_venv"
+  "$schemathesis_venv/bin/pip" install --quiet --disable-pip-version-check "schemathesis==$schemathesis_version"
+fi
+export SCHEMATHESIS_BIN="$schemathesis_venv/bin/schemathesis"
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 

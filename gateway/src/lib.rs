@@ -6,6 +6,7 @@
 
 pub mod auth;
 mod error;
+pub mod openapi;
 mod rest;
 mod ws;
 
@@ -84,6 +85,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/openapi.json", get(openapi::openapi_json))
         .route(
             "/v1/sessions",
             post(rest::create_session).get(rest::list_sessions),
@@ -130,10 +132,12 @@ pub async fn drain_connections(connections: &tokio::sync::Semaphore, grace: Dura
         .is_ok()
 }
 
+#[utoipa::path(get, path = "/healthz", security(()), responses((status = 200, body = openapi::Health)))]
 async fn healthz(State(state): State<AppState>) -> Json<Value> {
     Json(json!({ "status": "ok", "version": state.version }))
 }
 
+#[utoipa::path(get, path = "/readyz", security(()), responses((status = 200, body = openapi::Ready), (status = 503, body = openapi::ErrorBody)))]
 async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
     match tokio::time::timeout(READINESS_TIMEOUT, state.store.ping()).await {
         Ok(Ok(())) => Ok(Json(

@@ -12,9 +12,14 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use stead_actors::{ApprovalScope, CallStatus, Input, Overrides, SessionEvent, SessionState};
 use stead_persistence::{Event, NewEvent, NewSession, Session, SessionQuery, SessionStatus};
+use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use crate::auth::Caller;
+use crate::openapi::{
+    AgentList, Committed, Decided, ErrorBody, EventsPage, Forked, Inbox, MessageAccepted,
+    MessageWaited, SessionCreated, SessionList, SessionView, StateView,
+};
 use crate::{ApiError, ApiJson, ApiPath, ApiQuery, AppState};
 
 /// Largest user message (bytes).
@@ -24,14 +29,18 @@ const MAX_EVENTS_PAGE: u32 = 1000;
 /// Largest metadata object of a session (bytes of JSON).
 const MAX_METADATA_BYTES: usize = 16 << 10;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateSession {
+    /// One of the configured agents (the served schema lists them).
+    #[schema(min_length = 1)]
     agent: String,
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     metadata: Option<Value>,
 }
 
+#[utoipa::path(post, path = "/v1/sessions", request_body = CreateSession, responses((status = 201, body = SessionCreated), (status = 400, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
 pub async fn create_session(
     State(state): State<AppState>,
     Caller(caller): Caller,
@@ -79,39 +88,72 @@ pub async fn create_session(
     Ok((StatusCode::CREATED, Json(view)).into_response())
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
     agent: Option<String>,
-    status: Option<String>,
+    status: Option<StatusParam>,
+    #[param(minimum = 1, maximum = 500)]
     limit: Option<u32>,
+    /// `next_cursor` of the previous page.
     cursor: Option<String>,
 }
 
+/// A session status, as a filter.
+#[derive(Deserialize, ToSchema, Clone, Copy)]
+#[serde(rename_all = "snake_case")]
+pub enum StatusParam {
+    Idle,
+    Running,
+    AwaitingApproval,
+    Failed,
+    Closed,
+}
+
+impl From<StatusParam> for SessionStatus {
+    fn from(status: StatusParam) -> Self {
+        match status {
+            StatusParam::Idle => SessionStatus::Idle,
+            StatusParam::Running => SessionStatus::Running,
+            StatusParam::AwaitingApproval => SessionStatus::AwaitingApproval,
+            StatusParam::Failed => SessionStatus::Failed,
+            StatusParam::Closed => SessionStatus::Closed,
+        }
+    }
+}
+
+/// `limit` within `1..=max`, or a 400.
+fn page_limit(limit: Option<u32>, default: u32, max: u32) -> Result<u32, ApiError> {
+    match limit.unwrap_or(default) {
+        n if (1..=max).contains(&n) => Ok(n),
+        _ => Err(ApiError::bad_request(
+            "invalid_query",
+            format!("`limit` is 1 to {max}"),
+        )),
+    }
+}
+
+#[utoipa::path(get, path = "/v1/sessions", params(ListQuery), responses((status = 200, body = SessionList), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
 pub async fn list_sessions(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiQuery(query): ApiQuery<ListQuery>,
 ) -> Result<Json<Value>, ApiError> {
     caller.require_operator()?;
-    let status = match &query.status {
-        Some(s) => Some(s.parse::<SessionStatus>().map_err(|_| {
-            ApiError::bad_request(
-                "invalid_query",
-                format!(
-                    "`status` is one of idle, running, awaiting_approval, failed, closed; not `{s}`"
-                ),
-            )
-        })?),
-        None => None,
-    };
+    let status = query.status.map(SessionStatus::from);
+    let limit = page_limit(
+        query.limit,
+        stead_persistence::DEFAULT_PAGE,
+        stead_persistence::MAX_PAGE,
+    )?;
     let page = state
         .store
         .list_sessions(&SessionQuery {
             agent: query.agent,
             status,
-            limit: query.limit.unwrap_or(stead_persistence::DEFAULT_PAGE),
-            cursor: query.cursor,
+            limit,
+            cursor: query.cursor.filter(|c| !c.is_empty()),
         })
         .await
         .map_err(|e| match e {
@@ -124,6 +166,7 @@ pub async fn list_sessions(
     })))
 }
 
+#[utoipa::path(get, path = "/v1/sessions/{id}", params(("id" = Uuid, Path, description = "Session id")), responses((status = 200, body = SessionView), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
 pub async fn get_session(
     State(state): State<AppState>,
     Caller(caller): Caller,
@@ -135,6 +178,7 @@ pub async fn get_session(
     Ok(Json(session_view(&row, &folded)))
 }
 
+#[utoipa::path(delete, path = "/v1/sessions/{id}", params(("id" = Uuid, Path, description = "Session id")), responses((status = 200, body = SessionView), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
 pub async fn close_session(
     State(state): State<AppState>,
     Caller(caller): Caller,
@@ -164,15 +208,20 @@ pub async fn close_session(
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PostMessage {
+    /// Up to 32 KiB of UTF-8 (the schema says 8,192 characters, which always fits).
+    #[schema(min_length = 1, max_length = 8192, pattern = "\\S")]
     text: String,
+    /// Applied once: a repeated `client_id` is refused with `duplicate_client_id`.
     #[serde(default)]
+    #[schema(min_length = 1, max_length = 200)]
     client_id: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct WaitQuery {
     #[serde(default)]
@@ -203,6 +252,7 @@ pub fn check_message(text: &str, client_id: Option<&str>) -> Result<(), ApiError
     Ok(())
 }
 
+#[utoipa::path(post, path = "/v1/sessions/{id}/messages", params(("id" = Uuid, Path, description = "Session id"), WaitQuery), request_body = PostMessage, responses((status = 202, description = "Accepted (or the wait ran out)", body = MessageAccepted), (status = 200, description = "With wait=true: the turn ended or parked", body = MessageWaited), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
 pub async fn post_message(
     State(state): State<AppState>,
     Caller(caller): Caller,
@@ -293,13 +343,18 @@ async fn last_reply(state: &AppState, id: Uuid, seq: i64) -> Result<Option<Strin
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct EventsQuery {
+    /// Events with a greater seq (default 0: from the start).
+    #[param(minimum = 0)]
     after: Option<i64>,
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<u32>,
 }
 
+#[utoipa::path(get, path = "/v1/sessions/{id}/events", params(("id" = Uuid, Path, description = "Session id"), EventsQuery), responses((status = 200, body = EventsPage), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
 pub async fn events(
     State(state): State<AppState>,
     Caller(caller): Caller,
@@ -314,13 +369,7 @@ pub async fn events(
             "`after` must not be negative",
         ));
     }
-    let limit = query.limit.unwrap_or(100);
-    if limit == 0 || limit > MAX_EVENTS_PAGE {
-        return Err(ApiError::bad_request(
-            "invalid_query",
-            format!("`limit` is 1 to {MAX_EVENTS_PAGE}"),
-        ));
-    }
+    let limit = page_limit(query.limit, 100, MAX_EVENTS_PAGE)?;
     let row = state.store.get_session(id).await?;
     let events = state.store.read(id, after, limit).await?;
     Ok(Json(json!({
@@ -329,14 +378,32 @@ pub async fn events(
     })))
 }
 
-#[derive(Deserialize)]
+/// What an approval covers.
+#[derive(Deserialize, ToSchema, Clone, Copy)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    Once,
+    Session,
+}
+
+impl From<Scope> for ApprovalScope {
+    fn from(scope: Scope) -> Self {
+        match scope {
+            Scope::Once => ApprovalScope::Once,
+            Scope::Session => ApprovalScope::Session,
+        }
+    }
+}
+
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Decide {
     approved: bool,
     #[serde(default)]
     reason: Option<String>,
+    /// `once` (default) or `session` (approve this tool for the rest of the session).
     #[serde(default)]
-    scope: Option<ApprovalScope>,
+    scope: Option<Scope>,
     #[serde(default)]
     args_hash: Option<String>,
 }
@@ -360,6 +427,7 @@ pub fn decision_input(
     }
 }
 
+#[utoipa::path(post, path = "/v1/sessions/{id}/approvals/{call_id}", params(("id" = Uuid, Path, description = "Session id"), ("call_id" = String, Path, description = "The tool call awaiting approval")), request_body = Decide, responses((status = 200, body = Decided), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
 pub async fn decide_approval(
     State(state): State<AppState>,
     Caller(caller): Caller,
@@ -371,7 +439,7 @@ pub async fn decide_approval(
         call_id.clone(),
         body.approved,
         body.reason,
-        body.scope,
+        body.scope.map(Into::into),
         body.args_hash,
         &caller,
     );
@@ -384,6 +452,7 @@ pub async fn decide_approval(
     })))
 }
 
+#[utoipa::path(post, path = "/v1/sessions/{id}/cancel", params(("id" = Uuid, Path, description = "Session id")), responses((status = 200, body = Committed), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
 pub async fn cancel(
     State(state): State<AppState>,
     Caller(caller): Caller,
@@ -402,9 +471,12 @@ pub async fn cancel(
     Ok(Json(json!({ "session_id": id, "seq": seq })))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct AtQuery {
+    /// Fold the journal up to this seq (default: the current state).
+    #[param(minimum = 1)]
     at: Option<i64>,
 }
 
@@ -429,6 +501,7 @@ pub async fn fold_until(state: &AppState, id: Uuid, at: i64) -> Result<SessionSt
     Ok(folded)
 }
 
+#[utoipa::path(get, path = "/v1/sessions/{id}/state", params(("id" = Uuid, Path, description = "Session id"), AtQuery), responses((status = 200, body = StateView), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
 pub async fn state_at(
     State(state): State<AppState>,
     Caller(caller): Caller,
@@ -462,7 +535,7 @@ fn check_seq(at: i64, last_seq: i64) -> Result<(), ApiError> {
     Ok(())
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ForkOverrides {
     #[serde(default)]
@@ -474,14 +547,32 @@ pub struct ForkOverrides {
     system_prompt: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Fork {
+    /// Copy the journal up to this seq.
+    #[serde(deserialize_with = "integer")]
+    #[schema(minimum = 1)]
     at: i64,
     #[serde(default)]
     overrides: ForkOverrides,
 }
 
+/// An integer, also when written as an integral float (`5.0`): JSON has one number type.
+fn integer<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<i64, D::Error> {
+    let number = serde_json::Number::deserialize(deserializer)?;
+    if let Some(i) = number.as_i64() {
+        return Ok(i);
+    }
+    match number.as_f64() {
+        Some(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => Ok(f as i64),
+        _ => Err(serde::de::Error::custom(format!(
+            "{number} is not an integer"
+        ))),
+    }
+}
+
+#[utoipa::path(post, path = "/v1/sessions/{id}/fork", params(("id" = Uuid, Path, description = "Session id")), request_body = Fork, responses((status = 201, body = Forked), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
 pub async fn fork(
     State(state): State<AppState>,
     Caller(caller): Caller,
@@ -569,30 +660,32 @@ pub async fn fork(
     Ok((StatusCode::CREATED, Json(view)).into_response())
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ApprovalsQuery {
-    status: Option<String>,
+    status: Option<InboxStatus>,
+    #[param(minimum = 1, maximum = 500)]
     limit: Option<u32>,
 }
 
+/// The approval inbox lists pending approvals.
+#[derive(Deserialize, ToSchema, Clone, Copy)]
+#[serde(rename_all = "snake_case")]
+pub enum InboxStatus {
+    Pending,
+}
+
 /// Pending approvals across sessions (the approval inbox), newest session first.
+#[utoipa::path(get, path = "/v1/approvals", params(ApprovalsQuery), responses((status = 200, body = Inbox), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
 pub async fn pending_approvals(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiQuery(query): ApiQuery<ApprovalsQuery>,
 ) -> Result<Json<Value>, ApiError> {
     caller.require_operator()?;
-    match query.status.as_deref() {
-        None | Some("pending") => {}
-        Some(other) => {
-            return Err(ApiError::bad_request(
-                "invalid_query",
-                format!("`status` can only be `pending`, not `{other}`"),
-            ))
-        }
-    }
-    let limit = query.limit.unwrap_or(100).clamp(1, 500);
+    let (None | Some(InboxStatus::Pending)) = query.status;
+    let limit = page_limit(query.limit, 100, 500)?;
     let mut approvals = Vec::new();
     let mut cursor = None;
     'pages: loop {
@@ -630,6 +723,7 @@ pub async fn pending_approvals(
     Ok(Json(json!({ "approvals": approvals })))
 }
 
+#[utoipa::path(get, path = "/v1/agents", responses((status = 200, body = AgentList), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
 pub async fn agents(
     State(state): State<AppState>,
     Caller(caller): Caller,
