@@ -115,6 +115,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         version: env!("CARGO_PKG_VERSION"),
         shutdown: stop_rx.clone(),
         connections: connections.clone(),
+        metrics: Default::default(),
     });
     let mut signals = ShutdownSignals::install()?;
     tracing::info!(address = %local, "stead listening");

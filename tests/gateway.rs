@@ -358,3 +358,81 @@ async fn state_at_any_seq_and_forks_that_do_not_rerun_the_past() {
     // The source is untouched.
     assert_eq!(server.journal(&id).await, journal);
 }
+
+/// The value of one Prometheus sample line (`name{labels} value`).
+fn sample(metrics: &str, series: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no `{series}` in\n{metrics}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_sessions_clients_events_and_requests() {
+    let (server, _fake, _) = start("").await;
+    let (id, token) = server.create("ops").await;
+    let mut ws = server.ws(&id, &token, "").await;
+    ws.next().await.unwrap();
+    let (_, done) = server
+        .call(
+            "POST",
+            &format!("/v1/sessions/{id}/messages?wait=true"),
+            Some(json!({ "text": "hi" })),
+        )
+        .await;
+    assert_eq!(done["status"], "idle");
+    let metrics = reqwest::get(format!("{}/metrics", server.base))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(sample(&metrics, "stead_sessions{status=\"idle\"}"), 1.0);
+    assert_eq!(sample(&metrics, "stead_sessions{status=\"running\"}"), 0.0);
+    assert_eq!(sample(&metrics, "stead_websocket_clients"), 1.0);
+    assert_eq!(sample(&metrics, "stead_session_actors_live"), 1.0);
+    let journal = server.journal(&id).await;
+    assert_eq!(
+        sample(&metrics, "stead_journal_events_appended_total"),
+        journal.len() as f64
+    );
+    assert_eq!(
+        sample(
+            &metrics,
+            "stead_http_requests_total{method=\"POST\",route=\"/v1/sessions\",status=\"201\"}"
+        ),
+        1.0
+    );
+    assert_eq!(
+        sample(
+            &metrics,
+            "stead_http_request_duration_seconds_count{method=\"POST\",route=\"/v1/sessions/{id}/messages\"}"
+        ),
+        1.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_closes_websockets_with_a_going_away_frame_and_exits_cleanly() {
+    use futures_util::StreamExt;
+    use tokio_tungstenite::tungstenite::Message;
+    let (mut server, _fake, _) = start("").await;
+    let (id, token) = server.create("ops").await;
+    let mut ws = server.ws(&id, &token, "").await;
+    ws.next().await.unwrap();
+    let status = tokio::task::spawn_blocking(move || {
+        let status = server.signal(libc::SIGTERM);
+        (server, status)
+    });
+    let close = loop {
+        match tokio::time::timeout(Duration::from_secs(30), ws.stream.next()).await {
+            Ok(Some(Ok(Message::Close(frame)))) => break frame,
+            Ok(Some(Ok(_))) => continue,
+            other => panic!("expected a close frame, got {other:?}"),
+        }
+    };
+    let close = close.expect("a close frame with a code");
+    assert_eq!(u16::from(close.code), 1001, "going away");
+    let (_server, status) = status.await.unwrap();
+    assert!(status.success(), "exit {status:?}");
+}

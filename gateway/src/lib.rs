@@ -6,6 +6,7 @@
 
 pub mod auth;
 mod error;
+pub mod metrics;
 pub mod openapi;
 mod rest;
 mod ws;
@@ -71,6 +72,8 @@ pub struct AppState {
     pub shutdown: tokio::sync::watch::Receiver<bool>,
     /// Open WebSocket connections (for a draining shutdown).
     pub connections: Arc<tokio::sync::Semaphore>,
+    /// Request counters and latencies for `/metrics`.
+    pub metrics: Arc<metrics::Metrics>,
 }
 
 /// Most WebSocket connections one server holds.
@@ -86,6 +89,7 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/openapi.json", get(openapi::openapi_json))
+        .route("/metrics", get(metrics::render))
         .route(
             "/v1/sessions",
             post(rest::create_session).get(rest::list_sessions),
@@ -109,6 +113,10 @@ pub fn router(state: AppState) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            metrics::track,
+        ))
         .with_state(state)
 }
 

@@ -190,6 +190,8 @@ pub trait JournalStore: Send + Sync + 'static {
     /// Newest first, filtered, keyset-paginated.
     async fn list_sessions(&self, query: &SessionQuery) -> Result<SessionPage>;
     async fn update_status(&self, id: Uuid, status: SessionStatus) -> Result<Session>;
+    /// How many sessions have each status (statuses with none are left out).
+    async fn count_sessions(&self) -> Result<Vec<(SessionStatus, i64)>>;
     /// Marks the session closed; its journal is kept.
     async fn close_session(&self, id: Uuid) -> Result<Session>;
 

@@ -213,6 +213,18 @@ impl JournalStore for PgStore {
         Ok(into_page(sessions, limit))
     }
 
+    async fn count_sessions(&self) -> Result<Vec<(SessionStatus, i64)>> {
+        let rows = sqlx::query("SELECT status, COUNT(*) AS n FROM sessions GROUP BY status")
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let status: String = row.try_get("status")?;
+                Ok((status.parse()?, row.try_get("n")?))
+            })
+            .collect()
+    }
+
     async fn update_status(&self, id: Uuid, status: SessionStatus) -> Result<Session> {
         let done = sqlx::query("UPDATE sessions SET status = $1, updated_at = $2 WHERE id = $3")
             .bind(status.as_str())

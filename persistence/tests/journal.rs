@@ -306,6 +306,12 @@ async fn list_filters_by_agent_and_status(backend: Backend) {
         .unwrap();
     assert_eq!(running.sessions.len(), 1);
     assert_eq!(running.sessions[0].id, ops[1]);
+    let mut counts = t.store.count_sessions().await.unwrap();
+    counts.sort_by_key(|(status, _)| status.as_str());
+    assert_eq!(
+        counts,
+        vec![(SessionStatus::Idle, 5), (SessionStatus::Running, 1)]
+    );
     let bad = t
         .store
         .list_sessions(&SessionQuery {
