@@ -61,6 +61,27 @@ pub enum BenchCommand {
     Inference(InferenceBenchArgs),
     /// Session actors: parked-session memory, activation time, durable step latency.
     Sessions(SessionsBenchArgs),
+    /// WebSocket clients on one server: memory, broadcast latency, reconnect-to-replay.
+    Ws(WsBenchArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct WsBenchArgs {
+    /// WebSocket clients attached at once.
+    #[arg(long, default_value_t = 10_000)]
+    pub clients: usize,
+    /// Sessions the clients are spread over.
+    #[arg(long, default_value_t = 100)]
+    pub sessions: usize,
+    /// Messages per session (each turn's events reach every client of the session).
+    #[arg(long, default_value_t = 3)]
+    pub turns: usize,
+    /// Reconnects timed while the others stay attached.
+    #[arg(long, default_value_t = 1_000)]
+    pub reconnects: usize,
+    /// Print the result as one JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -189,6 +210,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Bench(BenchCommand::Journal(args)) => {
                 crate::bench::journal(config, args).await
             }
+            Command::Bench(BenchCommand::Ws(args)) => crate::bench_ws::ws(config, args).await,
             Command::Bench(BenchCommand::Sessions(args)) => {
                 crate::bench_sessions::sessions(config, args).await
             }

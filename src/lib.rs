@@ -9,6 +9,7 @@ pub mod agents;
 pub mod bench;
 pub mod bench_inference;
 pub mod bench_sessions;
+pub mod bench_ws;
 pub mod cli;
 pub mod config;
 pub mod local_model;

@@ -80,6 +80,9 @@ pub async fn migrate(config: Config) -> anyhow::Result<()> {
 /// `stead serve`: runs until SIGINT or SIGTERM, then drains and exits 0.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
     prepare_data_dir(&config.server.data_dir)?;
+    // Every WebSocket client holds a socket: take the whole open-file allowance.
+    let fds = raise_fd_limit();
+    tracing::debug!(open_files = fds, "open-file limit");
     let addr = config.listen_addr();
     let listener = TcpListener::bind(addr)
         .await
@@ -228,6 +231,25 @@ fn session_secret(data_dir: &Path) -> anyhow::Result<Vec<u8>> {
     match linked {
         Ok(()) => Ok(secret),
         Err(_) => std::fs::read(&path).with_context(|| format!("cannot read {}", path.display())),
+    }
+}
+
+/// Raises this process's open-file limit to its hard limit (many sockets), returning it.
+pub fn raise_fd_limit() -> u64 {
+    // SAFETY: getrlimit/setrlimit on our own process with a valid struct.
+    unsafe {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return 0;
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+        limit.rlim_cur as u64
     }
 }
 

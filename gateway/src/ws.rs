@@ -30,6 +30,8 @@ const REPLAY_PAGE: u32 = 1000;
 /// Bytes a frame may be on the wire before the transport closes the connection (1009); frames
 /// between `ws_frame_bytes` and this get an `error` frame and the connection stays.
 const TRANSPORT_MAX: usize = 1 << 20;
+/// Initial read buffer of a connection (tungstenite's default is 128 KiB).
+const READ_BUFFER: usize = 4 << 10;
 /// How long one send may wait on a client that does not read.
 const SEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -55,6 +57,9 @@ pub async fn upgrade(
         .try_acquire_owned()
         .map_err(|_| ApiError::unavailable("too many connections"))?;
     Ok(upgrade
+        // Small buffers: tens of thousands of mostly idle clients; a big frame grows them.
+        .read_buffer_size(READ_BUFFER)
+        .write_buffer_size(0)
         .max_message_size(TRANSPORT_MAX)
         .max_frame_size(TRANSPORT_MAX)
         .on_upgrade(move |socket| async move {
