@@ -43,6 +43,8 @@ pub struct SessionsConfig {
     /// First restart delay, doubled per failure up to `restart_backoff_max_ms`.
     pub restart_backoff_ms: u64,
     pub restart_backoff_max_ms: u64,
+    /// An activation's lease on its session (SPEC §2.1), renewed every third of it.
+    pub lease_ttl_secs: u64,
 }
 
 impl Default for SessionsConfig {
@@ -55,6 +57,7 @@ impl Default for SessionsConfig {
             restart_window_secs: lifecycle.restart_window.as_secs(),
             restart_backoff_ms: lifecycle.restart_backoff.as_millis() as u64,
             restart_backoff_max_ms: lifecycle.restart_backoff_max.as_millis() as u64,
+            lease_ttl_secs: lifecycle.lease_ttl.as_secs(),
         }
     }
 }
@@ -69,6 +72,7 @@ impl SessionsConfig {
             restart_window: Duration::from_secs(self.restart_window_secs),
             restart_backoff: Duration::from_millis(self.restart_backoff_ms),
             restart_backoff_max: Duration::from_millis(self.restart_backoff_max_ms),
+            lease_ttl: Duration::from_secs(self.lease_ttl_secs),
         }
     }
 }
@@ -82,6 +86,10 @@ pub struct ServerConfig {
     pub api_keys: Vec<String>,
     /// How long a graceful shutdown waits for requests in flight.
     pub shutdown_grace_secs: u64,
+    /// This node's name as the owner of session leases; unset: the host name. Nodes that share
+    /// a database need distinct names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_id: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -267,6 +275,7 @@ impl Default for ServerConfig {
             data_dir: DEFAULT_DATA_DIR.into(),
             api_keys: Vec::new(),
             shutdown_grace_secs: 10,
+            node_id: None,
         }
     }
 }
@@ -531,6 +540,7 @@ impl Config {
             ("passivate_after_secs", sessions.passivate_after_secs),
             ("restart_limit", sessions.restart_limit as u64),
             ("restart_window_secs", sessions.restart_window_secs),
+            ("lease_ttl_secs", sessions.lease_ttl_secs),
         ] {
             if value == 0 {
                 return Err(bad(&format!("sessions.{name}"), "must be at least 1"));

@@ -103,7 +103,14 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let agents = crate::agents::build(&config, &store)?;
     let sessions = Arc::new(
         stead_actors::session::SessionRegistry::new(store.clone(), Arc::new(routes), agents)
-            .with_lifecycle(config.sessions.lifecycle()),
+            .with_lifecycle(config.sessions.lifecycle())
+            .with_node(
+                config
+                    .server
+                    .node_id
+                    .clone()
+                    .unwrap_or_else(stead_actors::session::default_node_name),
+            ),
     );
     tokio::spawn(resume_running_sessions(store.clone(), sessions.clone()));
     let secret = session_secret(&config.server.data_dir)?;

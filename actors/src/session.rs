@@ -107,6 +107,9 @@ pub enum SessionError {
     Refused(Refusal),
     #[error("no such session")]
     NotFound,
+    /// Another node's actor owns the session now (its lease is live).
+    #[error("the session is active on {0}")]
+    HeldElsewhere(String),
     /// The session's agent is not in the configuration any more.
     #[error("the session's agent `{0}` is not configured")]
     UnknownAgent(String),
@@ -128,6 +131,8 @@ pub enum SessionMsg {
 
 pub struct SessionDeps {
     pub session_id: Uuid,
+    /// The lease this activation holds: every journal write is fenced by its epoch.
+    pub lease: stead_persistence::Lease,
     pub agent: Arc<Agent>,
     pub store: Arc<dyn JournalStore>,
     pub model: Arc<dyn ModelClient>,
@@ -148,6 +153,9 @@ pub struct Lifecycle {
     /// Wait before the first restart, doubling per failure in the window up to the max.
     pub restart_backoff: std::time::Duration,
     pub restart_backoff_max: std::time::Duration,
+    /// How long an activation's lease lasts without renewal (renewed every third of it); a
+    /// node that dies holds its sessions at most this long.
+    pub lease_ttl: std::time::Duration,
 }
 
 impl Default for Lifecycle {
@@ -159,6 +167,7 @@ impl Default for Lifecycle {
             restart_window: std::time::Duration::from_secs(60),
             restart_backoff: std::time::Duration::from_millis(100),
             restart_backoff_max: std::time::Duration::from_secs(5),
+            lease_ttl: std::time::Duration::from_secs(30),
         }
     }
 }
@@ -180,6 +189,7 @@ pub struct Live {
     streaming: Option<(String, Arc<AtomicBool>, String)>,
     /// The status last written to the session's row (for listing and filtering).
     synced_status: &'static str,
+    lease_renewed: std::time::Instant,
 }
 
 const READ_PAGE: u32 = 1000;
@@ -243,7 +253,7 @@ impl Actor for SessionActor {
                 }
             }
         }
-        let every = deps.lifecycle.passivate_after / 4;
+        let every = (deps.lifecycle.passivate_after / 4).min(deps.lifecycle.lease_ttl / 3);
         let me = myself.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(every.max(std::time::Duration::from_millis(5)));
@@ -263,10 +273,29 @@ impl Actor for SessionActor {
             last_snapshot,
             streaming: None,
             synced_status: row_status.as_str(),
+            lease_renewed: std::time::Instant::now(),
         };
         // The row's status follows the journal; a crash between the two is mended here.
         live.sync_status().await;
         Ok(live)
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        live: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        // Passivated, fenced or stopped: let another activation (here or on another node) take
+        // the session at once instead of waiting for the lease to expire.
+        let deps = &live.deps;
+        if let Err(error) = deps
+            .store
+            .release_lease(deps.session_id, &deps.lease.owner, deps.lease.epoch)
+            .await
+        {
+            tracing::debug!(session = %deps.session_id, %error, "lease release failed");
+        }
+        Ok(())
     }
 
     async fn handle(
@@ -278,6 +307,29 @@ impl Actor for SessionActor {
         match message {
             SessionMsg::Tick => {
                 live.subscribers.retain(|s| !s.sender.is_closed());
+                if live.lease_renewed.elapsed() >= live.deps.lifecycle.lease_ttl / 3 {
+                    let deps = &live.deps;
+                    match deps
+                        .store
+                        .renew_lease(
+                            deps.session_id,
+                            &deps.lease.owner,
+                            deps.lease.epoch,
+                            deps.lifecycle.lease_ttl,
+                        )
+                        .await
+                    {
+                        Ok(_) => live.lease_renewed = std::time::Instant::now(),
+                        Err(stead_persistence::Error::Fenced { .. }) => {
+                            tracing::warn!(session = %deps.session_id, "lease lost; stopping");
+                            myself.stop(Some("lease lost".into()));
+                            return Ok(());
+                        }
+                        Err(error) => {
+                            tracing::warn!(session = %deps.session_id, %error, "lease renewal failed")
+                        }
+                    }
+                }
                 // A pending approval with a timeout keeps its actor until the expiry fires (the
                 // timer lives in the actor).
                 let expiry_pending = live.deps.agent.rules.approval_timeout.is_some()
@@ -388,11 +440,19 @@ impl Live {
             let seqs = match self
                 .deps
                 .store
-                .append(self.deps.session_id, self.state.last_seq, rows)
+                .append_fenced(
+                    self.deps.session_id,
+                    self.state.last_seq,
+                    self.deps.lease.epoch,
+                    rows,
+                )
                 .await
             {
                 Ok(seqs) => seqs,
-                Err(error @ stead_persistence::Error::Conflict { .. }) => {
+                Err(
+                    error @ (stead_persistence::Error::Conflict { .. }
+                    | stead_persistence::Error::Fenced { .. }),
+                ) => {
                     // Another writer appended to this session: this actor's state is stale and
                     // it must not act on it. It stops; the next access re-activates from the
                     // journal (SPEC §2.1).
@@ -598,6 +658,8 @@ pub struct SessionRegistry {
 }
 
 struct Shared {
+    /// This registry's name as a lease owner (host, process, instance).
+    node: String,
     lifecycle: Lifecycle,
     store: Arc<dyn JournalStore>,
     model: Arc<dyn ModelClient>,
@@ -761,16 +823,25 @@ impl Shared {
             .get(&row.agent)
             .cloned()
             .ok_or_else(|| SessionError::UnknownAgent(row.agent.clone()))?;
+        let lease = self.lease(id).await?;
         let deps = SessionDeps {
+            lease: lease.clone(),
             session_id: id,
             agent,
             store: self.store.clone(),
             model: self.model.clone(),
             lifecycle: self.lifecycle,
         };
-        let (actor, _) = Actor::spawn_linked(None, SessionActor, deps, supervisor.get_cell())
-            .await
-            .map_err(|e| SessionError::Journal(format!("cannot activate the session: {e}")))?;
+        let (actor, _) =
+            match Actor::spawn_linked(None, SessionActor, deps, supervisor.get_cell()).await {
+                Ok(spawned) => spawned,
+                Err(error) => {
+                    let _ = self.store.release_lease(id, &self.node, lease.epoch).await;
+                    return Err(SessionError::Journal(format!(
+                        "cannot activate the session: {error}"
+                    )));
+                }
+            };
         self.live
             .lock()
             .expect("registry lock")
@@ -778,19 +849,41 @@ impl Shared {
         Ok(actor)
     }
 
+    /// Takes the session's lease for this node.
+    async fn lease(&self, id: Uuid) -> Result<stead_persistence::Lease, SessionError> {
+        self.store
+            .acquire_lease(id, &self.node, self.lifecycle.lease_ttl)
+            .await
+            .map_err(|e| match e {
+                stead_persistence::Error::LeaseHeld { owner, .. } => {
+                    SessionError::HeldElsewhere(owner)
+                }
+                stead_persistence::Error::SessionNotFound(_) => SessionError::NotFound,
+                other => SessionError::Journal(other.to_string()),
+            })
+    }
+
     /// Journals `session_failed` (no actor is live: activation is held off meanwhile).
     async fn fail(&self, id: Uuid, reason: &str, failures: u32) -> Result<(), SessionError> {
         let _guard = self.activation.lock().await;
         let journal = |e: stead_persistence::Error| SessionError::Journal(e.to_string());
+        let lease = self.lease(id).await?;
         let row = self.store.get_session(id).await.map_err(journal)?;
         let event = SessionEvent::SessionFailed {
             reason: format!("the session actor failed {failures} times; last: {reason}"),
         };
         let (kind, payload) = event.to_parts();
-        self.store
-            .append(id, row.last_seq, vec![NewEvent::new(kind, payload)])
-            .await
-            .map_err(journal)?;
+        let appended = self
+            .store
+            .append_fenced(
+                id,
+                row.last_seq,
+                lease.epoch,
+                vec![NewEvent::new(kind, payload)],
+            )
+            .await;
+        let _ = self.store.release_lease(id, &self.node, lease.epoch).await;
+        appended.map_err(journal)?;
         self.store
             .update_status(id, stead_persistence::SessionStatus::Failed)
             .await
@@ -798,6 +891,18 @@ impl Shared {
         self.failures.lock().expect("registry lock").remove(&id);
         Ok(())
     }
+}
+
+/// The default lease owner name: the host's name. It is stable across restarts on purpose: a
+/// node that comes back after a crash takes its sessions again at once (a new epoch fences
+/// anything the dead process left) instead of waiting for their leases to expire. Nodes that
+/// share a database need distinct names (`SessionRegistry::with_node`).
+pub fn default_node_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "stead".into())
 }
 
 impl SessionRegistry {
@@ -808,6 +913,7 @@ impl SessionRegistry {
     ) -> Self {
         SessionRegistry {
             shared: Arc::new(Shared {
+                node: default_node_name(),
                 lifecycle: Lifecycle::default(),
                 store,
                 model,
@@ -821,6 +927,14 @@ impl SessionRegistry {
                 supervisor: tokio::sync::OnceCell::new(),
             }),
         }
+    }
+
+    /// Names this registry as a lease owner (one name per node sharing a database).
+    pub fn with_node(mut self, node: impl Into<String>) -> Self {
+        Arc::get_mut(&mut self.shared)
+            .expect("the node is set before the registry is shared")
+            .node = node.into();
+        self
     }
 
     pub fn with_lifecycle(mut self, lifecycle: Lifecycle) -> Self {

@@ -73,6 +73,10 @@ impl From<SessionError> for ApiError {
     fn from(error: SessionError) -> Self {
         match error {
             SessionError::NotFound => ApiError::session_not_found(),
+            SessionError::HeldElsewhere(owner) => ApiError::conflict(
+                "session_elsewhere",
+                format!("the session is active on another node ({owner}); try that node or later"),
+            ),
             SessionError::UnknownAgent(agent) => ApiError::conflict(
                 "agent_not_configured",
                 format!("the session's agent `{agent}` is not configured on this server"),

@@ -288,18 +288,23 @@ pub async fn post_message(
     // Wait for the turn (and any queued before it) to end, or to park on an approval.
     let deadline = tokio::time::Instant::now() + state.limits.wait;
     let mut settled = false;
+    let mut look = true;
     loop {
-        let folded = state.sessions.state(id).await?;
-        if folded.last_seq >= seq && folded.status() != "running" {
-            settled = true;
-            break;
+        if look {
+            let folded = state.sessions.state(id).await?;
+            if folded.last_seq >= seq && folded.status() != "running" {
+                settled = true;
+                break;
+            }
         }
         match tokio::time::timeout_at(deadline, subscription.frames.recv()).await {
-            Ok(Some(_)) => {}
+            // Only a committed event can end or park the turn; stream deltas cannot.
+            Ok(Some(frame)) => look = matches!(frame, stead_actors::session::Frame::Event { .. }),
             Ok(None) => {
                 // The actor stopped (a restart): attach again and look at the state.
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 *subscription = state.sessions.attach(id, 65_536).await?;
+                look = true;
             }
             Err(_) => break,
         }

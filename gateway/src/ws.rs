@@ -70,6 +70,7 @@ pub async fn upgrade(
                 socket,
                 sent_seq: 0,
                 stream: None,
+                ended_call: None,
                 held: None,
                 last_heard: Instant::now(),
             };
@@ -122,6 +123,8 @@ struct Connection {
     /// Highest event seq the client has been sent.
     sent_seq: i64,
     stream: Option<Stream>,
+    /// The model call whose end was last sent: late deltas of it are dropped.
+    ended_call: Option<String>,
     /// Live frames held until the client's first frame (or the hold ends).
     held: Option<Vec<Frame>>,
     last_heard: Instant,
@@ -395,6 +398,9 @@ impl Connection {
                 text,
                 offset,
             } => {
+                if self.ended_call.as_deref() == Some(call_id.as_str()) {
+                    return Ok(()); // its final text was already sent in its event
+                }
                 let stream = match &mut self.stream {
                     Some(stream) if stream.call_id == call_id => stream,
                     _ => self.stream.insert(Stream {
@@ -426,6 +432,9 @@ impl Connection {
             | SessionEvent::SessionClosed { .. } => None,
             _ => return,
         };
+        if let Some(call) = finished {
+            self.ended_call = Some(call.to_string());
+        }
         if finished.is_none() || self.stream.as_ref().map(|s| s.call_id.as_str()) == finished {
             self.stream = None;
         }

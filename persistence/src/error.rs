@@ -22,6 +22,23 @@ pub enum Error {
         actual: i64,
     },
 
+    /// Another node holds the session's lease until `until`. Nothing was changed.
+    #[error("session {session_id} is held by {owner} until {until}")]
+    LeaseHeld {
+        session_id: Uuid,
+        owner: String,
+        until: chrono::DateTime<chrono::Utc>,
+    },
+
+    /// The writer's lease epoch is not the session's any more: another activation took the
+    /// session over. Nothing was written; the writer must stop acting for the session.
+    #[error("session {session_id} was taken over (lease epoch {current}, writer had {held})")]
+    Fenced {
+        session_id: Uuid,
+        held: i64,
+        current: i64,
+    },
+
     /// An event's serialized payload exceeds the configured limit. Nothing was written.
     #[error("event of kind `{kind}` is {size} bytes, over the limit of {limit} bytes")]
     EventTooLarge {

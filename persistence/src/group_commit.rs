@@ -31,6 +31,8 @@ pub struct PreparedEvent {
 pub struct AppendRequest {
     pub session_id: Uuid,
     pub expected_last_seq: i64,
+    /// When set, the session's lease epoch must equal it.
+    pub epoch: Option<i64>,
     pub events: Vec<PreparedEvent>,
     reply: oneshot::Sender<Result<Vec<i64>>>,
 }
@@ -42,6 +44,8 @@ pub enum Outcome {
     Appended,
     /// Not written: the session's last seq was `actual`.
     Conflict { actual: i64 },
+    /// Not written: the session's lease epoch was `current`, not the request's.
+    Fenced { current: i64 },
     /// Not written: no such session.
     NotFound,
 }
@@ -112,6 +116,7 @@ impl GroupCommit {
         &self,
         session_id: Uuid,
         expected_last_seq: i64,
+        epoch: Option<i64>,
         events: Vec<NewEvent>,
     ) -> Result<Vec<i64>> {
         if events.is_empty() {
@@ -145,6 +150,7 @@ impl GroupCommit {
             .send(AppendRequest {
                 session_id,
                 expected_last_seq,
+                epoch,
                 events,
                 reply,
             })
@@ -223,6 +229,11 @@ fn answer(batch: &mut Vec<AppendRequest>, result: Result<Vec<Outcome>>) {
                         expected: request.expected_last_seq,
                         actual,
                     }),
+                    Outcome::Fenced { current } => Err(Error::Fenced {
+                        session_id: request.session_id,
+                        held: request.epoch.unwrap_or_default(),
+                        current,
+                    }),
                     Outcome::NotFound => Err(Error::SessionNotFound(request.session_id)),
                 };
                 let _ = request.reply.send(answer);
@@ -265,6 +276,7 @@ mod tests {
         AppendRequest {
             session_id,
             expected_last_seq: 0,
+            epoch: None,
             events: Vec::new(),
             reply: oneshot::channel().0,
         }
@@ -305,9 +317,12 @@ mod tests {
                 NewEvent::new("k", serde_json::json!(1)),
             ]
         };
-        assert_eq!(journal.append(id, 4, event()).await.unwrap(), vec![5, 6]);
+        assert_eq!(
+            journal.append(id, 4, None, event()).await.unwrap(),
+            vec![5, 6]
+        );
         assert!(matches!(
-            journal.append(id, 4, event()).await,
+            journal.append(id, 4, None, event()).await,
             Err(Error::Conflict {
                 expected: 4,
                 actual: 7,
@@ -315,18 +330,18 @@ mod tests {
             })
         ));
         assert!(matches!(
-            journal.append(id, 0, event()).await,
+            journal.append(id, 0, None, event()).await,
             Err(Error::SessionNotFound(_))
         ));
         assert!(matches!(
-            journal.append(id, 0, event()).await,
+            journal.append(id, 0, None, event()).await,
             Err(Error::CommitFailed(_))
         ));
         let stats = journal.stats();
         assert_eq!((stats.commits, stats.appends, stats.events), (3, 1, 2));
         journal.shutdown().await;
         assert!(matches!(
-            journal.append(id, 0, event()).await,
+            journal.append(id, 0, None, event()).await,
             Err(Error::ShutDown)
         ));
     }

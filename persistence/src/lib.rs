@@ -31,7 +31,7 @@ use uuid::Uuid;
 pub use error::{Error, Result};
 pub use group_commit::JournalStats;
 pub use types::{
-    Event, KvEntry, NewEvent, NewSession, Session, SessionPage, SessionQuery, SessionStatus,
+    Event, KvEntry, Lease, NewEvent, NewSession, Session, SessionPage, SessionQuery, SessionStatus,
     Snapshot, DEFAULT_PAGE, MAX_PAGE,
 };
 
@@ -206,6 +206,31 @@ pub trait JournalStore: Send + Sync + 'static {
         expected_last_seq: i64,
         events: Vec<NewEvent>,
     ) -> Result<Vec<i64>>;
+
+    /// [`JournalStore::append`] by the holder of the session's lease at `epoch`: refused with
+    /// [`Error::Fenced`] when the session's lease epoch is another (SPEC §2.1).
+    async fn append_fenced(
+        &self,
+        session_id: Uuid,
+        expected_last_seq: i64,
+        epoch: i64,
+        events: Vec<NewEvent>,
+    ) -> Result<Vec<i64>>;
+
+    /// Takes the session's lease for `owner` until `ttl` from now, when it is free, expired or
+    /// already `owner`'s; every acquisition increments the epoch (fencing out any earlier
+    /// holder, the same owner's included). [`Error::LeaseHeld`] when another owner holds it.
+    async fn acquire_lease(&self, session_id: Uuid, owner: &str, ttl: Duration) -> Result<Lease>;
+    /// Extends a held lease; [`Error::Fenced`] when it is no longer `owner`'s at `epoch`.
+    async fn renew_lease(
+        &self,
+        session_id: Uuid,
+        owner: &str,
+        epoch: i64,
+        ttl: Duration,
+    ) -> Result<Lease>;
+    /// Gives the lease up (when still held at `epoch`), so another node may take it at once.
+    async fn release_lease(&self, session_id: Uuid, owner: &str, epoch: i64) -> Result<()>;
 
     /// Up to `limit` events with `seq > after_seq`, in seq order.
     async fn read(&self, session_id: Uuid, after_seq: i64, limit: u32) -> Result<Vec<Event>>;

@@ -9,6 +9,7 @@
 
 use std::collections::HashSet;
 use std::str::FromStr;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -20,7 +21,7 @@ use uuid::Uuid;
 use crate::group_commit::{rounds, AppendRequest, BatchWriter, GroupCommit, Outcome};
 use crate::types::{into_page, now_micros};
 use crate::{
-    redact_url, Backend, DatabaseUrl, Error, Event, JournalStore, KvEntry, MigrationReport,
+    redact_url, Backend, DatabaseUrl, Error, Event, JournalStore, KvEntry, Lease, MigrationReport,
     NewEvent, NewSession, Result, Session, SessionPage, SessionQuery, SessionStatus, Snapshot,
     StoreOptions,
 };
@@ -32,10 +33,12 @@ const SESSION_COLUMNS: &str =
 
 const FENCED_APPEND: &str = "
 WITH req AS (
-    SELECT * FROM unnest($1::uuid[], $2::int8[], $3::int8[]) AS r(session_id, expected, new_last)
+    SELECT * FROM unnest($1::uuid[], $2::int8[], $3::int8[], $10::int8[])
+        AS r(session_id, expected, new_last, epoch)
 ), upd AS (
     UPDATE sessions s SET last_seq = req.new_last, updated_at = $4
     FROM req WHERE s.id = req.session_id AND s.last_seq = req.expected
+        AND (req.epoch < 0 OR s.lease_epoch = req.epoch)
     RETURNING s.id
 ), ins AS (
     INSERT INTO journal (session_id, seq, kind, payload, created_at)
@@ -260,8 +263,110 @@ impl JournalStore for PgStore {
         events: Vec<NewEvent>,
     ) -> Result<Vec<i64>> {
         self.journal
-            .append(session_id, expected_last_seq, events)
+            .append(session_id, expected_last_seq, None, events)
             .await
+    }
+
+    async fn append_fenced(
+        &self,
+        session_id: Uuid,
+        expected_last_seq: i64,
+        epoch: i64,
+        events: Vec<NewEvent>,
+    ) -> Result<Vec<i64>> {
+        self.journal
+            .append(session_id, expected_last_seq, Some(epoch), events)
+            .await
+    }
+
+    async fn acquire_lease(&self, session_id: Uuid, owner: &str, ttl: Duration) -> Result<Lease> {
+        let now = now_micros();
+        let until = now + chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::MAX);
+        let epoch: Option<i64> = sqlx::query_scalar(
+            "UPDATE sessions SET lease_owner = $1, lease_epoch = lease_epoch + 1, \
+             lease_expires_at = $2 WHERE id = $3 AND \
+             (lease_owner IS NULL OR lease_owner = $1 OR lease_expires_at < $4) \
+             RETURNING lease_epoch",
+        )
+        .bind(owner)
+        .bind(until)
+        .bind(session_id)
+        .bind(now)
+        .fetch_optional(&self.pool)
+        .await?;
+        if let Some(epoch) = epoch {
+            return Ok(Lease {
+                owner: owner.to_string(),
+                epoch,
+                expires_at: until,
+            });
+        }
+        let holder: Option<(Option<String>, DateTime<Utc>)> =
+            sqlx::query_as("SELECT lease_owner, lease_expires_at FROM sessions WHERE id = $1")
+                .bind(session_id)
+                .fetch_optional(&self.pool)
+                .await?;
+        match holder {
+            Some((holder, until)) => Err(Error::LeaseHeld {
+                session_id,
+                owner: holder.unwrap_or_default(),
+                until,
+            }),
+            None => Err(Error::SessionNotFound(session_id)),
+        }
+    }
+
+    async fn renew_lease(
+        &self,
+        session_id: Uuid,
+        owner: &str,
+        epoch: i64,
+        ttl: Duration,
+    ) -> Result<Lease> {
+        let until = now_micros() + chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::MAX);
+        let done = sqlx::query(
+            "UPDATE sessions SET lease_expires_at = $1 \
+             WHERE id = $2 AND lease_owner = $3 AND lease_epoch = $4",
+        )
+        .bind(until)
+        .bind(session_id)
+        .bind(owner)
+        .bind(epoch)
+        .execute(&self.pool)
+        .await?;
+        if done.rows_affected() == 1 {
+            return Ok(Lease {
+                owner: owner.to_string(),
+                epoch,
+                expires_at: until,
+            });
+        }
+        let current: Option<i64> =
+            sqlx::query_scalar("SELECT lease_epoch FROM sessions WHERE id = $1")
+                .bind(session_id)
+                .fetch_optional(&self.pool)
+                .await?;
+        match current {
+            Some(current) => Err(Error::Fenced {
+                session_id,
+                held: epoch,
+                current,
+            }),
+            None => Err(Error::SessionNotFound(session_id)),
+        }
+    }
+
+    async fn release_lease(&self, session_id: Uuid, owner: &str, epoch: i64) -> Result<()> {
+        sqlx::query(
+            "UPDATE sessions SET lease_owner = NULL, lease_expires_at = 'epoch' \
+             WHERE id = $1 AND lease_owner = $2 AND lease_epoch = $3",
+        )
+        .bind(session_id)
+        .bind(owner)
+        .bind(epoch)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
     }
 
     async fn read(&self, session_id: Uuid, after_seq: i64, limit: u32) -> Result<Vec<Event>> {
@@ -425,6 +530,7 @@ impl BatchWriter for PgBatchWriter {
             let mut req_ids = Vec::with_capacity(round.len());
             let mut req_expected = Vec::with_capacity(round.len());
             let mut req_new_last = Vec::with_capacity(round.len());
+            let mut req_epochs = Vec::with_capacity(round.len());
             let mut ev_ids = Vec::new();
             let mut ev_seqs = Vec::new();
             let mut ev_kinds = Vec::new();
@@ -435,6 +541,7 @@ impl BatchWriter for PgBatchWriter {
                 req_ids.push(request.session_id);
                 req_expected.push(request.expected_last_seq);
                 req_new_last.push(request.expected_last_seq + request.events.len() as i64);
+                req_epochs.push(request.epoch.unwrap_or(-1));
                 for (offset, event) in request.events.iter().enumerate() {
                     ev_ids.push(request.session_id);
                     ev_seqs.push(request.expected_last_seq + 1 + offset as i64);
@@ -453,6 +560,7 @@ impl BatchWriter for PgBatchWriter {
                 .bind(&ev_kinds)
                 .bind(&ev_payloads)
                 .bind(&ev_times)
+                .bind(&req_epochs)
                 .fetch_all(&mut *tx)
                 .await?
                 .into_iter()
@@ -467,18 +575,22 @@ impl BatchWriter for PgBatchWriter {
         }
         if !rejected.is_empty() {
             let ids: Vec<Uuid> = rejected.iter().map(|&i| batch[i].session_id).collect();
-            let rows: Vec<(Uuid, i64)> =
-                sqlx::query_as("SELECT id, last_seq FROM sessions WHERE id = ANY($1)")
+            let rows: Vec<(Uuid, i64, i64)> =
+                sqlx::query_as("SELECT id, last_seq, lease_epoch FROM sessions WHERE id = ANY($1)")
                     .bind(&ids)
                     .fetch_all(&mut *tx)
                     .await?;
             for index in rejected {
+                let request = &batch[index];
                 let actual = rows
                     .iter()
-                    .find(|(id, _)| *id == batch[index].session_id)
-                    .map(|(_, last)| *last);
+                    .find(|(id, _, _)| *id == request.session_id)
+                    .map(|(_, last, epoch)| (*last, *epoch));
                 outcomes[index] = Some(match actual {
-                    Some(actual) => Outcome::Conflict { actual },
+                    Some((_, current)) if request.epoch.is_some_and(|e| e != current) => {
+                        Outcome::Fenced { current }
+                    }
+                    Some((actual, _)) => Outcome::Conflict { actual },
                     None => Outcome::NotFound,
                 });
             }

@@ -7,6 +7,7 @@
 
 use std::collections::HashSet;
 use std::str::FromStr;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::Value;
@@ -22,7 +23,7 @@ use crate::group_commit::{
 };
 use crate::types::{into_page, micros_to_time, now_micros};
 use crate::{
-    Backend, DatabaseUrl, Error, Event, JournalStore, KvEntry, MigrationReport, NewEvent,
+    Backend, DatabaseUrl, Error, Event, JournalStore, KvEntry, Lease, MigrationReport, NewEvent,
     NewSession, Result, Session, SessionPage, SessionQuery, SessionStatus, Snapshot, StoreOptions,
 };
 
@@ -269,8 +270,111 @@ impl JournalStore for SqliteStore {
         events: Vec<NewEvent>,
     ) -> Result<Vec<i64>> {
         self.journal
-            .append(session_id, expected_last_seq, events)
+            .append(session_id, expected_last_seq, None, events)
             .await
+    }
+
+    async fn append_fenced(
+        &self,
+        session_id: Uuid,
+        expected_last_seq: i64,
+        epoch: i64,
+        events: Vec<NewEvent>,
+    ) -> Result<Vec<i64>> {
+        self.journal
+            .append(session_id, expected_last_seq, Some(epoch), events)
+            .await
+    }
+
+    async fn acquire_lease(&self, session_id: Uuid, owner: &str, ttl: Duration) -> Result<Lease> {
+        let now = now_micros();
+        let until = now + chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::MAX);
+        let epoch: Option<i64> = sqlx::query_scalar(
+            "UPDATE sessions SET lease_owner = ?, lease_epoch = lease_epoch + 1, \
+             lease_expires_at = ? WHERE id = ? AND \
+             (lease_owner IS NULL OR lease_owner = ? OR lease_expires_at < ?) \
+             RETURNING lease_epoch",
+        )
+        .bind(owner)
+        .bind(until.timestamp_micros())
+        .bind(session_id.to_string())
+        .bind(owner)
+        .bind(now.timestamp_micros())
+        .fetch_optional(&self.writer)
+        .await?;
+        if let Some(epoch) = epoch {
+            return Ok(Lease {
+                owner: owner.to_string(),
+                epoch,
+                expires_at: until,
+            });
+        }
+        let holder: Option<(Option<String>, i64)> =
+            sqlx::query_as("SELECT lease_owner, lease_expires_at FROM sessions WHERE id = ?")
+                .bind(session_id.to_string())
+                .fetch_optional(&self.writer)
+                .await?;
+        match holder {
+            Some((holder, until)) => Err(Error::LeaseHeld {
+                session_id,
+                owner: holder.unwrap_or_default(),
+                until: micros_to_time(until),
+            }),
+            None => Err(Error::SessionNotFound(session_id)),
+        }
+    }
+
+    async fn renew_lease(
+        &self,
+        session_id: Uuid,
+        owner: &str,
+        epoch: i64,
+        ttl: Duration,
+    ) -> Result<Lease> {
+        let until = now_micros() + chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::MAX);
+        let done = sqlx::query(
+            "UPDATE sessions SET lease_expires_at = ? \
+             WHERE id = ? AND lease_owner = ? AND lease_epoch = ?",
+        )
+        .bind(until.timestamp_micros())
+        .bind(session_id.to_string())
+        .bind(owner)
+        .bind(epoch)
+        .execute(&self.writer)
+        .await?;
+        if done.rows_affected() == 1 {
+            return Ok(Lease {
+                owner: owner.to_string(),
+                epoch,
+                expires_at: until,
+            });
+        }
+        let current: Option<i64> =
+            sqlx::query_scalar("SELECT lease_epoch FROM sessions WHERE id = ?")
+                .bind(session_id.to_string())
+                .fetch_optional(&self.writer)
+                .await?;
+        match current {
+            Some(current) => Err(Error::Fenced {
+                session_id,
+                held: epoch,
+                current,
+            }),
+            None => Err(Error::SessionNotFound(session_id)),
+        }
+    }
+
+    async fn release_lease(&self, session_id: Uuid, owner: &str, epoch: i64) -> Result<()> {
+        sqlx::query(
+            "UPDATE sessions SET lease_owner = NULL, lease_expires_at = 0 \
+             WHERE id = ? AND lease_owner = ? AND lease_epoch = ?",
+        )
+        .bind(session_id.to_string())
+        .bind(owner)
+        .bind(epoch)
+        .execute(&self.writer)
+        .await?;
+        Ok(())
     }
 
     async fn read(&self, session_id: Uuid, after_seq: i64, limit: u32) -> Result<Vec<Event>> {
@@ -447,10 +551,12 @@ impl BatchWriter for SqliteBatchWriter {
                     let request = &batch[index];
                     row.push_bind(request.session_id.to_string())
                         .push_bind(request.expected_last_seq)
-                        .push_bind(request.expected_last_seq + request.events.len() as i64);
+                        .push_bind(request.expected_last_seq + request.events.len() as i64)
+                        .push_bind(request.epoch.unwrap_or(-1));
                 });
                 update.push(
                     ") AS req WHERE sessions.id = req.column1 AND sessions.last_seq = req.column2 \
+                     AND (req.column4 < 0 OR sessions.lease_epoch = req.column4) \
                      RETURNING sessions.id",
                 );
                 let admitted: Vec<String> = update.build_query_scalar().fetch_all(&mut *tx).await?;
@@ -468,13 +574,16 @@ impl BatchWriter for SqliteBatchWriter {
             }
         }
         for index in rejected {
-            let actual: Option<i64> =
-                sqlx::query_scalar("SELECT last_seq FROM sessions WHERE id = ?")
+            let actual: Option<(i64, i64)> =
+                sqlx::query_as("SELECT last_seq, lease_epoch FROM sessions WHERE id = ?")
                     .bind(batch[index].session_id.to_string())
                     .fetch_optional(&mut *tx)
                     .await?;
             outcomes[index] = Some(match actual {
-                Some(actual) => Outcome::Conflict { actual },
+                Some((_, current)) if batch[index].epoch.is_some_and(|e| e != current) => {
+                    Outcome::Fenced { current }
+                }
+                Some((actual, _)) => Outcome::Conflict { actual },
                 None => Outcome::NotFound,
             });
         }

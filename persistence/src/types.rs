@@ -217,6 +217,14 @@ pub struct Event {
     pub created_at: DateTime<Utc>,
 }
 
+/// A session's lease as held: who, the fencing epoch, and until when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    pub owner: String,
+    pub epoch: i64,
+    pub expires_at: DateTime<Utc>,
+}
+
 /// The folded state of a session at `seq`, written by the session actor every N events.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Snapshot {

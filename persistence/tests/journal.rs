@@ -28,6 +28,7 @@ both_backends!(
     key_value_storage,
     bad_input_is_refused,
     migrations_are_idempotent,
+    leases_fence_every_write_of_an_earlier_holder,
 );
 
 fn event(n: i64) -> NewEvent {
@@ -641,5 +642,81 @@ async fn migrations_are_idempotent(backend: Backend) {
     assert!(report.current.is_some());
     let ids: HashSet<Uuid> = HashSet::from([new_session(&t.store).await]);
     assert_eq!(ids.len(), 1);
+    t.finish().await;
+}
+
+async fn leases_fence_every_write_of_an_earlier_holder(backend: Backend) {
+    use std::time::Duration;
+    let t = common::open(backend).await;
+    let id = new_session(&t.store).await;
+    let long = Duration::from_secs(60);
+    let a = t.store.acquire_lease(id, "node-a", long).await.unwrap();
+    assert_eq!(a.owner, "node-a");
+    // Another node cannot take a live lease.
+    match t.store.acquire_lease(id, "node-b", long).await {
+        Err(Error::LeaseHeld { owner, .. }) => assert_eq!(owner, "node-a"),
+        other => panic!("expected LeaseHeld, got {other:?}"),
+    }
+    // The holder writes at its epoch; a write at another epoch is fenced and writes nothing.
+    assert_eq!(
+        t.store
+            .append_fenced(id, 0, a.epoch, vec![event(1)])
+            .await
+            .unwrap(),
+        vec![1]
+    );
+    assert!(matches!(
+        t.store.append_fenced(id, 1, a.epoch + 7, vec![event(2)]).await,
+        Err(Error::Fenced { held, current, .. }) if held == a.epoch + 7 && current == a.epoch
+    ));
+    // Re-acquiring (the same node restarting its actor) moves the epoch on and fences the
+    // earlier activation, also when its seq view is current.
+    let a2 = t.store.acquire_lease(id, "node-a", long).await.unwrap();
+    assert!(a2.epoch > a.epoch);
+    assert!(matches!(
+        t.store.append_fenced(id, 1, a.epoch, vec![event(2)]).await,
+        Err(Error::Fenced { .. })
+    ));
+    assert!(matches!(
+        t.store.renew_lease(id, "node-a", a.epoch, long).await,
+        Err(Error::Fenced { .. })
+    ));
+    t.store
+        .renew_lease(id, "node-a", a2.epoch, long)
+        .await
+        .unwrap();
+    // A seq conflict at the right epoch is still a conflict.
+    assert!(matches!(
+        t.store.append_fenced(id, 0, a2.epoch, vec![event(2)]).await,
+        Err(Error::Conflict { actual: 1, .. })
+    ));
+    // Released, another node takes it at once; an expired lease can be taken too.
+    t.store.release_lease(id, "node-a", a2.epoch).await.unwrap();
+    let b = t
+        .store
+        .acquire_lease(id, "node-b", Duration::from_millis(1))
+        .await
+        .unwrap();
+    assert!(b.epoch > a2.epoch);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let c = t.store.acquire_lease(id, "node-c", long).await.unwrap();
+    assert!(c.epoch > b.epoch);
+    assert!(matches!(
+        t.store.append_fenced(id, 1, b.epoch, vec![event(2)]).await,
+        Err(Error::Fenced { .. })
+    ));
+    // Unfenced appends (single-node tools, imports) still work; the journal is gapless.
+    assert_eq!(
+        t.store
+            .append_fenced(id, 1, c.epoch, vec![event(2)])
+            .await
+            .unwrap(),
+        vec![2]
+    );
+    assert_eq!(assert_gapless(&t.store, id).await.len(), 2);
+    assert!(matches!(
+        t.store.acquire_lease(Uuid::now_v7(), "node-a", long).await,
+        Err(Error::SessionNotFound(_))
+    ));
     t.finish().await;
 }
