@@ -256,7 +256,7 @@ pub fn raise_fd_limit() -> u64 {
             limit.rlim_cur = limit.rlim_max;
             libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
         }
-        limit.rlim_cur as u64
+        limit.rlim_cur
     }
 }
 
