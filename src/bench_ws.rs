@@ -177,6 +177,8 @@ async fn run(dir: &std::path::Path, args: &WsBenchArgs) -> anyhow::Result<()> {
         args.clients
     );
     let finished = Arc::new(AtomicUsize::new(0));
+    // 0: every session at once (a burst); 1: one session at a time.
+    let phase = Arc::new(AtomicUsize::new(0));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let gate = Arc::new(tokio::sync::Semaphore::new(64));
     let started = Instant::now();
@@ -184,14 +186,16 @@ async fn run(dir: &std::path::Path, args: &WsBenchArgs) -> anyhow::Result<()> {
     let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<anyhow::Result<()>>(args.clients);
     for i in 0..args.clients {
         let url = format!("{ws_base}/v1/sessions/{}/ws", ids[i % sessions]);
-        let (gate, finished, ready, mut stop) = (
+        let (gate, finished, ready, mut stop, phase) = (
             gate.clone(),
             finished.clone(),
             ready_tx.clone(),
             stop_rx.clone(),
+            phase.clone(),
         );
         clients.push(tokio::spawn(async move {
-            let mut latency = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("bounds");
+            let histogram = || Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("bounds");
+            let mut latency = [histogram(), histogram()];
             let permit = gate.acquire_owned().await.expect("gate");
             let socket = tokio_tungstenite::connect_async(&url).await;
             drop(permit);
@@ -216,7 +220,7 @@ async fn run(dir: &std::path::Path, args: &WsBenchArgs) -> anyhow::Result<()> {
                         let Some(frame) = frame else { break };
                         if frame["type"] == "event" {
                             if let Some(us) = frame["at"].as_str().and_then(micros_since) {
-                                let _ = latency.record(us.max(1));
+                                let _ = latency[phase.load(Ordering::Relaxed).min(1)].record(us.max(1));
                             }
                             if frame["kind"] == "turn_finished" {
                                 finished.fetch_add(1, Ordering::Relaxed);
@@ -272,6 +276,27 @@ async fn run(dir: &std::path::Path, args: &WsBenchArgs) -> anyhow::Result<()> {
     let broadcast_secs = broadcast_started.elapsed().as_secs_f64();
     let (rss_after_broadcast, peak) = server.memory();
 
+    // 2b. One session at a time: the fan-out latency without a burst behind it.
+    phase.store(1, Ordering::Relaxed);
+    let per_session = args.clients / sessions;
+    let quiet_sessions = sessions.min(20);
+    for id in ids.iter().take(quiet_sessions) {
+        let before = finished.load(Ordering::Relaxed);
+        http.post(format!("{}/v1/sessions/{id}/messages", server.base))
+            .json(&json!({ "text": "one more" }))
+            .send()
+            .await?
+            .error_for_status()?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while finished.load(Ordering::Relaxed) < before + per_session {
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "a quiet turn did not reach its clients"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
     // 3. Reconnects while everyone else stays attached: connect, hello, resume, first event.
     eprintln!("timing {} reconnects…", args.reconnects);
     let mut reconnect = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
@@ -300,8 +325,11 @@ async fn run(dir: &std::path::Path, args: &WsBenchArgs) -> anyhow::Result<()> {
 
     let _ = stop_tx.send(true);
     let mut broadcast = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+    let mut quiet = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
     for client in clients {
-        broadcast.add(client.await?)?;
+        let [burst, one] = client.await?;
+        broadcast.add(burst)?;
+        quiet.add(one)?;
     }
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
     let result = json!({
@@ -314,6 +342,8 @@ async fn run(dir: &std::path::Path, args: &WsBenchArgs) -> anyhow::Result<()> {
         "broadcast": { "events": broadcast.len(), "seconds": broadcast_secs,
                        "p50_ms": ms(&broadcast, 0.5), "p99_ms": ms(&broadcast, 0.99),
                        "max_ms": broadcast.max() as f64 / 1000.0 },
+        "broadcast_one_session_at_a_time": { "events": quiet.len(), "sessions": quiet_sessions,
+                       "p50_ms": ms(&quiet, 0.5), "p99_ms": ms(&quiet, 0.99) },
         "reconnect_to_first_replayed_event": { "n": reconnect.len(),
                        "p50_ms": ms(&reconnect, 0.5), "p99_ms": ms(&reconnect, 0.99) },
     });
@@ -321,12 +351,18 @@ async fn run(dir: &std::path::Path, args: &WsBenchArgs) -> anyhow::Result<()> {
         println!("{result}");
     } else {
         println!(
-            "{} clients on {sessions} sessions: attached in {connect_secs:.1} s; server RSS {:.0} MiB attached, {:.0} MiB after broadcast (peak {:.0} MiB; {:.0} MiB before)",
+            "{} clients on {sessions} sessions: attached in {connect_secs:.1} s; server RSS {:.0} MiB attached, {:.0} MiB after broadcast (peak {:.0} MiB; {:.0} MiB before); target ≤ 2 GiB",
             args.clients, mib(rss_attached), mib(rss_after_broadcast), mib(peak), mib(idle_before)
         );
         println!(
-            "broadcast: {} event deliveries in {broadcast_secs:.1} s, latency p50 {:.2} ms, p99 {:.2} ms (target: 10,000 clients in ≤ 2 GiB)",
+            "broadcast, all {sessions} sessions at once: {} event deliveries in {broadcast_secs:.1} s, latency p50 {:.2} ms, p99 {:.2} ms",
             broadcast.len(), ms(&broadcast, 0.5), ms(&broadcast, 0.99)
+        );
+        println!(
+            "broadcast, one session ({per_session} clients) at a time: latency p50 {:.2} ms, p99 {:.2} ms over {} deliveries",
+            ms(&quiet, 0.5),
+            ms(&quiet, 0.99),
+            quiet.len()
         );
         println!(
             "reconnect → first replayed event: p50 {:.2} ms, p99 {:.2} ms over {} reconnects (target p99 ≤ 10 ms)",

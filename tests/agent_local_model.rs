@@ -69,11 +69,11 @@ async fn a_session_answers_with_the_real_model() {
             .unwrap()
         {
             Frame::Delta { text, .. } => streamed.push_str(&text),
-            Frame::Event {
-                event: SessionEvent::AssistantMessage { text },
-                ..
-            } => break text,
-            Frame::Event { .. } => {}
+            Frame::Event { event, .. } => {
+                if let SessionEvent::AssistantMessage { text } = event.as_ref() {
+                    break text.clone();
+                }
+            }
         }
     };
     assert!(answer.contains("Paris"), "{answer}");

@@ -61,11 +61,14 @@ pub struct Agent {
 /// What subscribers receive, in commit order.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Frame {
-    /// A committed event, with the timestamp the journal holds for it.
+    /// A committed event, with the timestamp the journal holds for it. Shared by every
+    /// subscriber; `wire` caches its serialized form for the first consumer that makes one, so
+    /// a broadcast to many clients serializes each event once.
     Event {
         seq: i64,
-        event: SessionEvent,
+        event: Arc<SessionEvent>,
         at: chrono::DateTime<chrono::Utc>,
+        wire: Arc<std::sync::OnceLock<String>>,
     },
     /// Streamed model text; `offset` is where `text` starts in the call's text (bytes), so a
     /// client that got some of the stream another way can skip what it has.
@@ -372,6 +375,12 @@ impl Actor for SessionActor {
                 for action in actions {
                     live.start(&myself, action);
                 }
+                // The row's status and the snapshot only speed up reads and activation: they
+                // are written after the caller has its answer.
+                live.sync_status().await;
+                if live.state.last_seq - live.last_snapshot >= live.deps.lifecycle.snapshot_every {
+                    live.snapshot().await;
+                }
             }
             SessionMsg::Delta { call_id, text } => {
                 if let Some((current, _, buffer)) = &mut live.streaming {
@@ -467,12 +476,13 @@ impl Live {
                     self.schedule_expiry(myself, call_id.clone());
                 }
                 self.state.apply(seq, &event);
-                self.broadcast(Frame::Event { seq, event, at });
+                self.broadcast(Frame::Event {
+                    seq,
+                    event: Arc::new(event),
+                    at,
+                    wire: Default::default(),
+                });
             }
-            if self.state.last_seq - self.last_snapshot >= self.deps.lifecycle.snapshot_every {
-                self.snapshot().await;
-            }
-            self.sync_status().await;
         }
         Ok((self.state.last_seq, decision.actions))
     }

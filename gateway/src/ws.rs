@@ -380,16 +380,25 @@ impl Connection {
     /// A live frame, sent at most once and in order.
     async fn deliver(&mut self, frame: Frame) -> Result<(), Closed> {
         match frame {
-            Frame::Event { seq, event, at } => {
+            Frame::Event {
+                seq,
+                event,
+                at,
+                wire,
+            } => {
                 if seq <= self.sent_seq {
                     return Ok(());
                 }
                 if seq > self.sent_seq + 1 {
                     self.replay(self.sent_seq, seq - 1).await?;
                 }
-                let mut view = frame_event_view(seq, &event, at);
-                view["type"] = json!("event");
-                self.send_json(view).await?;
+                // Serialized once per event, whatever the number of clients.
+                let text = wire.get_or_init(|| {
+                    let mut view = frame_event_view(seq, &event, at);
+                    view["type"] = json!("event");
+                    view.to_string()
+                });
+                self.send(Message::Text(text.as_str().into())).await?;
                 self.sent_seq = seq;
                 self.ended(&event);
             }
