@@ -436,3 +436,57 @@ async fn shutdown_closes_websockets_with_a_going_away_frame_and_exits_cleanly() 
     let (_server, status) = status.await.unwrap();
     assert!(status.success(), "exit {status:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_does_not_read_is_dropped_and_stalls_no_one() {
+    let (server, _fake, _) = start("").await;
+    let (id, token) = server.create("ops").await;
+    let mut reader = server.ws(&id, &token, "").await;
+    reader.next().await.unwrap();
+    // This one reads its hello and then nothing at all.
+    let mut stalled = server.ws(&id, &token, "").await;
+    stalled.next().await.unwrap();
+    let (status, _) = server
+        .call(
+            "POST",
+            &format!("/v1/sessions/{id}/messages"),
+            Some(json!({ "text": "flood" })),
+        )
+        .await;
+    assert_eq!(status, 202);
+    // The reading client gets the whole stream and the end of the turn. (The 48 MiB answer is
+    // over the journal's event limit, so the call ends as `model_call_failed` rather than
+    // wedging the turn.)
+    let frames = reader.until_event("turn_finished").await;
+    assert_eq!(streamed_text(&frames), ops::flood_answer());
+    let failed = events(&frames)
+        .into_iter()
+        .find(|e| e["kind"] == "model_call_failed")
+        .expect("the oversized answer fails its call");
+    assert!(failed["payload"]["error"]
+        .as_str()
+        .unwrap()
+        .contains("could not be journaled"));
+    // The stalled client was dropped: reading now, it gets what its buffers held and then the
+    // end of the connection (`error too_slow` and close 1008 when the server saw its queue
+    // overflow; a plain close when a send to it timed out first) — never the whole answer.
+    let mut got = Vec::new();
+    let drained = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(frame) = stalled.next().await {
+            got.push(frame);
+        }
+    })
+    .await;
+    assert!(drained.is_ok(), "the stalled client was never disconnected");
+    assert!(streamed_text(&got).len() < ops::flood_answer().len());
+    if let Some(error) = got.iter().find(|f| f["type"] == "error") {
+        assert_eq!(error["code"], "too_slow");
+    }
+    let metrics = reqwest::get(format!("{}/metrics", server.base))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(sample(&metrics, "stead_websocket_clients"), 1.0);
+}

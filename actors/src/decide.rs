@@ -127,6 +127,9 @@ pub enum Refusal {
 pub struct Decision {
     pub events: Vec<SessionEvent>,
     pub actions: Vec<Action>,
+    /// The session's status once the events are committed (`None` when there are none), so
+    /// the store can write it in the same transaction.
+    pub status: Option<&'static str>,
 }
 
 /// Decides what `input` means for a session in `state`.
@@ -150,6 +153,7 @@ pub fn decide(
             Input::Close { reason } => Ok(Decision {
                 events: vec![SessionEvent::SessionClosed { reason }],
                 actions: Vec::new(),
+                status: Some("closed"),
             }),
             _ => Err(Refusal::Ended),
         };
@@ -309,7 +313,7 @@ pub fn decide(
                     .push(Action::AbortModelCall { call_id });
             }
             next.push(SessionEvent::SessionFailed { reason });
-            return Ok(next.decision);
+            return Ok(next.finish());
         }
         Input::Close { reason } => {
             if let Some(call_id) = state.turn.as_ref().and_then(|t| t.model_call.clone()) {
@@ -318,11 +322,11 @@ pub fn decide(
                     .push(Action::AbortModelCall { call_id });
             }
             next.push(SessionEvent::SessionClosed { reason });
-            return Ok(next.decision);
+            return Ok(next.finish());
         }
     }
     next.advance();
-    Ok(next.decision)
+    Ok(next.finish())
 }
 
 /// A decision for a call not in the current turn: decided earlier, or never asked.
@@ -343,6 +347,13 @@ struct Planner<'a> {
 }
 
 impl Planner<'_> {
+    fn finish(mut self) -> Decision {
+        if !self.decision.events.is_empty() {
+            self.decision.status = Some(self.state.status());
+        }
+        self.decision
+    }
+
     fn push(&mut self, event: SessionEvent) {
         let seq = self.state.last_seq + 1;
         self.state.apply(seq, &event);

@@ -118,6 +118,9 @@ pub enum SessionError {
     UnknownAgent(String),
     #[error("journal: {0}")]
     Journal(String),
+    /// An event would be over the journal's size limit; nothing was written.
+    #[error("{0}")]
+    TooLarge(String),
 }
 
 pub enum SessionMsg {
@@ -362,7 +365,24 @@ impl Actor for SessionActor {
                 ) {
                     live.tasks_in_flight = live.tasks_in_flight.saturating_sub(1);
                 }
-                let result = live.process(&myself, input).await;
+                let retry = match &input {
+                    Input::ModelFinished { call_id, .. } => Some((call_id.clone(), true)),
+                    Input::ToolFinished { call_id, .. } => Some((call_id.clone(), false)),
+                    _ => None,
+                };
+                let mut result = live.process(&myself, input).await;
+                // A model answer or tool result too large to journal fails its call instead of
+                // wedging the turn.
+                if let (Err(SessionError::TooLarge(why)), Some((call_id, model))) = (&result, retry)
+                {
+                    let error = format!("the result could not be journaled: {why}");
+                    let failed = if model {
+                        Input::ModelFailed { call_id, error }
+                    } else {
+                        Input::ToolFailed { call_id, error }
+                    };
+                    result = live.process(&myself, failed).await;
+                }
                 // The caller hears of the commit before the actions start, so a failure while
                 // starting them (a restart follows) cannot hide that the input was committed.
                 let (answer, actions) = match result {
@@ -375,9 +395,8 @@ impl Actor for SessionActor {
                 for action in actions {
                     live.start(&myself, action);
                 }
-                // The row's status and the snapshot only speed up reads and activation: they
-                // are written after the caller has its answer.
-                live.sync_status().await;
+                // The snapshot only speeds up activation: it is written after the caller has
+                // its answer.
                 if live.state.last_seq - live.last_snapshot >= live.deps.lifecycle.snapshot_every {
                     live.snapshot().await;
                 }
@@ -446,6 +465,11 @@ impl Live {
                 })
                 .collect();
             let times: Vec<_> = rows.iter().map(|r| r.created_at).collect();
+            // The row's status changes in the same transaction as the journal.
+            let status = decision
+                .status
+                .filter(|s| *s != self.synced_status)
+                .map(|s| s.parse().expect("the fold's statuses are the row's"));
             let seqs = match self
                 .deps
                 .store
@@ -453,6 +477,7 @@ impl Live {
                     self.deps.session_id,
                     self.state.last_seq,
                     self.deps.lease.epoch,
+                    status,
                     rows,
                 )
                 .await
@@ -469,8 +494,14 @@ impl Live {
                     myself.stop(Some("fenced by another writer".into()));
                     return Err(SessionError::Journal(error.to_string()));
                 }
+                Err(error @ stead_persistence::Error::EventTooLarge { .. }) => {
+                    return Err(SessionError::TooLarge(error.to_string()))
+                }
                 Err(error) => return Err(SessionError::Journal(error.to_string())),
             };
+            if let Some(status) = decision.status {
+                self.synced_status = status;
+            }
             for ((seq, event), at) in seqs.into_iter().zip(decision.events).zip(times) {
                 if let SessionEvent::ApprovalRequested { call_id, .. } = &event {
                     self.schedule_expiry(myself, call_id.clone());
@@ -499,9 +530,8 @@ impl Live {
         }
     }
 
-    /// Writes the folded status to the session's row when it changed. The journal is the
-    /// truth; the row is an index over it, so a failure here is logged and mended at the next
-    /// change or activation.
+    /// Mends the row's status at activation (appends carry it from then on). The journal is
+    /// the truth; the row is an index over it.
     async fn sync_status(&mut self) {
         let status = self.state.status();
         if status == self.synced_status {
@@ -889,15 +919,12 @@ impl Shared {
                 id,
                 row.last_seq,
                 lease.epoch,
+                Some(stead_persistence::SessionStatus::Failed),
                 vec![NewEvent::new(kind, payload)],
             )
             .await;
         let _ = self.store.release_lease(id, &self.node, lease.epoch).await;
         appended.map_err(journal)?;
-        self.store
-            .update_status(id, stead_persistence::SessionStatus::Failed)
-            .await
-            .map_err(journal)?;
         self.failures.lock().expect("registry lock").remove(&id);
         Ok(())
     }

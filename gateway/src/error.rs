@@ -82,6 +82,9 @@ impl From<SessionError> for ApiError {
                 format!("the session's agent `{agent}` is not configured on this server"),
             ),
             SessionError::Refused(refusal) => refusal_error(refusal),
+            SessionError::TooLarge(message) => {
+                ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "event_too_large", message)
+            }
             SessionError::Journal(message) => ApiError::internal("the session failed", message),
         }
     }
@@ -149,10 +152,20 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        match Json::<T>::from_request(req, state).await {
-            Ok(Json(value)) => Ok(ApiJson(value)),
-            Err(rejection) => Err(json_rejection(rejection)),
+        // Bodies are JSON objects: serde would also read a struct from an array.
+        let value = match Json::<serde_json::Value>::from_request(req, state).await {
+            Ok(Json(value)) => value,
+            Err(rejection) => return Err(json_rejection(rejection)),
+        };
+        if !value.is_object() {
+            return Err(ApiError::unprocessable(
+                "invalid_request",
+                "the body must be a JSON object",
+            ));
         }
+        serde_json::from_value(value)
+            .map(ApiJson)
+            .map_err(|e| ApiError::unprocessable("invalid_request", e.to_string()))
     }
 }
 

@@ -93,6 +93,7 @@ pub async fn create_session(
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
     agent: Option<String>,
+    #[param(inline)]
     status: Option<StatusParam>,
     #[param(minimum = 1, maximum = 500)]
     limit: Option<u32>,
@@ -559,8 +560,18 @@ pub struct Fork {
     #[serde(deserialize_with = "integer")]
     #[schema(minimum = 1)]
     at: i64,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "object")]
     overrides: ForkOverrides,
+}
+
+/// A struct only from a JSON object (serde would also read one from an array).
+fn object<'de, D: serde::Deserializer<'de>, T: serde::de::DeserializeOwned>(
+    deserializer: D,
+) -> Result<T, D::Error> {
+    match Value::deserialize(deserializer)? {
+        value @ Value::Object(_) => serde_json::from_value(value).map_err(serde::de::Error::custom),
+        _ => Err(serde::de::Error::custom("expected a JSON object")),
+    }
 }
 
 /// An integer, also when written as an integral float (`5.0`): JSON has one number type.
@@ -669,6 +680,7 @@ pub async fn fork(
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ApprovalsQuery {
+    #[param(inline)]
     status: Option<InboxStatus>,
     #[param(minimum = 1, maximum = 500)]
     limit: Option<u32>,

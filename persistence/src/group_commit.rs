@@ -33,6 +33,8 @@ pub struct AppendRequest {
     pub expected_last_seq: i64,
     /// When set, the session's lease epoch must equal it.
     pub epoch: Option<i64>,
+    /// When set, the session's status after this append (written with it).
+    pub status: Option<crate::SessionStatus>,
     pub events: Vec<PreparedEvent>,
     reply: oneshot::Sender<Result<Vec<i64>>>,
 }
@@ -117,6 +119,7 @@ impl GroupCommit {
         session_id: Uuid,
         expected_last_seq: i64,
         epoch: Option<i64>,
+        status: Option<crate::SessionStatus>,
         events: Vec<NewEvent>,
     ) -> Result<Vec<i64>> {
         if events.is_empty() {
@@ -151,6 +154,7 @@ impl GroupCommit {
                 session_id,
                 expected_last_seq,
                 epoch,
+                status,
                 events,
                 reply,
             })
@@ -277,6 +281,7 @@ mod tests {
             session_id,
             expected_last_seq: 0,
             epoch: None,
+            status: None,
             events: Vec::new(),
             reply: oneshot::channel().0,
         }
@@ -318,11 +323,11 @@ mod tests {
             ]
         };
         assert_eq!(
-            journal.append(id, 4, None, event()).await.unwrap(),
+            journal.append(id, 4, None, None, event()).await.unwrap(),
             vec![5, 6]
         );
         assert!(matches!(
-            journal.append(id, 4, None, event()).await,
+            journal.append(id, 4, None, None, event()).await,
             Err(Error::Conflict {
                 expected: 4,
                 actual: 7,
@@ -330,18 +335,18 @@ mod tests {
             })
         ));
         assert!(matches!(
-            journal.append(id, 0, None, event()).await,
+            journal.append(id, 0, None, None, event()).await,
             Err(Error::SessionNotFound(_))
         ));
         assert!(matches!(
-            journal.append(id, 0, None, event()).await,
+            journal.append(id, 0, None, None, event()).await,
             Err(Error::CommitFailed(_))
         ));
         let stats = journal.stats();
         assert_eq!((stats.commits, stats.appends, stats.events), (3, 1, 2));
         journal.shutdown().await;
         assert!(matches!(
-            journal.append(id, 0, None, event()).await,
+            journal.append(id, 0, None, None, event()).await,
             Err(Error::ShutDown)
         ));
     }

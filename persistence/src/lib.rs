@@ -209,11 +209,14 @@ pub trait JournalStore: Send + Sync + 'static {
 
     /// [`JournalStore::append`] by the holder of the session's lease at `epoch`: refused with
     /// [`Error::Fenced`] when the session's lease epoch is another (SPEC §2.1).
+    /// `status`, when given, is written to the session's row in the same transaction (a
+    /// `closed` status also sets `closed_at`).
     async fn append_fenced(
         &self,
         session_id: Uuid,
         expected_last_seq: i64,
         epoch: i64,
+        status: Option<SessionStatus>,
         events: Vec<NewEvent>,
     ) -> Result<Vec<i64>>;
 

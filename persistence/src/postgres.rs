@@ -33,10 +33,12 @@ const SESSION_COLUMNS: &str =
 
 const FENCED_APPEND: &str = "
 WITH req AS (
-    SELECT * FROM unnest($1::uuid[], $2::int8[], $3::int8[], $10::int8[])
-        AS r(session_id, expected, new_last, epoch)
+    SELECT * FROM unnest($1::uuid[], $2::int8[], $3::int8[], $10::int8[], $11::text[])
+        AS r(session_id, expected, new_last, epoch, status)
 ), upd AS (
-    UPDATE sessions s SET last_seq = req.new_last, updated_at = $4
+    UPDATE sessions s SET last_seq = req.new_last, updated_at = $4,
+        status = COALESCE(req.status, s.status),
+        closed_at = CASE WHEN req.status = 'closed' THEN $4 ELSE s.closed_at END
     FROM req WHERE s.id = req.session_id AND s.last_seq = req.expected
         AND (req.epoch < 0 OR s.lease_epoch = req.epoch)
     RETURNING s.id
@@ -263,7 +265,7 @@ impl JournalStore for PgStore {
         events: Vec<NewEvent>,
     ) -> Result<Vec<i64>> {
         self.journal
-            .append(session_id, expected_last_seq, None, events)
+            .append(session_id, expected_last_seq, None, None, events)
             .await
     }
 
@@ -272,10 +274,11 @@ impl JournalStore for PgStore {
         session_id: Uuid,
         expected_last_seq: i64,
         epoch: i64,
+        status: Option<SessionStatus>,
         events: Vec<NewEvent>,
     ) -> Result<Vec<i64>> {
         self.journal
-            .append(session_id, expected_last_seq, Some(epoch), events)
+            .append(session_id, expected_last_seq, Some(epoch), status, events)
             .await
     }
 
@@ -531,6 +534,7 @@ impl BatchWriter for PgBatchWriter {
             let mut req_expected = Vec::with_capacity(round.len());
             let mut req_new_last = Vec::with_capacity(round.len());
             let mut req_epochs = Vec::with_capacity(round.len());
+            let mut req_statuses: Vec<Option<&str>> = Vec::with_capacity(round.len());
             let mut ev_ids = Vec::new();
             let mut ev_seqs = Vec::new();
             let mut ev_kinds = Vec::new();
@@ -542,6 +546,7 @@ impl BatchWriter for PgBatchWriter {
                 req_expected.push(request.expected_last_seq);
                 req_new_last.push(request.expected_last_seq + request.events.len() as i64);
                 req_epochs.push(request.epoch.unwrap_or(-1));
+                req_statuses.push(request.status.map(|s| s.as_str()));
                 for (offset, event) in request.events.iter().enumerate() {
                     ev_ids.push(request.session_id);
                     ev_seqs.push(request.expected_last_seq + 1 + offset as i64);
@@ -561,6 +566,7 @@ impl BatchWriter for PgBatchWriter {
                 .bind(&ev_payloads)
                 .bind(&ev_times)
                 .bind(&req_epochs)
+                .bind(&req_statuses)
                 .fetch_all(&mut *tx)
                 .await?
                 .into_iter()

@@ -270,7 +270,7 @@ impl JournalStore for SqliteStore {
         events: Vec<NewEvent>,
     ) -> Result<Vec<i64>> {
         self.journal
-            .append(session_id, expected_last_seq, None, events)
+            .append(session_id, expected_last_seq, None, None, events)
             .await
     }
 
@@ -279,10 +279,11 @@ impl JournalStore for SqliteStore {
         session_id: Uuid,
         expected_last_seq: i64,
         epoch: i64,
+        status: Option<SessionStatus>,
         events: Vec<NewEvent>,
     ) -> Result<Vec<i64>> {
         self.journal
-            .append(session_id, expected_last_seq, Some(epoch), events)
+            .append(session_id, expected_last_seq, Some(epoch), status, events)
             .await
     }
 
@@ -546,13 +547,21 @@ impl BatchWriter for SqliteBatchWriter {
                 let mut update = QueryBuilder::<Sqlite>::new(
                     "UPDATE sessions SET last_seq = req.column3, updated_at = ",
                 );
-                update.push_bind(now).push(" FROM (");
+                update
+                    .push_bind(now)
+                    .push(
+                        ", status = COALESCE(req.column5, sessions.status), \
+                         closed_at = CASE WHEN req.column5 = 'closed' THEN ",
+                    )
+                    .push_bind(now)
+                    .push(" ELSE sessions.closed_at END FROM (");
                 update.push_values(chunk, |mut row, &index| {
                     let request = &batch[index];
                     row.push_bind(request.session_id.to_string())
                         .push_bind(request.expected_last_seq)
                         .push_bind(request.expected_last_seq + request.events.len() as i64)
-                        .push_bind(request.epoch.unwrap_or(-1));
+                        .push_bind(request.epoch.unwrap_or(-1))
+                        .push_bind(request.status.map(|s| s.as_str()));
                 });
                 update.push(
                     ") AS req WHERE sessions.id = req.column1 AND sessions.last_seq = req.column2 \

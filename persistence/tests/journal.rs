@@ -660,13 +660,13 @@ async fn leases_fence_every_write_of_an_earlier_holder(backend: Backend) {
     // The holder writes at its epoch; a write at another epoch is fenced and writes nothing.
     assert_eq!(
         t.store
-            .append_fenced(id, 0, a.epoch, vec![event(1)])
+            .append_fenced(id, 0, a.epoch, None, vec![event(1)])
             .await
             .unwrap(),
         vec![1]
     );
     assert!(matches!(
-        t.store.append_fenced(id, 1, a.epoch + 7, vec![event(2)]).await,
+        t.store.append_fenced(id, 1, a.epoch + 7, None, vec![event(2)]).await,
         Err(Error::Fenced { held, current, .. }) if held == a.epoch + 7 && current == a.epoch
     ));
     // Re-acquiring (the same node restarting its actor) moves the epoch on and fences the
@@ -674,7 +674,9 @@ async fn leases_fence_every_write_of_an_earlier_holder(backend: Backend) {
     let a2 = t.store.acquire_lease(id, "node-a", long).await.unwrap();
     assert!(a2.epoch > a.epoch);
     assert!(matches!(
-        t.store.append_fenced(id, 1, a.epoch, vec![event(2)]).await,
+        t.store
+            .append_fenced(id, 1, a.epoch, None, vec![event(2)])
+            .await,
         Err(Error::Fenced { .. })
     ));
     assert!(matches!(
@@ -687,7 +689,9 @@ async fn leases_fence_every_write_of_an_earlier_holder(backend: Backend) {
         .unwrap();
     // A seq conflict at the right epoch is still a conflict.
     assert!(matches!(
-        t.store.append_fenced(id, 0, a2.epoch, vec![event(2)]).await,
+        t.store
+            .append_fenced(id, 0, a2.epoch, None, vec![event(2)])
+            .await,
         Err(Error::Conflict { actual: 1, .. })
     ));
     // Released, another node takes it at once; an expired lease can be taken too.
@@ -702,18 +706,32 @@ async fn leases_fence_every_write_of_an_earlier_holder(backend: Backend) {
     let c = t.store.acquire_lease(id, "node-c", long).await.unwrap();
     assert!(c.epoch > b.epoch);
     assert!(matches!(
-        t.store.append_fenced(id, 1, b.epoch, vec![event(2)]).await,
+        t.store
+            .append_fenced(id, 1, b.epoch, None, vec![event(2)])
+            .await,
         Err(Error::Fenced { .. })
     ));
     // Unfenced appends (single-node tools, imports) still work; the journal is gapless.
     assert_eq!(
         t.store
-            .append_fenced(id, 1, c.epoch, vec![event(2)])
+            .append_fenced(id, 1, c.epoch, Some(SessionStatus::Running), vec![event(2)])
             .await
             .unwrap(),
         vec![2]
     );
     assert_eq!(assert_gapless(&t.store, id).await.len(), 2);
+    // The status given with an append is written with it; `closed` sets closed_at too.
+    assert_eq!(
+        t.store.get_session(id).await.unwrap().status,
+        SessionStatus::Running
+    );
+    t.store
+        .append_fenced(id, 2, c.epoch, Some(SessionStatus::Closed), vec![event(3)])
+        .await
+        .unwrap();
+    let row = t.store.get_session(id).await.unwrap();
+    assert_eq!(row.status, SessionStatus::Closed);
+    assert!(row.closed_at.is_some());
     assert!(matches!(
         t.store.acquire_lease(Uuid::now_v7(), "node-a", long).await,
         Err(Error::SessionNotFound(_))

@@ -18,6 +18,14 @@ use serde_json::{json, Value};
 use crate::fake_openai::{FakeOpenAi, Scripted};
 
 /// The long answer: 40 words, 25 ms apart (a stream of about a second).
+/// A huge answer for slow-client tests: 12,000 chunks of 4 KiB (48 MiB of deltas, more than
+/// the kernel's socket buffers and the connection's queue hold), streamed as fast as the
+/// upstream can.
+pub fn flood_answer() -> String {
+    let word = "x".repeat(4095);
+    vec![word; 12_000].join(" ")
+}
+
 pub fn long_answer() -> String {
     (1..=40)
         .map(|i| format!("word{i}"))
@@ -38,6 +46,12 @@ pub async fn upstream() -> FakeOpenAi {
             };
         }
         let text = last["content"].as_str().unwrap_or_default();
+        if text.contains("flood") {
+            return Scripted::Text {
+                text: flood_answer(),
+                chunk_delay: Duration::ZERO,
+            };
+        }
         if text.contains("delete") {
             return Scripted::ToolCall {
                 name: "delete_records".into(),
