@@ -18,12 +18,12 @@ use serde_json::{json, Value};
 use crate::fake_openai::{FakeOpenAi, Scripted};
 
 /// The long answer: 40 words, 25 ms apart (a stream of about a second).
-/// A huge answer for slow-client tests: 12,000 chunks of 4 KiB (48 MiB of deltas, more than
-/// the kernel's socket buffers and the connection's queue hold), streamed as fast as the
-/// upstream can.
+/// A huge answer for slow-client tests: 6,000 chunks of 8 KiB (48 MiB of deltas, more than the
+/// kernel's socket buffers and a connection's 1,024-frame queue hold), about 1 ms apart — a
+/// pace a reading client keeps up with.
 pub fn flood_answer() -> String {
-    let word = "x".repeat(4095);
-    vec![word; 12_000].join(" ")
+    let word = "x".repeat(8191);
+    vec![word; 6_000].join(" ")
 }
 
 pub fn long_answer() -> String {
@@ -49,7 +49,7 @@ pub async fn upstream() -> FakeOpenAi {
         if text.contains("flood") {
             return Scripted::Text {
                 text: flood_answer(),
-                chunk_delay: Duration::ZERO,
+                chunk_delay: Duration::from_millis(1),
             };
         }
         if text.contains("delete") {
