@@ -490,3 +490,26 @@ async fn a_client_that_does_not_read_is_dropped_and_stalls_no_one() {
         .unwrap();
     assert_eq!(sample(&metrics, "stead_websocket_clients"), 1.0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn models_lists_the_routes_in_openai_format() {
+    let (server, _fake, _) = start("").await;
+    let (status, body) = server.call("GET", "/v1/models", None).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        body,
+        json!({ "object": "list", "data": [
+            { "id": "default", "object": "model", "created": 0, "owned_by": "stead" },
+            { "id": "other", "object": "model", "created": 0, "owned_by": "stead" },
+        ]})
+    );
+    // A session token is not an operator credential.
+    let (_, token) = server.create("ops").await;
+    let (status, body) = server
+        .call_as("GET", "/v1/models", None, Some(&token))
+        .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (403, Some("forbidden"))
+    );
+}

@@ -110,6 +110,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/sessions/{id}/ws", get(ws::upgrade))
         .route("/v1/approvals", get(rest::pending_approvals))
         .route("/v1/agents", get(rest::agents))
+        .route("/v1/models", get(rest::models))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))

@@ -192,6 +192,21 @@ pub struct AgentList {
     pub agents: Vec<AgentView>,
 }
 
+/// One model (a route) in OpenAI's list format.
+#[derive(Serialize, ToSchema)]
+pub struct ModelEntry {
+    pub id: String,
+    pub object: String,
+    pub created: i64,
+    pub owned_by: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ModelList {
+    pub object: String,
+    pub data: Vec<ModelEntry>,
+}
+
 #[derive(Serialize, ToSchema)]
 pub struct Health {
     pub status: String,
@@ -242,6 +257,7 @@ impl Modify for BearerAuth {
         rest::fork,
         rest::pending_approvals,
         rest::agents,
+        rest::models,
     ),
     modifiers(&BearerAuth),
     security(("bearer" = [])),

@@ -18,7 +18,7 @@ use uuid::Uuid;
 use crate::auth::Caller;
 use crate::openapi::{
     AgentList, Committed, Decided, ErrorBody, EventsPage, Forked, Inbox, MessageAccepted,
-    MessageWaited, SessionCreated, SessionList, SessionView, StateView,
+    MessageWaited, ModelList, SessionCreated, SessionList, SessionView, StateView,
 };
 use crate::{ApiError, ApiJson, ApiPath, ApiQuery, AppState};
 
@@ -768,6 +768,21 @@ pub async fn agents(
         })
         .collect();
     Ok(Json(json!({ "agents": agents })))
+}
+
+/// The OpenAI-compatible model list: each configured route is a model a client may ask for.
+#[utoipa::path(get, path = "/v1/models", responses((status = 200, body = ModelList), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
+pub async fn models(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+) -> Result<Json<Value>, ApiError> {
+    caller.require_operator()?;
+    let data: Vec<Value> = state
+        .routes
+        .iter()
+        .map(|route| json!({ "id": route, "object": "model", "created": 0, "owned_by": "stead" }))
+        .collect();
+    Ok(Json(json!({ "object": "list", "data": data })))
 }
 
 /// A session row as listed.
