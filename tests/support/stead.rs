@@ -121,7 +121,9 @@ impl Stead {
         (status, serde_json::from_str(&text).unwrap_or(Value::Null))
     }
 
-    /// A raw body with a content type (for malformed input).
+    /// A raw body with a content type (for malformed input), on a connection of its own: a
+    /// server that answers before reading a body it refuses closes that connection, which must
+    /// not go back to the shared pool for the next request.
     pub async fn raw(
         &self,
         method: &str,
@@ -129,8 +131,11 @@ impl Stead {
         content_type: &str,
         body: Vec<u8>,
     ) -> (u16, Value) {
-        let mut request = self
-            .client
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .build()
+            .unwrap();
+        let mut request = client
             .request(method.parse().unwrap(), format!("{}{path}", self.base))
             .header("content-type", content_type)
             .body(body);
