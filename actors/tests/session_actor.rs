@@ -367,13 +367,32 @@ async fn one_live_actor_per_session_under_concurrent_activation() {
     store.shutdown().await;
 }
 
-/// A tool double that panics.
-struct PanickingTool {
+/// A tool double with bugs: its schema accessor — which runs inside the session actor's
+/// handler — panics its first `schema_panics` times (`u32::MAX`: always), a bug that takes the
+/// actor down; with `execute_panics`, running it panics (inside the tool's own task).
+struct FaultyTool {
     info: ToolInfo,
+    schema_panics: std::sync::atomic::AtomicU32,
+    execute_panics: bool,
+}
+
+impl FaultyTool {
+    fn new(name: &str, schema_panics: u32, execute_panics: bool) -> Arc<Self> {
+        Arc::new(FaultyTool {
+            info: ToolInfo {
+                name: name.into(),
+                description: String::new(),
+                approval: ApprovalPolicy::Never,
+                idempotent: true,
+            },
+            schema_panics: std::sync::atomic::AtomicU32::new(schema_panics),
+            execute_panics,
+        })
+    }
 }
 
 #[async_trait]
-impl Tool for PanickingTool {
+impl Tool for FaultyTool {
     fn name(&self) -> &str {
         &self.info.name
     }
@@ -381,6 +400,13 @@ impl Tool for PanickingTool {
         ""
     }
     fn parameters(&self) -> Value {
+        use std::sync::atomic::Ordering;
+        let left = self.schema_panics.load(Ordering::SeqCst);
+        if left > 0 {
+            self.schema_panics
+                .store(left.saturating_sub(1), Ordering::SeqCst);
+            panic!("schema bug");
+        }
         json!({"type": "object"})
     }
     fn approval(&self) -> &ApprovalPolicy {
@@ -394,7 +420,10 @@ impl Tool for PanickingTool {
         _: Value,
         _: &stead_actors::tools::ToolContext,
     ) -> Result<Value, stead_actors::tools::ToolError> {
-        panic!("the tool exploded");
+        if self.execute_panics {
+            panic!("the tool exploded");
+        }
+        Ok(json!({}))
     }
 }
 
@@ -404,17 +433,8 @@ async fn a_panicking_tool_is_contained_and_other_sessions_are_untouched() {
     let store = store(&dir).await;
     let (url, _) = endpoint().await;
     let mut ops = agent(&url);
-    ops.tools.insert(
-        "explode".into(),
-        Arc::new(PanickingTool {
-            info: ToolInfo {
-                name: "explode".into(),
-                description: String::new(),
-                approval: ApprovalPolicy::Never,
-                idempotent: true,
-            },
-        }),
-    );
+    ops.tools
+        .insert("explode".into(), FaultyTool::new("explode", 0, true));
     ops.rules.tools.insert(
         "explode".into(),
         ToolRules {
@@ -577,61 +597,13 @@ async fn an_undecided_approval_expires() {
     store.shutdown().await;
 }
 
-/// A tool double whose schema accessor — which runs inside the session actor's handler —
-/// panics its first `panics` times (`u32::MAX`: always): a bug that takes the actor down.
-struct SchemaPanics {
-    info: ToolInfo,
-    left: std::sync::atomic::AtomicU32,
-}
-
-#[async_trait]
-impl Tool for SchemaPanics {
-    fn name(&self) -> &str {
-        &self.info.name
-    }
-    fn description(&self) -> &str {
-        ""
-    }
-    fn parameters(&self) -> Value {
-        use std::sync::atomic::Ordering;
-        let left = self.left.load(Ordering::SeqCst);
-        if left > 0 {
-            self.left.store(left.saturating_sub(1), Ordering::SeqCst);
-            panic!("schema bug");
-        }
-        json!({"type": "object"})
-    }
-    fn approval(&self) -> &ApprovalPolicy {
-        &self.info.approval
-    }
-    fn idempotent(&self) -> bool {
-        true
-    }
-    async fn execute(
-        &self,
-        _: Value,
-        _: &stead_actors::tools::ToolContext,
-    ) -> Result<Value, stead_actors::tools::ToolError> {
-        Ok(json!({}))
-    }
-}
-
 /// The `ops` agent plus the panicking tool, under the agent name `fragile`.
 fn fragile_agent(url: &str, panics: u32) -> Agent {
     let mut fragile = agent(url);
     fragile.name = "fragile".into();
-    fragile.tools.insert(
-        "schema".into(),
-        Arc::new(SchemaPanics {
-            info: ToolInfo {
-                name: "schema".into(),
-                description: String::new(),
-                approval: ApprovalPolicy::Never,
-                idempotent: true,
-            },
-            left: std::sync::atomic::AtomicU32::new(panics),
-        }),
-    );
+    fragile
+        .tools
+        .insert("schema".into(), FaultyTool::new("schema", panics, false));
     fragile
 }
 
