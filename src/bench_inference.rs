@@ -31,6 +31,7 @@ fn request(max_tokens: usize) -> ChatRequest {
             ignore_eos: true,
             ..Default::default()
         },
+        assistant_prefix: String::new(),
         ..Default::default()
     }
 }

@@ -12,6 +12,7 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use figment::Figment;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+pub use stead_inference::router::config::{GatewayConfig, RouteConfig, TargetConfig};
 use stead_persistence::DatabaseUrl;
 
 /// Variables with a fixed meaning that the generic `STEAD_*` mapping must not see.
@@ -27,6 +28,8 @@ pub struct Config {
     pub providers: Vec<ProviderConfig>,
     pub routes: Vec<RouteConfig>,
     pub agents: Vec<AgentConfig>,
+    /// The model router's cache, cooldown, limits, prices and request log (`[gateway]`).
+    pub gateway: GatewayConfig,
 }
 
 /// How session actors snapshot, sleep and restart (`[sessions]`).
@@ -172,20 +175,6 @@ impl Default for EngineConfig {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RouteConfig {
-    pub name: String,
-    pub targets: Vec<RouteTarget>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RouteTarget {
-    pub provider: String,
-    pub model: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct AgentConfig {
     pub name: String,
     pub route: String,
@@ -320,11 +309,20 @@ impl Default for Config {
             }],
             routes: vec![RouteConfig {
                 name: "default".into(),
-                targets: vec![RouteTarget {
+                targets: vec![TargetConfig {
                     provider: "local".into(),
                     model: LOCAL_MODEL.into(),
+                    weight: None,
+                    timeout_secs: 120.0,
+                    ttft_timeout_secs: None,
+                    max_tokens: None,
+                    retry: Default::default(),
                 }],
+                requests_per_min: None,
+                tokens_per_min: None,
+                cache: true,
             }],
+            gateway: GatewayConfig::default(),
             agents: vec![AgentConfig {
                 name: "demo".into(),
                 route: "default".into(),
@@ -606,6 +604,16 @@ impl Config {
                     ));
                 }
             }
+            if let Some(problem) = route.problem() {
+                return Err(ConfigError(format!(
+                    "invalid configuration: {key}.{problem}"
+                )));
+            }
+        }
+        if let Some(problem) = self.gateway.problem() {
+            return Err(ConfigError(format!(
+                "invalid configuration: gateway.{problem}"
+            )));
         }
         Ok(())
     }

@@ -98,11 +98,13 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         }
     };
     let local = listener.local_addr()?;
-    let routes = crate::routing::Routes::build(&config, &pools)?;
-    let route_names = routes.names();
+    let model_router = crate::model_router::build(&config, &pools, Some(store.clone()))?;
     let agents = crate::agents::build(&config, &store)?;
+    let session_model = Arc::new(crate::model_router::SessionModel {
+        router: model_router.clone(),
+    });
     let sessions = Arc::new(
-        stead_actors::session::SessionRegistry::new(store.clone(), Arc::new(routes), agents)
+        stead_actors::session::SessionRegistry::new(store.clone(), session_model, agents)
             .with_lifecycle(config.sessions.lifecycle())
             .with_node(
                 config
@@ -120,7 +122,8 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         store: store.clone(),
         sessions: sessions.clone(),
         auth: Arc::new(stead_gateway::Auth::new(&config.server.api_keys, secret)),
-        routes: Arc::new(route_names),
+        routes: Arc::new(model_router.route_names()),
+        model_router: model_router.clone(),
         limits: stead_gateway::Limits::default(),
         version: env!("CARGO_PKG_VERSION"),
         shutdown: stop_rx.clone(),

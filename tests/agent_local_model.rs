@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use stead::local_model::LocalModel;
 use stead_actors::session::{Agent, Frame, SessionRegistry};
 use stead_actors::{AgentRules, Input, SessionEvent};
 use stead_inference::pool::{InferencePool, PoolConfig};
@@ -40,9 +39,26 @@ async fn a_session_answers_with_the_real_model() {
         },
         tools: BTreeMap::new(),
     };
-    let model = Arc::new(LocalModel {
-        pool: Arc::new(pool),
-        max_tokens: 48,
+    // The session's calls go through the model router, as `stead serve` wires them.
+    let routes: Vec<stead_inference::router::config::RouteConfig> =
+        serde_json::from_value(serde_json::json!([{
+            "name": "default",
+            "targets": [{ "provider": "local", "model": "smollm2-135m-instruct", "max_tokens": 48 }],
+        }]))
+        .unwrap();
+    let mut providers = stead_inference::router::Providers::new();
+    providers.insert(
+        "local".to_string(),
+        Some(Arc::new(stead_inference::router::onnx::OnnxProvider::new(
+            "local",
+            Arc::new(pool),
+        )) as Arc<dyn stead_inference::router::Provider>),
+    );
+    let router =
+        stead_inference::router::Router::new(&routes, Default::default(), &providers, None)
+            .unwrap();
+    let model = Arc::new(stead::model_router::SessionModel {
+        router: Arc::new(router),
     });
     let registry = SessionRegistry::new(store.clone(), model, vec![agent]);
     let id = store

@@ -31,6 +31,8 @@ pub struct ToolSpec {
 /// One model call of a session.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelRequest {
+    /// The session whose actor calls.
+    pub session_id: Uuid,
     pub route: String,
     pub system_prompt: String,
     pub transcript: Vec<TranscriptEntry>,
@@ -578,6 +580,7 @@ impl Live {
                 self.streaming = Some((call_id.clone(), cancel.clone(), String::new()));
                 let agent = &self.deps.agent;
                 let request = ModelRequest {
+                    session_id: self.deps.session_id,
                     route: self.state.route(&agent.rules.route).to_string(),
                     system_prompt: self
                         .state

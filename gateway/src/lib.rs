@@ -7,6 +7,7 @@
 pub mod auth;
 mod error;
 pub mod metrics;
+mod openai;
 pub mod openapi;
 mod rest;
 mod ws;
@@ -74,6 +75,8 @@ pub struct AppState {
     pub connections: Arc<tokio::sync::Semaphore>,
     /// Request counters and latencies for `/metrics`.
     pub metrics: Arc<metrics::Metrics>,
+    /// The model router behind `/v1/chat/completions` (the sessions use the same one).
+    pub model_router: Arc<stead_inference::router::Router>,
 }
 
 /// Most WebSocket connections one server holds.
@@ -111,6 +114,9 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/approvals", get(rest::pending_approvals))
         .route("/v1/agents", get(rest::agents))
         .route("/v1/models", get(rest::models))
+        .route("/v1/chat/completions", post(openai::chat_completions))
+        .route("/v1/gateway/logs", get(openai::logs))
+        .route("/v1/gateway/stats", get(openai::stats))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))

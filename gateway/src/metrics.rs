@@ -136,6 +136,7 @@ pub async fn render(
             latency.count, latency.sum, latency.count
         );
     }
+    out.push_str(&state.model_router.render_metrics());
     Ok((
         [(
             axum::http::header::CONTENT_TYPE,

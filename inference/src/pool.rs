@@ -326,6 +326,9 @@ impl InferencePool {
         };
         self.shared.grammar.validate(&tools)?;
         let mut prompt = self.template.render(&request.messages, &tools)?;
+        if forced.is_none() {
+            prompt.push_str(&request.assistant_prefix);
+        }
         let mode = match (&forced, tools.is_empty()) {
             (Some(only), _) => {
                 prompt.push_str(TOOL_CALL_OPEN);

@@ -120,6 +120,9 @@ pub struct ChatRequest {
     pub tools: Vec<ToolSpec>,
     pub tool_choice: ToolChoice,
     pub sampling: SamplingParams,
+    /// Text the answer starts with, already written (the model continues it; it is not part of
+    /// the returned text). Used when a stream that broke elsewhere continues here.
+    pub assistant_prefix: String,
 }
 
 /// Why generation ended.

@@ -71,6 +71,7 @@ fn ask(text: &str, max_tokens: usize) -> ChatRequest {
             max_tokens,
             ..Default::default()
         },
+        assistant_prefix: String::new(),
         ..Default::default()
     }
 }
@@ -328,6 +329,7 @@ fn forced_tool_calls_always_parse_and_validate() {
                         max_tokens: 120,
                         ..Default::default()
                     },
+                    assistant_prefix: String::new(),
                 };
                 let completion = pool.complete(request).await.unwrap();
                 assert_eq!(

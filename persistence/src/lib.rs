@@ -16,6 +16,7 @@
 mod error;
 pub mod group_commit;
 mod postgres;
+pub mod request_log;
 pub mod scratch;
 mod sqlite;
 mod types;
@@ -248,6 +249,20 @@ pub trait JournalStore: Send + Sync + 'static {
     async fn kv_delete(&self, session_id: Uuid, key: &str) -> Result<bool>;
     /// Entries whose key starts with `prefix`, in key order.
     async fn kv_list(&self, session_id: Uuid, prefix: &str) -> Result<Vec<KvEntry>>;
+
+    /// Appends request-log rows (one batch, one transaction).
+    async fn insert_request_log(&self, entries: &[request_log::RequestLogEntry]) -> Result<()>;
+    /// Request-log rows, newest first, filtered, keyset-paginated by id.
+    async fn list_request_log(
+        &self,
+        query: &request_log::RequestLogQuery,
+    ) -> Result<request_log::RequestLogPage>;
+    /// Figures per group over the rows the query's filters select (its page is ignored).
+    async fn request_log_stats(
+        &self,
+        query: &request_log::RequestLogQuery,
+        group_by: &request_log::StatsGroupBy,
+    ) -> Result<Vec<request_log::StatsRow>>;
 
     /// Group-commit counters since the store was opened.
     fn journal_stats(&self) -> JournalStats;

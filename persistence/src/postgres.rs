@@ -19,6 +19,10 @@ use sqlx::{ConnectOptions, Connection, Postgres, QueryBuilder, Row};
 use uuid::Uuid;
 
 use crate::group_commit::{rounds, AppendRequest, BatchWriter, GroupCommit, Outcome};
+use crate::request_log::{
+    compute_stats, into_log_page, RequestLogEntry, RequestLogPage, RequestLogQuery, StatsGroupBy,
+    StatsInput, StatsRow, MAX_STATS_ROWS,
+};
 use crate::types::{into_page, now_micros};
 use crate::{
     redact_url, Backend, DatabaseUrl, Error, Event, JournalStore, KvEntry, Lease, MigrationReport,
@@ -119,6 +123,67 @@ impl PgStore {
             .await?;
         found.map(|_| ()).ok_or(Error::SessionNotFound(id))
     }
+}
+
+const LOG_COLUMNS: &str = "id, at, session_id, api_key, route, provider, model, status, attempts, \
+     latency_ms, ttft_ms, tokens_in, tokens_out, cost, cache_hit, stream, metadata, error";
+
+/// The filters of a request-log query.
+fn push_log_filters(sql: &mut QueryBuilder<'_, Postgres>, query: &RequestLogQuery) -> Result<()> {
+    for (column, value) in [
+        ("route", &query.route),
+        ("provider", &query.provider),
+        ("model", &query.model),
+        ("status", &query.status),
+        ("api_key", &query.api_key),
+    ] {
+        if let Some(value) = value {
+            sql.push(format!(" AND {column} = "))
+                .push_bind(value.clone());
+        }
+    }
+    if let Some(session) = query.session_id {
+        sql.push(" AND session_id = ").push_bind(session);
+    }
+    if let Some(hit) = query.cache_hit {
+        sql.push(" AND cache_hit = ").push_bind(hit);
+    }
+    if let Some(since) = query.since {
+        sql.push(" AND at >= ").push_bind(since);
+    }
+    if let Some(until) = query.until {
+        sql.push(" AND at < ").push_bind(until);
+    }
+    if let Some((key, value)) = &query.metadata {
+        sql.push(" AND metadata ->> ")
+            .push_bind(RequestLogQuery::metadata_key(key)?.to_string())
+            .push(" = ")
+            .push_bind(value.clone());
+    }
+    Ok(())
+}
+
+fn log_from_row(row: &PgRow) -> Result<RequestLogEntry> {
+    Ok(RequestLogEntry {
+        id: row.try_get("id")?,
+        at: row.try_get("at")?,
+        session_id: row.try_get("session_id")?,
+        api_key: row.try_get("api_key")?,
+        route: row.try_get("route")?,
+        provider: row.try_get("provider")?,
+        model: row.try_get("model")?,
+        status: row.try_get("status")?,
+        attempts: row.try_get("attempts")?,
+        latency_ms: row.try_get("latency_ms")?,
+        ttft_ms: row.try_get("ttft_ms")?,
+        tokens_in: row.try_get("tokens_in")?,
+        tokens_out: row.try_get("tokens_out")?,
+        cost: row.try_get("cost")?,
+        cache_hit: row.try_get("cache_hit")?,
+        stream: row.try_get("stream")?,
+        metadata: row.try_get("metadata")?,
+        error: row.try_get("error")?,
+    })
 }
 
 fn session_from_row(row: &PgRow) -> Result<Session> {
@@ -492,6 +557,94 @@ impl JournalStore for PgStore {
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(kv_from_row).collect()
+    }
+
+    async fn insert_request_log(&self, entries: &[RequestLogEntry]) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        for chunk in entries.chunks(256) {
+            let mut sql =
+                QueryBuilder::<Postgres>::new(format!("INSERT INTO request_log ({LOG_COLUMNS}) "));
+            sql.push_values(chunk, |mut row, e| {
+                row.push_bind(e.id)
+                    .push_bind(e.at)
+                    .push_bind(e.session_id)
+                    .push_bind(e.api_key.clone())
+                    .push_bind(e.route.clone())
+                    .push_bind(e.provider.clone())
+                    .push_bind(e.model.clone())
+                    .push_bind(e.status.clone())
+                    .push_bind(e.attempts.clone())
+                    .push_bind(e.latency_ms)
+                    .push_bind(e.ttft_ms)
+                    .push_bind(e.tokens_in)
+                    .push_bind(e.tokens_out)
+                    .push_bind(e.cost)
+                    .push_bind(e.cache_hit)
+                    .push_bind(e.stream)
+                    .push_bind(e.metadata.clone())
+                    .push_bind(e.error.clone());
+            });
+            sql.push(" ON CONFLICT (id) DO NOTHING");
+            sql.build().execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn list_request_log(&self, query: &RequestLogQuery) -> Result<RequestLogPage> {
+        let limit = query.page_size();
+        let mut sql = QueryBuilder::<Postgres>::new(format!(
+            "SELECT {LOG_COLUMNS} FROM request_log WHERE TRUE"
+        ));
+        push_log_filters(&mut sql, query)?;
+        if let Some(cursor) = query.cursor_id()? {
+            sql.push(" AND id < ").push_bind(cursor);
+        }
+        sql.push(" ORDER BY id DESC LIMIT ")
+            .push_bind(i64::from(limit) + 1);
+        let rows = sql.build().fetch_all(&self.pool).await?;
+        let entries = rows.iter().map(log_from_row).collect::<Result<Vec<_>>>()?;
+        Ok(into_log_page(entries, limit))
+    }
+
+    async fn request_log_stats(
+        &self,
+        query: &RequestLogQuery,
+        group_by: &StatsGroupBy,
+    ) -> Result<Vec<StatsRow>> {
+        let mut sql = QueryBuilder::<Postgres>::new("SELECT ");
+        match group_by {
+            StatsGroupBy::Route => sql.push("route"),
+            StatsGroupBy::Provider => sql.push("provider"),
+            StatsGroupBy::Model => sql.push("model"),
+            StatsGroupBy::Metadata(key) => sql
+                .push("metadata ->> ")
+                .push_bind(RequestLogQuery::metadata_key(key)?.to_string()),
+        };
+        sql.push(
+            " AS key, status, cache_hit, latency_ms, ttft_ms, tokens_in, tokens_out, cost \
+             FROM request_log WHERE TRUE",
+        );
+        push_log_filters(&mut sql, query)?;
+        sql.push(" ORDER BY id DESC LIMIT ")
+            .push_bind(MAX_STATS_ROWS);
+        let rows = sql.build().fetch_all(&self.pool).await?;
+        let inputs = rows
+            .iter()
+            .map(|row| {
+                Ok(StatsInput {
+                    key: row.try_get("key")?,
+                    ok: row.try_get::<String, _>("status")? == "ok",
+                    cache_hit: row.try_get("cache_hit")?,
+                    latency_ms: row.try_get("latency_ms")?,
+                    ttft_ms: row.try_get("ttft_ms")?,
+                    tokens_in: row.try_get("tokens_in")?,
+                    tokens_out: row.try_get("tokens_out")?,
+                    cost: row.try_get("cost")?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(compute_stats(inputs))
     }
 
     fn journal_stats(&self) -> crate::JournalStats {

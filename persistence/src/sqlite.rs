@@ -21,6 +21,10 @@ use uuid::Uuid;
 use crate::group_commit::{
     rounds, AppendRequest, BatchWriter, GroupCommit, Outcome, PreparedEvent,
 };
+use crate::request_log::{
+    compute_stats, into_log_page, RequestLogEntry, RequestLogPage, RequestLogQuery, StatsGroupBy,
+    StatsInput, StatsRow, MAX_STATS_ROWS,
+};
 use crate::types::{into_page, micros_to_time, now_micros};
 use crate::{
     Backend, DatabaseUrl, Error, Event, JournalStore, KvEntry, Lease, MigrationReport, NewEvent,
@@ -118,6 +122,72 @@ fn parse_uuid(text: &str) -> Result<Uuid> {
 
 fn parse_json(text: &str) -> Result<Value> {
     serde_json::from_str(text).map_err(|e| Error::Corrupt(format!("JSON: {e}")))
+}
+
+const LOG_COLUMNS: &str = "id, at, session_id, api_key, route, provider, model, status, attempts, \
+     latency_ms, ttft_ms, tokens_in, tokens_out, cost, cache_hit, stream, metadata, error";
+
+/// The filters of a request-log query (ids and times as stored: text and microseconds).
+fn push_log_filters(sql: &mut QueryBuilder<'_, Sqlite>, query: &RequestLogQuery) -> Result<()> {
+    for (column, value) in [
+        ("route", &query.route),
+        ("provider", &query.provider),
+        ("model", &query.model),
+        ("status", &query.status),
+        ("api_key", &query.api_key),
+    ] {
+        if let Some(value) = value {
+            sql.push(format!(" AND {column} = "))
+                .push_bind(value.clone());
+        }
+    }
+    if let Some(session) = query.session_id {
+        sql.push(" AND session_id = ")
+            .push_bind(session.to_string());
+    }
+    if let Some(hit) = query.cache_hit {
+        sql.push(" AND cache_hit = ").push_bind(hit);
+    }
+    if let Some(since) = query.since {
+        sql.push(" AND at >= ").push_bind(since.timestamp_micros());
+    }
+    if let Some(until) = query.until {
+        sql.push(" AND at < ").push_bind(until.timestamp_micros());
+    }
+    if let Some((key, value)) = &query.metadata {
+        sql.push(" AND CAST(json_extract(metadata, ")
+            .push_bind(format!("$.\"{}\"", RequestLogQuery::metadata_key(key)?))
+            .push(") AS TEXT) = ")
+            .push_bind(value.clone());
+    }
+    Ok(())
+}
+
+fn log_from_row(row: &SqliteRow) -> Result<RequestLogEntry> {
+    Ok(RequestLogEntry {
+        id: parse_uuid(&row.try_get::<String, _>("id")?)?,
+        at: micros_to_time(row.try_get("at")?),
+        session_id: row
+            .try_get::<Option<String>, _>("session_id")?
+            .as_deref()
+            .map(parse_uuid)
+            .transpose()?,
+        api_key: row.try_get("api_key")?,
+        route: row.try_get("route")?,
+        provider: row.try_get("provider")?,
+        model: row.try_get("model")?,
+        status: row.try_get("status")?,
+        attempts: parse_json(&row.try_get::<String, _>("attempts")?)?,
+        latency_ms: row.try_get("latency_ms")?,
+        ttft_ms: row.try_get("ttft_ms")?,
+        tokens_in: row.try_get("tokens_in")?,
+        tokens_out: row.try_get("tokens_out")?,
+        cost: row.try_get("cost")?,
+        cache_hit: row.try_get("cache_hit")?,
+        stream: row.try_get("stream")?,
+        metadata: parse_json(&row.try_get::<String, _>("metadata")?)?,
+        error: row.try_get("error")?,
+    })
 }
 
 fn session_from_row(row: &SqliteRow) -> Result<Session> {
@@ -499,6 +569,95 @@ impl JournalStore for SqliteStore {
         .fetch_all(&self.readers)
         .await?;
         rows.iter().map(kv_from_row).collect()
+    }
+
+    async fn insert_request_log(&self, entries: &[RequestLogEntry]) -> Result<()> {
+        let mut tx = self.writer.begin().await?;
+        for chunk in entries.chunks(256) {
+            let mut sql = QueryBuilder::<Sqlite>::new(format!(
+                "INSERT OR IGNORE INTO request_log ({LOG_COLUMNS}) "
+            ));
+            sql.push_values(chunk, |mut row, e| {
+                row.push_bind(e.id.to_string())
+                    .push_bind(e.at.timestamp_micros())
+                    .push_bind(e.session_id.map(|s| s.to_string()))
+                    .push_bind(e.api_key.clone())
+                    .push_bind(e.route.clone())
+                    .push_bind(e.provider.clone())
+                    .push_bind(e.model.clone())
+                    .push_bind(e.status.clone())
+                    .push_bind(e.attempts.to_string())
+                    .push_bind(e.latency_ms)
+                    .push_bind(e.ttft_ms)
+                    .push_bind(e.tokens_in)
+                    .push_bind(e.tokens_out)
+                    .push_bind(e.cost)
+                    .push_bind(e.cache_hit)
+                    .push_bind(e.stream)
+                    .push_bind(e.metadata.to_string())
+                    .push_bind(e.error.clone());
+            });
+            sql.build().execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn list_request_log(&self, query: &RequestLogQuery) -> Result<RequestLogPage> {
+        let limit = query.page_size();
+        let mut sql = QueryBuilder::<Sqlite>::new(format!(
+            "SELECT {LOG_COLUMNS} FROM request_log WHERE 1 = 1"
+        ));
+        push_log_filters(&mut sql, query)?;
+        if let Some(cursor) = query.cursor_id()? {
+            sql.push(" AND id < ").push_bind(cursor.to_string());
+        }
+        sql.push(" ORDER BY id DESC LIMIT ")
+            .push_bind(i64::from(limit) + 1);
+        let rows = sql.build().fetch_all(&self.readers).await?;
+        let entries = rows.iter().map(log_from_row).collect::<Result<Vec<_>>>()?;
+        Ok(into_log_page(entries, limit))
+    }
+
+    async fn request_log_stats(
+        &self,
+        query: &RequestLogQuery,
+        group_by: &StatsGroupBy,
+    ) -> Result<Vec<StatsRow>> {
+        let mut sql = QueryBuilder::<Sqlite>::new("SELECT ");
+        match group_by {
+            StatsGroupBy::Route => sql.push("route"),
+            StatsGroupBy::Provider => sql.push("provider"),
+            StatsGroupBy::Model => sql.push("model"),
+            StatsGroupBy::Metadata(key) => sql
+                .push("CAST(json_extract(metadata, ")
+                .push_bind(format!("$.\"{}\"", RequestLogQuery::metadata_key(key)?))
+                .push(") AS TEXT)"),
+        };
+        sql.push(
+            " AS key, status, cache_hit, latency_ms, ttft_ms, tokens_in, tokens_out, cost \
+             FROM request_log WHERE 1 = 1",
+        );
+        push_log_filters(&mut sql, query)?;
+        sql.push(" ORDER BY id DESC LIMIT ")
+            .push_bind(MAX_STATS_ROWS);
+        let rows = sql.build().fetch_all(&self.readers).await?;
+        let inputs = rows
+            .iter()
+            .map(|row| {
+                Ok(StatsInput {
+                    key: row.try_get("key")?,
+                    ok: row.try_get::<String, _>("status")? == "ok",
+                    cache_hit: row.try_get("cache_hit")?,
+                    latency_ms: row.try_get("latency_ms")?,
+                    ttft_ms: row.try_get("ttft_ms")?,
+                    tokens_in: row.try_get("tokens_in")?,
+                    tokens_out: row.try_get("tokens_out")?,
+                    cost: row.try_get("cost")?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(compute_stats(inputs))
     }
 
     fn journal_stats(&self) -> crate::JournalStats {

@@ -1,0 +1,303 @@
+//! Wires the model router (`stead_inference::router`) into the binary: its providers from
+//! `[[providers]]` (the started local pools and OpenAI-compatible APIs), its request log into
+//! the database, and the session actors' `ModelClient` onto it, so sessions and the
+//! OpenAI-compatible endpoint share one router (SPEC §1: the binary is where the crates meet).
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::Value;
+use stead_actors::session::{ModelClient, ModelRequest};
+use stead_actors::{ModelOutput, TranscriptEntry, Usage};
+use stead_inference::pool::InferencePool;
+use stead_inference::router::log::{LogRecord, RequestLogSink};
+use stead_inference::router::onnx::OnnxProvider;
+use stead_inference::router::openai::OpenAiProvider;
+use stead_inference::router::{CallOptions, Provider, Providers, Router, RouterRequest};
+use stead_inference::{ChatMessage, Role, ToolCall, ToolSpec};
+use stead_persistence::request_log::RequestLogEntry;
+use stead_persistence::JournalStore;
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::config::{Config, ProviderKind};
+
+/// Builds the router over the started local pools (by provider name), logging into `store`.
+pub fn build(
+    config: &Config,
+    pools: &[(String, Arc<InferencePool>)],
+    store: Option<Arc<dyn JournalStore>>,
+) -> anyhow::Result<Arc<Router>> {
+    let client = reqwest::Client::builder()
+        .user_agent(concat!("stead/", env!("CARGO_PKG_VERSION")))
+        .build()?;
+    let mut providers = Providers::new();
+    for provider in &config.providers {
+        let built: Option<Arc<dyn Provider>> = match provider.kind {
+            ProviderKind::Onnx => {
+                pools
+                    .iter()
+                    .find(|(name, _)| *name == provider.name)
+                    .map(|(_, pool)| {
+                        Arc::new(OnnxProvider::new(provider.name.clone(), pool.clone()))
+                            as Arc<dyn Provider>
+                    })
+            }
+            ProviderKind::Openai => {
+                let api_key = provider.api_key_env.as_ref().and_then(|var| {
+                    let key = std::env::var(var).ok();
+                    if key.is_none() {
+                        tracing::warn!(provider = %provider.name, variable = %var,
+                            "the API key variable is not set; calling without a key");
+                    }
+                    key
+                });
+                Some(Arc::new(OpenAiProvider::new(
+                    provider.name.clone(),
+                    provider.base_url.as_deref().unwrap_or_default(),
+                    api_key,
+                    client.clone(),
+                )))
+            }
+        };
+        providers.insert(provider.name.clone(), built);
+    }
+    let sink = store.map(|store| Arc::new(StoreSink { store }) as Arc<dyn RequestLogSink>);
+    let router = Router::new(&config.routes, config.gateway.clone(), &providers, sink)
+        .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+    Ok(Arc::new(router))
+}
+
+/// Writes request-log batches into the database.
+struct StoreSink {
+    store: Arc<dyn JournalStore>,
+}
+
+#[async_trait]
+impl RequestLogSink for StoreSink {
+    async fn write(&self, records: Vec<LogRecord>) -> Result<(), String> {
+        let entries: Vec<RequestLogEntry> = records
+            .into_iter()
+            .map(|r| RequestLogEntry {
+                id: r.id,
+                at: r.at,
+                session_id: r.session_id,
+                api_key: r.api_key,
+                route: r.route,
+                provider: r.provider,
+                model: r.model,
+                status: r.status,
+                attempts: serde_json::to_value(&r.attempts).unwrap_or_default(),
+                latency_ms: r.latency_ms,
+                ttft_ms: r.ttft_ms,
+                tokens_in: r.tokens_in as i64,
+                tokens_out: r.tokens_out as i64,
+                cost: r.cost,
+                cache_hit: r.cache_hit,
+                stream: r.stream,
+                metadata: Value::Object(r.metadata),
+                error: r.error,
+            })
+            .collect();
+        self.store
+            .insert_request_log(&entries)
+            .await
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// The router request for one model call of a session: the system prompt, then the
+/// transcript (assistant tool calls with their arguments as JSON text; each tool result as a
+/// `tool` message whose content is the result's JSON text, or the string itself when the result
+/// is a JSON string), and the agent's tools.
+pub fn router_request(request: &ModelRequest) -> RouterRequest {
+    let mut messages = Vec::with_capacity(request.transcript.len() + 1);
+    if !request.system_prompt.is_empty() {
+        messages.push(ChatMessage::system(request.system_prompt.clone()));
+    }
+    for entry in &request.transcript {
+        messages.push(match entry {
+            TranscriptEntry::User { text } => ChatMessage::user(text.clone()),
+            TranscriptEntry::Assistant { text, tool_calls } => ChatMessage {
+                role: Role::Assistant,
+                content: text.clone(),
+                tool_calls: tool_calls
+                    .iter()
+                    .map(|c| ToolCall {
+                        id: c.call_id.clone(),
+                        name: c.tool.clone(),
+                        arguments: c.arguments.to_string(),
+                    })
+                    .collect(),
+                tool_call_id: None,
+            },
+            TranscriptEntry::Tool {
+                call_id, content, ..
+            } => ChatMessage {
+                role: Role::Tool,
+                content: match content {
+                    Value::String(text) => text.clone(),
+                    other => other.to_string(),
+                },
+                tool_calls: Vec::new(),
+                tool_call_id: Some(call_id.clone()),
+            },
+        });
+    }
+    RouterRequest {
+        route: request.route.clone(),
+        messages,
+        tools: request
+            .tools
+            .iter()
+            .map(|t| ToolSpec {
+                name: t.name.clone(),
+                description: t.description.clone(),
+                parameters: t.parameters.clone(),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// The session actors' model client: every call goes through the router.
+pub struct SessionModel {
+    pub router: Arc<Router>,
+}
+
+#[async_trait]
+impl ModelClient for SessionModel {
+    async fn complete(
+        &self,
+        request: ModelRequest,
+        deltas: UnboundedSender<String>,
+        cancel: Arc<AtomicBool>,
+    ) -> Result<ModelOutput, String> {
+        let options = CallOptions {
+            session_id: Some(request.session_id),
+            ..Default::default()
+        };
+        let call = self
+            .router
+            .call(router_request(&request), options, Some(deltas));
+        // Cancelling drops the call, which stops its attempt (and writes no log record).
+        let response = tokio::select! {
+            biased;
+            _ = stead_inference::router::cancelled(&cancel) => return Err("cancelled".into()),
+            response = call => response.map_err(|e| e.message)?,
+        };
+        Ok(ModelOutput {
+            text: response.text,
+            tool_calls: response
+                .tool_calls
+                .into_iter()
+                .map(|c| {
+                    let arguments: Value = serde_json::from_str(&c.arguments)
+                        .unwrap_or_else(|_| serde_json::json!({}));
+                    (c.name, arguments)
+                })
+                .collect(),
+            usage: Usage {
+                prompt_tokens: response.usage.prompt_tokens as u64,
+                completion_tokens: response.usage.completion_tokens as u64,
+            },
+            provider: response.provider,
+            model: response.model,
+            latency_ms: response.latency.as_secs_f64() * 1000.0,
+            ttft_ms: response.ttft.unwrap_or(response.latency).as_secs_f64() * 1000.0,
+            cost: response.cost,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use stead_actors::session::ToolSpec as AgentTool;
+    use stead_actors::RequestedCall;
+    use stead_inference::router::wire::provider_body;
+
+    use super::*;
+
+    fn call(call_id: &str, city: &str) -> RequestedCall {
+        RequestedCall {
+            call_id: call_id.into(),
+            tool: "get_weather".into(),
+            arguments: json!({ "city": city }),
+        }
+    }
+
+    #[test]
+    fn a_transcript_with_tool_calls_maps_onto_openai_messages() {
+        let request = ModelRequest {
+            session_id: uuid::Uuid::nil(),
+            route: "default".into(),
+            system_prompt: "Be brief.".into(),
+            transcript: vec![
+                TranscriptEntry::User {
+                    text: "Weather in Paris and Rome?".into(),
+                },
+                TranscriptEntry::Assistant {
+                    text: String::new(),
+                    tool_calls: vec![call("call_1", "Paris"), call("call_2", "Rome")],
+                },
+                TranscriptEntry::Tool {
+                    call_id: "call_1".into(),
+                    tool: "get_weather".into(),
+                    content: json!({ "temp": 21 }),
+                },
+                TranscriptEntry::Tool {
+                    call_id: "call_2".into(),
+                    tool: "get_weather".into(),
+                    content: json!("sunny"),
+                },
+                TranscriptEntry::Assistant {
+                    text: "Paris is 21°C, Rome is sunny.".into(),
+                    tool_calls: Vec::new(),
+                },
+            ],
+            tools: vec![AgentTool {
+                name: "get_weather".into(),
+                description: "Current weather of a city.".into(),
+                parameters: json!({ "type": "object", "properties": { "city": { "type": "string" } } }),
+            }],
+        };
+        let tool_call = |id: &str, city: &str| {
+            json!({
+                "id": id,
+                "type": "function",
+                "function": { "name": "get_weather", "arguments": format!("{{\"city\":\"{city}\"}}") },
+            })
+        };
+        assert_eq!(
+            provider_body("gpt-test", &router_request(&request), Some(256), "", true),
+            json!({
+                "model": "gpt-test",
+                "messages": [
+                    { "role": "system", "content": "Be brief." },
+                    { "role": "user", "content": "Weather in Paris and Rome?" },
+                    {
+                        "role": "assistant",
+                        "content": null,
+                        "tool_calls": [tool_call("call_1", "Paris"), tool_call("call_2", "Rome")],
+                    },
+                    { "role": "tool", "tool_call_id": "call_1", "content": "{\"temp\":21}" },
+                    { "role": "tool", "tool_call_id": "call_2", "content": "sunny" },
+                    { "role": "assistant", "content": "Paris is 21°C, Rome is sunny." },
+                ],
+                "tools": [{
+                    "type": "function",
+                    "function": {
+                        "name": "get_weather",
+                        "description": "Current weather of a city.",
+                        "parameters": { "type": "object", "properties": { "city": { "type": "string" } } },
+                    },
+                }],
+                "tool_choice": "auto",
+                "max_tokens": 256,
+                "stream": true,
+                "stream_options": { "include_usage": true },
+            })
+        );
+    }
+}
