@@ -1123,6 +1123,23 @@ fn backoff(target: &TargetConfig, attempt: u32) -> Duration {
     Duration::from_secs_f64(ms / 1000.0)
 }
 
+/// `value` with every object's keys in sorted order (serde_json may keep insertion order).
+fn canonical(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            Value::Object(
+                keys.into_iter()
+                    .map(|k| (k.clone(), canonical(&map[k])))
+                    .collect(),
+            )
+        }
+        Value::Array(items) => Value::Array(items.iter().map(canonical).collect()),
+        other => other.clone(),
+    }
+}
+
 /// The exact-match cache key: a digest of the route and the normalized request (JSON with
 /// sorted keys).
 fn cache_key(request: &RouterRequest) -> [u8; 32] {
@@ -1134,7 +1151,7 @@ fn cache_key(request: &RouterRequest) -> [u8; 32] {
         "params": request.params,
         "extra": request.extra,
     });
-    Sha256::digest(normalized.to_string().as_bytes()).into()
+    Sha256::digest(canonical(&normalized).to_string().as_bytes()).into()
 }
 
 /// An upper bound of the request's prompt tokens: every token is at least one byte, plus a
@@ -1181,9 +1198,11 @@ pub fn parse_metadata(text: &str) -> Result<Map<String, Value>, String> {
         match value {
             Value::String(s) if s.len() <= 256 => {}
             Value::Number(_) | Value::Bool(_) => {}
-            _ => return Err(format!(
+            _ => {
+                return Err(format!(
                 "x-stead-metadata `{key}` must be a string (up to 256 bytes), a number or a bool"
-            )),
+            ))
+            }
         }
     }
     Ok(map)
