@@ -5,9 +5,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use tracing_subscriber::EnvFilter;
 
-use crate::config::{Config, LogFormat, Overrides};
+use crate::config::{Config, Overrides};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -197,13 +196,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let Some(command) = cli.command else {
         anyhow::bail!("no command given; try `stead serve` or `stead --help`");
     };
-    init_tracing(&config);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
+    let traces = {
+        let _runtime = runtime.enter();
+        crate::telemetry::tracer_provider()
+    };
+    crate::telemetry::init(&config, traces.as_ref());
     runtime.block_on(async move {
-        match command {
+        let result = match command {
             Command::Serve => crate::serve::serve(config).await,
             Command::Migrate => crate::serve::migrate(config).await,
             Command::Setup(args) => crate::serve::setup(config, args).await,
@@ -217,20 +220,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Bench(BenchCommand::Inference(args)) => {
                 crate::bench_inference::inference(config, args).await
             }
-        }
+        };
+        crate::telemetry::shutdown(traces).await;
+        result
     })
-}
-
-fn init_tracing(config: &Config) {
-    let filter = EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(&config.log.filter))
-        .unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    let _ = match config.log.format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().try_init(),
-    };
 }

@@ -15,3 +15,4 @@ pub mod cli;
 pub mod config;
 pub mod model_router;
 pub mod serve;
+pub mod telemetry;

@@ -13,6 +13,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde_json::Value;
 use stead_persistence::{JournalStore, NewEvent};
 use tokio::sync::mpsc::UnboundedSender;
+use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::decide::{decide, Action, AgentRules, Input, ModelOutput, Refusal};
@@ -198,6 +199,9 @@ pub struct Live {
     /// The status last written to the session's row (for listing and filtering).
     synced_status: &'static str,
     lease_renewed: std::time::Instant,
+    /// The `invoke_agent {agent}` span of the turn in progress (model and tool calls are its
+    /// children); it ends when the session stops running (a turn's end, or parking).
+    turn_span: Option<tracing::Span>,
 }
 
 const READ_PAGE: u32 = 1000;
@@ -282,6 +286,7 @@ impl Actor for SessionActor {
             streaming: None,
             synced_status: row_status.as_str(),
             lease_renewed: std::time::Instant::now(),
+            turn_span: None,
         };
         // The row's status follows the journal; a crash between the two is mended here.
         live.sync_status().await;
@@ -503,6 +508,20 @@ impl Live {
             };
             if let Some(status) = decision.status {
                 self.synced_status = status;
+                if status != "running" {
+                    self.turn_span = None;
+                } else if self.turn_span.is_none() {
+                    let agent = &self.deps.agent.name;
+                    self.turn_span = Some(tracing::info_span!(
+                        parent: None,
+                        "invoke_agent",
+                        "otel.name" = format!("invoke_agent {agent}"),
+                        "otel.kind" = "internal",
+                        "gen_ai.operation.name" = "invoke_agent",
+                        "gen_ai.agent.name" = %agent,
+                        "gen_ai.conversation.id" = %self.deps.session_id,
+                    ));
+                }
             }
             for ((seq, event), at) in seqs.into_iter().zip(decision.events).zip(times) {
                 if let SessionEvent::ApprovalRequested { call_id, .. } = &event {
@@ -601,6 +620,7 @@ impl Live {
                 };
                 let model = self.deps.model.clone();
                 let me = myself.clone();
+                let turn = self.turn_span.clone().unwrap_or_else(tracing::Span::none);
                 tokio::spawn(async move {
                     let (deltas, mut stream) = tokio::sync::mpsc::unbounded_channel();
                     let forward = {
@@ -615,8 +635,10 @@ impl Live {
                             }
                         })
                     };
-                    let call =
-                        tokio::spawn(async move { model.complete(request, deltas, cancel).await });
+                    let call = tokio::spawn(
+                        async move { model.complete(request, deltas, cancel).await }
+                            .instrument(turn),
+                    );
                     let result = match call.await {
                         Ok(result) => result,
                         Err(join) => {
@@ -651,10 +673,22 @@ impl Live {
                     idempotency_key,
                 };
                 let me = myself.clone();
+                let span = tracing::info_span!(
+                    parent: self.turn_span.as_ref().and_then(|s| s.id()),
+                    "execute_tool",
+                    "otel.name" = format!("execute_tool {}", tool.name()),
+                    "otel.kind" = "internal",
+                    "gen_ai.operation.name" = "execute_tool",
+                    "gen_ai.tool.name" = %tool.name(),
+                    "gen_ai.tool.call.id" = %call_id,
+                    "gen_ai.conversation.id" = %self.deps.session_id,
+                );
                 tokio::spawn(async move {
                     // The tool runs in a task of its own: a panic in it is contained there and
                     // becomes the call's error; the session and its actor carry on.
-                    let run = tokio::spawn(async move { tool.execute(arguments, &context).await });
+                    let run = tokio::spawn(
+                        async move { tool.execute(arguments, &context).await }.instrument(span),
+                    );
                     let input = match run.await {
                         Ok(Ok(result)) => Input::ToolFinished { call_id, result },
                         Ok(Err(error)) => Input::ToolFailed {

@@ -127,7 +127,12 @@ impl Auth {
     }
 
     /// Authenticates a request's credential (`None` when it has none).
+    ///
+    /// On an open server (loopback, no API keys), a credential that is not shaped like a session
+    /// token is ignored: OpenAI SDKs always send some API key, and there is none to check it
+    /// against. A session-shaped token must still verify.
     pub fn authenticate(&self, credential: Option<&str>) -> Result<Principal, ApiError> {
+        let credential = credential.filter(|c| !self.is_open() || looks_like_session_token(c));
         match credential {
             Some(credential) => self.identify(credential).ok_or_else(|| {
                 ApiError::new(
@@ -144,6 +149,13 @@ impl Auth {
             )),
         }
     }
+}
+
+/// `{uuid}.{signature}`: a dot after something that parses as a UUID.
+fn looks_like_session_token(credential: &str) -> bool {
+    credential
+        .split_once('.')
+        .is_some_and(|(id, _)| Uuid::try_parse(id).is_ok())
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -241,8 +253,19 @@ mod tests {
             "missing_credentials"
         );
         assert_eq!(other.authenticate(None).unwrap(), Principal::Local);
+        // An open server ignores API keys (OpenAI SDKs always send one)…
         assert_eq!(
-            other.authenticate(Some("nope")).unwrap_err().code,
+            other.authenticate(Some("sk-anything")).unwrap(),
+            Principal::Local
+        );
+        // …but not a session token that does not verify.
+        assert_eq!(
+            other.authenticate(Some(&forged)).unwrap_err().code,
+            "invalid_credentials"
+        );
+        // A server with keys refuses an unknown one.
+        assert_eq!(
+            auth.authenticate(Some("nope")).unwrap_err().code,
             "invalid_credentials"
         );
     }

@@ -32,12 +32,29 @@ impl Stead {
 
     /// Starts it in `data` (which may already hold a journal: a restart).
     pub fn start_in(data: tempfile::TempDir, config: &str, database_url: Option<&str>) -> Stead {
+        Self::start_with_env(data, config, database_url, &[])
+    }
+
+    /// Starts it in `data` with extra environment variables.
+    pub fn start_with_env(
+        data: tempfile::TempDir,
+        config: &str,
+        database_url: Option<&str>,
+        env: &[(&str, &str)],
+    ) -> Stead {
         std::fs::write(data.path().join("stead.toml"), config).unwrap();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_stead"));
         for (name, _) in std::env::vars() {
-            if name.starts_with("STEAD_") || name == "DATABASE_URL" || name == "RUST_LOG" {
+            if name.starts_with("STEAD_")
+                || name.starts_with("OTEL_")
+                || name == "DATABASE_URL"
+                || name == "RUST_LOG"
+            {
                 cmd.env_remove(name);
             }
+        }
+        for (name, value) in env {
+            cmd.env(name, value);
         }
         if let Some(url) = database_url {
             cmd.env("DATABASE_URL", url);

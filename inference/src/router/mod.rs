@@ -97,6 +97,9 @@ pub struct RouterResponse {
     /// The provider and model of the target that answered.
     pub provider: String,
     pub model: String,
+    /// The answering provider's kind (`openai`, `onnx`): OpenTelemetry's
+    /// `gen_ai.provider.name`.
+    pub system: String,
     pub cache: CacheStatus,
     pub attempts: Vec<AttemptRecord>,
     pub latency: Duration,
@@ -242,6 +245,7 @@ struct Answer {
     usage: Usage,
     provider: String,
     model: String,
+    system: String,
 }
 
 /// What the call that ran the targets learned, beyond the answer.
@@ -394,6 +398,7 @@ impl Router {
             "gen_ai.operation.name" = "chat",
             "gen_ai.request.model" = %request.route,
             "gen_ai.provider.name" = tracing::field::Empty,
+            "stead.provider" = tracing::field::Empty,
             "gen_ai.response.model" = tracing::field::Empty,
             "gen_ai.response.id" = %id,
             "gen_ai.usage.input_tokens" = tracing::field::Empty,
@@ -412,7 +417,8 @@ impl Router {
         let latency = started.elapsed();
         let (record, observation_ok) = match &result {
             Ok(response) => {
-                span.record("gen_ai.provider.name", response.provider.as_str());
+                span.record("gen_ai.provider.name", response.system.as_str());
+                span.record("stead.provider", response.provider.as_str());
                 span.record("gen_ai.response.model", response.model.as_str());
                 span.record(
                     "gen_ai.usage.input_tokens",
@@ -704,6 +710,7 @@ impl Router {
                     usage: answer.usage,
                     provider: answer.provider,
                     model: answer.model,
+                    system: answer.system,
                     cache: if coalesced { CacheStatus::Hit } else { cache },
                     attempts: exec.attempts,
                     latency: started.elapsed(),
@@ -749,6 +756,7 @@ impl Router {
             usage: answer.usage,
             provider: answer.provider.clone(),
             model: answer.model.clone(),
+            system: answer.system.clone(),
             cache: CacheStatus::Hit,
             attempts: Vec::new(),
             latency,
@@ -846,6 +854,7 @@ impl Router {
                             usage: reply.usage,
                             provider: target.provider_name.clone(),
                             model: target.model.clone(),
+                            system: provider.system().to_string(),
                         });
                     }
                     Err(error) => {
@@ -1059,6 +1068,7 @@ impl RouterResponse {
             usage: self.usage,
             provider: self.provider,
             model: self.model,
+            system: self.system,
         }
     }
 }

@@ -1,0 +1,174 @@
+//! OpenTelemetry: `stead serve` with `OTEL_EXPORTER_OTLP_ENDPOINT` set exports its spans over
+//! OTLP/HTTP (JSON here) to a collector double on loopback: a session turn is an
+//! `invoke_agent {agent}` span whose children are the `chat {route}` model calls and the
+//! `execute_tool {tool}` call, with the GenAI semantic conventions' attributes.
+
+#[path = "support/stead.rs"]
+mod stead;
+#[path = "support/upstream.rs"]
+mod upstream;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use axum::routing::post;
+use serde_json::{json, Value};
+use stead::Stead;
+use upstream::{Reply, Upstream};
+
+/// Test double of an OTLP collector: keeps every `/v1/traces` JSON body.
+async fn collector() -> (String, Arc<Mutex<Vec<Value>>>) {
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let app = axum::Router::new().route(
+        "/v1/traces",
+        post({
+            let bodies = bodies.clone();
+            move |body: axum::body::Bytes| {
+                let bodies = bodies.clone();
+                async move {
+                    let value: Value = serde_json::from_slice(&body).expect("OTLP JSON");
+                    bodies.lock().unwrap().push(value);
+                    axum::Json(json!({}))
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (format!("http://{address}"), bodies)
+}
+
+/// A span's name, ids and attributes (values as their JSON: `stringValue`s as strings,
+/// `intValue`s as the decimal strings OTLP JSON sends).
+#[derive(Debug, Clone)]
+struct Span {
+    name: String,
+    id: String,
+    parent: String,
+    trace: String,
+    attributes: HashMap<String, Value>,
+}
+
+fn spans(bodies: &[Value]) -> Vec<Span> {
+    let mut out = Vec::new();
+    for body in bodies {
+        for resource in body["resourceSpans"].as_array().unwrap() {
+            for scope in resource["scopeSpans"].as_array().unwrap() {
+                for span in scope["spans"].as_array().unwrap() {
+                    let attributes = span["attributes"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|a| {
+                            let value = a["value"]
+                                .as_object()
+                                .and_then(|v| v.values().next().cloned())
+                                .unwrap_or(Value::Null);
+                            (a["key"].as_str().unwrap().to_string(), value)
+                        })
+                        .collect();
+                    out.push(Span {
+                        name: span["name"].as_str().unwrap().to_string(),
+                        id: span["spanId"].as_str().unwrap().to_string(),
+                        parent: span["parentSpanId"].as_str().unwrap_or("").to_string(),
+                        trace: span["traceId"].as_str().unwrap().to_string(),
+                        attributes,
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_reach_an_otlp_collector_with_the_genai_attributes() {
+    let (endpoint, bodies) = collector().await;
+    let up = Upstream::start(
+        vec![Reply::Tool {
+            name: "clock".into(),
+            arguments: json!({}),
+        }],
+        Reply::text("It is noon."),
+    )
+    .await;
+    let config = format!(
+        r#"
+[[providers]]
+name = "up"
+kind = "openai"
+base_url = "{}"
+
+[[routes]]
+name = "assistant"
+targets = [{{ provider = "up", model = "m-1" }}]
+
+[[agents]]
+name = "ops"
+route = "assistant"
+
+[[agents.tools]]
+name = "clock"
+kind = "clock"
+"#,
+        up.base_url
+    );
+    let mut server = Stead::start_with_env(
+        tempfile::tempdir().unwrap(),
+        &config,
+        None,
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
+        ],
+    );
+    let (session, _) = server.create("ops").await;
+    let (status, body) = server
+        .call(
+            "POST",
+            &format!("/v1/sessions/{session}/messages?wait=true"),
+            Some(json!({ "text": "What time is it?" })),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    // A graceful stop exports what is left.
+    assert!(server.signal(libc::SIGTERM).success());
+
+    let spans = spans(&bodies.lock().unwrap());
+    let named =
+        |name: &str| -> Vec<Span> { spans.iter().filter(|s| s.name == name).cloned().collect() };
+    let turns = named("invoke_agent ops");
+    assert_eq!(turns.len(), 1, "{spans:#?}");
+    let turn = &turns[0];
+    assert_eq!(turn.attributes["gen_ai.operation.name"], "invoke_agent");
+    assert_eq!(turn.attributes["gen_ai.agent.name"], "ops");
+    assert_eq!(turn.attributes["gen_ai.conversation.id"], session.as_str());
+
+    let chats = named("chat assistant");
+    assert_eq!(chats.len(), 2, "a tool call, then the answer: {spans:#?}");
+    for chat in &chats {
+        assert_eq!(chat.parent, turn.id, "model calls are children of the turn");
+        assert_eq!(chat.trace, turn.trace);
+        let a = &chat.attributes;
+        assert_eq!(a["gen_ai.operation.name"], "chat");
+        assert_eq!(a["gen_ai.provider.name"], "openai");
+        assert_eq!(a["gen_ai.request.model"], "assistant");
+        assert_eq!(a["gen_ai.response.model"], "m-1");
+        assert_eq!(a["gen_ai.usage.input_tokens"], "5");
+        assert_eq!(a["gen_ai.conversation.id"], session.as_str());
+        assert!(a.contains_key("gen_ai.usage.output_tokens"));
+    }
+    let reasons: Vec<&Value> = chats
+        .iter()
+        .map(|c| &c.attributes["gen_ai.response.finish_reasons"])
+        .collect();
+    assert!(reasons.contains(&&json!("[\"tool_calls\"]")), "{reasons:?}");
+    assert!(reasons.contains(&&json!("[\"stop\"]")), "{reasons:?}");
+
+    let tools = named("execute_tool clock");
+    assert_eq!(tools.len(), 1, "{spans:#?}");
+    assert_eq!(tools[0].parent, turn.id);
+    assert_eq!(tools[0].attributes["gen_ai.operation.name"], "execute_tool");
+    assert_eq!(tools[0].attributes["gen_ai.tool.name"], "clock");
+}
