@@ -99,6 +99,16 @@ if [ "$("$schemathesis_venv/bin/schemathesis" --version 2>/dev/null || true)" !=
 fi
 export SCHEMATHESIS_BIN="$schemathesis_venv/bin/schemathesis"
 
+step "The official openai Python client (PyPI), for the OpenAI-compatible API test"
+clients_venv="$CARGO_TARGET_DIR/pyclients-venv"
+openai_version="3.57.0"
+if [ "$("$clients_venv/bin/python" -c 'import openai; print(openai.__version__)' 2>/dev/null || true)" != "$openai_version" ]; then
+  rm -rf "$clients_venv"
+  python3 -m venv "$clients_venv"
+  "$clients_venv/bin/pip" install --quiet --disable-pip-version-check "openai==$openai_version"
+fi
+export OPENAI_PYTHON="$clients_venv/bin/python"
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 

@@ -12,11 +12,13 @@
 //! One worker: Hypothesis's lambda-source cache is not thread-safe (with two workers a run
 //! sometimes ended in "AST constructor recursion depth mismatch" inside Hypothesis).
 //!
-//! The model route points at a closed port, so a turn fails fast with `model_failed` instead of
-//! waiting on a model.
+//! The model route points at an upstream double that answers at once
+//! (`support/upstream.rs`), so turns and `/v1/chat/completions` finish fast without a model.
 
 #[path = "support/stead.rs"]
 mod stead;
+#[path = "support/upstream.rs"]
+mod upstream;
 
 use std::process::Command;
 
@@ -26,19 +28,20 @@ const KEY: &str = "schemathesis-key-0123456789";
 async fn the_api_matches_its_openapi_schema_and_never_answers_5xx() {
     let bin = std::env::var("SCHEMATHESIS_BIN")
         .expect("needs SCHEMATHESIS_BIN (scripts/test.sh installs Schemathesis from PyPI)");
+    let up = upstream::Upstream::start(vec![], upstream::Reply::text("A short answer.")).await;
     let config = format!(
         r#"
 [server]
 api_keys = ["{KEY}"]
 
 [[providers]]
-name = "nowhere"
+name = "double"
 kind = "openai"
-base_url = "http://127.0.0.1:9/v1"
+base_url = "{upstream}"
 
 [[routes]]
 name = "default"
-targets = [{{ provider = "nowhere", model = "none" }}]
+targets = [{{ provider = "double", model = "none" }}]
 
 [[agents]]
 name = "ops"
@@ -47,7 +50,8 @@ route = "default"
 [[agents.tools]]
 name = "clock"
 kind = "clock"
-"#
+"#,
+        upstream = up.base_url
     );
     let server = stead::Stead::start(&config, None);
     let reports = tempfile::tempdir().unwrap();
@@ -92,7 +96,7 @@ kind = "clock"
         .unwrap_or_default();
     eprintln!("schemathesis: {summary}");
     assert!(
-        stdout.contains("Tested: 15"),
+        stdout.contains("Tested: 18"),
         "every operation was tested:\n{stdout}"
     );
 }

@@ -20,7 +20,7 @@ use stead_inference::router::wire::{self, ParsedRequest};
 use stead_inference::router::{
     parse_metadata, CacheMode, CallOptions, RouterError, RouterResponse,
 };
-use stead_persistence::request_log::{RequestLogQuery, StatsGroupBy};
+use stead_persistence::request_log::{RequestLogQuery, StatsGroupBy, MAX_LOG_PAGE};
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
@@ -95,7 +95,7 @@ fn options(principal: &Principal, headers: &HeaderMap) -> Result<CallOptions, Ap
 }
 
 /// OpenAI-compatible chat completions through the model router (`model` names a route).
-#[utoipa::path(post, path = "/v1/chat/completions", request_body(content = Object, description = "An OpenAI chat completions request; `model` names a route (GET /v1/models)."), responses((status = 200, description = "A `chat.completion`, or `text/event-stream` chunks when `stream` is true"), (status = 400, body = ErrorBody), (status = 404, description = "No such route", body = ErrorBody), (status = 429, description = "Rate limit or budget; see Retry-After", body = ErrorBody), (status = 502, description = "Every target failed", body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
+#[utoipa::path(post, path = "/v1/chat/completions", request_body(content = Object, description = "An OpenAI chat completions request; `model` names a route (GET /v1/models)."), responses((status = 200, description = "A `chat.completion`, or `text/event-stream` chunks when `stream` is true"), (status = 400, body = ErrorBody), (status = 404, description = "No such route", body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, description = "Rate limit or budget; see Retry-After", body = ErrorBody), (status = 502, description = "Every target failed", body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
 pub async fn chat_completions(
     State(state): State<AppState>,
     Caller(caller): Caller,
@@ -345,9 +345,16 @@ fn log_query(params: &HashMap<String, String>) -> Result<RequestLogQuery, ApiErr
         metadata,
         limit: match params.get("limit") {
             None => 0,
-            Some(v) => v.parse::<u32>().ok().filter(|n| *n >= 1).ok_or_else(|| {
-                ApiError::bad_request("invalid_request", "`limit` must be a positive integer")
-            })?,
+            Some(v) => v
+                .parse::<u32>()
+                .ok()
+                .filter(|n| (1..=MAX_LOG_PAGE).contains(n))
+                .ok_or_else(|| {
+                    ApiError::bad_request(
+                        "invalid_request",
+                        format!("`limit` must be an integer from 1 to {MAX_LOG_PAGE}"),
+                    )
+                })?,
         },
         cursor: params.get("cursor").cloned(),
     })
@@ -355,7 +362,7 @@ fn log_query(params: &HashMap<String, String>) -> Result<RequestLogQuery, ApiErr
 
 /// The request log, newest first. Filters: `route`, `provider`, `model`, `status`,
 /// `session_id`, `api_key`, `cache` (hit|miss), `since`, `until` (RFC 3339), `metadata.KEY`.
-#[utoipa::path(get, path = "/v1/gateway/logs", params(("limit" = Option<u32>, Query, minimum = 1), ("cursor" = Option<String>, Query), ("route" = Option<String>, Query), ("status" = Option<String>, Query)), responses((status = 200, description = "`{\"logs\":[…],\"next_cursor\":…}`"), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
+#[utoipa::path(get, path = "/v1/gateway/logs", params(("limit" = Option<u32>, Query, minimum = 1, maximum = 1000), ("cursor" = Option<String>, Query), ("route" = Option<String>, Query), ("status" = Option<String>, Query)), responses((status = 200, description = "`{\"logs\":[…],\"next_cursor\":…}`"), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
 pub async fn logs(
     State(state): State<AppState>,
     Caller(caller): Caller,

@@ -230,9 +230,8 @@ impl GatewayConfig {
             }
         }
         for (model, price) in &self.prices {
-            if !(price.input.is_finite() && price.input >= 0.0)
-                || !(price.output.is_finite() && price.output >= 0.0)
-            {
+            let valid = |x: f64| x.is_finite() && x >= 0.0;
+            if !valid(price.input) || !valid(price.output) {
                 return Some(format!(
                     "prices.{model}: prices must be non-negative numbers"
                 ));
