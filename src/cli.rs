@@ -62,6 +62,33 @@ pub enum BenchCommand {
     Sessions(SessionsBenchArgs),
     /// WebSocket clients on one server: memory, broadcast latency, reconnect-to-replay.
     Ws(WsBenchArgs),
+    /// The model router's added latency under open-loop load, against LiteLLM's proxy.
+    Gateway(GatewayBenchArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct GatewayBenchArgs {
+    /// Arrival rates to run, requests per second, comma-separated.
+    #[arg(long, default_value = "50,2000")]
+    pub rates: String,
+    /// Measured seconds per rate and target.
+    #[arg(long, default_value_t = 10.0)]
+    pub seconds: f64,
+    /// Warm-up seconds per rate and target (not measured).
+    #[arg(long, default_value_t = 2.0)]
+    pub warmup: f64,
+    /// The upstream double's fixed latency.
+    #[arg(long, default_value_t = 20)]
+    pub upstream_ms: u64,
+    /// LiteLLM's `litellm` executable (default: target/litellm-venv/bin/litellm when present).
+    #[arg(long)]
+    pub litellm: Option<std::path::PathBuf>,
+    /// Highest rate LiteLLM is loaded at (one worker saturates near 60 req/s on 2 cores).
+    #[arg(long, default_value_t = 200.0)]
+    pub litellm_max_rate: f64,
+    /// Do not run LiteLLM.
+    #[arg(long)]
+    pub no_peer: bool,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -214,6 +241,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 crate::bench::journal(config, args).await
             }
             Command::Bench(BenchCommand::Ws(args)) => crate::bench_ws::ws(config, args).await,
+            Command::Bench(BenchCommand::Gateway(args)) => {
+                crate::bench_gateway::gateway(config, args).await
+            }
             Command::Bench(BenchCommand::Sessions(args)) => {
                 crate::bench_sessions::sessions(config, args).await
             }

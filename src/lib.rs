@@ -8,6 +8,7 @@
 
 pub mod agents;
 pub mod bench;
+pub mod bench_gateway;
 pub mod bench_inference;
 pub mod bench_sessions;
 pub mod bench_ws;
