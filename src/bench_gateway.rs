@@ -81,6 +81,24 @@ impl Drop for Child {
 }
 
 impl Child {
+    /// CPU time (user + system) the process has used.
+    fn cpu(&self) -> Duration {
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        // Fields after the command name (which is in parentheses): utime is the 14th field,
+        // stime the 15th, in clock ticks (100 per second on Linux).
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map_or(vec![], |(_, rest)| rest.split_whitespace().collect());
+        let ticks = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        Duration::from_millis((ticks(11) + ticks(12)) * 10)
+    }
+
     fn rss(&self) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
             .unwrap_or_default();
@@ -147,7 +165,14 @@ async fn start_litellm(
     let child = Command::new(binary)
         .arg("--config")
         .arg(&path)
-        .args(["--host", "127.0.0.1", "--port", &port.to_string(), "--num_workers", "1"])
+        .args([
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+            "--num_workers",
+            "1",
+        ])
         .env("LITELLM_MASTER_KEY", LITELLM_KEY)
         .env("LITELLM_LOCAL_MODEL_COST_MAP", "True")
         .env("LITELLM_TELEMETRY_DISABLED", "true")
@@ -198,6 +223,8 @@ struct Run {
     /// How late the client sent, against the schedule.
     lag: Histogram<u64>,
     rss: Option<u64>,
+    /// The gateway process's CPU time per answered request.
+    cpu_per_request: Option<Duration>,
 }
 
 /// Sends `rate` requests per second for `seconds` to `url` (numbering them from `first`), and
@@ -217,7 +244,8 @@ async fn load(
         .pool_max_idle_per_host(4096)
         .build()?;
     let count = (rate * seconds).round() as usize;
-    let results: Arc<Mutex<Vec<Option<(u64, u64)>>>> = Arc::new(Mutex::new(vec![None; count]));
+    // Each answered request's total latency (µs), by its number in this run.
+    let results: Arc<Mutex<Vec<Option<u64>>>> = Arc::new(Mutex::new(vec![None; count]));
     let mut lag = Histogram::<u64>::new(3)?;
     let start = tokio::time::Instant::now() + Duration::from_millis(50);
     let mut tasks = Vec::with_capacity(count);
@@ -246,7 +274,7 @@ async fn load(
             };
             if ok {
                 let total = sent.elapsed().as_micros() as u64;
-                results.lock().expect("results")[i] = Some((total, 0));
+                results.lock().expect("results")[i] = Some(total);
             }
         }));
     }
@@ -258,7 +286,7 @@ async fn load(
     let mut ok = 0;
     let holds = holds.lock().expect("holds");
     for (i, result) in results.lock().expect("results").iter().enumerate() {
-        if let Some((t, _)) = result {
+        if let Some(t) = result {
             ok += 1;
             total.record(*t)?;
             let hold = holds.get(first + i).copied().unwrap_or(0);
@@ -274,6 +302,7 @@ async fn load(
         added,
         lag,
         rss: None,
+        cpu_per_request: None,
     })
 }
 
@@ -324,7 +353,9 @@ pub async fn gateway(config: Config, args: GatewayBenchArgs) -> anyhow::Result<(
             Some((child, base))
         }
         None => {
-            println!("LiteLLM: not run (pass --litellm PATH, or install it into target/litellm-venv)");
+            println!(
+                "LiteLLM: not run (pass --litellm PATH, or install it into target/litellm-venv)"
+            );
             None
         }
     };
@@ -332,8 +363,18 @@ pub async fn gateway(config: Config, args: GatewayBenchArgs) -> anyhow::Result<(
     let mut runs = Vec::new();
     for &rate in &rates {
         let mut targets: Vec<(&str, String, Option<&str>, Option<&Child>)> = vec![
-            ("direct (no gateway)", format!("{upstream_url}/chat/completions"), None, None),
-            ("stead", format!("{stead_base}/v1/chat/completions"), None, Some(&stead)),
+            (
+                "direct (no gateway)",
+                format!("{upstream_url}/chat/completions"),
+                None,
+                None,
+            ),
+            (
+                "stead",
+                format!("{stead_base}/v1/chat/completions"),
+                None,
+                Some(&stead),
+            ),
         ];
         if let Some((child, base)) = &litellm {
             if rate <= args.litellm_max_rate {
@@ -354,12 +395,35 @@ pub async fn gateway(config: Config, args: GatewayBenchArgs) -> anyhow::Result<(
             print!("{label} at {rate} req/s: warm-up … ");
             use std::io::Write;
             let _ = std::io::stdout().flush();
-            let warm = load(label, &url, bearer, "bench", rate, args.warmup, next, &holds).await?;
+            let warm = load(
+                label,
+                &url,
+                bearer,
+                "bench",
+                rate,
+                args.warmup,
+                next,
+                &holds,
+            )
+            .await?;
             next += warm.sent;
-            let mut run =
-                load(label, &url, bearer, "bench", rate, args.seconds, next, &holds).await?;
+            let cpu_before = child.map(Child::cpu);
+            let mut run = load(
+                label,
+                &url,
+                bearer,
+                "bench",
+                rate,
+                args.seconds,
+                next,
+                &holds,
+            )
+            .await?;
             next += run.sent;
             run.rss = child.map(Child::rss);
+            run.cpu_per_request = child
+                .zip(cpu_before)
+                .map(|(c, before)| c.cpu().saturating_sub(before) / (run.ok.max(1) as u32));
             println!(
                 "{} of {} answered; added p50 {:.3} ms p99 {:.3} ms",
                 run.ok,
@@ -371,11 +435,11 @@ pub async fn gateway(config: Config, args: GatewayBenchArgs) -> anyhow::Result<(
         }
     }
     println!();
-    println!("| target | rate (req/s) | answered | total p50 / p99 (ms) | added p50 / p99 (ms) | client send lag p99 (ms) | RSS (MiB) |");
-    println!("|---|---|---|---|---|---|---|");
+    println!("| target | rate (req/s) | answered | total p50 / p99 (ms) | added p50 / p99 (ms) | client send lag p99 (ms) | gateway CPU per request (µs) | RSS (MiB) |");
+    println!("|---|---|---|---|---|---|---|---|");
     for run in &runs {
         println!(
-            "| {} | {} | {} / {} | {:.2} / {:.2} | {:.3} / {:.3} | {:.2} | {} |",
+            "| {} | {} | {} / {} | {:.2} / {:.2} | {:.3} / {:.3} | {:.2} | {} | {} |",
             run.label,
             run.rate,
             run.ok,
@@ -385,8 +449,12 @@ pub async fn gateway(config: Config, args: GatewayBenchArgs) -> anyhow::Result<(
             ms(&run.added, 0.5),
             ms(&run.added, 0.99),
             ms(&run.lag, 0.99),
-            run.rss
-                .map_or("–".into(), |b| format!("{:.0}", b as f64 / (1 << 20) as f64)),
+            run.cpu_per_request
+                .map_or("–".into(), |c| format!("{:.0}", c.as_secs_f64() * 1e6)),
+            run.rss.map_or("–".into(), |b| format!(
+                "{:.0}",
+                b as f64 / (1 << 20) as f64
+            )),
         );
     }
     for &rate in &rates {
@@ -399,7 +467,10 @@ pub async fn gateway(config: Config, args: GatewayBenchArgs) -> anyhow::Result<(
         }
     }
     // The request log was on: how many rows it wrote.
-    let log = reqwest::get(format!("{stead_base}/metrics")).await?.text().await?;
+    let log = reqwest::get(format!("{stead_base}/metrics"))
+        .await?
+        .text()
+        .await?;
     if let Some(line) = log
         .lines()
         .find(|l| l.starts_with("stead_gateway_log_records_total{fate=\"written\"}"))

@@ -21,7 +21,7 @@ use uuid::Uuid;
 use crate::group_commit::{rounds, AppendRequest, BatchWriter, GroupCommit, Outcome};
 use crate::request_log::{
     compute_stats, into_log_page, RequestLogEntry, RequestLogPage, RequestLogQuery, StatsGroupBy,
-    StatsInput, StatsRow, MAX_STATS_ROWS,
+    StatsInput, StatsRow, LOG_ROWS_PER_STATEMENT, MAX_STATS_ROWS,
 };
 use crate::types::{into_page, now_micros};
 use crate::{
@@ -561,7 +561,7 @@ impl JournalStore for PgStore {
 
     async fn insert_request_log(&self, entries: &[RequestLogEntry]) -> Result<()> {
         let mut tx = self.pool.begin().await?;
-        for chunk in entries.chunks(256) {
+        for chunk in entries.chunks(LOG_ROWS_PER_STATEMENT) {
             let mut sql =
                 QueryBuilder::<Postgres>::new(format!("INSERT INTO request_log ({LOG_COLUMNS}) "));
             sql.push_values(chunk, |mut row, e| {

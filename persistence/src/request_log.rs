@@ -53,6 +53,9 @@ pub struct RequestLogQuery {
 }
 
 pub const MAX_LOG_PAGE: u32 = 1000;
+/// Rows per INSERT statement of a batch: small enough that a statement's arguments stay small
+/// allocations (large ones are mapped and unmapped each time, which costs page faults).
+pub(crate) const LOG_ROWS_PER_STATEMENT: usize = 32;
 const DEFAULT_LOG_PAGE: u32 = 100;
 /// Most rows one statistics query reads (the newest).
 pub const MAX_STATS_ROWS: i64 = 1_000_000;

@@ -23,7 +23,7 @@ use crate::group_commit::{
 };
 use crate::request_log::{
     compute_stats, into_log_page, RequestLogEntry, RequestLogPage, RequestLogQuery, StatsGroupBy,
-    StatsInput, StatsRow, MAX_STATS_ROWS,
+    StatsInput, StatsRow, LOG_ROWS_PER_STATEMENT, MAX_STATS_ROWS,
 };
 use crate::types::{into_page, micros_to_time, now_micros};
 use crate::{
@@ -573,7 +573,7 @@ impl JournalStore for SqliteStore {
 
     async fn insert_request_log(&self, entries: &[RequestLogEntry]) -> Result<()> {
         let mut tx = self.writer.begin().await?;
-        for chunk in entries.chunks(256) {
+        for chunk in entries.chunks(LOG_ROWS_PER_STATEMENT) {
             let mut sql = QueryBuilder::<Sqlite>::new(format!(
                 "INSERT OR IGNORE INTO request_log ({LOG_COLUMNS}) "
             ));

@@ -109,7 +109,17 @@ impl RequestLog {
                 }
                 let records = std::mem::replace(&mut batch, Vec::with_capacity(batch_size));
                 let n = records.len() as u64;
-                match sink.write(records).await {
+                // A batch's conversion and statement building take a few milliseconds: they run
+                // on a blocking thread, which the OS time-slices, rather than on a runtime worker,
+                // where they would delay every call queued behind them (measured: p99 added
+                // latency under `stead bench gateway` about halved).
+                let sink = sink.clone();
+                let handle = tokio::runtime::Handle::current();
+                let written =
+                    tokio::task::spawn_blocking(move || handle.block_on(sink.write(records)))
+                        .await
+                        .unwrap_or_else(|e| Err(format!("the log writer panicked: {e}")));
+                match written {
                     Ok(()) => {
                         counter.fetch_add(n, Ordering::Relaxed);
                     }

@@ -980,8 +980,8 @@ impl Router {
             .ttft_timeout_secs
             .filter(|_| deltas.is_some())
             .map(Duration::from_secs_f64);
-        let first_deadline = tokio::time::sleep(ttft.unwrap_or(timeout));
-        tokio::pin!(first_deadline);
+        // A second timer only for streamed attempts with a TTFT deadline.
+        let mut first_deadline = ttft.map(|t| Box::pin(tokio::time::sleep(t)));
         let mut first = false;
         let mut open = receiver.is_some();
         let mut repeat = Repeat::new(&earlier);
@@ -1021,7 +1021,12 @@ impl Router {
                         format!("{} did not finish within {timeout:?}", target.provider_name),
                     ))
                 }
-                _ = &mut first_deadline, if ttft.is_some() && !first => {
+                _ = async {
+                    match first_deadline.as_mut() {
+                        Some(sleep) => sleep.await,
+                        None => std::future::pending().await,
+                    }
+                }, if first_deadline.is_some() && !first => {
                     break Err(ProviderError::new(
                         FailureKind::TtftTimeout,
                         format!(

@@ -15,8 +15,8 @@ use crate::Usage;
 /// A provider behind an OpenAI-compatible API.
 pub struct OpenAiProvider {
     name: String,
-    /// `{base_url}/chat/completions`.
-    url: String,
+    /// `{base_url}/chat/completions`, parsed once.
+    url: reqwest::Url,
     api_key: Option<String>,
     client: reqwest::Client,
 }
@@ -24,15 +24,19 @@ pub struct OpenAiProvider {
 impl OpenAiProvider {
     /// `base_url` is the API root that `/chat/completions` is appended to, e.g.
     /// `http://127.0.0.1:9000/v1`; `api_key` is sent as `Authorization: Bearer`.
+    ///
+    /// # Panics
+    /// When `base_url` is not a URL (configuration validates it first).
     pub fn new(
         name: impl Into<String>,
         base_url: &str,
         api_key: Option<String>,
         client: reqwest::Client,
     ) -> Self {
+        let url = format!("{}/chat/completions", base_url.trim_end_matches('/'));
         OpenAiProvider {
             name: name.into(),
-            url: format!("{}/chat/completions", base_url.trim_end_matches('/')),
+            url: reqwest::Url::parse(&url).expect("a validated base_url"),
             api_key,
             client,
         }
@@ -98,7 +102,7 @@ impl Provider for OpenAiProvider {
             call.continue_from,
             streaming,
         );
-        let mut request = self.client.post(&self.url).json(&body);
+        let mut request = self.client.post(self.url.clone()).json(&body);
         if let Some(key) = &self.api_key {
             request = request.bearer_auth(key);
         }
