@@ -278,10 +278,27 @@ async fn the_router_story(database_url: Option<&str>) {
         .find(|g| g["key"] == "ops")
         .unwrap();
     assert_eq!(ops["count"], 1);
-    let (status, _) = server
+    let (status, body) = server
         .call("GET", "/v1/gateway/stats?group_by=latency", None)
         .await;
-    assert_eq!(status, 400);
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (400, Some("invalid_query"))
+    );
+    let (status, body) = server
+        .call("GET", "/v1/gateway/logs?cursor=not-a-cursor", None)
+        .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (400, Some("invalid_query"))
+    );
+    let (status, body) = server
+        .call("GET", "/v1/gateway/logs?metadata.a'b=1", None)
+        .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (400, Some("invalid_query"))
+    );
     let (_, filtered) = server
         .call("GET", "/v1/gateway/logs?metadata.team=ops", None)
         .await;

@@ -286,6 +286,16 @@ fn answer_headers(headers: &mut HeaderMap, answer: &RouterResponse) {
     );
 }
 
+/// A store error: bad input there (a cursor, a metadata key) is a bad query parameter.
+fn query_error(error: stead_persistence::Error) -> ApiError {
+    match error {
+        stead_persistence::Error::InvalidInput(message) => {
+            ApiError::bad_request("invalid_query", message)
+        }
+        other => other.into(),
+    }
+}
+
 /// Filters shared by the log and its statistics, from the query string.
 fn log_query(params: &HashMap<String, String>) -> Result<RequestLogQuery, ApiError> {
     let time = |key: &str| -> Result<Option<chrono::DateTime<chrono::Utc>>, ApiError> {
@@ -296,7 +306,7 @@ fn log_query(params: &HashMap<String, String>) -> Result<RequestLogQuery, ApiErr
                     .map(|t| t.with_timezone(&chrono::Utc))
                     .map_err(|_| {
                         ApiError::bad_request(
-                            "invalid_request",
+                            "invalid_query",
                             format!("`{key}` must be an RFC 3339 time"),
                         )
                     })
@@ -308,7 +318,7 @@ fn log_query(params: &HashMap<String, String>) -> Result<RequestLogQuery, ApiErr
         if let Some(name) = key.strip_prefix("metadata.") {
             if metadata.is_some() {
                 return Err(ApiError::bad_request(
-                    "invalid_request",
+                    "invalid_query",
                     "filter on one metadata key at a time",
                 ));
             }
@@ -325,7 +335,7 @@ fn log_query(params: &HashMap<String, String>) -> Result<RequestLogQuery, ApiErr
             .get("session_id")
             .map(|s| {
                 Uuid::try_parse(s).map_err(|_| {
-                    ApiError::bad_request("invalid_request", "`session_id` must be a UUID")
+                    ApiError::bad_request("invalid_query", "`session_id` must be a UUID")
                 })
             })
             .transpose()?,
@@ -335,7 +345,7 @@ fn log_query(params: &HashMap<String, String>) -> Result<RequestLogQuery, ApiErr
             Some("miss") => Some(false),
             Some(_) => {
                 return Err(ApiError::bad_request(
-                    "invalid_request",
+                    "invalid_query",
                     "`cache` must be hit or miss",
                 ))
             }
@@ -351,7 +361,7 @@ fn log_query(params: &HashMap<String, String>) -> Result<RequestLogQuery, ApiErr
                 .filter(|n| (1..=MAX_LOG_PAGE).contains(n))
                 .ok_or_else(|| {
                     ApiError::bad_request(
-                        "invalid_request",
+                        "invalid_query",
                         format!("`limit` must be an integer from 1 to {MAX_LOG_PAGE}"),
                     )
                 })?,
@@ -370,7 +380,11 @@ pub async fn logs(
 ) -> Result<Json<Value>, ApiError> {
     caller.require_operator()?;
     let query = log_query(&params)?;
-    let page = state.store.list_request_log(&query).await?;
+    let page = state
+        .store
+        .list_request_log(&query)
+        .await
+        .map_err(query_error)?;
     Ok(Json(
         json!({ "logs": page.entries, "next_cursor": page.next_cursor }),
     ))
@@ -386,8 +400,12 @@ pub async fn stats(
 ) -> Result<Json<Value>, ApiError> {
     caller.require_operator()?;
     let group_by = params.get("group_by").map_or("route", String::as_str);
-    let grouping: StatsGroupBy = group_by.parse()?;
+    let grouping: StatsGroupBy = group_by.parse().map_err(query_error)?;
     let query = log_query(&params)?;
-    let groups = state.store.request_log_stats(&query, &grouping).await?;
+    let groups = state
+        .store
+        .request_log_stats(&query, &grouping)
+        .await
+        .map_err(query_error)?;
     Ok(Json(json!({ "group_by": group_by, "groups": groups })))
 }
