@@ -858,9 +858,14 @@ impl Router {
                         });
                     }
                     Err(error) => {
-                        target
-                            .breaker
-                            .failure(self.gateway.cooldown_failures, cooldown);
+                        // Only failures that say something about the target's health count
+                        // towards its cooldown: a request it refuses as invalid (a caller's
+                        // mistake) must not take it out for everyone.
+                        if error.counts_against_target() {
+                            target
+                                .breaker
+                                .failure(self.gateway.cooldown_failures, cooldown);
+                        }
                         tracing::info!(
                             request = %id,
                             provider = %target.provider_name,
@@ -1310,6 +1315,16 @@ mod tests {
         assert!(parse_metadata(r#"{"nested":{"a":1}}"#).is_err());
         let many: Map<String, Value> = (0..17).map(|i| (format!("k{i}"), json!(i))).collect();
         assert!(parse_metadata(&Value::Object(many).to_string()).is_err());
+    }
+
+    #[test]
+    fn only_health_failures_count_towards_a_cooldown() {
+        let status = |code| ProviderError::status(code, None, "x").counts_against_target();
+        assert!(status(500) && status(503) && status(429) && status(408));
+        assert!(!status(400) && !status(404) && !status(422));
+        assert!(!ProviderError::new(FailureKind::Invalid, "x").counts_against_target());
+        assert!(ProviderError::new(FailureKind::TtftTimeout, "x").counts_against_target());
+        assert!(ProviderError::new(FailureKind::Connect, "x").counts_against_target());
     }
 
     #[test]

@@ -138,6 +138,18 @@ impl ProviderError {
     }
 }
 
+impl ProviderError {
+    /// Whether the failure says the target is unhealthy (server errors, throttling, timeouts,
+    /// broken connections), rather than that this request was wrong for it.
+    pub fn counts_against_target(&self) -> bool {
+        match self.kind {
+            FailureKind::Status => matches!(self.status, Some(408 | 429 | 500..=599)),
+            FailureKind::Invalid => false,
+            _ => true,
+        }
+    }
+}
+
 impl std::fmt::Display for ProviderError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.message)
