@@ -1,0 +1,84 @@
+// REST calls of the public API (SPEC §5), with the caller's credential. Errors become `ApiError`
+// with the server's `code` and `message`.
+
+import type { JournalEvent, RequestLogRow, SessionRow } from "./protocol";
+
+export class ApiError extends Error {
+  constructor(
+    public status: number,
+    public code: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+export interface Credentials {
+  /** Origin of the Stead server; empty: the page's own. */
+  baseUrl?: string;
+  /** An API key or a session token, sent as `Authorization: Bearer`. */
+  bearer?: string;
+}
+
+export async function call<T>(
+  creds: Credentials,
+  method: string,
+  path: string,
+  body?: unknown,
+): Promise<T> {
+  const headers: Record<string, string> = {};
+  if (creds.bearer) headers.authorization = `Bearer ${creds.bearer}`;
+  if (body !== undefined) headers["content-type"] = "application/json";
+  const response = await fetch(`${creds.baseUrl ?? ""}${path}`, {
+    method,
+    headers,
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await response.text();
+  const json = text ? JSON.parse(text) : null;
+  if (!response.ok) {
+    throw new ApiError(
+      response.status,
+      json?.error?.code ?? "http_error",
+      json?.error?.message ?? response.statusText,
+    );
+  }
+  return json as T;
+}
+
+export const api = {
+  listSessions: (c: Credentials, q: { agent?: string; status?: string; cursor?: string } = {}) =>
+    call<{ sessions: SessionRow[]; next_cursor: string | null }>(
+      c,
+      "GET",
+      `/v1/sessions?${new URLSearchParams(Object.entries(q).filter(([, v]) => v) as [string, string][])}`,
+    ),
+  createSession: (c: Credentials, agent: string) =>
+    call<SessionRow & { token: string }>(c, "POST", "/v1/sessions", { agent }),
+  closeSession: (c: Credentials, id: string) => call<SessionRow>(c, "DELETE", `/v1/sessions/${id}`),
+  events: (c: Credentials, id: string, after = 0, limit = 1000) =>
+    call<{ events: JournalEvent[]; last_seq: number }>(
+      c,
+      "GET",
+      `/v1/sessions/${id}/events?after=${after}&limit=${limit}`,
+    ),
+  stateAt: (c: Credentials, id: string, at: number) =>
+    call<{ seq: number; status: string; state: unknown }>(c, "GET", `/v1/sessions/${id}/state?at=${at}`),
+  fork: (
+    c: Credentials,
+    id: string,
+    at: number,
+    overrides: { route?: string; system_prompt?: string },
+  ) => call<SessionRow & { token: string }>(c, "POST", `/v1/sessions/${id}/fork`, { at, overrides }),
+  sendMessage: (c: Credentials, id: string, text: string) =>
+    call<unknown>(c, "POST", `/v1/sessions/${id}/messages`, { text }),
+  pendingApprovals: (c: Credentials) => call<{ approvals: unknown[] }>(c, "GET", "/v1/approvals?status=pending"),
+  agents: (c: Credentials) => call<{ agents: { name: string; route: string }[] }>(c, "GET", "/v1/agents"),
+  models: (c: Credentials) => call<{ data: { id: string }[] }>(c, "GET", "/v1/models"),
+  gatewayLogs: (c: Credentials, query: Record<string, string> = {}) =>
+    call<{ logs: RequestLogRow[]; next_cursor: string | null }>(
+      c,
+      "GET",
+      `/v1/gateway/logs?${new URLSearchParams(query)}`,
+    ),
+};

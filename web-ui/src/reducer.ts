@@ -1,0 +1,231 @@
+// The session view as a pure fold of server frames: journal events (applied once each, in seq
+// order, whatever order and how many times they arrive) and streamed deltas (text placed by
+// offset, so a resume that sends the stream again from offset 0 neither duplicates nor loses
+// text). `useSteadSession` runs it; the tests drive it directly.
+
+import type { JournalEvent, ServerFrame, SessionStatus } from "./protocol";
+
+export interface ChatEntry {
+  /** Stable key: `u{seq}` for user messages, the model call id for assistant text. */
+  id: string;
+  role: "user" | "assistant" | "error";
+  text: string;
+  seq: number;
+}
+
+export type ToolStatus =
+  | "requested"
+  | "awaiting_approval"
+  | "approved"
+  | "rejected"
+  | "running"
+  | "finished"
+  | "failed"
+  | "in_doubt";
+
+export interface ToolCard {
+  callId: string;
+  tool: string;
+  arguments: unknown;
+  status: ToolStatus;
+  /** Set while (or after) the call waited for a person. */
+  approval?: { argsHash: string; reason: string };
+  decision?: { approved: boolean; reason: string | null; decidedBy: string; scope: string };
+  result?: unknown;
+  error?: string;
+  seq: number;
+}
+
+export interface SessionView {
+  sessionId: string | null;
+  status: SessionStatus | "connecting";
+  /** Highest seq applied: everything up to it is applied, nothing after it. */
+  lastSeq: number;
+  entries: ChatEntry[];
+  tools: Record<string, ToolCard>;
+  /** Tool call ids in the order they were requested. */
+  toolOrder: string[];
+  /** The model call streaming now, and its text so far. */
+  streaming: { callId: string; text: string } | null;
+  /** Events that arrived ahead of a gap, by seq, applied once the gap is filled. */
+  ahead: Record<number, JournalEvent>;
+  /** Model calls that finished (late deltas for them are dropped). */
+  finishedCalls: string[];
+  lastError: { code: string; message: string } | null;
+}
+
+export const initialView: SessionView = {
+  sessionId: null,
+  status: "connecting",
+  lastSeq: 0,
+  entries: [],
+  tools: {},
+  toolOrder: [],
+  streaming: null,
+  ahead: {},
+  finishedCalls: [],
+  lastError: null,
+};
+
+/** Pending approvals, in request order. */
+export function pendingApprovals(view: SessionView): ToolCard[] {
+  return view.toolOrder
+    .map((id) => view.tools[id])
+    .filter((card) => card.status === "awaiting_approval");
+}
+
+/** Tool calls whose outcome is unknown: the user is asked whether they happened. */
+export function inDoubt(view: SessionView): ToolCard[] {
+  return view.toolOrder.map((id) => view.tools[id]).filter((card) => card.status === "in_doubt");
+}
+
+export function reduce(view: SessionView, frame: ServerFrame): SessionView {
+  switch (frame.type) {
+    case "hello":
+      return {
+        ...view,
+        sessionId: frame.session_id,
+        // The server's status is the truth until events say otherwise.
+        status: frame.last_seq <= view.lastSeq ? frame.status : view.status,
+        lastError: null,
+      };
+    case "event": {
+      const { type: _type, ...event } = frame;
+      return receive(view, event as JournalEvent);
+    }
+    case "delta":
+      return delta(view, frame.call_id, frame.text, frame.offset);
+    case "error":
+      return { ...view, lastError: { code: frame.code, message: frame.message } };
+  }
+}
+
+/** A journal event: applied if next, kept if ahead of a gap, dropped if already applied. */
+export function receive(view: SessionView, event: JournalEvent): SessionView {
+  if (event.seq <= view.lastSeq || view.ahead[event.seq]) {
+    return view;
+  }
+  if (event.seq > view.lastSeq + 1) {
+    return { ...view, ahead: { ...view.ahead, [event.seq]: event } };
+  }
+  let next = apply(view, event);
+  // Drain what waited for this one.
+  while (next.ahead[next.lastSeq + 1]) {
+    const waiting = next.ahead[next.lastSeq + 1];
+    const ahead = { ...next.ahead };
+    delete ahead[waiting.seq];
+    next = apply({ ...next, ahead }, waiting);
+  }
+  return next;
+}
+
+function delta(view: SessionView, callId: string, text: string, offset?: number): SessionView {
+  if (view.finishedCalls.includes(callId)) {
+    return view;
+  }
+  const current = view.streaming?.callId === callId ? view.streaming.text : "";
+  const at = offset ?? current.length;
+  if (at > current.length) {
+    // A gap (frames lost): wait for the resend from the start.
+    return view;
+  }
+  const end = at + text.length;
+  if (end <= current.length) {
+    return view; // already have it
+  }
+  const merged = current.slice(0, at) + text;
+  return { ...view, streaming: { callId, text: merged } };
+}
+
+function setTool(view: SessionView, callId: string, change: Partial<ToolCard>): SessionView {
+  const card = view.tools[callId];
+  if (!card) {
+    return view;
+  }
+  return { ...view, tools: { ...view.tools, [callId]: { ...card, ...change } } };
+}
+
+function turnStatus(view: SessionView): SessionStatus {
+  return pendingApprovals(view).length > 0 ? "awaiting_approval" : "running";
+}
+
+function apply(view: SessionView, event: JournalEvent): SessionView {
+  let next: SessionView = { ...view, lastSeq: event.seq };
+  const p = event.payload as Record<string, any>;
+  switch (event.kind) {
+    case "user_message":
+      next.entries = [...next.entries, { id: `u${event.seq}`, role: "user", text: p.text, seq: event.seq }];
+      next.status = "running";
+      break;
+    case "model_call_started":
+      next.streaming =
+        view.streaming?.callId === p.call_id ? view.streaming : { callId: p.call_id, text: "" };
+      next.status = "running";
+      break;
+    case "model_call_finished":
+      next.streaming = null;
+      next.finishedCalls = [...next.finishedCalls, p.call_id];
+      // Text beside tool calls is shown now; a final answer comes as `assistant_message`.
+      if (p.tool_calls?.length && p.text) {
+        next.entries = [...next.entries, { id: p.call_id, role: "assistant", text: p.text, seq: event.seq }];
+      }
+      break;
+    case "model_call_failed":
+      next.streaming = null;
+      next.finishedCalls = [...next.finishedCalls, p.call_id];
+      next.entries = [
+        ...next.entries,
+        { id: `e${event.seq}`, role: "error", text: `The model call failed: ${p.error}`, seq: event.seq },
+      ];
+      break;
+    case "assistant_message":
+      next.entries = [...next.entries, { id: `a${event.seq}`, role: "assistant", text: p.text, seq: event.seq }];
+      break;
+    case "tool_call_requested":
+      next.tools = {
+        ...next.tools,
+        [p.call_id]: { callId: p.call_id, tool: p.tool, arguments: p.arguments, status: "requested", seq: event.seq },
+      };
+      next.toolOrder = [...next.toolOrder, p.call_id];
+      break;
+    case "approval_requested":
+      next = setTool(next, p.call_id, {
+        status: "awaiting_approval",
+        approval: { argsHash: p.args_hash, reason: p.reason },
+      });
+      next.status = "awaiting_approval";
+      break;
+    case "approval_decided":
+      next = setTool(next, p.call_id, {
+        status: p.approved ? "approved" : "rejected",
+        decision: { approved: p.approved, reason: p.reason, decidedBy: p.decided_by, scope: p.scope },
+      });
+      next.status = turnStatus(next);
+      break;
+    case "tool_call_started":
+      next = setTool(next, p.call_id, { status: "running" });
+      break;
+    case "tool_call_finished":
+      next = setTool(next, p.call_id, { status: "finished", result: p.result });
+      break;
+    case "tool_call_failed":
+      next = setTool(next, p.call_id, { status: p.in_doubt ? "in_doubt" : "failed", error: p.error });
+      break;
+    case "turn_finished":
+    case "turn_cancelled":
+      next.streaming = null;
+      next.status = "idle";
+      break;
+    case "session_failed":
+      next.streaming = null;
+      next.status = "failed";
+      break;
+    case "session_closed":
+      next.streaming = null;
+      next.status = "closed";
+      break;
+    default:
+      break;
+  }
+  return next;
+}
