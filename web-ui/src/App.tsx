@@ -1,0 +1,67 @@
+// The app shell: a hash router over the pages (sessions, one session, approvals inbox) and the
+// operator key field. Pages speak only the public REST and WebSocket APIs.
+
+import { useEffect, useState } from "react";
+
+import { ApprovalsPage } from "./pages/ApprovalsPage";
+import { SessionPage } from "./pages/SessionPage";
+import { SessionsPage } from "./pages/SessionsPage";
+import { operator, setApiKey } from "./credentials";
+
+function useHash(): string {
+  const [hash, setHash] = useState(window.location.hash || "#/");
+  useEffect(() => {
+    const changed = () => setHash(window.location.hash || "#/");
+    window.addEventListener("hashchange", changed);
+    return () => window.removeEventListener("hashchange", changed);
+  }, []);
+  return hash;
+}
+
+export function App() {
+  const hash = useHash();
+  const [key, setKey] = useState(operator().bearer ?? "");
+  const path = hash.slice(1);
+  const session = path.match(/^\/sessions\/([0-9a-f-]{36})$/)?.[1];
+  let page;
+  if (session) page = <SessionPage id={session} />;
+  else if (path === "/approvals") page = <ApprovalsPage />;
+  else page = <SessionsPage />;
+  return (
+    <div className="app">
+      <header className="bar">
+        <a className="brand" href="#/">
+          Stead
+        </a>
+        <nav aria-label="Main">
+          <a href="#/" aria-current={!session && path !== "/approvals" ? "page" : undefined}>
+            Sessions
+          </a>
+          <a href="#/approvals" aria-current={path === "/approvals" ? "page" : undefined}>
+            Approvals
+          </a>
+        </nav>
+        <form
+          className="key"
+          onSubmit={(e) => {
+            e.preventDefault();
+            setApiKey(key.trim());
+            window.location.reload();
+          }}
+        >
+          <label>
+            API key
+            <input
+              type="password"
+              value={key}
+              placeholder="not needed on loopback"
+              onChange={(e) => setKey(e.target.value)}
+            />
+          </label>
+          <button type="submit">Save key</button>
+        </form>
+      </header>
+      <main>{page}</main>
+    </div>
+  );
+}

@@ -1,0 +1,173 @@
+// One session: the chat with streamed text, tool calls as cards with their arguments and
+// results, approval cards (approve, approve for the rest of the session, reject with a reason)
+// that update live in every open tab, cancel, the connection state, and in-doubt tool calls
+// asked as a question.
+
+import { useState } from "react";
+
+import { sessionToken } from "../credentials";
+import type { ToolCard } from "../reducer";
+import { useSteadSession } from "../useSteadSession";
+
+function json(value: unknown) {
+  return JSON.stringify(value, null, 2);
+}
+
+function ApprovalActions({
+  card,
+  approve,
+  reject,
+}: {
+  card: ToolCard;
+  approve: (callId: string, scope?: "once" | "session") => boolean;
+  reject: (callId: string, reason: string) => boolean;
+}) {
+  const [reason, setReason] = useState("");
+  return (
+    <div className="approval" role="group" aria-label={`Approval for ${card.tool}`}>
+      <p>
+        <strong>Approval needed</strong> — {card.approval?.reason}
+      </p>
+      <button type="button" onClick={() => approve(card.callId)}>
+        Approve
+      </button>
+      <button type="button" onClick={() => approve(card.callId, "session")}>
+        Approve for this session
+      </button>
+      <label>
+        Reason
+        <input value={reason} onChange={(e) => setReason(e.target.value)} placeholder="why not" />
+      </label>
+      <button type="button" onClick={() => reject(card.callId, reason || "rejected")}>
+        Reject
+      </button>
+    </div>
+  );
+}
+
+function Card({
+  card,
+  approve,
+  reject,
+  send,
+}: {
+  card: ToolCard;
+  approve: (callId: string, scope?: "once" | "session") => boolean;
+  reject: (callId: string, reason: string) => boolean;
+  send: (text: string) => boolean;
+}) {
+  return (
+    <article className={`tool ${card.status}`} data-call={card.callId} aria-label={`Tool call ${card.tool}`}>
+      <header>
+        <code>{card.tool}</code> <span className={`status ${card.status}`}>{card.status.replace("_", " ")}</span>
+      </header>
+      <details open={card.status === "awaiting_approval"}>
+        <summary>Arguments</summary>
+        <pre>{json(card.arguments)}</pre>
+      </details>
+      {card.status === "awaiting_approval" && <ApprovalActions card={card} approve={approve} reject={reject} />}
+      {card.decision && (
+        <p className="decision">
+          {card.decision.approved ? "Approved" : "Rejected"} by {card.decision.decidedBy}
+          {card.decision.scope === "session" ? " for this session" : ""}
+          {card.decision.reason ? ` — ${card.decision.reason}` : ""}
+        </p>
+      )}
+      {card.result !== undefined && (
+        <details open>
+          <summary>Result</summary>
+          <pre className="result">{json(card.result)}</pre>
+        </details>
+      )}
+      {card.status === "in_doubt" && (
+        <div className="doubt" role="group" aria-label={`Did ${card.tool} take effect?`}>
+          <p>
+            The server stopped while <code>{card.tool}</code> ran, and it is not safe to retry. Did it take effect?
+          </p>
+          <button type="button" onClick={() => send(`Yes: the ${card.tool} call ${card.callId} took effect.`)}>
+            It happened
+          </button>
+          <button type="button" onClick={() => send(`No: the ${card.tool} call ${card.callId} did not take effect.`)}>
+            It did not happen
+          </button>
+        </div>
+      )}
+      {card.status === "failed" && card.error && <p className="error">{card.error}</p>}
+    </article>
+  );
+}
+
+export function SessionPage({ id }: { id: string }) {
+  const session = useSteadSession(id, { token: sessionToken(id) });
+  const [text, setText] = useState("");
+  const busy = session.status === "running" || session.status === "awaiting_approval";
+  // Chat entries and tool cards in journal order.
+  const items = [
+    ...session.messages.map((m) => ({ seq: m.seq, key: m.id, node: (
+      <p key={m.id} className={`msg ${m.role}`} data-role={m.role}>
+        {m.text}
+      </p>
+    ) })),
+    ...session.tools.map((card) => ({ seq: card.seq, key: card.callId, node: (
+      <Card key={card.callId} card={card} approve={session.approve} reject={session.reject} send={session.send} />
+    ) })),
+  ].sort((a, b) => a.seq - b.seq);
+  return (
+    <section aria-labelledby="session-title" className="session">
+      <h1 id="session-title">
+        Session <code>{id.slice(0, 8)}</code>{" "}
+        <span className={`status ${session.status}`} data-testid="session-status">
+          {session.status}
+        </span>
+      </h1>
+      <p className={`connection ${session.connection}`} role="status" data-testid="connection">
+        {session.connection === "open" ? "connected" : session.connection}
+      </p>
+      <p>
+        <a href={`#/replay/${id}`}>Replay this session</a>
+      </p>
+      <div className="chat" aria-live="polite">
+        {items.map((item) => item.node)}
+        {session.streaming && (
+          <p className="msg assistant streaming" data-role="streaming">
+            {session.streaming.text}
+          </p>
+        )}
+      </div>
+      {session.error && (
+        <p role="alert" className="error">
+          {session.error.code}: {session.error.message}
+        </p>
+      )}
+      <form
+        className="composer"
+        onSubmit={(e) => {
+          e.preventDefault();
+          if (text.trim() && session.send(text.trim())) setText("");
+        }}
+      >
+        <label className="grow">
+          Message
+          <textarea
+            value={text}
+            onChange={(e) => setText(e.target.value)}
+            rows={2}
+            disabled={session.status === "closed" || session.status === "failed"}
+            onKeyDown={(e) => {
+              if (e.key === "Enter" && !e.shiftKey) {
+                e.preventDefault();
+                e.currentTarget.form?.requestSubmit();
+              }
+            }}
+          />
+        </label>
+        <button type="submit" disabled={session.connection !== "open"}>
+          Send
+        </button>
+        <button type="button" onClick={session.cancel} disabled={!busy}>
+          Cancel turn
+        </button>
+      </form>
+    </section>
+  );
+}

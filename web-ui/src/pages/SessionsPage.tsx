@@ -1,0 +1,149 @@
+// Sessions: list with filters (agent, status), a badge for pending approvals, create a session
+// for an agent, close one.
+
+import { useCallback, useEffect, useState } from "react";
+
+import { api, ApiError } from "../api";
+import { operator, rememberToken } from "../credentials";
+import type { SessionRow } from "../protocol";
+
+const STATUSES = ["", "idle", "running", "awaiting_approval", "failed", "closed"];
+
+export function SessionsPage() {
+  const [sessions, setSessions] = useState<SessionRow[]>([]);
+  const [agents, setAgents] = useState<string[]>([]);
+  const [agent, setAgent] = useState("");
+  const [status, setStatus] = useState("");
+  const [newAgent, setNewAgent] = useState("");
+  const [pending, setPending] = useState<Record<string, number>>({});
+  const [error, setError] = useState<string | null>(null);
+
+  const load = useCallback(async () => {
+    try {
+      const creds = operator();
+      const [page, inbox] = await Promise.all([
+        api.listSessions(creds, { agent, status }),
+        api.pendingApprovals(creds),
+      ]);
+      setSessions(page.sessions);
+      const counts: Record<string, number> = {};
+      for (const a of inbox.approvals as { session_id: string }[]) {
+        counts[a.session_id] = (counts[a.session_id] ?? 0) + 1;
+      }
+      setPending(counts);
+      setError(null);
+    } catch (e) {
+      setError(e instanceof ApiError ? `${e.code}: ${e.message}` : String(e));
+    }
+  }, [agent, status]);
+
+  useEffect(() => {
+    api
+      .agents(operator())
+      .then((r) => {
+        const names = r.agents.map((a) => a.name);
+        setAgents(names);
+        setNewAgent((current) => current || names[0] || "");
+      })
+      .catch(() => undefined);
+  }, []);
+  useEffect(() => {
+    load();
+    const timer = setInterval(load, 3000);
+    return () => clearInterval(timer);
+  }, [load]);
+
+  const create = async () => {
+    try {
+      const created = await api.createSession(operator(), newAgent);
+      rememberToken(created.id, created.token);
+      window.location.hash = `#/sessions/${created.id}`;
+    } catch (e) {
+      setError(e instanceof ApiError ? `${e.code}: ${e.message}` : String(e));
+    }
+  };
+  const close = async (id: string) => {
+    await api.closeSession(operator(), id).catch(() => undefined);
+    load();
+  };
+
+  return (
+    <section aria-labelledby="sessions-title">
+      <h1 id="sessions-title">Sessions</h1>
+      <div className="toolbar">
+        <label>
+          New session for
+          <select value={newAgent} onChange={(e) => setNewAgent(e.target.value)}>
+            {agents.map((a) => (
+              <option key={a}>{a}</option>
+            ))}
+          </select>
+        </label>
+        <button type="button" onClick={create} disabled={!newAgent}>
+          Create session
+        </button>
+        <label>
+          Agent
+          <select value={agent} onChange={(e) => setAgent(e.target.value)}>
+            <option value="">all</option>
+            {agents.map((a) => (
+              <option key={a}>{a}</option>
+            ))}
+          </select>
+        </label>
+        <label>
+          Status
+          <select value={status} onChange={(e) => setStatus(e.target.value)}>
+            {STATUSES.map((s) => (
+              <option key={s} value={s}>
+                {s || "all"}
+              </option>
+            ))}
+          </select>
+        </label>
+      </div>
+      {error && <p role="alert" className="error">{error}</p>}
+      <table className="list">
+        <thead>
+          <tr>
+            <th>Session</th>
+            <th>Agent</th>
+            <th>Status</th>
+            <th>Steps</th>
+            <th>Updated</th>
+            <th>
+              <span className="sr-only">Actions</span>
+            </th>
+          </tr>
+        </thead>
+        <tbody>
+          {sessions.map((s) => (
+            <tr key={s.id} data-session={s.id}>
+              <td>
+                <a href={`#/sessions/${s.id}`}>{s.id.slice(0, 8)}</a>
+                {pending[s.id] ? (
+                  <span className="badge" aria-label={`${pending[s.id]} pending approvals`}>
+                    {pending[s.id]}
+                  </span>
+                ) : null}
+              </td>
+              <td>{s.agent}</td>
+              <td>
+                <span className={`status ${s.status}`}>{s.status}</span>
+              </td>
+              <td>{s.last_seq}</td>
+              <td>{new Date(s.updated_at).toLocaleTimeString()}</td>
+              <td>
+                {s.status !== "closed" && (
+                  <button type="button" onClick={() => close(s.id)} aria-label={`Close session ${s.id.slice(0, 8)}`}>
+                    Close
+                  </button>
+                )}
+              </td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </section>
+  );
+}
