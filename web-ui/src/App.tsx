@@ -4,6 +4,8 @@
 import { useEffect, useState } from "react";
 
 import { ApprovalsPage } from "./pages/ApprovalsPage";
+import { GatewayPage } from "./pages/GatewayPage";
+import { ReplayPage } from "./pages/ReplayPage";
 import { SessionPage } from "./pages/SessionPage";
 import { SessionsPage } from "./pages/SessionsPage";
 import { operator, setApiKey } from "./credentials";
@@ -23,9 +25,12 @@ export function App() {
   const [key, setKey] = useState(operator().bearer ?? "");
   const path = hash.slice(1);
   const session = path.match(/^\/sessions\/([0-9a-f-]{36})$/)?.[1];
+  const replay = path.match(/^\/replay\/([0-9a-f-]{36})$/)?.[1];
   let page;
   if (session) page = <SessionPage id={session} />;
+  else if (replay) page = <ReplayPage id={replay} />;
   else if (path === "/approvals") page = <ApprovalsPage />;
+  else if (path === "/gateway") page = <GatewayPage />;
   else page = <SessionsPage />;
   return (
     <div className="app">
@@ -34,11 +39,14 @@ export function App() {
           Stead
         </a>
         <nav aria-label="Main">
-          <a href="#/" aria-current={!session && path !== "/approvals" ? "page" : undefined}>
+          <a href="#/" aria-current={path === "/" ? "page" : undefined}>
             Sessions
           </a>
           <a href="#/approvals" aria-current={path === "/approvals" ? "page" : undefined}>
             Approvals
+          </a>
+          <a href="#/gateway" aria-current={path === "/gateway" ? "page" : undefined}>
+            Gateway log
           </a>
         </nav>
         <form
