@@ -83,6 +83,22 @@ else
   start_throwaway_postgres
 fi
 
+step "web UI: npm ci, Vitest, type check and build (embedded into the binary)"
+NPM_TEST=1 bash scripts/build-web-ui.sh
+
+step "Chromium for the browser tests (Debian's package; no browser download)"
+if [ -z "${CHROMIUM:-}" ]; then
+  if [ ! -x /usr/bin/chromium ]; then
+    if [ "$(id -u)" = 0 ]; then
+      apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    else
+      die "Chromium is needed for the browser tests: sudo apt-get install chromium (or set CHROMIUM=/path/to/chromium)"
+    fi
+  fi
+  export CHROMIUM=/usr/bin/chromium
+fi
+
 step "stead setup (ONNX Runtime and the local model, cached under the target dir)"
 source scripts/ensure-python-venv.sh
 cargo build --locked --bin stead

@@ -10,6 +10,7 @@ pub mod metrics;
 mod openai;
 pub mod openapi;
 mod rest;
+pub mod webui;
 mod ws;
 
 use std::future::Future;
@@ -89,6 +90,8 @@ const READINESS_TIMEOUT: Duration = Duration::from_secs(2);
 pub fn router(state: AppState) -> Router {
     let limit = state.limits.body_bytes;
     Router::new()
+        .route("/", get(webui::index))
+        .route("/assets/{name}", get(webui::asset))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/openapi.json", get(openapi::openapi_json))

@@ -20,7 +20,9 @@ function socketUrl(baseUrl: string | undefined, id: string, token: string | unde
   const origin = baseUrl || window.location.origin;
   const url = new URL(`/v1/sessions/${id}/ws`, origin.replace(/^http/, "ws"));
   if (token) url.searchParams.set("token", token);
-  if (afterSeq > 0) url.searchParams.set("after_seq", String(afterSeq));
+  // Always resume, from 0 on the first connection: without it the server sends live frames
+  // only, and the view would wait forever for the history before them.
+  url.searchParams.set("after_seq", String(afterSeq));
   return url.toString();
 }
 
