@@ -9,23 +9,51 @@ import { api, ApiError } from "../api";
 import { operator } from "../credentials";
 import type { RequestLogRow } from "../protocol";
 
-function Chart({ title, data, series }: { title: string; data: uPlot.AlignedData; series: string[] }) {
+const COLORS = ["#1f5fbf", "#d9480f", "#2f9e44"];
+
+/** A uPlot chart: lines over time, or bars over categories (`labels` names the x positions). */
+function Chart({
+  title,
+  data,
+  series,
+  labels,
+}: {
+  title: string;
+  data: uPlot.AlignedData;
+  series: string[];
+  labels?: string[];
+}) {
   const box = useRef<HTMLDivElement>(null);
   useEffect(() => {
     if (!box.current || data[0].length === 0) return;
     const width = Math.min(box.current.clientWidth || 600, 1000);
+    const bars = labels ? uPlot.paths.bars!({ size: [0.6, 60] }) : undefined;
     const plot = new uPlot(
       {
         title,
         width,
         height: 220,
-        series: [{}, ...series.map((label, i) => ({ label, stroke: ["#1f5fbf", "#d9480f", "#2f9e44"][i % 3], width: 2 }))],
+        scales: labels ? { x: { time: false, range: [-0.5, labels.length - 0.5] } } : undefined,
+        axes: labels
+          ? [{ values: (_u, ticks) => ticks.map((t) => labels[t] ?? "") }, {}, { side: 1, scale: series[1] }]
+          : undefined,
+        series: [
+          {},
+          ...series.map((label, i) => ({
+            label,
+            stroke: COLORS[i % 3],
+            fill: labels ? `${COLORS[i % 3]}55` : undefined,
+            width: 2,
+            paths: bars,
+            scale: labels && i === 1 ? series[1] : undefined,
+          })),
+        ],
       },
       data,
       box.current,
     );
     return () => plot.destroy();
-  }, [title, data, series]);
+  }, [title, data, series, labels]);
   return <div ref={box} className="chart" role="img" aria-label={title} />;
 }
 
@@ -86,6 +114,16 @@ export function GatewayPage() {
       </div>
       {error && <p role="alert" className="error">{error}</p>}
       <Chart title="Latency and TTFT over time (ms)" data={latency} series={["latency", "TTFT"]} />
+      <Chart
+        title="Tokens and cost (USD) by route · model"
+        labels={[...groups.keys()]}
+        data={[
+          [...groups.keys()].map((_, i) => i),
+          [...groups.values()].map((g) => g.tokens),
+          [...groups.values()].map((g) => g.cost),
+        ]}
+        series={["tokens", "cost"]}
+      />
       <table className="list">
         <caption>Tokens and cost by route and model</caption>
         <thead>
