@@ -9,9 +9,8 @@
 //! A run against the upstream directly shows what the client and the double add by themselves.
 //! Client, gateway and upstream share the machine.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -20,6 +19,7 @@ use axum::extract::State;
 use hdrhistogram::Histogram;
 use serde_json::{json, Value};
 
+use crate::bench::{process_cpu, process_memory, ServeProcess};
 use crate::cli::GatewayBenchArgs;
 use crate::config::Config;
 use crate::serve::prepare_data_dir;
@@ -68,76 +68,27 @@ async fn upstream(latency: Duration, capacity: usize) -> anyhow::Result<(String,
     Ok((url, holds))
 }
 
-/// A child process (stead or LiteLLM) stopped when dropped.
-struct Child {
+/// LiteLLM's proxy process, stopped when dropped.
+struct Peer {
     child: std::process::Child,
 }
 
-impl Drop for Child {
+impl Drop for Peer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 }
 
-impl Child {
-    /// CPU time (user + system) the process has used.
-    fn cpu(&self) -> Duration {
-        let stat =
-            std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
-        // Fields after the command name (which is in parentheses): utime is the 14th field,
-        // stime the 15th, in clock ticks (100 per second on Linux).
-        let fields: Vec<&str> = stat
-            .rsplit_once(')')
-            .map_or(vec![], |(_, rest)| rest.split_whitespace().collect());
-        let ticks = |i: usize| {
-            fields
-                .get(i)
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or(0)
-        };
-        Duration::from_millis((ticks(11) + ticks(12)) * 10)
-    }
-
-    fn rss(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-            .unwrap_or(0)
-            * 1024
-    }
-}
-
-fn start_stead(dir: &Path, upstream: &str) -> anyhow::Result<(Child, String)> {
-    let config = format!(
-        "[[providers]]\nname = \"bench\"\nkind = \"openai\"\nbase_url = \"{upstream}\"\n\n\
-         [[routes]]\nname = \"bench\"\ntargets = [{{ provider = \"bench\", model = \"bench\", retry = {{ attempts = 1 }} }}]\n\n\
-         [[agents]]\nname = \"bench\"\nroute = \"bench\"\n"
-    );
-    std::fs::write(dir.join("stead.toml"), config)?;
-    let mut child = Command::new(std::env::current_exe()?)
-        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
-        .arg(dir.join("stead.toml"))
-        .arg("--data-dir")
-        .arg(dir)
-        .env_remove("DATABASE_URL")
-        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .context("cannot start `stead serve`")?;
-    let mut lines = BufReader::new(child.stdout.take().context("stdout")?).lines();
-    let first = lines.next().context("the server exited")??;
-    let base = first
-        .strip_prefix("stead listening on ")
-        .with_context(|| format!("unexpected output: {first}"))?
-        .to_string();
-    std::thread::spawn(move || for _ in lines {});
-    Ok((Child { child }, base))
+fn start_stead(dir: &Path, upstream: &str) -> anyhow::Result<ServeProcess> {
+    ServeProcess::start(
+        dir,
+        &format!(
+            "[[providers]]\nname = \"bench\"\nkind = \"openai\"\nbase_url = \"{upstream}\"\n\n\
+             [[routes]]\nname = \"bench\"\ntargets = [{{ provider = \"bench\", model = \"bench\", retry = {{ attempts = 1 }} }}]\n\n\
+             [[agents]]\nname = \"bench\"\nroute = \"bench\"\n"
+        ),
+    )
 }
 
 const LITELLM_KEY: &str = "sk-bench-0123456789abcdef0123456789abcdef";
@@ -146,7 +97,7 @@ async fn start_litellm(
     binary: &Path,
     dir: &Path,
     upstream: &str,
-) -> anyhow::Result<(Child, String)> {
+) -> anyhow::Result<(Peer, String)> {
     let config = format!(
         "model_list:\n  - model_name: bench\n    litellm_params:\n      model: openai/bench\n      \
          api_base: {upstream}\n      api_key: sk-upstream-double-not-checked\n\
@@ -183,7 +134,7 @@ async fn start_litellm(
         .stderr(log)
         .spawn()
         .with_context(|| format!("cannot start LiteLLM ({})", binary.display()))?;
-    let child = Child { child };
+    let child = Peer { child };
     let base = format!("http://127.0.0.1:{port}");
     let client = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -343,7 +294,8 @@ pub async fn gateway(config: Config, args: GatewayBenchArgs) -> anyhow::Result<(
         "gateway bench: upstream double answers after {} ms; {} s per rate after {} s warm-up; rates {:?}",
         args.upstream_ms, args.seconds, args.warmup, rates
     );
-    let (stead, stead_base) = start_stead(&scratch, &upstream_url)?;
+    let stead = start_stead(&scratch, &upstream_url)?;
+    let stead_base = stead.base.clone();
     let litellm = match litellm_binary(&args) {
         Some(binary) => {
             println!("starting LiteLLM ({}) …", binary.display());
@@ -362,7 +314,7 @@ pub async fn gateway(config: Config, args: GatewayBenchArgs) -> anyhow::Result<(
     let mut next = 0usize;
     let mut runs = Vec::new();
     for &rate in &rates {
-        let mut targets: Vec<(&str, String, Option<&str>, Option<&Child>)> = vec![
+        let mut targets: Vec<(&str, String, Option<&str>, Option<u32>)> = vec![
             (
                 "direct (no gateway)",
                 format!("{upstream_url}/chat/completions"),
@@ -373,7 +325,7 @@ pub async fn gateway(config: Config, args: GatewayBenchArgs) -> anyhow::Result<(
                 "stead",
                 format!("{stead_base}/v1/chat/completions"),
                 None,
-                Some(&stead),
+                Some(stead.child.id()),
             ),
         ];
         if let Some((child, base)) = &litellm {
@@ -382,7 +334,7 @@ pub async fn gateway(config: Config, args: GatewayBenchArgs) -> anyhow::Result<(
                     "LiteLLM",
                     format!("{base}/v1/chat/completions"),
                     Some(LITELLM_KEY),
-                    Some(child),
+                    Some(child.child.id()),
                 ));
             } else {
                 println!(
@@ -391,7 +343,7 @@ pub async fn gateway(config: Config, args: GatewayBenchArgs) -> anyhow::Result<(
                 );
             }
         }
-        for (label, url, bearer, child) in targets {
+        for (label, url, bearer, pid) in targets {
             print!("{label} at {rate} req/s: warm-up … ");
             use std::io::Write;
             let _ = std::io::stdout().flush();
@@ -407,7 +359,7 @@ pub async fn gateway(config: Config, args: GatewayBenchArgs) -> anyhow::Result<(
             )
             .await?;
             next += warm.sent;
-            let cpu_before = child.map(Child::cpu);
+            let cpu_before = pid.map(process_cpu);
             let mut run = load(
                 label,
                 &url,
@@ -420,10 +372,10 @@ pub async fn gateway(config: Config, args: GatewayBenchArgs) -> anyhow::Result<(
             )
             .await?;
             next += run.sent;
-            run.rss = child.map(Child::rss);
-            run.cpu_per_request = child
+            run.rss = pid.map(|p| process_memory(p).0);
+            run.cpu_per_request = pid
                 .zip(cpu_before)
-                .map(|(c, before)| c.cpu().saturating_sub(before) / (run.ok.max(1) as u32));
+                .map(|(p, before)| process_cpu(p).saturating_sub(before) / (run.ok.max(1) as u32));
             println!(
                 "{} of {} answered; added p50 {:.3} ms p99 {:.3} ms",
                 run.ok,

@@ -9,8 +9,6 @@
 //! and server share the machine: on a small machine the clients' own scheduling is part of the
 //! latency.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,6 +20,7 @@ use hdrhistogram::Histogram;
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
 
+use crate::bench::ServeProcess;
 use crate::cli::WsBenchArgs;
 use crate::config::Config;
 use crate::serve::prepare_data_dir;
@@ -49,61 +48,15 @@ async fn upstream() -> anyhow::Result<String> {
     Ok(url)
 }
 
-struct Server {
-    child: std::process::Child,
-    base: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Server {
-    /// Resident and peak resident memory (bytes) of the server process.
-    fn memory(&self) -> (u64, u64) {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .unwrap_or_default();
-        let field = |name: &str| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(name))
-                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-                .unwrap_or(0)
-                * 1024
-        };
-        (field("VmRSS:"), field("VmHWM:"))
-    }
-}
-
-fn start_server(dir: &std::path::Path, upstream: &str) -> anyhow::Result<Server> {
-    let config = format!(
-        "[[providers]]\nname = \"bench\"\nkind = \"openai\"\nbase_url = \"{upstream}\"\n\n\
-         [[routes]]\nname = \"default\"\ntargets = [{{ provider = \"bench\", model = \"bench\" }}]\n\n\
-         [[agents]]\nname = \"bench\"\nroute = \"default\"\n"
-    );
-    std::fs::write(dir.join("stead.toml"), config)?;
-    let mut child = Command::new(std::env::current_exe()?)
-        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
-        .arg(dir.join("stead.toml"))
-        .arg("--data-dir")
-        .arg(dir)
-        .env_remove("DATABASE_URL")
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .context("cannot start `stead serve`")?;
-    let mut lines = BufReader::new(child.stdout.take().context("stdout")?).lines();
-    let first = lines.next().context("the server exited")??;
-    let base = first
-        .strip_prefix("stead listening on ")
-        .with_context(|| format!("unexpected output: {first}"))?
-        .to_string();
-    std::thread::spawn(move || for _ in lines {});
-    Ok(Server { child, base })
+fn start_server(dir: &std::path::Path, upstream: &str) -> anyhow::Result<ServeProcess> {
+    ServeProcess::start(
+        dir,
+        &format!(
+            "[[providers]]\nname = \"bench\"\nkind = \"openai\"\nbase_url = \"{upstream}\"\n\n\
+             [[routes]]\nname = \"default\"\ntargets = [{{ provider = \"bench\", model = \"bench\" }}]\n\n\
+             [[agents]]\nname = \"bench\"\nroute = \"default\"\n"
+        ),
+    )
 }
 
 type Socket =

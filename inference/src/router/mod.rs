@@ -558,24 +558,24 @@ impl Router {
             ));
         };
         let key = options.api_key.as_deref();
+        let over = |who: String, limit: &'static str| {
+            move |wait| {
+                refuse(
+                    "rate_limited",
+                    format!("{who} is over its {limit}"),
+                    Some(wait),
+                )
+            }
+        };
+        let route_name = format!("route `{}`", request.route);
         // Requests per minute: the key's, then the route's.
         if let (Some(rate), Some(key)) = (&self.key_requests, key) {
-            rate.check(key).map_err(|wait| {
-                refuse(
-                    "rate_limited",
-                    format!("API key `{key}` is over its requests per minute"),
-                    Some(wait),
-                )
-            })?;
+            rate.check(key)
+                .map_err(over(format!("API key `{key}`"), "requests per minute"))?;
         }
         if let Some(rate) = &route.requests {
-            rate.check("").map_err(|wait| {
-                refuse(
-                    "rate_limited",
-                    format!("route `{}` is over its requests per minute", request.route),
-                    Some(wait),
-                )
-            })?;
+            rate.check("")
+                .map_err(over(route_name.clone(), "requests per minute"))?;
         }
         // The cache: a hit costs nothing and is not limited by tokens or budgets.
         let cache = match (&self.cache, route.cache, options.cache) {
@@ -591,22 +591,12 @@ impl Router {
         };
         // Tokens per minute: a call starts while the balance is positive.
         if let (Some(rate), Some(key)) = (&self.key_tokens, key) {
-            rate.check(key).map_err(|wait| {
-                refuse(
-                    "rate_limited",
-                    format!("API key `{key}` is over its tokens per minute"),
-                    Some(wait),
-                )
-            })?;
+            rate.check(key)
+                .map_err(over(format!("API key `{key}`"), "tokens per minute"))?;
         }
         if let Some(rate) = &route.tokens {
-            rate.check("").map_err(|wait| {
-                refuse(
-                    "rate_limited",
-                    format!("route `{}` is over its tokens per minute", request.route),
-                    Some(wait),
-                )
-            })?;
+            rate.check("")
+                .map_err(over(route_name, "tokens per minute"))?;
         }
         // The budget: reserve the most this call can cost.
         let reservation = match (&self.budgets, key) {
