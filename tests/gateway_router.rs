@@ -345,18 +345,10 @@ async fn fifty_concurrent_requests_against_a_budget_for_ten_get_ten_answers_and_
         },
     )
     .await;
-    let config = format!(
-        r#"
-[[providers]]
-name = "up"
-kind = "openai"
-base_url = "{}"
-
-[[routes]]
-name = "metered"
-targets = [{{ provider = "up", model = "priced", max_tokens = 10 }}]
-
-[gateway.limits]
+    let config = up.config(
+        "metered",
+        r#"model = "priced", max_tokens = 10"#,
+        r#"[gateway.limits]
 budget_usd = 0.1
 budget_window_secs = 3600
 
@@ -368,7 +360,6 @@ output = 1000.0
 name = "metered"
 route = "metered"
 "#,
-        up.base_url
     );
     let server = Stead::start(&config, None);
     let requests = (0..50).map(|i| {

@@ -29,19 +29,13 @@ async fn the_api_matches_its_openapi_schema_and_never_answers_5xx() {
     let bin = std::env::var("SCHEMATHESIS_BIN")
         .expect("needs SCHEMATHESIS_BIN (scripts/test.sh installs Schemathesis from PyPI)");
     let up = upstream::Upstream::start(vec![], upstream::Reply::text("A short answer.")).await;
-    let config = format!(
-        r#"
+    let config = up.config(
+        "default",
+        r#"model = "none""#,
+        &format!(
+            r#"
 [server]
 api_keys = ["{KEY}"]
-
-[[providers]]
-name = "double"
-kind = "openai"
-base_url = "{upstream}"
-
-[[routes]]
-name = "default"
-targets = [{{ provider = "double", model = "none" }}]
 
 [[agents]]
 name = "ops"
@@ -50,8 +44,8 @@ route = "default"
 [[agents.tools]]
 name = "clock"
 kind = "clock"
-"#,
-        upstream = up.base_url
+"#
+        ),
     );
     let server = stead::Stead::start(&config, None);
     let reports = tempfile::tempdir().unwrap();

@@ -93,18 +93,10 @@ async fn spans_reach_an_otlp_collector_with_the_genai_attributes() {
         Reply::text("It is noon."),
     )
     .await;
-    let config = format!(
-        r#"
-[[providers]]
-name = "up"
-kind = "openai"
-base_url = "{}"
-
-[[routes]]
-name = "assistant"
-targets = [{{ provider = "up", model = "m-1" }}]
-
-[[agents]]
+    let config = up.config(
+        "assistant",
+        r#"model = "m-1""#,
+        r#"[[agents]]
 name = "ops"
 route = "assistant"
 
@@ -112,7 +104,6 @@ route = "assistant"
 name = "clock"
 kind = "clock"
 "#,
-        up.base_url
     );
     let mut server = Stead::start_with_env(
         tempfile::tempdir().unwrap(),

@@ -45,18 +45,10 @@ async fn the_web_ui_works_in_a_real_browser() {
         Reply::text("A forked answer."),
     )
     .await;
-    let config = format!(
-        r#"
-[[providers]]
-name = "up"
-kind = "openai"
-base_url = "{}"
-
-[[routes]]
-name = "default"
-targets = [{{ provider = "up", model = "double" }}]
-
-[[agents]]
+    let config = up.config(
+        "default",
+        r#"model = "double""#,
+        r#"[[agents]]
 name = "ops"
 route = "default"
 system_prompt = "You are an operations assistant."
@@ -66,7 +58,6 @@ name = "clock"
 kind = "clock"
 approval = "always"
 "#,
-        up.base_url
     );
     let server = Stead::start(&config, None);
     let index = reqwest::get(format!("{}/", server.base))

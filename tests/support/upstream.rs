@@ -114,6 +114,16 @@ impl Upstream {
         self.requests.lock().expect("requests").clone()
     }
 
+    /// `stead.toml` text with this double as the `openai` provider `up` behind route `route`
+    /// (`target`: the rest of the target's inline table, e.g. `model = "m"`), then `extra`.
+    pub fn config(&self, route: &str, target: &str, extra: &str) -> String {
+        format!(
+            "[[providers]]\nname = \"up\"\nkind = \"openai\"\nbase_url = \"{}\"\n\n\
+             [[routes]]\nname = \"{route}\"\ntargets = [{{ provider = \"up\", {target} }}]\n\n{extra}",
+            self.base_url
+        )
+    }
+
     /// Appends replies to the script.
     pub fn push(&self, replies: impl IntoIterator<Item = Reply>) {
         self.script.lock().expect("script").extend(replies);
