@@ -33,30 +33,50 @@ fn build_agent(
     client: &reqwest::Client,
 ) -> anyhow::Result<Agent> {
     let mut tools: BTreeMap<String, Arc<dyn Tool>> = BTreeMap::new();
-    let mut rules = BTreeMap::new();
     for tool in &config.tools {
         let built = build_tool(tool, store, client)
             .with_context(|| format!("agent `{}`, tool `{}`", config.name, tool.name))?;
-        rules.insert(
-            tool.name.clone(),
-            ToolRules {
-                approval: built.approval().clone(),
-                idempotent: built.idempotent(),
-            },
-        );
         tools.insert(tool.name.clone(), built);
     }
     Ok(Agent {
         name: config.name.clone(),
         system_prompt: config.system_prompt.clone(),
-        rules: AgentRules {
-            route: config.route.clone(),
-            max_steps: config.max_steps,
-            tools: rules,
-            approval_timeout: config.approval_timeout_secs.map(Duration::from_secs),
-        },
+        rules: rules(config)?,
         tools,
     })
+}
+
+/// The parts of an agent's configuration its decisions depend on (what `replay check` runs).
+pub fn rules(config: &AgentConfig) -> anyhow::Result<AgentRules> {
+    let mut tools = BTreeMap::new();
+    for tool in &config.tools {
+        let approval = ApprovalPolicy::parse(&tool.approval)
+            .map_err(anyhow::Error::msg)
+            .with_context(|| format!("agent `{}`, tool `{}`", config.name, tool.name))?;
+        tools.insert(
+            tool.name.clone(),
+            ToolRules {
+                approval,
+                idempotent: tool.idempotent,
+            },
+        );
+    }
+    Ok(AgentRules {
+        route: config.route.clone(),
+        max_steps: config.max_steps,
+        tools,
+        approval_timeout: config.approval_timeout_secs.map(Duration::from_secs),
+    })
+}
+
+/// `sha256:…` of the agent's configuration section (canonical JSON), written into exports so
+/// a recording can be matched to the configuration that made it.
+pub fn config_hash(config: &AgentConfig) -> String {
+    use sha2::Digest;
+    let canonical = serde_json::to_vec(config).expect("agent configuration serializes");
+    let digest = sha2::Sha256::digest(&canonical);
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
 }
 
 fn build_tool(

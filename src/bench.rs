@@ -18,6 +18,73 @@ use crate::cli::{BenchBackend, JournalBenchArgs};
 use crate::config::Config;
 use crate::serve::prepare_data_dir;
 
+/// A database only a benchmark uses: a new SQLite file in the data directory, or a scratch
+/// PostgreSQL database on the configured server; removed afterwards.
+pub struct BenchDatabase {
+    pub url: DatabaseUrl,
+    scratch: Option<ScratchDatabase>,
+    sqlite_file: Option<std::path::PathBuf>,
+}
+
+impl BenchDatabase {
+    pub async fn create(config: &Config, backend: BenchBackend) -> anyhow::Result<Self> {
+        Ok(match backend {
+            BenchBackend::Sqlite => {
+                prepare_data_dir(&config.server.data_dir)?;
+                let file = config
+                    .server
+                    .data_dir
+                    .join(format!("bench-{}.db", uuid::Uuid::new_v4().simple()));
+                BenchDatabase {
+                    url: DatabaseUrl::Sqlite(file.clone()),
+                    scratch: None,
+                    sqlite_file: Some(file),
+                }
+            }
+            BenchBackend::Postgres => {
+                let admin = config.database.url.clone().context(
+                    "the postgres benchmark needs a server: set DATABASE_URL or --database-url",
+                )?;
+                anyhow::ensure!(
+                    matches!(DatabaseUrl::parse(&admin)?, DatabaseUrl::Postgres(_)),
+                    "the postgres benchmark needs a postgres:// database URL"
+                );
+                let scratch = ScratchDatabase::create(&admin, "stead_bench").await?;
+                BenchDatabase {
+                    url: DatabaseUrl::Postgres(scratch.url().to_string()),
+                    scratch: Some(scratch),
+                    sqlite_file: None,
+                }
+            }
+        })
+    }
+
+    /// The URL as `--database-url` takes it.
+    pub fn url_text(&self) -> String {
+        match &self.url {
+            DatabaseUrl::Sqlite(path) => format!(
+                "sqlite://{}",
+                std::path::absolute(path)
+                    .unwrap_or_else(|_| path.clone())
+                    .display()
+            ),
+            DatabaseUrl::Postgres(url) => url.clone(),
+        }
+    }
+
+    pub async fn remove(self) -> anyhow::Result<()> {
+        if let Some(scratch) = self.scratch {
+            scratch.drop_database().await?;
+        }
+        if let Some(file) = self.sqlite_file {
+            for suffix in ["", "-wal", "-shm"] {
+                let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// What one run measured.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct JournalBenchResult {
@@ -36,32 +103,8 @@ pub struct JournalBenchResult {
 pub async fn journal(config: Config, args: JournalBenchArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.sessions > 0, "--sessions must be at least 1");
     anyhow::ensure!(args.events > 0, "--events must be at least 1");
-    let (url, scratch, sqlite_file) = match args.backend {
-        BenchBackend::Sqlite => {
-            prepare_data_dir(&config.server.data_dir)?;
-            let file = config
-                .server
-                .data_dir
-                .join(format!("bench-{}.db", uuid::Uuid::new_v4().simple()));
-            (DatabaseUrl::Sqlite(file.clone()), None, Some(file))
-        }
-        BenchBackend::Postgres => {
-            let admin = config.database.url.clone().context(
-                "the postgres benchmark needs a server: set DATABASE_URL or --database-url",
-            )?;
-            anyhow::ensure!(
-                matches!(DatabaseUrl::parse(&admin)?, DatabaseUrl::Postgres(_)),
-                "the postgres benchmark needs a postgres:// database URL"
-            );
-            let scratch = ScratchDatabase::create(&admin, "stead_bench").await?;
-            (
-                DatabaseUrl::Postgres(scratch.url().to_string()),
-                Some(scratch),
-                None,
-            )
-        }
-    };
-    let mut options = StoreOptions::new(url);
+    let database = BenchDatabase::create(&config, args.backend).await?;
+    let mut options = StoreOptions::new(database.url.clone());
     options.max_event_bytes = config.database.max_event_bytes;
     options.max_connections = config.database.max_connections;
     let outcome = async {
@@ -71,14 +114,7 @@ pub async fn journal(config: Config, args: JournalBenchArgs) -> anyhow::Result<(
         result
     }
     .await;
-    if let Some(scratch) = scratch {
-        scratch.drop_database().await?;
-    }
-    if let Some(file) = sqlite_file {
-        for suffix in ["", "-wal", "-shm"] {
-            let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
-        }
-    }
+    database.remove().await?;
     let result = outcome?;
     if args.json {
         println!("{}", serde_json::to_string(&result)?);

@@ -47,6 +47,12 @@ pub enum Command {
     Migrate,
     /// Prepare ONNX Runtime and the local model into the data directory (idempotent).
     Setup(SetupArgs),
+    /// Inspect and maintain sessions in the database.
+    #[command(subcommand)]
+    Session(crate::replay_cli::SessionCommand),
+    /// Replay debugging: state at a seq, export and import, decision checks, forks.
+    #[command(subcommand)]
+    Replay(crate::replay_cli::ReplayCommand),
     /// Measure Stead's own components.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -64,6 +70,25 @@ pub enum BenchCommand {
     Ws(WsBenchArgs),
     /// The model router's added latency under open-loop load, against LiteLLM's proxy.
     Gateway(GatewayBenchArgs),
+    /// `stead replay check --all` over many recorded sessions.
+    Replay(ReplayBenchArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ReplayBenchArgs {
+    /// Recorded sessions to generate.
+    #[arg(long, default_value_t = 1_000)]
+    pub sessions: usize,
+    /// Events per session (approximately: whole turns of the demo agent).
+    #[arg(long, default_value_t = 50)]
+    pub events: usize,
+    /// Timed runs of the check.
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
+    /// Which database to record into (PostgreSQL: --database-url / DATABASE_URL, in a scratch
+    /// database dropped afterwards).
+    #[arg(long, value_enum, default_value = "sqlite")]
+    pub backend: BenchBackend,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -206,7 +231,7 @@ pub fn main() -> ExitCode {
     }));
     let cli = Cli::parse();
     match run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(error) => {
             eprintln!("stead: {}", format!("{error:#}").replace('\n', " "));
             ExitCode::FAILURE
@@ -214,11 +239,11 @@ pub fn main() -> ExitCode {
     }
 }
 
-fn run(cli: Cli) -> anyhow::Result<()> {
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let config = Config::load(&cli.overrides())?;
     if cli.dump_config {
         print!("{}", config.to_redacted_toml());
-        return Ok(());
+        return Ok(ExitCode::SUCCESS);
     }
     let Some(command) = cli.command else {
         anyhow::bail!("no command given; try `stead serve` or `stead --help`");
@@ -233,25 +258,36 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     };
     crate::telemetry::init(&config, traces.as_ref());
     runtime.block_on(async move {
-        let result = match command {
-            Command::Serve => crate::serve::serve(config).await,
-            Command::Migrate => crate::serve::migrate(config).await,
-            Command::Setup(args) => crate::serve::setup(config, args).await,
-            Command::Bench(BenchCommand::Journal(args)) => {
-                crate::bench::journal(config, args).await
-            }
-            Command::Bench(BenchCommand::Ws(args)) => crate::bench_ws::ws(config, args).await,
-            Command::Bench(BenchCommand::Gateway(args)) => {
-                crate::bench_gateway::gateway(config, args).await
-            }
-            Command::Bench(BenchCommand::Sessions(args)) => {
-                crate::bench_sessions::sessions(config, args).await
-            }
-            Command::Bench(BenchCommand::Inference(args)) => {
-                crate::bench_inference::inference(config, args).await
-            }
-        };
+        let result = run_command(config, command).await;
         crate::telemetry::shutdown(traces).await;
         result
     })
+}
+
+/// Runs one command; commands that only succeed or fail exit 0 on success.
+async fn run_command(config: Config, command: Command) -> anyhow::Result<ExitCode> {
+    let done = |result: anyhow::Result<()>| result.map(|()| ExitCode::SUCCESS);
+    match command {
+        Command::Session(command) => crate::replay_cli::session(config, command).await,
+        Command::Replay(command) => crate::replay_cli::replay(config, command).await,
+        Command::Serve => done(crate::serve::serve(config).await),
+        Command::Migrate => done(crate::serve::migrate(config).await),
+        Command::Setup(args) => done(crate::serve::setup(config, args).await),
+        Command::Bench(BenchCommand::Journal(args)) => {
+            done(crate::bench::journal(config, args).await)
+        }
+        Command::Bench(BenchCommand::Ws(args)) => done(crate::bench_ws::ws(config, args).await),
+        Command::Bench(BenchCommand::Gateway(args)) => {
+            done(crate::bench_gateway::gateway(config, args).await)
+        }
+        Command::Bench(BenchCommand::Sessions(args)) => {
+            done(crate::bench_sessions::sessions(config, args).await)
+        }
+        Command::Bench(BenchCommand::Inference(args)) => {
+            done(crate::bench_inference::inference(config, args).await)
+        }
+        Command::Bench(BenchCommand::Replay(args)) => {
+            done(crate::bench_replay::replay(config, args).await)
+        }
+    }
 }

@@ -48,6 +48,12 @@ pub struct SessionsConfig {
     pub restart_backoff_max_ms: u64,
     /// An activation's lease on its session (SPEC §2.1), renewed every third of it.
     pub lease_ttl_secs: u64,
+    /// Journal retention: keep an ended (closed or failed) session's full journal this many
+    /// days after its last change, then compact it to a snapshot plus a summary. Unset: keep
+    /// every journal whole. Open and parked sessions are never compacted.
+    pub keep_journal_days: Option<u64>,
+    /// How often the server looks for journals to compact (with `keep_journal_days` set).
+    pub retention_sweep_secs: u64,
 }
 
 impl Default for SessionsConfig {
@@ -61,6 +67,8 @@ impl Default for SessionsConfig {
             restart_backoff_ms: lifecycle.restart_backoff.as_millis() as u64,
             restart_backoff_max_ms: lifecycle.restart_backoff_max.as_millis() as u64,
             lease_ttl_secs: lifecycle.lease_ttl.as_secs(),
+            keep_journal_days: None,
+            retention_sweep_secs: 3600,
         }
     }
 }

@@ -115,6 +115,13 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
             ),
     );
     tokio::spawn(resume_running_sessions(store.clone(), sessions.clone()));
+    if let Some(days) = config.sessions.keep_journal_days {
+        tokio::spawn(crate::retention::run(
+            store.clone(),
+            days,
+            Duration::from_secs(config.sessions.retention_sweep_secs),
+        ));
+    }
     let secret = session_secret(&config.server.data_dir)?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let connections = Arc::new(tokio::sync::Semaphore::new(stead_gateway::MAX_CONNECTIONS));

@@ -2,11 +2,13 @@
 //! decisions over the journal (`decide`), the fold that rebuilds a session's state from its
 //! events (`state`), the approval policies, and — growing on this core — the session actor, its
 //! supervisor and registry, and the tools. It talks to storage and models only through small
-//! traits and never names sqlx or ort types.
+//! traits and never names sqlx or ort types. `replay` turns recorded journals into a debugging
+//! tool: state at a seq, forks, export and import, the decision check, and compaction.
 
 pub mod decide;
 pub mod events;
 pub mod policy;
+pub mod replay;
 pub mod session;
 pub mod state;
 pub mod tools;

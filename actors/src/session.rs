@@ -181,9 +181,6 @@ impl Default for Lifecycle {
     }
 }
 
-/// Snapshot payload version; a snapshot of another version is ignored (full replay).
-const SNAPSHOT_VERSION: u64 = 1;
-
 pub struct SessionActor;
 
 pub struct Live {
@@ -220,12 +217,8 @@ impl Actor for SessionActor {
         // in flight.
         let mut state = SessionState::default();
         if let Ok(Some(snapshot)) = deps.store.latest_snapshot(deps.session_id).await {
-            if snapshot.state["version"] == SNAPSHOT_VERSION {
-                if let Ok(folded) =
-                    serde_json::from_value::<SessionState>(snapshot.state["state"].clone())
-                {
-                    state = folded;
-                }
+            if let Some(folded) = crate::replay::state_from_document(&snapshot.state) {
+                state = folded;
             }
         }
         let last_snapshot = state.last_seq;
@@ -574,7 +567,7 @@ impl Live {
 
     /// Writes the folded state; a failure only costs a longer replay next time.
     async fn snapshot(&mut self) {
-        let state = serde_json::json!({ "version": SNAPSHOT_VERSION, "state": self.state });
+        let state = crate::replay::snapshot_document(&self.state);
         match self
             .deps
             .store

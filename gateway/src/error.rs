@@ -106,6 +106,22 @@ impl From<stead_persistence::Error> for ApiError {
     }
 }
 
+impl From<stead_actors::replay::ReplayError> for ApiError {
+    fn from(error: stead_actors::replay::ReplayError) -> Self {
+        use stead_actors::replay::ReplayError;
+        match error {
+            ReplayError::Store(e) => e.into(),
+            ReplayError::Compacted { .. } => {
+                ApiError::new(StatusCode::GONE, "compacted", error.to_string())
+            }
+            ReplayError::SeqOutOfRange { .. } => {
+                ApiError::unprocessable("seq_out_of_range", error.to_string())
+            }
+            ReplayError::Invalid(message) => ApiError::internal("the replay failed", message),
+        }
+    }
+}
+
 /// The code and status of each refusal (also used for WebSocket error frames).
 pub fn refusal_error(refusal: Refusal) -> ApiError {
     match refusal {

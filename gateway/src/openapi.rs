@@ -127,6 +127,9 @@ pub struct EventView {
 pub struct EventsPage {
     pub events: Vec<EventView>,
     pub last_seq: i64,
+    /// Present when the journal was compacted: events up to this seq are summarized, not kept.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compacted_through: Option<i64>,
 }
 
 #[derive(Serialize, ToSchema)]

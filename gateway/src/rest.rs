@@ -378,10 +378,14 @@ pub async fn events(
     let limit = page_limit(query.limit, 100, MAX_EVENTS_PAGE)?;
     let row = state.store.get_session(id).await?;
     let events = state.store.read(id, after, limit).await?;
-    Ok(Json(json!({
+    let mut page = json!({
         "events": events.iter().map(event_view).collect::<Vec<_>>(),
         "last_seq": row.last_seq,
-    })))
+    });
+    if let Some(compaction) = state.store.compaction(id).await? {
+        page["compacted_through"] = json!(compaction.through_seq);
+    }
+    Ok(Json(page))
 }
 
 /// What an approval covers.
@@ -486,28 +490,7 @@ pub struct AtQuery {
     at: Option<i64>,
 }
 
-/// The state folded from the journal up to `at` (1..=last seq).
-pub async fn fold_until(state: &AppState, id: Uuid, at: i64) -> Result<SessionState, ApiError> {
-    let mut folded = SessionState::default();
-    let mut after = 0;
-    while after < at {
-        let page = state
-            .store
-            .read(id, after, MAX_EVENTS_PAGE.min((at - after) as u32))
-            .await?;
-        let Some(last) = page.last() else { break };
-        after = last.seq;
-        for event in &page {
-            match SessionEvent::from_parts(&event.kind, &event.payload) {
-                Some(typed) => folded.apply(event.seq, &typed),
-                None => folded.last_seq = event.seq,
-            }
-        }
-    }
-    Ok(folded)
-}
-
-#[utoipa::path(get, path = "/v1/sessions/{id}/state", params(("id" = Uuid, Path, description = "Session id"), AtQuery), responses((status = 200, body = StateView), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
+#[utoipa::path(get, path = "/v1/sessions/{id}/state", params(("id" = Uuid, Path, description = "Session id"), AtQuery), responses((status = 200, body = StateView), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 410, description = "The journal was compacted through the seq asked for", body = ErrorBody), (status = 422, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
 pub async fn state_at(
     State(state): State<AppState>,
     Caller(caller): Caller,
@@ -520,15 +503,10 @@ pub async fn state_at(
         None => state.sessions.state(id).await?,
         Some(at) => {
             check_seq(at, row.last_seq)?;
-            fold_until(&state, id, at).await?
+            stead_actors::replay::fold_until(&state.store, id, at).await?
         }
     };
-    Ok(Json(json!({
-        "session_id": id,
-        "seq": folded.last_seq,
-        "status": folded.status(),
-        "state": folded,
-    })))
+    Ok(Json(stead_actors::replay::state_view(id, &folded)))
 }
 
 fn check_seq(at: i64, last_seq: i64) -> Result<(), ApiError> {
@@ -588,7 +566,7 @@ fn integer<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<i64, D::
     }
 }
 
-#[utoipa::path(post, path = "/v1/sessions/{id}/fork", params(("id" = Uuid, Path, description = "Session id")), request_body = Fork, responses((status = 201, body = Forked), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
+#[utoipa::path(post, path = "/v1/sessions/{id}/fork", params(("id" = Uuid, Path, description = "Session id")), request_body = Fork, responses((status = 201, body = Forked), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 410, description = "The journal was compacted through the seq asked for", body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
 pub async fn fork(
     State(state): State<AppState>,
     Caller(caller): Caller,
@@ -620,59 +598,15 @@ pub async fn fork(
         route,
         system_prompt: body.overrides.system_prompt,
     };
-    let mut metadata = source.metadata.clone();
-    if let Some(object) = metadata.as_object_mut() {
-        object.insert(
-            "forked_from".into(),
-            json!({ "session_id": id, "at": body.at }),
-        );
-    }
-    let row = state
-        .store
-        .create_session(NewSession {
-            id: None,
-            agent: source.agent.clone(),
-            metadata,
-        })
-        .await?;
-    // Copy the journal up to `at` (same seqs, kinds, payloads and times), then mark the fork.
-    let mut copied = 0;
-    while copied < body.at {
-        let page = state
-            .store
-            .read(id, copied, MAX_EVENTS_PAGE.min((body.at - copied) as u32))
-            .await?;
-        if page.is_empty() {
-            break;
-        }
-        let rows = page
-            .iter()
-            .map(|e| NewEvent {
-                kind: e.kind.clone(),
-                payload: e.payload.clone(),
-                created_at: e.created_at,
-            })
-            .collect();
-        state.store.append(row.id, copied, rows).await?;
-        copied = page.last().map_or(copied, |e| e.seq);
-    }
-    let (kind, payload) = SessionEvent::SessionForked {
-        from: id.to_string(),
-        at: body.at,
-        overrides,
-    }
-    .to_parts();
-    let seqs = state
-        .store
-        .append(row.id, copied, vec![NewEvent::new(kind, payload)])
-        .await?;
+    let (row, last_seq) =
+        stead_actors::replay::fork(&state.store, &source, body.at, overrides).await?;
     // Activate it: whatever was in flight at `at` carries on in the fork (finished model and
     // tool calls are in the copied journal and are not run again).
     let folded = state.sessions.state(row.id).await?;
     let row = state.store.get_session(row.id).await?;
     let mut view = session_view(&row, &folded);
     view["token"] = json!(state.auth.session_token(row.id));
-    view["last_seq"] = json!(seqs.last().copied().unwrap_or(copied));
+    view["last_seq"] = json!(last_seq);
     Ok((StatusCode::CREATED, Json(view)).into_response())
 }
 

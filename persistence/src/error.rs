@@ -47,6 +47,13 @@ pub enum Error {
         limit: usize,
     },
 
+    /// Only ended (closed or failed) sessions are compacted; this one is open or parked.
+    #[error("session {session_id} is {status}: only closed or failed sessions are compacted")]
+    NotCompactable {
+        session_id: Uuid,
+        status: crate::SessionStatus,
+    },
+
     /// The caller passed something that can never succeed (an empty append, a bad cursor).
     #[error("invalid input: {0}")]
     InvalidInput(String),

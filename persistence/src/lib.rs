@@ -32,8 +32,8 @@ use uuid::Uuid;
 pub use error::{Error, Result};
 pub use group_commit::JournalStats;
 pub use types::{
-    Event, KvEntry, Lease, NewEvent, NewSession, Session, SessionPage, SessionQuery, SessionStatus,
-    Snapshot, DEFAULT_PAGE, MAX_PAGE,
+    Compaction, Event, KvEntry, Lease, NewEvent, NewSession, Session, SessionPage, SessionQuery,
+    SessionStatus, Snapshot, DEFAULT_PAGE, MAX_PAGE,
 };
 
 /// Default limit on one event's serialized payload.
@@ -243,6 +243,27 @@ pub trait JournalStore: Send + Sync + 'static {
     async fn put_snapshot(&self, session_id: Uuid, seq: i64, state: Value) -> Result<()>;
     async fn latest_snapshot(&self, session_id: Uuid) -> Result<Option<Snapshot>>;
 
+    /// Replaces the journal of an ended session up to `through_seq` (its last seq) by `state`
+    /// (also written as its snapshot) and `summary`, in one transaction.
+    /// [`Error::NotCompactable`] unless the session is closed or failed; [`Error::Conflict`]
+    /// when `through_seq` is not its last seq.
+    async fn compact(
+        &self,
+        session_id: Uuid,
+        through_seq: i64,
+        state: Value,
+        summary: Value,
+    ) -> Result<Compaction>;
+    /// The session's compaction, if its journal was compacted.
+    async fn compaction(&self, session_id: Uuid) -> Result<Option<Compaction>>;
+    /// Ended (closed or failed) sessions last changed before `before` with events not yet
+    /// compacted, oldest first.
+    async fn compaction_candidates(
+        &self,
+        before: chrono::DateTime<chrono::Utc>,
+        limit: u32,
+    ) -> Result<Vec<Uuid>>;
+
     async fn kv_get(&self, session_id: Uuid, key: &str) -> Result<Option<KvEntry>>;
     async fn kv_set(&self, session_id: Uuid, key: &str, value: Value) -> Result<KvEntry>;
     /// Returns whether the key existed.
@@ -281,6 +302,25 @@ pub async fn open(options: StoreOptions) -> Result<Arc<dyn JournalStore>> {
         store.migrate().await?;
     }
     Ok(store)
+}
+
+/// Why `session` cannot be compacted through `through_seq` (the store found it so).
+pub(crate) fn not_compactable(session: &Session, through_seq: i64) -> Error {
+    if matches!(
+        session.status,
+        SessionStatus::Closed | SessionStatus::Failed
+    ) {
+        Error::Conflict {
+            session_id: session.id,
+            expected: through_seq,
+            actual: session.last_seq,
+        }
+    } else {
+        Error::NotCompactable {
+            session_id: session.id,
+            status: session.status,
+        }
+    }
 }
 
 /// Checks that a payload can be stored on every backend and returns its serialized form.

@@ -25,9 +25,9 @@ use crate::request_log::{
 };
 use crate::types::{into_page, now_micros};
 use crate::{
-    redact_url, Backend, DatabaseUrl, Error, Event, JournalStore, KvEntry, Lease, MigrationReport,
-    NewEvent, NewSession, Result, Session, SessionPage, SessionQuery, SessionStatus, Snapshot,
-    StoreOptions,
+    redact_url, Backend, Compaction, DatabaseUrl, Error, Event, JournalStore, KvEntry, Lease,
+    MigrationReport, NewEvent, NewSession, Result, Session, SessionPage, SessionQuery,
+    SessionStatus, Snapshot, StoreOptions,
 };
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
@@ -496,6 +496,108 @@ impl JournalStore for PgStore {
                 created_at: row.try_get("created_at")?,
             })),
         }
+    }
+
+    async fn compact(
+        &self,
+        session_id: Uuid,
+        through_seq: i64,
+        state: Value,
+        summary: Value,
+    ) -> Result<Compaction> {
+        let now = now_micros();
+        let mut tx = self.pool.begin().await?;
+        // Locks the session's row: an append racing the compaction waits, then finds it ended.
+        let gate = sqlx::query(
+            "SELECT 1 FROM sessions WHERE id = $1 AND status IN ('closed', 'failed') \
+             AND last_seq = $2 FOR UPDATE",
+        )
+        .bind(session_id)
+        .bind(through_seq)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if gate.is_none() {
+            drop(tx);
+            let session = self.fetch_session(session_id).await?;
+            return Err(crate::not_compactable(&session, through_seq));
+        }
+        sqlx::query(
+            "INSERT INTO snapshots (session_id, seq, state, created_at) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (session_id) DO UPDATE SET seq = excluded.seq, state = excluded.state, \
+             created_at = excluded.created_at",
+        )
+        .bind(session_id)
+        .bind(through_seq)
+        .bind(&state)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "INSERT INTO journal_compactions (session_id, through_seq, state, summary, compacted_at) \
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (session_id) DO UPDATE SET \
+             through_seq = excluded.through_seq, state = excluded.state, \
+             summary = excluded.summary, compacted_at = excluded.compacted_at",
+        )
+        .bind(session_id)
+        .bind(through_seq)
+        .bind(&state)
+        .bind(&summary)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("DELETE FROM journal WHERE session_id = $1 AND seq <= $2")
+            .bind(session_id)
+            .bind(through_seq)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(Compaction {
+            session_id,
+            through_seq,
+            state,
+            summary,
+            compacted_at: now,
+        })
+    }
+
+    async fn compaction(&self, session_id: Uuid) -> Result<Option<Compaction>> {
+        let row = sqlx::query(
+            "SELECT through_seq, state, summary, compacted_at FROM journal_compactions \
+             WHERE session_id = $1",
+        )
+        .bind(session_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        match row {
+            None => {
+                self.require_session(session_id).await?;
+                Ok(None)
+            }
+            Some(row) => Ok(Some(Compaction {
+                session_id,
+                through_seq: row.try_get("through_seq")?,
+                state: row.try_get("state")?,
+                summary: row.try_get("summary")?,
+                compacted_at: row.try_get("compacted_at")?,
+            })),
+        }
+    }
+
+    async fn compaction_candidates(&self, before: DateTime<Utc>, limit: u32) -> Result<Vec<Uuid>> {
+        let rows = sqlx::query(
+            "SELECT s.id FROM sessions s \
+             LEFT JOIN journal_compactions c ON c.session_id = s.id \
+             WHERE s.status IN ('closed', 'failed') AND s.updated_at < $1 AND s.last_seq > 0 \
+             AND (c.through_seq IS NULL OR c.through_seq < s.last_seq) \
+             ORDER BY s.updated_at LIMIT $2",
+        )
+        .bind(before)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| Ok(row.try_get::<Uuid, _>("id")?))
+            .collect()
     }
 
     async fn kv_get(&self, session_id: Uuid, key: &str) -> Result<Option<KvEntry>> {

@@ -27,8 +27,9 @@ use crate::request_log::{
 };
 use crate::types::{into_page, micros_to_time, now_micros};
 use crate::{
-    Backend, DatabaseUrl, Error, Event, JournalStore, KvEntry, Lease, MigrationReport, NewEvent,
-    NewSession, Result, Session, SessionPage, SessionQuery, SessionStatus, Snapshot, StoreOptions,
+    Backend, Compaction, DatabaseUrl, Error, Event, JournalStore, KvEntry, Lease, MigrationReport,
+    NewEvent, NewSession, Result, Session, SessionPage, SessionQuery, SessionStatus, Snapshot,
+    StoreOptions,
 };
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
@@ -507,6 +508,114 @@ impl JournalStore for SqliteStore {
                 created_at: micros_to_time(row.try_get("created_at")?),
             })),
         }
+    }
+
+    async fn compact(
+        &self,
+        session_id: Uuid,
+        through_seq: i64,
+        state: Value,
+        summary: Value,
+    ) -> Result<Compaction> {
+        let id = session_id.to_string();
+        let now = now_micros();
+        let mut tx = self.writer.begin().await?;
+        // A write first, so the transaction holds SQLite's write lock before it checks anything.
+        let gate = sqlx::query(
+            "UPDATE sessions SET updated_at = updated_at \
+             WHERE id = ? AND status IN ('closed', 'failed') AND last_seq = ?",
+        )
+        .bind(&id)
+        .bind(through_seq)
+        .execute(&mut *tx)
+        .await?;
+        if gate.rows_affected() == 0 {
+            drop(tx);
+            let session = self.fetch_session(session_id).await?;
+            return Err(crate::not_compactable(&session, through_seq));
+        }
+        let state_text = state.to_string();
+        sqlx::query(
+            "INSERT INTO snapshots (session_id, seq, state, created_at) VALUES (?, ?, ?, ?) \
+             ON CONFLICT (session_id) DO UPDATE SET seq = excluded.seq, state = excluded.state, \
+             created_at = excluded.created_at",
+        )
+        .bind(&id)
+        .bind(through_seq)
+        .bind(&state_text)
+        .bind(now.timestamp_micros())
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "INSERT INTO journal_compactions (session_id, through_seq, state, summary, compacted_at) \
+             VALUES (?, ?, ?, ?, ?) ON CONFLICT (session_id) DO UPDATE SET \
+             through_seq = excluded.through_seq, state = excluded.state, \
+             summary = excluded.summary, compacted_at = excluded.compacted_at",
+        )
+        .bind(&id)
+        .bind(through_seq)
+        .bind(&state_text)
+        .bind(summary.to_string())
+        .bind(now.timestamp_micros())
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("DELETE FROM journal WHERE session_id = ? AND seq <= ?")
+            .bind(&id)
+            .bind(through_seq)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(Compaction {
+            session_id,
+            through_seq,
+            state,
+            summary,
+            compacted_at: now,
+        })
+    }
+
+    async fn compaction(&self, session_id: Uuid) -> Result<Option<Compaction>> {
+        let row = sqlx::query(
+            "SELECT through_seq, state, summary, compacted_at FROM journal_compactions \
+             WHERE session_id = ?",
+        )
+        .bind(session_id.to_string())
+        .fetch_optional(&self.readers)
+        .await?;
+        match row {
+            None => {
+                self.require_session(session_id).await?;
+                Ok(None)
+            }
+            Some(row) => Ok(Some(Compaction {
+                session_id,
+                through_seq: row.try_get("through_seq")?,
+                state: parse_json(&row.try_get::<String, _>("state")?)?,
+                summary: parse_json(&row.try_get::<String, _>("summary")?)?,
+                compacted_at: micros_to_time(row.try_get("compacted_at")?),
+            })),
+        }
+    }
+
+    async fn compaction_candidates(
+        &self,
+        before: chrono::DateTime<chrono::Utc>,
+        limit: u32,
+    ) -> Result<Vec<Uuid>> {
+        let rows = sqlx::query(
+            "SELECT s.id FROM sessions s \
+             LEFT JOIN journal_compactions c ON c.session_id = s.id \
+             WHERE s.status IN ('closed', 'failed') AND s.updated_at < ? AND s.last_seq > 0 \
+             AND (c.through_seq IS NULL OR c.through_seq < s.last_seq) \
+             ORDER BY s.updated_at LIMIT ?",
+        )
+        .bind(before.timestamp_micros())
+        .bind(i64::from(limit))
+        .fetch_all(&self.readers)
+        .await?;
+        rows.iter()
+            .map(|row| parse_uuid(&row.try_get::<String, _>("id")?))
+            .collect()
     }
 
     async fn kv_get(&self, session_id: Uuid, key: &str) -> Result<Option<KvEntry>> {

@@ -234,6 +234,17 @@ pub struct Snapshot {
     pub created_at: DateTime<Utc>,
 }
 
+/// A compacted journal prefix: events `1..=through_seq` were replaced by the folded state at
+/// `through_seq` (the same versioned document as a [`Snapshot`]) and a summary of them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Compaction {
+    pub session_id: Uuid,
+    pub through_seq: i64,
+    pub state: Value,
+    pub summary: Value,
+    pub compacted_at: DateTime<Utc>,
+}
+
 /// One entry of a session's durable key–value storage.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct KvEntry {

@@ -29,6 +29,7 @@ both_backends!(
     bad_input_is_refused,
     migrations_are_idempotent,
     leases_fence_every_write_of_an_earlier_holder,
+    compaction_replaces_an_ended_journal_only,
 );
 
 fn event(n: i64) -> NewEvent {
@@ -737,4 +738,81 @@ async fn leases_fence_every_write_of_an_earlier_holder(backend: Backend) {
         Err(Error::SessionNotFound(_))
     ));
     t.finish().await;
+}
+
+async fn compaction_replaces_an_ended_journal_only(backend: Backend) {
+    let t = common::open(backend).await;
+    let id = new_session(&t.store).await;
+    t.store
+        .append(id, 0, (1..=5).map(event).collect())
+        .await
+        .unwrap();
+    let state = json!({ "version": 1, "state": { "last_seq": 5 } });
+    let summary = json!({ "events": 5 });
+    // Open (idle) and parked sessions are never compacted; nothing changes.
+    for status in [SessionStatus::Idle, SessionStatus::AwaitingApproval] {
+        t.store.update_status(id, status).await.unwrap();
+        let refused = t.store.compact(id, 5, state.clone(), summary.clone()).await;
+        assert!(
+            matches!(refused, Err(Error::NotCompactable { status: s, .. }) if s == status),
+            "{refused:?}"
+        );
+        assert_eq!(t.store.read(id, 0, 100).await.unwrap().len(), 5);
+        assert_eq!(t.store.compaction(id).await.unwrap(), None);
+    }
+    let far_future = chrono::Utc::now() + chrono::Duration::days(1);
+    assert!(t
+        .store
+        .compaction_candidates(far_future, 100)
+        .await
+        .unwrap()
+        .is_empty());
+    t.store.close_session(id).await.unwrap();
+    assert_eq!(
+        t.store
+            .compaction_candidates(far_future, 100)
+            .await
+            .unwrap(),
+        vec![id]
+    );
+    let past = chrono::Utc::now() - chrono::Duration::days(1);
+    assert!(t
+        .store
+        .compaction_candidates(past, 100)
+        .await
+        .unwrap()
+        .is_empty());
+    // A stale `through_seq` is a conflict.
+    let stale = t.store.compact(id, 4, state.clone(), summary.clone()).await;
+    assert!(
+        matches!(stale, Err(Error::Conflict { actual: 5, .. })),
+        "{stale:?}"
+    );
+
+    let done = t
+        .store
+        .compact(id, 5, state.clone(), summary.clone())
+        .await
+        .unwrap();
+    assert_eq!(
+        (done.through_seq, &done.state, &done.summary),
+        (5, &state, &summary)
+    );
+    assert!(t.store.read(id, 0, 100).await.unwrap().is_empty());
+    let stored = t.store.compaction(id).await.unwrap().unwrap();
+    assert_eq!(stored, done);
+    let snapshot = t.store.latest_snapshot(id).await.unwrap().unwrap();
+    assert_eq!((snapshot.seq, snapshot.state), (5, state));
+    let session = t.store.get_session(id).await.unwrap();
+    assert_eq!(session.last_seq, 5);
+    assert!(t
+        .store
+        .compaction_candidates(far_future, 100)
+        .await
+        .unwrap()
+        .is_empty());
+    assert!(matches!(
+        t.store.compaction(Uuid::now_v7()).await,
+        Err(Error::SessionNotFound(_))
+    ));
 }

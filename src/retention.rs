@@ -1,0 +1,63 @@
+//! Journal retention: ended sessions keep their full journal for `sessions.keep_journal_days`
+//! after their last change, then are compacted to a snapshot plus a summary. Open and parked
+//! sessions are never touched (the store refuses them inside the compaction's transaction).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use stead_actors::replay;
+use stead_persistence::{Compaction, JournalStore};
+use uuid::Uuid;
+
+/// Sessions compacted per round of a sweep.
+const BATCH: u32 = 100;
+
+/// Compacts every ended session last changed more than `days` ago, calling `progress` after
+/// each. A session that changed meanwhile (reopened, or compacted by another node) is skipped.
+pub async fn sweep(
+    store: &Arc<dyn JournalStore>,
+    days: u64,
+    mut progress: impl FnMut(Uuid, &Value),
+) -> anyhow::Result<Vec<Compaction>> {
+    let cutoff = chrono::Utc::now() - chrono::Duration::days(days.min(100_000) as i64);
+    let mut done: Vec<Compaction> = Vec::new();
+    let mut skipped = std::collections::HashSet::new();
+    loop {
+        let candidates = store.compaction_candidates(cutoff, BATCH).await?;
+        let fresh: Vec<Uuid> = candidates
+            .into_iter()
+            .filter(|id| !skipped.contains(id))
+            .collect();
+        if fresh.is_empty() {
+            return Ok(done);
+        }
+        for id in fresh {
+            match replay::compact(store, id).await {
+                Ok(compaction) => {
+                    progress(id, &compaction.summary);
+                    done.push(compaction);
+                }
+                Err(error) => {
+                    tracing::warn!(session = %id, %error, "compaction skipped");
+                    skipped.insert(id);
+                }
+            }
+        }
+    }
+}
+
+/// The server's retention task: a sweep every `every`, for as long as the server runs.
+pub async fn run(store: Arc<dyn JournalStore>, days: u64, every: Duration) {
+    let mut ticks = tokio::time::interval(every.max(Duration::from_secs(1)));
+    loop {
+        ticks.tick().await;
+        match sweep(&store, days, |_, _| {}).await {
+            Ok(done) if !done.is_empty() => {
+                tracing::info!(sessions = done.len(), "compacted ended journals")
+            }
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "retention sweep failed"),
+        }
+    }
+}
