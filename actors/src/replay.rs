@@ -790,3 +790,314 @@ pub async fn compact(store: &Arc<dyn JournalStore>, id: Uuid) -> Result<Compacti
         .compact(id, state.last_seq, snapshot_document(&state), summary)
         .await?)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::decide::ToolRules;
+    use crate::events::{ApprovalScope, Usage};
+    use crate::policy::ApprovalPolicy;
+    use crate::state::CallStatus;
+
+    fn rules(gated: ApprovalPolicy) -> AgentRules {
+        let mut tools = BTreeMap::new();
+        tools.insert(
+            "drop".to_string(),
+            ToolRules {
+                approval: gated,
+                idempotent: false,
+            },
+        );
+        tools.insert(
+            "look".to_string(),
+            ToolRules {
+                approval: ApprovalPolicy::Never,
+                idempotent: true,
+            },
+        );
+        AgentRules {
+            route: "default".into(),
+            max_steps: 3,
+            tools,
+            approval_timeout: None,
+        }
+    }
+
+    /// Records a journal as the session actor would: each input decided, its events applied.
+    struct Recorder {
+        id: Uuid,
+        rules: AgentRules,
+        state: SessionState,
+        events: Vec<Event>,
+    }
+
+    impl Recorder {
+        fn new(rules: AgentRules) -> Self {
+            let mut recorder = Recorder {
+                id: Uuid::now_v7(),
+                rules,
+                state: SessionState::default(),
+                events: Vec::new(),
+            };
+            recorder.push(SessionEvent::SessionCreated { agent: "a".into() });
+            recorder
+        }
+
+        fn push(&mut self, event: SessionEvent) {
+            let seq = self.state.last_seq + 1;
+            self.state.apply(seq, &event);
+            let (kind, payload) = event.to_parts();
+            self.events.push(Event {
+                session_id: self.id,
+                seq,
+                kind,
+                payload,
+                created_at: Utc::now(),
+            });
+        }
+
+        fn input(&mut self, input: Input) {
+            let decision = decide(&self.state, &self.id.to_string(), input, &self.rules)
+                .expect("a valid input");
+            for event in decision.events {
+                self.push(event);
+            }
+        }
+
+        fn model(&self) -> String {
+            self.state
+                .turn
+                .as_ref()
+                .unwrap()
+                .model_call
+                .clone()
+                .unwrap()
+        }
+
+        fn call(&self, pick: fn(&CallStatus) -> bool) -> String {
+            let turn = self.state.turn.as_ref().unwrap();
+            turn.calls
+                .iter()
+                .find(|c| pick(&c.status))
+                .unwrap()
+                .call_id
+                .clone()
+        }
+
+        fn answer(&mut self, text: &str, tools: Vec<(&str, Value)>) {
+            let call_id = self.model();
+            self.input(Input::ModelFinished {
+                call_id,
+                output: ModelOutput {
+                    text: text.into(),
+                    tool_calls: tools.into_iter().map(|(t, a)| (t.to_string(), a)).collect(),
+                    usage: Usage {
+                        prompt_tokens: 10,
+                        completion_tokens: 2,
+                    },
+                    provider: "p".into(),
+                    model: "m".into(),
+                    latency_ms: 12.5,
+                    ttft_ms: 3.0,
+                    cost: 0.001,
+                },
+            });
+        }
+
+        fn say(&mut self, text: &str) {
+            self.input(Input::UserMessage {
+                text: text.into(),
+                client_id: None,
+            });
+        }
+    }
+
+    /// Every path of the loop: rejection, expiry, cancel, a failed model call, a restart with a
+    /// non-idempotent tool in flight (in doubt), a queued message, max_steps, closing.
+    fn eventful(rules: AgentRules) -> Recorder {
+        let mut r = Recorder::new(rules);
+        r.say("drop t1");
+        r.answer("", vec![("drop", json!({ "table": "t1" }))]);
+        let parked = r.call(|s| matches!(s, CallStatus::AwaitingApproval { .. }));
+        r.input(Input::Decision {
+            call_id: parked,
+            approved: false,
+            reason: Some("no".into()),
+            decided_by: "ada".into(),
+            scope: ApprovalScope::Once,
+            args_hash: None,
+        });
+        r.answer("ok, kept it", vec![]);
+        r.say("drop t2");
+        r.answer("", vec![("drop", json!({ "table": "t2" }))]);
+        let parked = r.call(|s| matches!(s, CallStatus::AwaitingApproval { .. }));
+        r.input(Input::ApprovalExpired { call_id: parked });
+        r.say("queued while running");
+        r.answer("gave up", vec![]);
+        r.answer("and the queued one", vec![]);
+        r.say("look and cancel");
+        r.answer("", vec![("look", json!({}))]);
+        r.input(Input::Cancel {
+            reason: "user".into(),
+        });
+        r.say("fail please");
+        let call_id = r.model();
+        r.input(Input::ModelFailed {
+            call_id,
+            error: "503".into(),
+        });
+        r.say("drop t3");
+        r.answer("", vec![("drop", json!({ "table": "t3" }))]);
+        let parked = r.call(|s| matches!(s, CallStatus::AwaitingApproval { .. }));
+        r.input(Input::Decision {
+            call_id: parked,
+            approved: true,
+            reason: None,
+            decided_by: "ada".into(),
+            scope: ApprovalScope::Session,
+            args_hash: None,
+        });
+        r.input(Input::Recover); // the process restarted while `drop` ran: in doubt
+        r.say("loop");
+        for _ in 0..3 {
+            r.answer("", vec![("look", json!({}))]);
+            let started = r.call(|s| matches!(s, CallStatus::Started { .. }));
+            r.input(Input::ToolFinished {
+                call_id: started,
+                result: json!({ "seen": true }),
+            });
+        }
+        r.input(Input::Close {
+            reason: "done".into(),
+        });
+        r
+    }
+
+    #[test]
+    fn an_unchanged_loop_passes_every_path() {
+        let r = eventful(rules(ApprovalPolicy::Always));
+        let kinds: Vec<&str> = r.events.iter().map(|e| e.kind.as_str()).collect();
+        for kind in [
+            "turn_cancelled",
+            "model_call_failed",
+            "session_closed",
+            "approval_decided",
+        ] {
+            assert!(kinds.contains(&kind), "{kind} recorded");
+        }
+        assert!(r
+            .events
+            .iter()
+            .any(|e| e.payload["in_doubt"] == true && e.kind == "tool_call_failed"));
+        assert!(r
+            .events
+            .iter()
+            .any(|e| e.kind == "turn_finished" && e.payload["reason"] == "max_steps"));
+        let report = check(r.id, &json!({}), &r.events, &r.rules);
+        assert_eq!(report.divergence, None);
+        assert_eq!(report.events, r.events.len());
+    }
+
+    #[test]
+    fn a_changed_rule_diverges_at_the_first_step_it_changes() {
+        let r = eventful(rules(ApprovalPolicy::Always));
+        let first_park = r
+            .events
+            .iter()
+            .find(|e| e.kind == "approval_requested")
+            .unwrap()
+            .seq;
+        let report = check(r.id, &json!({}), &r.events, &rules(ApprovalPolicy::Never));
+        let divergence = report.divergence.unwrap();
+        assert_eq!(divergence.seq, first_park);
+        assert_eq!(divergence.recorded.unwrap()["kind"], "approval_requested");
+        assert_eq!(divergence.decided.unwrap()["kind"], "tool_call_started");
+
+        // Fewer steps allowed: the max_steps turn ends one model call earlier.
+        let mut fewer = rules(ApprovalPolicy::Always);
+        fewer.max_steps = 2;
+        let divergence = check(r.id, &json!({}), &r.events, &fewer)
+            .divergence
+            .unwrap();
+        assert_eq!(
+            divergence.decided.unwrap()["payload"]["reason"],
+            "max_steps"
+        );
+    }
+
+    #[test]
+    fn another_session_id_changes_idempotency_keys_unless_provenance_says_so() {
+        let r = eventful(rules(ApprovalPolicy::Always));
+        let other = Uuid::now_v7();
+        let divergence = check(other, &json!({}), &r.events, &r.rules).divergence;
+        assert_eq!(
+            divergence.unwrap().recorded.unwrap()["kind"],
+            "tool_call_started"
+        );
+        let imported =
+            json!({ IMPORTED_FROM: [{ "session_id": r.id, "through_seq": r.events.len() }] });
+        assert_eq!(
+            check(other, &imported, &r.events, &r.rules).divergence,
+            None
+        );
+    }
+
+    #[test]
+    fn exports_parse_and_problems_name_their_line() {
+        let header = json!({
+            "format": EXPORT_FORMAT, "version": EXPORT_VERSION, "stead_version": "0",
+            "session_id": Uuid::now_v7(), "agent": "a", "agent_config_hash": null,
+            "metadata": {}, "status": "idle", "last_seq": 2, "exported_at": "2026-11-30T00:00:00Z"
+        });
+        let line = |seq: i64, kind: &str, payload: Value| {
+            json!({ "seq": seq, "kind": kind, "payload": payload, "at": "2026-11-30T00:00:01Z" })
+                .to_string()
+        };
+        let created = line(1, "session_created", json!({ "agent": "a" }));
+        let message = line(
+            2,
+            "user_message",
+            json!({ "text": "hi", "client_id": null }),
+        );
+        let file = |lines: &[&str]| lines.join("\n");
+        let parsed =
+            parse_export(file(&[&header.to_string(), &created, &message]).as_bytes()).unwrap();
+        assert_eq!(parsed.events.len(), 2);
+        assert_eq!(parsed.events[1].payload["text"], "hi");
+        let wrong_agent = line(1, "session_created", json!({ "agent": "b" }));
+        let newer = {
+            let mut h = header.clone();
+            h["version"] = json!(EXPORT_VERSION + 1);
+            h.to_string()
+        };
+        let cases = [
+            (
+                file(&[
+                    &header.to_string(),
+                    &line(1, "user_message", json!({ "text": "x", "client_id": null })),
+                ]),
+                2,
+                "must start with",
+            ),
+            (
+                file(&[&header.to_string(), &wrong_agent, &message]),
+                2,
+                "names agent",
+            ),
+            (file(&[&newer, &created, &message]), 1, "not supported"),
+            (
+                file(&[&header.to_string(), &created, &created]),
+                3,
+                "out of order",
+            ),
+            (file(&[&header.to_string(), &created]), 2, "truncated"),
+        ];
+        for (text, line, words) in cases {
+            let error = parse_export(text.as_bytes()).unwrap_err();
+            assert_eq!(error.line, line, "{error}");
+            assert!(error.message.contains(words), "{error}");
+        }
+    }
+}
