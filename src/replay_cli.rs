@@ -343,6 +343,7 @@ async fn compact(
     store: &Arc<dyn JournalStore>,
     args: CompactArgs,
 ) -> anyhow::Result<()> {
+    let mut failed: Vec<(Uuid, String)> = Vec::new();
     let done = if args.policy {
         let Some(days) = config.sessions.keep_journal_days else {
             bail!("no retention policy is configured (set sessions.keep_journal_days)");
@@ -359,16 +360,18 @@ async fn compact(
         }
         let mut done = Vec::new();
         for id in &args.ids {
-            let compaction = replay::compact(store, *id)
-                .await
-                .with_context(|| format!("session {id}"))?;
-            if !args.json {
-                println!(
-                    "compacted {id} through seq {} ({} events)",
-                    compaction.through_seq, compaction.summary["events"]
-                );
+            match replay::compact(store, *id).await {
+                Ok(compaction) => {
+                    if !args.json {
+                        println!(
+                            "compacted {id} through seq {} ({} events)",
+                            compaction.through_seq, compaction.summary["events"]
+                        );
+                    }
+                    done.push(compaction);
+                }
+                Err(error) => failed.push((*id, error.to_string())),
             }
-            done.push(compaction);
         }
         done
     };
@@ -378,10 +381,21 @@ async fn compact(
                 "session_id": c.session_id,
                 "through_seq": c.through_seq,
                 "summary": c.summary,
-            })).collect::<Vec<_>>()
+            })).collect::<Vec<_>>(),
+            "refused": failed.iter().map(|(id, error)| json!({
+                "session_id": id, "error": error,
+            })).collect::<Vec<_>>(),
         }))?;
-    } else if done.is_empty() {
+    } else if done.is_empty() && failed.is_empty() {
         println!("nothing to compact");
+    }
+    if !failed.is_empty() {
+        let all: Vec<String> = failed.iter().map(|(_, e)| e.clone()).collect();
+        bail!(
+            "{} session(s) not compacted: {}",
+            failed.len(),
+            all.join("; ")
+        );
     }
     Ok(())
 }
@@ -628,9 +642,7 @@ async fn fork(
         system_prompt,
     };
     let (row, last_seq) = replay::fork(store, &source, args.at, overrides).await?;
-    let folded = replay::fold_until(store, row.id, last_seq).await?;
-    let status: SessionStatus = folded.status().parse()?;
-    store.update_status(row.id, status).await?;
+    let status = replay::settle_status(store, row.id).await?.status;
     if args.json {
         print_json(&json!({
             "id": row.id,
@@ -686,27 +698,40 @@ async fn check(
         );
     }
     let mut results: Vec<(String, Uuid, Outcome)> = Vec::new();
-    let mut judge = |recording: Recording| {
+    let judge = |recording: Recording| {
         let outcome = if recording.compacted {
             Outcome::Skipped("the journal was compacted".into())
         } else {
             match rules.get(&recording.agent) {
                 None => Outcome::Error(format!("agent `{}` is not configured", recording.agent)),
                 Some(Err(e)) => Outcome::Error(e.clone()),
-                Some(Ok(rules)) => Outcome::Checked(replay::check(
+                Some(Ok(rules)) => match replay::check(
                     recording.session_id,
                     &recording.metadata,
                     &recording.events,
                     rules,
-                )),
+                ) {
+                    Ok(report) => Outcome::Checked(report),
+                    Err(unreadable) => Outcome::Error(unreadable.to_string()),
+                },
             }
         };
-        results.push((recording.source, recording.session_id, outcome));
+        (recording.source, recording.session_id, outcome)
     };
     for path in &args.file {
-        let export = read_export(path)?;
+        let export = match read_export(path) {
+            Ok(export) => export,
+            Err(error) => {
+                results.push((
+                    path.display().to_string(),
+                    Uuid::nil(),
+                    Outcome::Error(format!("{error:#}")),
+                ));
+                continue;
+            }
+        };
         let id = export.header.session_id;
-        judge(Recording {
+        results.push(judge(Recording {
             source: path.display().to_string(),
             session_id: id,
             agent: export.header.agent.clone(),
@@ -723,7 +748,7 @@ async fn check(
                 })
                 .collect(),
             compacted: false,
-        });
+        }));
     }
     let mut ids = args.ids.clone();
     if args.all {
@@ -748,7 +773,7 @@ async fn check(
     let mut reads = futures_util::stream::iter(ids)
         .map(|id| {
             let store = store.clone();
-            async move {
+            let read = async move {
                 let row = store.get_session(id).await?;
                 let events = replay::read_all(&store, id, 0).await?;
                 let compacted = events.first().map_or(row.last_seq > 0, |e| e.seq != 1);
@@ -760,11 +785,15 @@ async fn check(
                     events,
                     compacted,
                 })
-            }
+            };
+            async move { read.await.map_err(|e| (id, format!("{e:#}"))) }
         })
         .buffered(8);
     while let Some(recording) = reads.next().await {
-        judge(recording?);
+        match recording {
+            Ok(recording) => results.push(judge(recording)),
+            Err((id, error)) => results.push(("database".into(), id, Outcome::Error(error))),
+        }
     }
     drop(reads);
     let elapsed = started.elapsed();

@@ -14,7 +14,8 @@ use uuid::Uuid;
 const BATCH: u32 = 100;
 
 /// Compacts every ended session last changed more than `days` ago, calling `progress` after
-/// each. A session that changed meanwhile (reopened, or compacted by another node) is skipped.
+/// each. A session that cannot be compacted now (it changed meanwhile, or its journal holds an
+/// event this Stead cannot read) is logged and skipped.
 pub async fn sweep(
     store: &Arc<dyn JournalStore>,
     days: u64,
@@ -22,26 +23,21 @@ pub async fn sweep(
 ) -> anyhow::Result<Vec<Compaction>> {
     let cutoff = chrono::Utc::now() - chrono::Duration::days(days.min(100_000) as i64);
     let mut done: Vec<Compaction> = Vec::new();
-    let mut skipped = std::collections::HashSet::new();
+    let mut after = None;
     loop {
-        let candidates = store.compaction_candidates(cutoff, BATCH).await?;
-        let fresh: Vec<Uuid> = candidates
-            .into_iter()
-            .filter(|id| !skipped.contains(id))
-            .collect();
-        if fresh.is_empty() {
+        let candidates = store.compaction_candidates(cutoff, after, BATCH).await?;
+        let Some(&(last_id, last_time)) = candidates.last() else {
             return Ok(done);
-        }
-        for id in fresh {
+        };
+        after = Some((last_time, last_id));
+        for (id, _) in candidates {
             match replay::compact(store, id).await {
                 Ok(compaction) => {
                     progress(id, &compaction.summary);
                     done.push(compaction);
                 }
-                Err(error) => {
-                    tracing::warn!(session = %id, %error, "compaction skipped");
-                    skipped.insert(id);
-                }
+                // Left for the next sweep; paging moves past it.
+                Err(error) => tracing::warn!(session = %id, %error, "compaction skipped"),
             }
         }
     }

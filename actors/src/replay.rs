@@ -140,11 +140,10 @@ pub async fn fork(
         });
     }
     if let Some(compaction) = store.compaction(source.id).await? {
-        if at <= compaction.through_seq {
-            return Err(ReplayError::Compacted {
-                through_seq: compaction.through_seq,
-            });
-        }
+        // Events up to the cut are gone, and a fork's journal must start at seq 1.
+        return Err(ReplayError::Compacted {
+            through_seq: compaction.through_seq,
+        });
     }
     let mut metadata = source.metadata.clone();
     if let Some(object) = metadata.as_object_mut() {
@@ -152,35 +151,73 @@ pub async fn fork(
             "forked_from".into(),
             json!({ "session_id": source.id, "at": at }),
         );
-    }
-    let row = store
-        .create_session(NewSession {
-            id: None,
-            agent: source.agent.clone(),
-            metadata,
-        })
-        .await?;
-    let mut copied = 0;
-    while copied < at {
-        let page = store
-            .read(source.id, copied, PAGE.min((at - copied) as u32))
-            .await?;
-        if page.is_empty() {
-            break;
+        // Imports of the source cover the copied prefix only as far as the fork point.
+        if let Some(Value::Array(imports)) = object.get_mut(IMPORTED_FROM) {
+            for entry in imports.iter_mut() {
+                if let Some(through) = entry["through_seq"].as_i64() {
+                    entry["through_seq"] = json!(through.min(at));
+                }
+            }
         }
-        store.append(row.id, copied, new_events(&page)).await?;
-        copied = page.last().map_or(copied, |e| e.seq);
     }
+    let copied = read_all(store, source.id, 0)
+        .await?
+        .into_iter()
+        .take_while(|e| e.seq <= at)
+        .collect::<Vec<_>>();
     let (kind, payload) = SessionEvent::SessionForked {
         from: source.id.to_string(),
         at,
         overrides,
     }
     .to_parts();
-    let seqs = store
-        .append(row.id, copied, vec![NewEvent::new(kind, payload)])
+    let mut rows = new_events(&copied);
+    rows.push(NewEvent::new(kind, payload));
+    let row = create_with_journal(store, &source.agent, metadata, rows).await?;
+    Ok((row, at + 1))
+}
+
+/// A new session holding `events` as its journal, written in one append (all or nothing); the
+/// session is deleted again when the append fails, so no partial copy is left behind.
+async fn create_with_journal(
+    store: &Arc<dyn JournalStore>,
+    agent: &str,
+    metadata: Value,
+    events: Vec<NewEvent>,
+) -> Result<Session, ReplayError> {
+    let row = store
+        .create_session(NewSession {
+            id: None,
+            agent: agent.to_string(),
+            metadata,
+        })
         .await?;
-    Ok((row, seqs.last().copied().unwrap_or(copied)))
+    if let Err(error) = store.append(row.id, 0, events).await {
+        if let Err(cleanup) = store.delete_session(row.id).await {
+            tracing::warn!(session = %row.id, error = %cleanup, "could not remove a partial session");
+        }
+        return Err(error.into());
+    }
+    Ok(store.get_session(row.id).await?)
+}
+
+/// Writes the status the session's journal folds to onto its row (as the session actor would
+/// once activated), for sessions written by copying: imports and forks.
+pub async fn settle_status(
+    store: &Arc<dyn JournalStore>,
+    id: Uuid,
+) -> Result<Session, ReplayError> {
+    let row = store.get_session(id).await?;
+    let folded = fold_until(store, id, row.last_seq).await?;
+    let status: SessionStatus = folded
+        .status()
+        .parse()
+        .map_err(|e: stead_persistence::Error| ReplayError::Invalid(e.to_string()))?;
+    Ok(match status {
+        SessionStatus::Closed => store.close_session(id).await?,
+        status if status == row.status => row,
+        status => store.update_status(id, status).await?,
+    })
 }
 
 /// The same events, to append elsewhere with their original times.
@@ -311,6 +348,12 @@ pub async fn write_export(
         }
     }
     out.flush().map_err(io)?;
+    if written as i64 != header.last_seq {
+        return Err(ReplayError::Invalid(format!(
+            "the journal changed while it was exported: {written} events written, {} expected",
+            header.last_seq
+        )));
+    }
     Ok(written)
 }
 
@@ -440,41 +483,17 @@ pub async fn import(
         }));
         object.insert(IMPORTED_FROM.into(), Value::Array(imports));
     }
-    let row = store
-        .create_session(NewSession {
-            id: None,
-            agent: export.header.agent.clone(),
-            metadata,
+    let rows = export
+        .events
+        .iter()
+        .map(|e| NewEvent {
+            kind: e.kind.clone(),
+            payload: e.payload.clone(),
+            created_at: e.at,
         })
-        .await?;
-    let mut state = SessionState::default();
-    let mut written = 0;
-    for chunk in export.events.chunks(PAGE as usize) {
-        let rows = chunk
-            .iter()
-            .map(|e| NewEvent {
-                kind: e.kind.clone(),
-                payload: e.payload.clone(),
-                created_at: e.at,
-            })
-            .collect();
-        store.append(row.id, written, rows).await?;
-        written = chunk.last().map_or(written, |e| e.seq);
-        for e in chunk {
-            if let Some(event) = SessionEvent::from_parts(&e.kind, &e.payload) {
-                state.apply(e.seq, &event);
-            }
-        }
-    }
-    let status: SessionStatus = state
-        .status()
-        .parse()
-        .map_err(|e: stead_persistence::Error| ReplayError::Invalid(e.to_string()))?;
-    if status == SessionStatus::Closed {
-        Ok(store.close_session(row.id).await?)
-    } else {
-        Ok(store.update_status(row.id, status).await?)
-    }
+        .collect();
+    let row = create_with_journal(store, &export.header.agent, metadata, rows).await?;
+    settle_status(store, row.id).await
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -574,6 +593,15 @@ fn recorded_input(event: &SessionEvent) -> Option<Input> {
     })
 }
 
+/// A recorded event this Stead cannot read (a kind from a newer version, or a damaged payload):
+/// the journal cannot be checked.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("seq {seq}: this Stead cannot read the `{kind}` event recorded there")]
+pub struct Unreadable {
+    pub seq: i64,
+    pub kind: String,
+}
+
 /// Which session decided each seq of a journal: a fork's copied events were decided as its
 /// source (up to the `session_forked` marker), an import's as the exported session (up to the
 /// seq its metadata records), later ones as the session itself. Session ids matter because
@@ -627,7 +655,7 @@ pub fn check(
     metadata: &Value,
     events: &[Event],
     rules: &AgentRules,
-) -> CheckReport {
+) -> Result<CheckReport, Unreadable> {
     let mut report = CheckReport {
         events: events.len(),
         decisions: 0,
@@ -638,16 +666,10 @@ pub fn check(
         match typed(event) {
             Some(typed) => typed_events.push((event.seq, typed)),
             None => {
-                report.divergence = Some(Divergence {
+                return Err(Unreadable {
                     seq: event.seq,
-                    recorded: Some(json!({ "kind": event.kind, "payload": event.payload })),
-                    decided: None,
-                    explanation: format!(
-                        "this Stead cannot read a `{}` event with this payload",
-                        event.kind
-                    ),
-                });
-                return report;
+                    kind: event.kind.clone(),
+                })
             }
         }
     }
@@ -661,6 +683,24 @@ pub fn check(
             i += 1;
             continue;
         };
+        // A step taken without new input is an activation, which only a fork's first
+        // activation takes (finishing the decision its copy cut); anywhere else it means the
+        // current code stopped before this recorded step.
+        let after_fork =
+            i > 0 && matches!(typed_events[i - 1].1, SessionEvent::SessionForked { .. });
+        if matches!(input, Input::Recover)
+            && !after_fork
+            && !matches!(event, SessionEvent::ToolCallFailed { in_doubt: true, .. })
+        {
+            report.divergence = Some(Divergence {
+                seq: *seq,
+                recorded: Some(parts(event)),
+                decided: None,
+                explanation: "the current code stops before this step (it waits for input here)"
+                    .into(),
+            });
+            return Ok(report);
+        }
         report.decisions += 1;
         let decided = match decide(&state, deciders.at(*seq), input, rules) {
             Ok(decision) => decision.events,
@@ -671,7 +711,7 @@ pub fn check(
                     decided: None,
                     explanation: format!("the current code refuses this input ({refusal:?})"),
                 });
-                return report;
+                return Ok(report);
             }
         };
         if decided.is_empty() {
@@ -681,7 +721,7 @@ pub fn check(
                 decided: None,
                 explanation: "the current code takes no step here".into(),
             });
-            return report;
+            return Ok(report);
         }
         let mut consumed = 0;
         for (k, ours) in decided.iter().enumerate() {
@@ -693,7 +733,7 @@ pub fn check(
                         decided: Some(parts(ours)),
                         explanation: "the journal ends here; the current code decides more".into(),
                     });
-                    return report;
+                    return Ok(report);
                 }
                 // A fork's copy may end inside a decision.
                 Some((_, SessionEvent::SessionForked { .. })) if k > 0 => break,
@@ -704,7 +744,7 @@ pub fn check(
                         decided: Some(parts(ours)),
                         explanation: "the current code decides another step".into(),
                     });
-                    return report;
+                    return Ok(report);
                 }
                 Some(_) => consumed += 1,
             }
@@ -714,7 +754,7 @@ pub fn check(
         }
         i += consumed;
     }
-    report
+    Ok(report)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -777,10 +817,14 @@ pub async fn compact(store: &Arc<dyn JournalStore>, id: Uuid) -> Result<Compacti
     };
     let events = read_all(store, id, state.last_seq).await?;
     for event in &events {
-        match typed(event) {
-            Some(typed) => state.apply(event.seq, &typed),
-            None => state.last_seq = event.seq,
-        }
+        // Never delete what this Stead cannot fold (an event from a newer version).
+        let typed = typed(event).ok_or_else(|| {
+            ReplayError::Invalid(format!(
+                "seq {}: this Stead cannot read the `{}` event recorded there, so it does not compact this journal",
+                event.seq, event.kind
+            ))
+        })?;
+        state.apply(event.seq, &typed);
     }
     let mut summary = summarize(&events, &state);
     if let Some(done) = previous {
@@ -831,6 +875,8 @@ mod tests {
         rules: AgentRules,
         state: SessionState,
         events: Vec<Event>,
+        /// Inputs that journaled something.
+        inputs: usize,
     }
 
     impl Recorder {
@@ -840,6 +886,7 @@ mod tests {
                 rules,
                 state: SessionState::default(),
                 events: Vec::new(),
+                inputs: 0,
             };
             recorder.push(SessionEvent::SessionCreated { agent: "a".into() });
             recorder
@@ -861,6 +908,7 @@ mod tests {
         fn input(&mut self, input: Input) {
             let decision = decide(&self.state, &self.id.to_string(), input, &self.rules)
                 .expect("a valid input");
+            self.inputs += usize::from(!decision.events.is_empty());
             for event in decision.events {
                 self.push(event);
             }
@@ -995,9 +1043,9 @@ mod tests {
             .events
             .iter()
             .any(|e| e.kind == "turn_finished" && e.payload["reason"] == "max_steps"));
-        let report = check(r.id, &json!({}), &r.events, &r.rules);
+        let report = check(r.id, &json!({}), &r.events, &r.rules).unwrap();
         assert_eq!(report.divergence, None);
-        assert_eq!(report.events, r.events.len());
+        assert_eq!(report.decisions, r.inputs, "every input was re-decided");
     }
 
     #[test]
@@ -1009,7 +1057,7 @@ mod tests {
             .find(|e| e.kind == "approval_requested")
             .unwrap()
             .seq;
-        let report = check(r.id, &json!({}), &r.events, &rules(ApprovalPolicy::Never));
+        let report = check(r.id, &json!({}), &r.events, &rules(ApprovalPolicy::Never)).unwrap();
         let divergence = report.divergence.unwrap();
         assert_eq!(divergence.seq, first_park);
         assert_eq!(divergence.recorded.unwrap()["kind"], "approval_requested");
@@ -1019,6 +1067,7 @@ mod tests {
         let mut fewer = rules(ApprovalPolicy::Always);
         fewer.max_steps = 2;
         let divergence = check(r.id, &json!({}), &r.events, &fewer)
+            .unwrap()
             .divergence
             .unwrap();
         assert_eq!(
@@ -1031,7 +1080,9 @@ mod tests {
     fn another_session_id_changes_idempotency_keys_unless_provenance_says_so() {
         let r = eventful(rules(ApprovalPolicy::Always));
         let other = Uuid::now_v7();
-        let divergence = check(other, &json!({}), &r.events, &r.rules).divergence;
+        let divergence = check(other, &json!({}), &r.events, &r.rules)
+            .unwrap()
+            .divergence;
         assert_eq!(
             divergence.unwrap().recorded.unwrap()["kind"],
             "tool_call_started"
@@ -1039,9 +1090,89 @@ mod tests {
         let imported =
             json!({ IMPORTED_FROM: [{ "session_id": r.id, "through_seq": r.events.len() }] });
         assert_eq!(
-            check(other, &imported, &r.events, &r.rules).divergence,
+            check(other, &imported, &r.events, &r.rules)
+                .unwrap()
+                .divergence,
             None
         );
+    }
+
+    /// Two turns that each run the (approval-free) `look` tool.
+    fn looks(r: &mut Recorder, turns: usize) {
+        for _ in 0..turns {
+            r.say("look");
+            r.answer("", vec![("look", json!({}))]);
+            let started = r.call(|s| matches!(s, CallStatus::Started { .. }));
+            r.input(Input::ToolFinished {
+                call_id: started,
+                result: json!({ "seen": true }),
+            });
+            r.answer("seen", vec![]);
+        }
+    }
+
+    #[test]
+    fn a_fork_of_an_import_attributes_each_part_to_its_decider() {
+        // A records two turns; B imports all of it; C forks B after the first turn and
+        // runs a turn of its own.
+        let mut a = Recorder::new(rules(ApprovalPolicy::Always));
+        looks(&mut a, 2);
+        let b = Uuid::now_v7();
+        let at = a
+            .events
+            .iter()
+            .find(|e| e.kind == "turn_finished")
+            .unwrap()
+            .seq;
+        let mut c = Recorder::new(a.rules.clone());
+        c.id = Uuid::now_v7();
+        c.events.clear();
+        c.state = SessionState::default();
+        for event in &a.events[..at as usize] {
+            let typed = SessionEvent::from_parts(&event.kind, &event.payload).unwrap();
+            c.push(typed);
+        }
+        c.push(SessionEvent::SessionForked {
+            from: b.to_string(),
+            at,
+            overrides: Overrides::default(),
+        });
+        looks(&mut c, 1);
+        let clipped = json!({ IMPORTED_FROM: [{ "session_id": a.id, "through_seq": at }] });
+        let report = check(c.id, &clipped, &c.events, &c.rules).unwrap();
+        assert_eq!(report.divergence, None);
+        // Unclipped, the import would claim C's own steps for A.
+        let unclipped =
+            json!({ IMPORTED_FROM: [{ "session_id": a.id, "through_seq": a.events.len() }] });
+        let report = check(c.id, &unclipped, &c.events, &c.rules).unwrap();
+        assert!(report.divergence.is_some());
+    }
+
+    #[test]
+    fn a_step_taken_without_input_outside_a_fork_is_a_divergence() {
+        let mut r = Recorder::new(rules(ApprovalPolicy::Always));
+        looks(&mut r, 1);
+        // A recorded step at a decision boundary that no input explains (here moved ahead of
+        // the tool result that caused it): the current code would wait for input there.
+        let finished = r
+            .events
+            .iter()
+            .position(|e| e.kind == "tool_call_finished")
+            .unwrap();
+        let mut cut = r.events.clone();
+        let started = cut.remove(finished + 1);
+        cut.insert(finished, started);
+        for (i, event) in cut.iter_mut().enumerate() {
+            event.seq = i as i64 + 1;
+        }
+        let report = check(r.id, &json!({}), &cut, &r.rules).unwrap();
+        assert!(report.divergence.is_some(), "{report:?}");
+        let unreadable = {
+            let mut events = r.events.clone();
+            events[2].kind = "from_the_future".into();
+            check(r.id, &json!({}), &events, &r.rules).unwrap_err()
+        };
+        assert_eq!(unreadable.seq, 3);
     }
 
     #[test]

@@ -257,12 +257,17 @@ pub trait JournalStore: Send + Sync + 'static {
     /// The session's compaction, if its journal was compacted.
     async fn compaction(&self, session_id: Uuid) -> Result<Option<Compaction>>;
     /// Ended (closed or failed) sessions last changed before `before` with events not yet
-    /// compacted, oldest first.
+    /// compacted, oldest first by `(updated_at, id)`, after the position `after` (keyset
+    /// paging, so a caller can step past sessions it skipped).
     async fn compaction_candidates(
         &self,
         before: chrono::DateTime<chrono::Utc>,
+        after: Option<(chrono::DateTime<chrono::Utc>, Uuid)>,
         limit: u32,
-    ) -> Result<Vec<Uuid>>;
+    ) -> Result<Vec<(Uuid, chrono::DateTime<chrono::Utc>)>>;
+    /// Deletes a session with its journal, snapshot, compaction and storage. Only for undoing
+    /// a session that was never complete (an import or fork whose copy failed).
+    async fn delete_session(&self, id: Uuid) -> Result<()>;
 
     async fn kv_get(&self, session_id: Uuid, key: &str) -> Result<Option<KvEntry>>;
     async fn kv_set(&self, session_id: Uuid, key: &str, value: Value) -> Result<KvEntry>;

@@ -583,21 +583,40 @@ impl JournalStore for PgStore {
         }
     }
 
-    async fn compaction_candidates(&self, before: DateTime<Utc>, limit: u32) -> Result<Vec<Uuid>> {
+    async fn compaction_candidates(
+        &self,
+        before: DateTime<Utc>,
+        after: Option<(DateTime<Utc>, Uuid)>,
+        limit: u32,
+    ) -> Result<Vec<(Uuid, DateTime<Utc>)>> {
         let rows = sqlx::query(
-            "SELECT s.id FROM sessions s \
+            "SELECT s.id, s.updated_at FROM sessions s \
              LEFT JOIN journal_compactions c ON c.session_id = s.id \
              WHERE s.status IN ('closed', 'failed') AND s.updated_at < $1 AND s.last_seq > 0 \
              AND (c.through_seq IS NULL OR c.through_seq < s.last_seq) \
-             ORDER BY s.updated_at LIMIT $2",
+             AND ($2::timestamptz IS NULL OR (s.updated_at, s.id) > ($2, $3)) \
+             ORDER BY s.updated_at, s.id LIMIT $4",
         )
         .bind(before)
+        .bind(after.map(|(time, _)| time))
+        .bind(after.map(|(_, id)| id))
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await?;
         rows.iter()
-            .map(|row| Ok(row.try_get::<Uuid, _>("id")?))
+            .map(|row| Ok((row.try_get("id")?, row.try_get("updated_at")?)))
             .collect()
+    }
+
+    async fn delete_session(&self, id: Uuid) -> Result<()> {
+        let done = sqlx::query("DELETE FROM sessions WHERE id = $1")
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        if done.rows_affected() == 0 {
+            return Err(Error::SessionNotFound(id));
+        }
+        Ok(())
     }
 
     async fn kv_get(&self, session_id: Uuid, key: &str) -> Result<Option<KvEntry>> {

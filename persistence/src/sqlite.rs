@@ -600,22 +600,47 @@ impl JournalStore for SqliteStore {
     async fn compaction_candidates(
         &self,
         before: chrono::DateTime<chrono::Utc>,
+        after: Option<(chrono::DateTime<chrono::Utc>, Uuid)>,
         limit: u32,
-    ) -> Result<Vec<Uuid>> {
+    ) -> Result<Vec<(Uuid, chrono::DateTime<chrono::Utc>)>> {
+        let (after_time, after_id) = match after {
+            Some((time, id)) => (time.timestamp_micros(), id.to_string()),
+            None => (i64::MIN, String::new()),
+        };
         let rows = sqlx::query(
-            "SELECT s.id FROM sessions s \
+            "SELECT s.id, s.updated_at FROM sessions s \
              LEFT JOIN journal_compactions c ON c.session_id = s.id \
              WHERE s.status IN ('closed', 'failed') AND s.updated_at < ? AND s.last_seq > 0 \
              AND (c.through_seq IS NULL OR c.through_seq < s.last_seq) \
-             ORDER BY s.updated_at LIMIT ?",
+             AND (s.updated_at > ? OR (s.updated_at = ? AND s.id > ?)) \
+             ORDER BY s.updated_at, s.id LIMIT ?",
         )
         .bind(before.timestamp_micros())
+        .bind(after_time)
+        .bind(after_time)
+        .bind(after_id)
         .bind(i64::from(limit))
         .fetch_all(&self.readers)
         .await?;
         rows.iter()
-            .map(|row| parse_uuid(&row.try_get::<String, _>("id")?))
+            .map(|row| {
+                Ok((
+                    parse_uuid(&row.try_get::<String, _>("id")?)?,
+                    micros_to_time(row.try_get("updated_at")?),
+                ))
+            })
             .collect()
+    }
+
+    async fn delete_session(&self, id: Uuid) -> Result<()> {
+        let done = sqlx::query("DELETE FROM sessions WHERE id = ?")
+            .bind(id.to_string())
+            .execute(&self.writer)
+            .await?;
+        if done.rows_affected() == 0 {
+            return Err(Error::SessionNotFound(id));
+        }
+        Ok(())
     }
 
     async fn kv_get(&self, session_id: Uuid, key: &str) -> Result<Option<KvEntry>> {

@@ -763,22 +763,31 @@ async fn compaction_replaces_an_ended_journal_only(backend: Backend) {
     let far_future = chrono::Utc::now() + chrono::Duration::days(1);
     assert!(t
         .store
-        .compaction_candidates(far_future, 100)
+        .compaction_candidates(far_future, None, 100)
         .await
         .unwrap()
         .is_empty());
     t.store.close_session(id).await.unwrap();
+    let found = t
+        .store
+        .compaction_candidates(far_future, None, 100)
+        .await
+        .unwrap();
     assert_eq!(
-        t.store
-            .compaction_candidates(far_future, 100)
-            .await
-            .unwrap(),
+        found.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
         vec![id]
     );
+    // Keyset paging steps past a position.
+    assert!(t
+        .store
+        .compaction_candidates(far_future, Some((found[0].1, id)), 100)
+        .await
+        .unwrap()
+        .is_empty());
     let past = chrono::Utc::now() - chrono::Duration::days(1);
     assert!(t
         .store
-        .compaction_candidates(past, 100)
+        .compaction_candidates(past, None, 100)
         .await
         .unwrap()
         .is_empty());
@@ -807,12 +816,21 @@ async fn compaction_replaces_an_ended_journal_only(backend: Backend) {
     assert_eq!(session.last_seq, 5);
     assert!(t
         .store
-        .compaction_candidates(far_future, 100)
+        .compaction_candidates(far_future, None, 100)
         .await
         .unwrap()
         .is_empty());
     assert!(matches!(
         t.store.compaction(Uuid::now_v7()).await,
+        Err(Error::SessionNotFound(_))
+    ));
+    t.store.delete_session(id).await.unwrap();
+    assert!(matches!(
+        t.store.get_session(id).await,
+        Err(Error::SessionNotFound(_))
+    ));
+    assert!(matches!(
+        t.store.compaction(id).await,
         Err(Error::SessionNotFound(_))
     ));
 }
