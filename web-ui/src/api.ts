@@ -57,7 +57,7 @@ export const api = {
     call<SessionRow & { token: string }>(c, "POST", "/v1/sessions", { agent }),
   closeSession: (c: Credentials, id: string) => call<SessionRow>(c, "DELETE", `/v1/sessions/${id}`),
   events: (c: Credentials, id: string, after = 0, limit = 1000) =>
-    call<{ events: JournalEvent[]; last_seq: number }>(
+    call<{ events: JournalEvent[]; last_seq: number; compacted_through?: number }>(
       c,
       "GET",
       `/v1/sessions/${id}/events?after=${after}&limit=${limit}`,

@@ -24,6 +24,8 @@ export function ReplayPage({ id }: { id: string }) {
   const [route, setRoute] = useState("");
   const [prompt, setPrompt] = useState("");
   const [error, setError] = useState<string | null>(null);
+  // Set when retention compacted the journal: steps up to here are summarized, not kept.
+  const [compacted, setCompacted] = useState<number | null>(null);
 
   useEffect(() => {
     (async () => {
@@ -32,6 +34,7 @@ export function ReplayPage({ id }: { id: string }) {
         let after = 0;
         for (;;) {
           const page = await api.events(creds(id), id, after, 1000);
+          setCompacted(page.compacted_through ?? null);
           all.push(...page.events);
           if (page.events.length === 0 || all[all.length - 1].seq >= page.last_seq) break;
           after = all[all.length - 1].seq;
@@ -46,9 +49,12 @@ export function ReplayPage({ id }: { id: string }) {
   }, [id]);
 
   useEffect(() => {
-    if (!events.length) return;
+    if (compacted !== null && !events.length) setAt(compacted);
+  }, [compacted, events.length]);
+  useEffect(() => {
+    if (!events.length && compacted === null) return;
     api.stateAt(creds(id), id, at).then((s) => setState(s.state)).catch(() => undefined);
-  }, [id, at, events.length]);
+  }, [id, at, events.length, compacted]);
   useEffect(() => {
     if (compareTo === null) return setOther(null);
     api.stateAt(creds(id), id, compareTo).then((s) => setOther(s.state)).catch(() => undefined);
@@ -66,7 +72,8 @@ export function ReplayPage({ id }: { id: string }) {
       }),
     [events],
   );
-  const last = events.length ? events[events.length - 1].seq : 1;
+  const last = events.length ? events[events.length - 1].seq : compacted ?? 1;
+  const first = compacted ?? 1;
   const changes = other !== null ? diff(other, state) : [];
 
   const fork = async () => {
@@ -88,15 +95,21 @@ export function ReplayPage({ id }: { id: string }) {
         Replay <a href={`#/sessions/${id}`}><code>{id.slice(0, 8)}</code></a>
       </h1>
       {error && <p role="alert" className="error">{error}</p>}
+      {compacted !== null && (
+        <p role="status">
+          The journal was compacted through step {compacted}: earlier steps are summarized, not kept, so
+          the timeline starts after it and the state is shown from step {compacted} on.
+        </p>
+      )}
       <div className="toolbar">
-        <button type="button" onClick={() => setAt(Math.max(1, at - 1))} disabled={at <= 1} aria-label="Previous step">
+        <button type="button" onClick={() => setAt(Math.max(first, at - 1))} disabled={at <= first} aria-label="Previous step">
           ◀
         </button>
         <label className="grow">
           Step {at} of {last}
           <input
             type="range"
-            min={1}
+            min={first}
             max={last}
             value={at}
             onChange={(e) => setAt(Number(e.target.value))}
