@@ -63,19 +63,31 @@ pub async fn read_all(
     id: Uuid,
     after: i64,
 ) -> Result<Vec<Event>, ReplayError> {
+    read_through(store, id, after, i64::MAX).await
+}
+
+/// The events of a session with `after < seq <= through`, in order.
+async fn read_through(
+    store: &Arc<dyn JournalStore>,
+    id: Uuid,
+    after: i64,
+    through: i64,
+) -> Result<Vec<Event>, ReplayError> {
     let mut events = Vec::new();
     let mut next = after;
-    loop {
-        let page = store.read(id, next, PAGE).await?;
-        let done = page.len() < PAGE as usize;
+    while next < through {
+        let limit = (through - next).min(i64::from(PAGE)) as u32;
+        let page = store.read(id, next, limit).await?;
+        let done = page.len() < limit as usize;
         if let Some(last) = page.last() {
             next = last.seq;
         }
         events.extend(page);
         if done {
-            return Ok(events);
+            break;
         }
     }
+    Ok(events)
 }
 
 /// The state folded from the journal up to `at` (`1..=last seq`): what `state?at=N` answers.
@@ -96,18 +108,10 @@ pub async fn fold_until(
             ReplayError::Invalid("the compaction's state is of another version".into())
         })?;
     }
-    while folded.last_seq < at {
-        let page = store
-            .read(id, folded.last_seq, PAGE.min((at - folded.last_seq) as u32))
-            .await?;
-        if page.is_empty() {
-            break;
-        }
-        for event in &page {
-            match typed(event) {
-                Some(typed) => folded.apply(event.seq, &typed),
-                None => folded.last_seq = event.seq,
-            }
+    for event in read_through(store, id, folded.last_seq, at).await? {
+        match typed(&event) {
+            Some(typed) => folded.apply(event.seq, &typed),
+            None => folded.last_seq = event.seq,
         }
     }
     Ok(folded)
@@ -160,11 +164,7 @@ pub async fn fork(
             }
         }
     }
-    let copied = read_all(store, source.id, 0)
-        .await?
-        .into_iter()
-        .take_while(|e| e.seq <= at)
-        .collect::<Vec<_>>();
+    let copied = read_through(store, source.id, 0, at).await?;
     let (kind, payload) = SessionEvent::SessionForked {
         from: source.id.to_string(),
         at,
