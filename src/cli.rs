@@ -274,20 +274,20 @@ async fn run_command(config: Config, command: Command) -> anyhow::Result<ExitCod
         Command::Migrate => done(crate::serve::migrate(config).await),
         Command::Setup(args) => done(crate::serve::setup(config, args).await),
         Command::Bench(BenchCommand::Journal(args)) => {
-            done(crate::bench::journal(config, args).await)
+            done(crate::bench::journal::journal(config, args).await)
         }
-        Command::Bench(BenchCommand::Ws(args)) => done(crate::bench_ws::ws(config, args).await),
+        Command::Bench(BenchCommand::Ws(args)) => done(crate::bench::ws::ws(config, args).await),
         Command::Bench(BenchCommand::Gateway(args)) => {
-            done(crate::bench_gateway::gateway(config, args).await)
+            done(crate::bench::gateway::gateway(config, args).await)
         }
         Command::Bench(BenchCommand::Sessions(args)) => {
-            done(crate::bench_sessions::sessions(config, args).await)
+            done(crate::bench::sessions::sessions(config, args).await)
         }
         Command::Bench(BenchCommand::Inference(args)) => {
-            done(crate::bench_inference::inference(config, args).await)
+            done(crate::bench::inference::inference(config, args).await)
         }
         Command::Bench(BenchCommand::Replay(args)) => {
-            done(crate::bench_replay::replay(config, args).await)
+            done(crate::bench::replay::replay(config, args).await)
         }
     }
 }

@@ -1,18 +1,14 @@
 //! The root package `stead`: the one binary's library. It owns the command line, the layered
-//! configuration, and the wiring of the crates into a running server (`serve`): agents built
-//! from configuration (`agents`), the model router's providers, request log and the sessions'
-//! `ModelClient` over it (`model_router`), journal retention (`retention`), plus the operator
-//! commands (`setup`, `migrate`, `session` and `replay` in `replay_cli`, `bench`). Behaviour
-//! lives in the crates it wires: `stead-persistence` (journal), `stead-actors` (sessions),
-//! `stead-inference` (local engine and model router) and `stead-gateway` (HTTP).
+//! configuration (`config`), and the wiring of the crates into a running server (`serve`):
+//! agents built from configuration (`agents`), the model router's providers, request log and
+//! the sessions' `ModelClient` over it (`model_router`), journal retention (`retention`), plus
+//! the operator commands (`setup`, `migrate`, `session` and `replay` in `replay_cli`, and the
+//! benchmarks of `stead bench …` in `bench`). Behaviour lives in the crates it wires:
+//! `stead-persistence` (journal), `stead-actors` (sessions), `stead-inference` (local engine
+//! and model router) and `stead-gateway` (HTTP).
 
 pub mod agents;
 pub mod bench;
-pub mod bench_gateway;
-pub mod bench_inference;
-pub mod bench_replay;
-pub mod bench_sessions;
-pub mod bench_ws;
 pub mod cli;
 pub mod config;
 pub mod model_router;

@@ -1,23 +1,24 @@
-//! Wires the model router (`stead_inference::router`) into the binary: its providers from
+//! Wires the model router (`stead_router`) into the binary: its providers from
 //! `[[providers]]` (the started local pools and OpenAI-compatible APIs), its request log into
 //! the database, and the session actors' `ModelClient` onto it, so sessions and the
-//! OpenAI-compatible endpoint share one router (SPEC §1: the binary is where the crates meet).
+//! OpenAI-compatible endpoint share one router (`docs/architecture.md`: the binary is where the
+//! crates meet).
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::Value;
-use stead_actors::session::{ModelClient, ModelRequest};
+use stead_actors::session::{ModelClient, ModelError, ModelRequest};
 use stead_actors::{ModelOutput, TranscriptEntry, Usage};
 use stead_inference::pool::InferencePool;
-use stead_inference::router::log::{LogRecord, RequestLogSink};
-use stead_inference::router::onnx::OnnxProvider;
-use stead_inference::router::openai::OpenAiProvider;
-use stead_inference::router::{CallOptions, Provider, Providers, Router, RouterRequest};
-use stead_inference::{ChatMessage, Role, ToolCall, ToolSpec};
+use stead_inference::provider::OnnxProvider;
 use stead_persistence::request_log::RequestLogEntry;
 use stead_persistence::JournalStore;
+use stead_router::chat::{ChatMessage, Role, ToolCall, ToolSpec};
+use stead_router::log::{LogRecord, RequestLogSink, SinkError};
+use stead_router::openai::OpenAiProvider;
+use stead_router::{CallOptions, Provider, Providers, Router, RouterRequest};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::config::{Config, ProviderKind};
@@ -75,7 +76,7 @@ struct StoreSink {
 
 #[async_trait]
 impl RequestLogSink for StoreSink {
-    async fn write(&self, records: Vec<LogRecord>) -> Result<(), String> {
+    async fn write(&self, records: Vec<LogRecord>) -> Result<(), SinkError> {
         let entries: Vec<RequestLogEntry> = records
             .into_iter()
             .map(|r| RequestLogEntry {
@@ -102,7 +103,7 @@ impl RequestLogSink for StoreSink {
         self.store
             .insert_request_log(&entries)
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|e| SinkError(e.to_string()))
     }
 }
 
@@ -172,7 +173,7 @@ impl ModelClient for SessionModel {
         request: ModelRequest,
         deltas: UnboundedSender<String>,
         cancel: Arc<AtomicBool>,
-    ) -> Result<ModelOutput, String> {
+    ) -> Result<ModelOutput, ModelError> {
         let options = CallOptions {
             session_id: Some(request.session_id),
             ..Default::default()
@@ -183,8 +184,8 @@ impl ModelClient for SessionModel {
         // Cancelling drops the call, which stops its attempt (and writes no log record).
         let response = tokio::select! {
             biased;
-            _ = stead_inference::router::cancelled(&cancel) => return Err("cancelled".into()),
-            response = call => response.map_err(|e| e.message)?,
+            _ = stead_router::cancelled(&cancel) => return Err(ModelError::Cancelled),
+            response = call => response.map_err(|e| ModelError::Failed(e.message))?,
         };
         Ok(ModelOutput {
             text: response.text,
@@ -215,7 +216,7 @@ mod tests {
     use serde_json::json;
     use stead_actors::session::ToolSpec as AgentTool;
     use stead_actors::RequestedCall;
-    use stead_inference::router::wire::provider_body;
+    use stead_router::wire::provider_body;
 
     use super::*;
 

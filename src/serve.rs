@@ -124,14 +124,14 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     }
     let secret = session_secret(&config.server.data_dir)?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let connections = Arc::new(tokio::sync::Semaphore::new(stead_gateway::MAX_CONNECTIONS));
-    let router = stead_gateway::router(stead_gateway::AppState {
+    let connections = Arc::new(tokio::sync::Semaphore::new(stead_http::MAX_CONNECTIONS));
+    let router = stead_http::router(stead_http::AppState {
         store: store.clone(),
         sessions: sessions.clone(),
-        auth: Arc::new(stead_gateway::Auth::new(&config.server.api_keys, secret)),
+        auth: Arc::new(stead_http::Auth::new(&config.server.api_keys, secret)),
         routes: Arc::new(model_router.route_names()),
         model_router: model_router.clone(),
-        limits: stead_gateway::Limits::default(),
+        limits: stead_http::Limits::default(),
         version: env!("CARGO_PKG_VERSION"),
         shutdown: stop_rx.clone(),
         connections: connections.clone(),
@@ -142,7 +142,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     println!("stead listening on http://{local}");
 
     let mut server_stop = stop_rx.clone();
-    let server = tokio::spawn(stead_gateway::serve(listener, router, async move {
+    let server = tokio::spawn(stead_http::serve(listener, router, async move {
         let _ = server_stop.wait_for(|stop| *stop).await;
     }));
     tokio::pin!(server);
@@ -160,7 +160,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     }
     let _ = stop_tx.send(true);
     // WebSockets flush what is committed and close with a close frame; requests finish.
-    if !stead_gateway::drain_connections(&connections, grace).await {
+    if !stead_http::drain_connections(&connections, grace).await {
         tracing::warn!(
             ?grace,
             "WebSocket clients still connected after the grace period"

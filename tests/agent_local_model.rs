@@ -40,23 +40,21 @@ async fn a_session_answers_with_the_real_model() {
         tools: BTreeMap::new(),
     };
     // The session's calls go through the model router, as `stead serve` wires them.
-    let routes: Vec<stead_inference::router::config::RouteConfig> =
+    let routes: Vec<stead_router::config::RouteConfig> =
         serde_json::from_value(serde_json::json!([{
             "name": "default",
             "targets": [{ "provider": "local", "model": "smollm2-135m-instruct", "max_tokens": 48 }],
         }]))
         .unwrap();
-    let mut providers = stead_inference::router::Providers::new();
+    let mut providers = stead_router::Providers::new();
     providers.insert(
         "local".to_string(),
-        Some(Arc::new(stead_inference::router::onnx::OnnxProvider::new(
+        Some(Arc::new(stead_inference::provider::OnnxProvider::new(
             "local",
             Arc::new(pool),
-        )) as Arc<dyn stead_inference::router::Provider>),
+        )) as Arc<dyn stead_router::Provider>),
     );
-    let router =
-        stead_inference::router::Router::new(&routes, Default::default(), &providers, None)
-            .unwrap();
+    let router = stead_router::Router::new(&routes, Default::default(), &providers, None).unwrap();
     let model = Arc::new(stead::model_router::SessionModel {
         router: Arc::new(router),
     });

@@ -1,4 +1,4 @@
-//! Bad input at the front door (SPEC §2.6): each malformed or unauthorized request gets its
+//! Bad input at the front door (docs/architecture.md, invariant 6): each malformed or unauthorized request gets its
 //! documented status or error frame with a stable `code`, the connection and server keep
 //! serving, and the session's journal is byte-for-byte (value-for-value) unchanged. The model
 //! is the fake upstream test double; nothing here needs it to answer.

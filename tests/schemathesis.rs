@@ -7,7 +7,7 @@
 //! Two checks are left out, by design: `positive_data_acceptance` (some valid-looking values
 //! are refused because of server state the schema cannot express: a `cursor` that is not one
 //! the server issued, `at` beyond the session's last seq) and `use_after_free` (`DELETE` closes
-//! a session and keeps its journal readable, SPEC §5 — a closed session is not a 404).
+//! a session and keeps its journal readable, docs/api.md — a closed session is not a 404).
 //!
 //! One worker: Hypothesis's lambda-source cache is not thread-safe (with two workers a run
 //! sometimes ended in "AST constructor recursion depth mismatch" inside Hypothesis).

@@ -1,5 +1,5 @@
 //! Crash recovery through `stead serve` itself, on both backends: the server process is killed
-//! with SIGKILL and started again on the same data (SPEC §2.3). The model is the fake upstream
+//! with SIGKILL and started again on the same data (docs/architecture.md, invariant 3). The model is the fake upstream
 //! test double; tool effects are counted at a webhook double by `Idempotency-Key`.
 
 #[path = "support/fake_openai.rs"]

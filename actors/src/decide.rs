@@ -1,12 +1,16 @@
 //! The agent loop as pure decisions: `decide(state, input, agent) -> Decision`. The events of a
-//! decision are journaled first; its actions run only after that commit (SPEC §2.2). Nothing
-//! here does I/O, so every path is tested without a database, a model or a tool.
+//! decision are journaled first; its actions run only after that commit (docs/architecture.md,
+//! invariant 2). Nothing here does I/O, so every path is tested without a database, a model or
+//! a tool.
 
 use std::collections::BTreeMap;
+use stead_persistence::SessionStatus;
 
 use serde_json::Value;
 
-use crate::events::{ApprovalScope, RequestedCall, SessionEvent, Usage};
+use crate::events::{
+    ApprovalOutcome, ApprovalScope, RequestedCall, SessionEvent, TurnEnd, Usage, SYSTEM_DECIDER,
+};
 use crate::policy::{args_hash, ApprovalPolicy};
 use crate::state::{CallStatus, SessionState};
 
@@ -129,7 +133,7 @@ pub struct Decision {
     pub actions: Vec<Action>,
     /// The session's status once the events are committed (`None` when there are none), so
     /// the store can write it in the same transaction.
-    pub status: Option<&'static str>,
+    pub status: Option<SessionStatus>,
 }
 
 /// Decides what `input` means for a session in `state`.
@@ -153,7 +157,7 @@ pub fn decide(
             Input::Close { reason } => Ok(Decision {
                 events: vec![SessionEvent::SessionClosed { reason }],
                 actions: Vec::new(),
-                status: Some("closed"),
+                status: Some(SessionStatus::Closed),
             }),
             _ => Err(Refusal::Ended),
         };
@@ -195,7 +199,7 @@ pub fn decide(
             if requested.is_empty() {
                 next.push(SessionEvent::AssistantMessage { text: output.text });
                 next.push(SessionEvent::TurnFinished {
-                    reason: "completed".into(),
+                    reason: TurnEnd::Completed,
                 });
             }
             for call in requested {
@@ -213,7 +217,7 @@ pub fn decide(
             }
             next.push(SessionEvent::ModelCallFailed { call_id, error });
             next.push(SessionEvent::TurnFinished {
-                reason: "model_failed".into(),
+                reason: TurnEnd::ModelFailed,
             });
         }
         Input::ToolFinished { call_id, result } => {
@@ -283,8 +287,8 @@ pub fn decide(
             next.push(SessionEvent::ApprovalDecided {
                 call_id: call_id.clone(),
                 approved: false,
-                reason: Some("expired".into()),
-                decided_by: "stead".into(),
+                reason: Some(ApprovalOutcome::EXPIRED_REASON.into()),
+                decided_by: SYSTEM_DECIDER.into(),
                 scope: ApprovalScope::Once,
             });
             next.push(SessionEvent::ToolCallFailed {
@@ -487,7 +491,7 @@ impl Planner<'_> {
             // Every call is done (or there were none and the model must answer).
             if turn.model_calls >= self.agent.max_steps {
                 self.push(SessionEvent::TurnFinished {
-                    reason: "max_steps".into(),
+                    reason: TurnEnd::MaxSteps,
                 });
                 continue;
             }

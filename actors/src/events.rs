@@ -1,5 +1,6 @@
-//! The journal's event kinds (SPEC §3) as one typed enum, so the fold and the decisions never
-//! handle untyped JSON. `kind` is the journal's `kind` column, the rest its `payload`.
+//! The journal's event kinds (docs/sessions.md) as one typed enum, so the fold and the
+//! decisions never handle untyped JSON. `kind` is the journal's `kind` column, the rest its
+//! `payload`.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -24,6 +25,69 @@ pub struct Usage {
 pub enum ApprovalScope {
     Once,
     Session,
+}
+
+/// Why a turn ended by itself (`turn_finished`'s `reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TurnEnd {
+    /// The model answered without calling a tool.
+    Completed,
+    /// The model call failed (after the router's retries and fallback).
+    ModelFailed,
+    /// The agent's `max_steps` model calls were spent.
+    MaxSteps,
+}
+
+impl TurnEnd {
+    /// The `reason` as journaled.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TurnEnd::Completed => "completed",
+            TurnEnd::ModelFailed => "model_failed",
+            TurnEnd::MaxSteps => "max_steps",
+        }
+    }
+}
+
+impl PartialEq<str> for TurnEnd {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for TurnEnd {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+/// Who is named as the decider of an approval that no person decided (it expired).
+pub const SYSTEM_DECIDER: &str = "stead";
+
+/// How an approval ended, as its `approval_decided` event tells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApprovalOutcome {
+    Approved,
+    Rejected,
+    /// Nobody decided within the agent's `approval_timeout_secs`: rejected by Stead.
+    Expired,
+}
+
+impl ApprovalOutcome {
+    /// The `reason` an expiry is journaled with.
+    pub const EXPIRED_REASON: &'static str = "expired";
+
+    /// The outcome of a decision with these fields.
+    pub fn of(approved: bool, reason: Option<&str>, decided_by: &str) -> Self {
+        match (approved, reason) {
+            (true, _) => ApprovalOutcome::Approved,
+            (false, Some(Self::EXPIRED_REASON)) if decided_by == SYSTEM_DECIDER => {
+                ApprovalOutcome::Expired
+            }
+            (false, _) => ApprovalOutcome::Rejected,
+        }
+    }
 }
 
 /// One journaled step of a session.
@@ -98,7 +162,7 @@ pub enum SessionEvent {
         text: String,
     },
     TurnFinished {
-        reason: String,
+        reason: TurnEnd,
     },
     TurnCancelled {
         reason: String,

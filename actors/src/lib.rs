@@ -14,6 +14,9 @@ pub mod state;
 pub mod tools;
 
 pub use decide::{decide, Action, AgentRules, Decision, Input, ModelOutput, Refusal, ToolRules};
-pub use events::{ApprovalScope, Overrides, RequestedCall, SessionEvent, Usage};
+pub use events::{
+    ApprovalOutcome, ApprovalScope, Overrides, RequestedCall, SessionEvent, TurnEnd, Usage,
+    SYSTEM_DECIDER,
+};
 pub use policy::{args_hash, ApprovalPolicy};
 pub use state::{CallState, CallStatus, SessionState, TranscriptEntry, Turn};

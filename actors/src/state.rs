@@ -2,6 +2,7 @@
 //! rebuilds an actor on activation and answers `state?at=N`.
 
 use std::collections::{BTreeSet, VecDeque};
+use stead_persistence::SessionStatus;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -297,18 +298,18 @@ impl SessionState {
         }
     }
 
-    /// `idle`, `running`, `awaiting_approval`, `failed` or `closed` (SPEC §5).
-    pub fn status(&self) -> &'static str {
+    /// `idle`, `running`, `awaiting_approval`, `failed` or `closed` (docs/api.md).
+    pub fn status(&self) -> SessionStatus {
         if self.closed {
-            return "closed";
+            return SessionStatus::Closed;
         }
         if self.failed.is_some() {
-            return "failed";
+            return SessionStatus::Failed;
         }
         match &self.turn {
-            None => "idle",
-            Some(turn) if turn.awaiting_approval() => "awaiting_approval",
-            Some(_) => "running",
+            None => SessionStatus::Idle,
+            Some(turn) if turn.awaiting_approval() => SessionStatus::AwaitingApproval,
+            Some(_) => SessionStatus::Running,
         }
     }
 }

@@ -1,8 +1,9 @@
 //! Tools an agent can call. Every call carries the idempotency key
-//! `"{session_id}:{call_id}"` (SPEC §2.4), so a call re-run after a crash is recognisable.
+//! `"{session_id}:{call_id}"` (docs/architecture.md, invariant 4), so a call re-run after a
+//! crash is recognisable.
 //!
-//! Built-in kinds: `webhook` (POST to a URL, SPEC §7), `memory` (the session's durable key–value
-//! storage), `clock` and `calculator`.
+//! Built-in kinds: `webhook` (POST to a URL, docs/configuration.md), `memory` (the session's
+//! durable key–value storage), `clock` and `calculator`.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -50,7 +50,7 @@ impl ModelClient for Scripted {
         request: ModelRequest,
         deltas: UnboundedSender<String>,
         _cancel: Arc<AtomicBool>,
-    ) -> Result<ModelOutput, String> {
+    ) -> Result<ModelOutput, stead_actors::session::ModelError> {
         tokio::time::sleep(Duration::from_millis(5)).await;
         let users = request
             .transcript

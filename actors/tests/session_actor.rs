@@ -55,7 +55,7 @@ impl ModelClient for ScriptedModel {
         request: ModelRequest,
         deltas: UnboundedSender<String>,
         _cancel: Arc<AtomicBool>,
-    ) -> Result<ModelOutput, String> {
+    ) -> Result<ModelOutput, stead_actors::session::ModelError> {
         assert!(!request.transcript.is_empty());
         *self.calls.lock().unwrap() += 1;
         let (text, tool_calls) = {

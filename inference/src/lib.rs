@@ -1,16 +1,17 @@
 //! `stead-inference` owns local inference: the pooled ONNX Runtime engine (ort), the model
 //! directory it loads, tokenization and incremental detokenization, the model's own chat
-//! template, sampling, and tool calls constrained to their JSON schemas (llguidance); and the
-//! model router over the local engine and remote OpenAI-compatible providers (retries,
-//! fallback, cooldowns, cache, limits, budgets, the request log's records and histograms).
-//! It knows nothing of sessions or storage: the request log goes to a sink trait.
+//! template, sampling, continuous batching, and tool calls constrained to their JSON schemas
+//! (llguidance); and the `onnx` provider that puts a pool behind the model router
+//! (`stead-router`, whose chat vocabulary — messages, tools, usage — the engine speaks). It
+//! knows nothing of sessions, storage or HTTP, and nothing of routing: retries, fallback,
+//! cache and limits belong to the router.
 
 pub mod constrained;
 pub mod engine;
 mod error;
 pub mod model_dir;
 pub mod pool;
-pub mod router;
+pub mod provider;
 pub mod sampling;
 pub mod scheduler;
 pub mod setup;

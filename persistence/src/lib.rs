@@ -15,10 +15,9 @@
 
 mod error;
 pub mod group_commit;
-mod postgres;
 pub mod request_log;
 pub mod scratch;
-mod sqlite;
+mod store;
 mod types;
 
 use std::path::PathBuf;
@@ -174,8 +173,9 @@ impl MigrationReport {
     }
 }
 
-/// Durable storage for sessions and their journals. One implementation per backend; both pass
-/// the same test suite (`persistence/tests/journal.rs`).
+/// Durable storage for sessions and their journals. One implementation, written once over a
+/// PostgreSQL and an SQLite dialect (`store`); both backends pass the same test suite
+/// (`persistence/tests/journal.rs`).
 #[async_trait]
 pub trait JournalStore: Send + Sync + 'static {
     fn backend(&self) -> Backend;
@@ -300,8 +300,8 @@ pub trait JournalStore: Send + Sync + 'static {
 /// Opens the store `options.url` names (running migrations when asked).
 pub async fn open(options: StoreOptions) -> Result<Arc<dyn JournalStore>> {
     let store: Arc<dyn JournalStore> = match &options.url {
-        DatabaseUrl::Sqlite(_) => Arc::new(sqlite::SqliteStore::open(&options).await?),
-        DatabaseUrl::Postgres(_) => Arc::new(postgres::PgStore::open(&options).await?),
+        DatabaseUrl::Sqlite(_) => Arc::new(store::sqlite::open(&options).await?),
+        DatabaseUrl::Postgres(_) => Arc::new(store::postgres::open(&options).await?),
     };
     if options.run_migrations {
         store.migrate().await?;

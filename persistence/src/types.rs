@@ -5,7 +5,7 @@ use uuid::Uuid;
 
 use crate::{Error, Result};
 
-/// Lifecycle status of a session, as stored and as shown to clients (SPEC §5).
+/// Lifecycle status of a session, as stored and as shown to clients (docs/api.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SessionStatus {
@@ -39,6 +39,18 @@ impl SessionStatus {
 impl std::fmt::Display for SessionStatus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<str> for SessionStatus {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for SessionStatus {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
     }
 }
 

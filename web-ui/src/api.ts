@@ -1,4 +1,4 @@
-// REST calls of the public API (SPEC §5), with the caller's credential. Errors become `ApiError`
+// REST calls of the public API (docs/api.md), with the caller's credential. Errors become `ApiError`
 // with the server's `code` and `message`.
 
 import type { JournalEvent, RequestLogRow, SessionRow } from "./protocol";

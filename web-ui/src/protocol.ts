@@ -1,4 +1,4 @@
-// The wire protocol of Stead (SPEC §4–5), in one module: WebSocket frames both ways, journal
+// The wire protocol of Stead (docs/api.md), in one module: WebSocket frames both ways, journal
 // events and their payloads, and the REST shapes the UI reads. Nothing here does I/O.
 
 export type SessionStatus = "idle" | "running" | "awaiting_approval" | "failed" | "closed";

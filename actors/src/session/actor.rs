@@ -1,0 +1,309 @@
+//! The session actor itself: its messages, dependencies and live state, activation from the
+//! latest snapshot and the journal, and the message loop (ticks, inputs, deltas, subscribers).
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use stead_persistence::{JournalStore, SessionStatus};
+use uuid::Uuid;
+
+use super::{Agent, Attached, Frame, Lifecycle, ModelClient, Subscriber};
+use crate::decide::{Input, Refusal};
+use crate::events::SessionEvent;
+use crate::state::SessionState;
+
+/// Why an input was not applied.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SessionError {
+    #[error("refused: {0:?}")]
+    Refused(Refusal),
+    #[error("no such session")]
+    NotFound,
+    /// Another node's actor owns the session now (its lease is live).
+    #[error("the session is active on {0}")]
+    HeldElsewhere(String),
+    /// The session's agent is not in the configuration any more.
+    #[error("the session's agent `{0}` is not configured")]
+    UnknownAgent(String),
+    #[error("journal: {0}")]
+    Journal(String),
+    /// An event would be over the journal's size limit; nothing was written.
+    #[error("{0}")]
+    TooLarge(String),
+}
+
+pub enum SessionMsg {
+    Input(Input, Option<RpcReplyPort<Result<i64, SessionError>>>),
+    /// Periodic: passivate when idle.
+    Tick,
+    Delta {
+        call_id: String,
+        text: String,
+    },
+    Subscribe(Subscriber, RpcReplyPort<Attached>),
+    State(RpcReplyPort<SessionState>),
+}
+
+pub struct SessionDeps {
+    pub session_id: Uuid,
+    /// The lease this activation holds: every journal write is fenced by its epoch.
+    pub lease: stead_persistence::Lease,
+    pub agent: Arc<Agent>,
+    pub store: Arc<dyn JournalStore>,
+    pub model: Arc<dyn ModelClient>,
+    pub lifecycle: Lifecycle,
+}
+
+pub struct SessionActor;
+
+pub struct Live {
+    pub(super) deps: SessionDeps,
+    pub(super) state: SessionState,
+    pub(super) subscribers: Vec<Subscriber>,
+    /// Model and tool tasks started and not yet reported back.
+    pub(super) tasks_in_flight: usize,
+    pub(super) last_activity: std::time::Instant,
+    pub(super) last_snapshot: i64,
+    /// The model call in flight: its id, cancel flag and the text streamed so far.
+    pub(super) streaming: Option<(String, Arc<AtomicBool>, String)>,
+    /// The status last written to the session's row (for listing and filtering).
+    pub(super) synced_status: SessionStatus,
+    pub(super) lease_renewed: std::time::Instant,
+    /// The `invoke_agent {agent}` span of the turn in progress (model and tool calls are its
+    /// children); it ends when the session stops running (a turn's end, or parking).
+    pub(super) turn_span: Option<tracing::Span>,
+}
+
+const READ_PAGE: u32 = 1000;
+
+impl Actor for SessionActor {
+    type Msg = SessionMsg;
+    type State = Live;
+    type Arguments = SessionDeps;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        deps: SessionDeps,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        // Activation: the latest snapshot, then the journal after it; then resume what was
+        // in flight.
+        let mut state = SessionState::default();
+        if let Ok(Some(snapshot)) = deps.store.latest_snapshot(deps.session_id).await {
+            if let Some(folded) = crate::replay::state_from_document(&snapshot.state) {
+                state = folded;
+            }
+        }
+        let last_snapshot = state.last_seq;
+        let row_status = deps.store.get_session(deps.session_id).await?.status;
+        loop {
+            let page = deps
+                .store
+                .read(deps.session_id, state.last_seq, READ_PAGE)
+                .await?;
+            let done = page.len() < READ_PAGE as usize;
+            for event in page {
+                match SessionEvent::from_parts(&event.kind, &event.payload) {
+                    Some(typed) => state.apply(event.seq, &typed),
+                    None => state.last_seq = event.seq,
+                }
+            }
+            if done {
+                break;
+            }
+        }
+        myself.cast(SessionMsg::Input(Input::Recover, None))?;
+        if let (Some(timeout), Some(turn)) = (deps.agent.rules.approval_timeout, &state.turn) {
+            // Approvals still pending after a restart get the full timeout again from now:
+            // an approval may expire late, never early.
+            for call in &turn.calls {
+                if matches!(
+                    call.status,
+                    crate::state::CallStatus::AwaitingApproval { .. }
+                ) {
+                    let me = myself.clone();
+                    let call_id = call.call_id.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(timeout).await;
+                        let _ =
+                            me.cast(SessionMsg::Input(Input::ApprovalExpired { call_id }, None));
+                    });
+                }
+            }
+        }
+        let every = (deps.lifecycle.passivate_after / 4).min(deps.lifecycle.lease_ttl / 3);
+        let me = myself.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every.max(std::time::Duration::from_millis(5)));
+            loop {
+                tick.tick().await;
+                if me.cast(SessionMsg::Tick).is_err() {
+                    break; // the actor is gone
+                }
+            }
+        });
+        let mut live = Live {
+            deps,
+            state,
+            subscribers: Vec::new(),
+            tasks_in_flight: 0,
+            last_activity: std::time::Instant::now(),
+            last_snapshot,
+            streaming: None,
+            synced_status: row_status,
+            lease_renewed: std::time::Instant::now(),
+            turn_span: None,
+        };
+        // The row's status follows the journal; a crash between the two is mended here.
+        live.sync_status().await;
+        Ok(live)
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        live: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        // Passivated, fenced or stopped: let another activation (here or on another node) take
+        // the session at once instead of waiting for the lease to expire.
+        let deps = &live.deps;
+        if let Err(error) = deps
+            .store
+            .release_lease(deps.session_id, &deps.lease.owner, deps.lease.epoch)
+            .await
+        {
+            tracing::debug!(session = %deps.session_id, %error, "lease release failed");
+        }
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        live: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            SessionMsg::Tick => {
+                live.subscribers.retain(|s| !s.sender.is_closed());
+                if live.lease_renewed.elapsed() >= live.deps.lifecycle.lease_ttl / 3 {
+                    let deps = &live.deps;
+                    match deps
+                        .store
+                        .renew_lease(
+                            deps.session_id,
+                            &deps.lease.owner,
+                            deps.lease.epoch,
+                            deps.lifecycle.lease_ttl,
+                        )
+                        .await
+                    {
+                        Ok(_) => live.lease_renewed = std::time::Instant::now(),
+                        Err(stead_persistence::Error::Fenced { .. }) => {
+                            tracing::warn!(session = %deps.session_id, "lease lost; stopping");
+                            myself.stop(Some("lease lost".into()));
+                            return Ok(());
+                        }
+                        Err(error) => {
+                            tracing::warn!(session = %deps.session_id, %error, "lease renewal failed")
+                        }
+                    }
+                }
+                // A pending approval with a timeout keeps its actor until the expiry fires (the
+                // timer lives in the actor).
+                let expiry_pending = live.deps.agent.rules.approval_timeout.is_some()
+                    && live
+                        .state
+                        .turn
+                        .as_ref()
+                        .is_some_and(|t| t.awaiting_approval());
+                let idle = live.tasks_in_flight == 0
+                    && !expiry_pending
+                    && live.subscribers.is_empty()
+                    && live.last_activity.elapsed() >= live.deps.lifecycle.passivate_after;
+                if idle {
+                    // Parked or idle sessions hold nothing: state is in the journal.
+                    myself.stop(Some("passivated".into()));
+                }
+                return Ok(());
+            }
+            SessionMsg::Input(input, reply) => {
+                live.last_activity = std::time::Instant::now();
+                if matches!(
+                    input,
+                    Input::ModelFinished { .. }
+                        | Input::ModelFailed { .. }
+                        | Input::ToolFinished { .. }
+                        | Input::ToolFailed { .. }
+                ) {
+                    live.tasks_in_flight = live.tasks_in_flight.saturating_sub(1);
+                }
+                let retry = match &input {
+                    Input::ModelFinished { call_id, .. } => Some((call_id.clone(), true)),
+                    Input::ToolFinished { call_id, .. } => Some((call_id.clone(), false)),
+                    _ => None,
+                };
+                let mut result = live.process(&myself, input).await;
+                // A model answer or tool result too large to journal fails its call instead of
+                // wedging the turn.
+                if let (Err(SessionError::TooLarge(why)), Some((call_id, model))) = (&result, retry)
+                {
+                    let error = format!("the result could not be journaled: {why}");
+                    let failed = if model {
+                        Input::ModelFailed { call_id, error }
+                    } else {
+                        Input::ToolFailed { call_id, error }
+                    };
+                    result = live.process(&myself, failed).await;
+                }
+                // The caller hears of the commit before the actions start, so a failure while
+                // starting them (a restart follows) cannot hide that the input was committed.
+                let (answer, actions) = match result {
+                    Ok((seq, actions)) => (Ok(seq), actions),
+                    Err(error) => (Err(error), Vec::new()),
+                };
+                if let Some(reply) = reply {
+                    let _ = reply.send(answer);
+                }
+                for action in actions {
+                    live.start(&myself, action);
+                }
+                // The snapshot only speeds up activation: it is written after the caller has
+                // its answer.
+                if live.state.last_seq - live.last_snapshot >= live.deps.lifecycle.snapshot_every {
+                    live.snapshot().await;
+                }
+            }
+            SessionMsg::Delta { call_id, text } => {
+                if let Some((current, _, buffer)) = &mut live.streaming {
+                    if *current == call_id {
+                        let offset = buffer.len();
+                        buffer.push_str(&text);
+                        live.broadcast(Frame::Delta {
+                            call_id,
+                            text,
+                            offset,
+                        });
+                    }
+                }
+            }
+            SessionMsg::Subscribe(subscriber, reply) => {
+                let attached = Attached {
+                    last_seq: live.state.last_seq,
+                    status: live.state.status(),
+                    streaming: live
+                        .streaming
+                        .as_ref()
+                        .map(|(call_id, _, text)| (call_id.clone(), text.clone())),
+                };
+                live.subscribers.push(subscriber);
+                let _ = reply.send(attached);
+            }
+            SessionMsg::State(reply) => {
+                let _ = reply.send(live.state.clone());
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,49 @@
+//! What sessions are configured with: the agents (loop rules, prompt, tools) and the
+//! lifecycle settings (snapshots, passivation, restarts, leases).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::decide::AgentRules;
+use crate::tools::Tool;
+
+/// An agent: its loop rules, prompt and tools.
+pub struct Agent {
+    pub name: String,
+    pub system_prompt: String,
+    pub rules: AgentRules,
+    pub tools: BTreeMap<String, Arc<dyn Tool>>,
+}
+
+/// When actors write snapshots and when idle ones go to sleep.
+#[derive(Debug, Clone, Copy)]
+pub struct Lifecycle {
+    /// Write a snapshot of the folded state every this many events.
+    pub snapshot_every: i64,
+    /// Stop an actor that has had no work and no subscribers for this long; the next access
+    /// re-activates it from its snapshot and journal.
+    pub passivate_after: std::time::Duration,
+    /// A session whose actor fails this many times within `restart_window` is failed.
+    pub restart_limit: u32,
+    pub restart_window: std::time::Duration,
+    /// Wait before the first restart, doubling per failure in the window up to the max.
+    pub restart_backoff: std::time::Duration,
+    pub restart_backoff_max: std::time::Duration,
+    /// How long an activation's lease lasts without renewal (renewed every third of it); a
+    /// node that dies holds its sessions at most this long.
+    pub lease_ttl: std::time::Duration,
+}
+
+impl Default for Lifecycle {
+    fn default() -> Self {
+        Lifecycle {
+            snapshot_every: 100,
+            passivate_after: std::time::Duration::from_secs(300),
+            restart_limit: 5,
+            restart_window: std::time::Duration::from_secs(60),
+            restart_backoff: std::time::Duration::from_millis(100),
+            restart_backoff_max: std::time::Duration::from_secs(5),
+            lease_ttl: std::time::Duration::from_secs(30),
+        }
+    }
+}

@@ -1,0 +1,53 @@
+//! What subscribers receive: frames (committed events and streamed model text), where a
+//! session stood when they attached, and both ends of a bounded subscription.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use stead_persistence::SessionStatus;
+
+use crate::events::SessionEvent;
+
+/// What subscribers receive, in commit order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Frame {
+    /// A committed event, with the timestamp the journal holds for it. Shared by every
+    /// subscriber; `wire` caches its serialized form for the first consumer that makes one, so
+    /// a broadcast to many clients serializes each event once.
+    Event {
+        seq: i64,
+        event: Arc<SessionEvent>,
+        at: chrono::DateTime<chrono::Utc>,
+        wire: Arc<std::sync::OnceLock<String>>,
+    },
+    /// Streamed model text; `offset` is where `text` starts in the call's text (bytes), so a
+    /// client that got some of the stream another way can skip what it has.
+    Delta {
+        call_id: String,
+        text: String,
+        offset: usize,
+    },
+}
+
+/// Where a session stood when a subscriber attached: everything after it arrives as frames.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Attached {
+    pub last_seq: i64,
+    pub status: SessionStatus,
+    /// The model call in flight and its text so far.
+    pub streaming: Option<(String, String)>,
+}
+
+/// A subscriber's end: frames in order, bounded. A subscriber that falls `capacity` frames
+/// behind is dropped (its channel closes and `lagged` is set) so it can never stall the session
+/// or the other subscribers.
+pub struct Subscription {
+    pub frames: tokio::sync::mpsc::Receiver<Frame>,
+    pub attached: Attached,
+    pub lagged: Arc<AtomicBool>,
+}
+
+/// The actor's side of a subscription.
+pub struct Subscriber {
+    pub(super) sender: tokio::sync::mpsc::Sender<Frame>,
+    pub(super) lagged: Arc<AtomicBool>,
+}

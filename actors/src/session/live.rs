@@ -1,0 +1,295 @@
+//! The live actor's work on an input: decide, journal (fenced), fold and broadcast, keep the
+//! row's status and the snapshot up to date, then start the decided actions as model and tool
+//! tasks that report back to the actor.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use ractor::ActorRef;
+use stead_persistence::{NewEvent, SessionStatus};
+use tracing::Instrument;
+
+use super::{Frame, Live, ModelError, ModelRequest, SessionError, SessionMsg, ToolSpec};
+use crate::decide::{decide, Action, Input};
+use crate::events::SessionEvent;
+use crate::tools::ToolContext;
+
+impl Live {
+    pub(super) fn broadcast(&mut self, frame: Frame) {
+        self.subscribers
+            .retain(|s| match s.sender.try_send(frame.clone()) {
+                Ok(()) => true,
+                Err(tokio::sync::mpsc::error::TrySendError::Full(_)) => {
+                    s.lagged.store(true, Ordering::Relaxed);
+                    false
+                }
+                Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => false,
+            });
+    }
+
+    pub(super) async fn process(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        input: Input,
+    ) -> Result<(i64, Vec<Action>), SessionError> {
+        let session_id = self.deps.session_id.to_string();
+        let decision = decide(&self.state, &session_id, input, &self.deps.agent.rules)
+            .map_err(SessionError::Refused)?;
+        if !decision.events.is_empty() {
+            let rows: Vec<NewEvent> = decision
+                .events
+                .iter()
+                .map(|e| {
+                    let (kind, payload) = e.to_parts();
+                    NewEvent::new(kind, payload)
+                })
+                .collect();
+            let times: Vec<_> = rows.iter().map(|r| r.created_at).collect();
+            // The row's status changes in the same transaction as the journal.
+            let status = decision.status.filter(|s| *s != self.synced_status);
+            let seqs = match self
+                .deps
+                .store
+                .append_fenced(
+                    self.deps.session_id,
+                    self.state.last_seq,
+                    self.deps.lease.epoch,
+                    status,
+                    rows,
+                )
+                .await
+            {
+                Ok(seqs) => seqs,
+                Err(
+                    error @ (stead_persistence::Error::Conflict { .. }
+                    | stead_persistence::Error::Fenced { .. }),
+                ) => {
+                    // Another writer appended to this session: this actor's state is stale and
+                    // it must not act on it. It stops; the next access re-activates from the
+                    // journal (docs/architecture.md, invariant 1).
+                    tracing::warn!(session = %self.deps.session_id, %error, "fenced out; stopping");
+                    myself.stop(Some("fenced by another writer".into()));
+                    return Err(SessionError::Journal(error.to_string()));
+                }
+                Err(error @ stead_persistence::Error::EventTooLarge { .. }) => {
+                    return Err(SessionError::TooLarge(error.to_string()))
+                }
+                Err(error) => return Err(SessionError::Journal(error.to_string())),
+            };
+            if let Some(status) = decision.status {
+                self.synced_status = status;
+                if status != "running" {
+                    self.turn_span = None;
+                } else if self.turn_span.is_none() {
+                    let agent = &self.deps.agent.name;
+                    self.turn_span = Some(tracing::info_span!(
+                        parent: None,
+                        "invoke_agent",
+                        "otel.name" = format!("invoke_agent {agent}"),
+                        "otel.kind" = "internal",
+                        "gen_ai.operation.name" = "invoke_agent",
+                        "gen_ai.agent.name" = %agent,
+                        "gen_ai.conversation.id" = %self.deps.session_id,
+                    ));
+                }
+            }
+            for ((seq, event), at) in seqs.into_iter().zip(decision.events).zip(times) {
+                if let SessionEvent::ApprovalRequested { call_id, .. } = &event {
+                    self.schedule_expiry(myself, call_id.clone());
+                }
+                self.state.apply(seq, &event);
+                self.broadcast(Frame::Event {
+                    seq,
+                    event: Arc::new(event),
+                    at,
+                    wire: Default::default(),
+                });
+            }
+        }
+        Ok((self.state.last_seq, decision.actions))
+    }
+
+    /// Rejects the approval as expired when its time runs out (a decision first wins; the late
+    /// expiry is then refused and dropped).
+    fn schedule_expiry(&self, myself: &ActorRef<SessionMsg>, call_id: String) {
+        if let Some(timeout) = self.deps.agent.rules.approval_timeout {
+            let me = myself.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(timeout).await;
+                let _ = me.cast(SessionMsg::Input(Input::ApprovalExpired { call_id }, None));
+            });
+        }
+    }
+
+    /// Mends the row's status at activation (appends carry it from then on). The journal is
+    /// the truth; the row is an index over it.
+    pub(super) async fn sync_status(&mut self) {
+        let status = self.state.status();
+        if status == self.synced_status {
+            return;
+        }
+        let id = self.deps.session_id;
+        let result = match status {
+            SessionStatus::Closed => self.deps.store.close_session(id).await,
+            other => self.deps.store.update_status(id, other).await,
+        };
+        match result {
+            Ok(_) => self.synced_status = status,
+            Err(error) => tracing::warn!(session = %id, %error, "status update failed"),
+        }
+    }
+
+    /// Writes the folded state; a failure only costs a longer replay next time.
+    pub(super) async fn snapshot(&mut self) {
+        let state = crate::replay::snapshot_document(&self.state);
+        match self
+            .deps
+            .store
+            .put_snapshot(self.deps.session_id, self.state.last_seq, state)
+            .await
+        {
+            Ok(()) => self.last_snapshot = self.state.last_seq,
+            Err(error) => {
+                tracing::warn!(session = %self.deps.session_id, %error, "snapshot failed")
+            }
+        }
+    }
+
+    /// Starts an action's work as a task that reports back to the actor.
+    pub(super) fn start(&mut self, myself: &ActorRef<SessionMsg>, action: Action) {
+        if matches!(action, Action::CallModel { .. } | Action::RunTool { .. }) {
+            self.tasks_in_flight += 1;
+        }
+        match action {
+            Action::CallModel { call_id } => {
+                let cancel = Arc::new(AtomicBool::new(false));
+                self.streaming = Some((call_id.clone(), cancel.clone(), String::new()));
+                let agent = &self.deps.agent;
+                let request = ModelRequest {
+                    session_id: self.deps.session_id,
+                    route: self.state.route(&agent.rules.route).to_string(),
+                    system_prompt: self
+                        .state
+                        .overrides
+                        .system_prompt
+                        .clone()
+                        .unwrap_or_else(|| agent.system_prompt.clone()),
+                    transcript: self.state.transcript.clone(),
+                    tools: agent
+                        .tools
+                        .values()
+                        .map(|t| ToolSpec {
+                            name: t.name().to_string(),
+                            description: t.description().to_string(),
+                            parameters: t.parameters(),
+                        })
+                        .collect(),
+                };
+                let model = self.deps.model.clone();
+                let me = myself.clone();
+                let turn = self.turn_span.clone().unwrap_or_else(tracing::Span::none);
+                tokio::spawn(async move {
+                    let (deltas, mut stream) = tokio::sync::mpsc::unbounded_channel();
+                    let forward = {
+                        let me = me.clone();
+                        let call_id = call_id.clone();
+                        tokio::spawn(async move {
+                            while let Some(text) = stream.recv().await {
+                                let _ = me.cast(SessionMsg::Delta {
+                                    call_id: call_id.clone(),
+                                    text,
+                                });
+                            }
+                        })
+                    };
+                    let call = tokio::spawn(
+                        async move { model.complete(request, deltas, cancel).await }
+                            .instrument(turn),
+                    );
+                    let result = match call.await {
+                        Ok(result) => result,
+                        Err(join) => Err(ModelError::Crashed(panic_message(join))),
+                    };
+                    let _ = forward.await;
+                    let input = match result {
+                        Ok(output) => Input::ModelFinished { call_id, output },
+                        Err(error) => Input::ModelFailed {
+                            call_id,
+                            error: error.to_string(),
+                        },
+                    };
+                    let _ = me.cast(SessionMsg::Input(input, None));
+                });
+            }
+            Action::RunTool {
+                call_id,
+                tool,
+                arguments,
+                idempotency_key,
+            } => {
+                let Some(tool) = self.deps.agent.tools.get(&tool).cloned() else {
+                    let input = Input::ToolFailed {
+                        call_id,
+                        error: format!("unknown tool `{tool}`"),
+                    };
+                    let _ = myself.cast(SessionMsg::Input(input, None));
+                    return;
+                };
+                let context = ToolContext {
+                    session_id: self.deps.session_id,
+                    call_id: call_id.clone(),
+                    idempotency_key,
+                };
+                let me = myself.clone();
+                let span = tracing::info_span!(
+                    parent: self.turn_span.as_ref().and_then(|s| s.id()),
+                    "execute_tool",
+                    "otel.name" = format!("execute_tool {}", tool.name()),
+                    "otel.kind" = "internal",
+                    "gen_ai.operation.name" = "execute_tool",
+                    "gen_ai.tool.name" = %tool.name(),
+                    "gen_ai.tool.call.id" = %call_id,
+                    "gen_ai.conversation.id" = %self.deps.session_id,
+                );
+                tokio::spawn(async move {
+                    // The tool runs in a task of its own: a panic in it is contained there and
+                    // becomes the call's error; the session and its actor carry on.
+                    let run = tokio::spawn(
+                        async move { tool.execute(arguments, &context).await }.instrument(span),
+                    );
+                    let input = match run.await {
+                        Ok(Ok(result)) => Input::ToolFinished { call_id, result },
+                        Ok(Err(error)) => Input::ToolFailed {
+                            call_id,
+                            error: error.0,
+                        },
+                        Err(join) => Input::ToolFailed {
+                            call_id,
+                            error: format!("the tool crashed: {}", panic_message(join)),
+                        },
+                    };
+                    let _ = me.cast(SessionMsg::Input(input, None));
+                });
+            }
+            Action::AbortModelCall { call_id } => {
+                if let Some((current, cancel, _)) = &self.streaming {
+                    if *current == call_id {
+                        cancel.store(true, Ordering::Relaxed);
+                    }
+                }
+                self.streaming = None;
+            }
+        }
+    }
+}
+
+fn panic_message(join: tokio::task::JoinError) -> String {
+    match join.try_into_panic() {
+        Ok(payload) => payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "panic".into()),
+        Err(join) => join.to_string(),
+    }
+}

@@ -1,0 +1,19 @@
+//! The session actor — the durable object. One ractor actor per live session owns its folded
+//! state; every input goes through `decide`, its events are appended to the journal (fenced by
+//! the last seq the actor folded), folded, broadcast, and only then are its actions started.
+//! Model and tool calls run as tasks that report back to the actor as messages, so the actor
+//! never blocks: a session parked on an approval holds no task at all.
+
+mod actor;
+mod config;
+mod frames;
+mod live;
+mod model;
+mod registry;
+mod supervisor;
+
+pub use actor::{Live, SessionActor, SessionDeps, SessionError, SessionMsg};
+pub use config::{Agent, Lifecycle};
+pub use frames::{Attached, Frame, Subscriber, Subscription};
+pub use model::{ModelClient, ModelError, ModelRequest, ToolSpec};
+pub use registry::{default_node_name, SessionRegistry};

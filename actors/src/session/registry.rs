@@ -1,0 +1,285 @@
+//! The session registry: one live actor per session id on this node, activation on demand
+//! under the session's lease, and the API (send, attach, subscribe, state) callers use.
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+
+use ractor::{Actor, ActorRef};
+use stead_persistence::JournalStore;
+use uuid::Uuid;
+
+use super::supervisor::Supervisor;
+use super::{
+    Agent, Frame, Lifecycle, ModelClient, SessionActor, SessionDeps, SessionError, SessionMsg,
+    Subscriber, Subscription,
+};
+use crate::decide::Input;
+use crate::state::SessionState;
+
+/// Keeps one live actor per session id on this node, activates sessions on demand, and
+/// supervises their actors: an actor that fails (a panic in its handler) is restarted from the
+/// journal after a backoff; one that fails `restart_limit` times within `restart_window` gets a
+/// journaled `session_failed` with the reason and takes no more input.
+pub struct SessionRegistry {
+    shared: Arc<Shared>,
+}
+
+pub(super) struct Shared {
+    /// This registry's name as a lease owner (host, process, instance).
+    pub(super) node: String,
+    pub(super) lifecycle: Lifecycle,
+    pub(super) store: Arc<dyn JournalStore>,
+    model: Arc<dyn ModelClient>,
+    agents: HashMap<String, Arc<Agent>>,
+    pub(super) live: Mutex<HashMap<Uuid, ActorRef<SessionMsg>>>,
+    /// Recent failures per session (pruned to the restart window), and when a restarting
+    /// session may be activated again.
+    pub(super) failures: Mutex<HashMap<Uuid, (Vec<std::time::Instant>, std::time::Instant)>>,
+    pub(super) activation: tokio::sync::Mutex<()>,
+    supervisor: tokio::sync::OnceCell<ActorRef<()>>,
+}
+
+impl Shared {
+    fn live_actor(&self, id: Uuid) -> Option<ActorRef<SessionMsg>> {
+        let mut live = self.live.lock().expect("registry lock");
+        // Right after spawn an actor may still be `Starting`: that one is live too. A stopping
+        // or stopped (passivated, fenced) actor is forgotten, so the map holds live ones only.
+        let stopped = live.get(&id).is_some_and(|a| {
+            matches!(
+                a.get_status(),
+                ractor::ActorStatus::Stopping | ractor::ActorStatus::Stopped
+            )
+        });
+        if stopped {
+            live.remove(&id);
+        }
+        live.get(&id).cloned()
+    }
+
+    async fn supervisor(self: &Arc<Self>) -> Result<ActorRef<()>, SessionError> {
+        self.supervisor
+            .get_or_try_init(|| async {
+                Actor::spawn(None, Supervisor, Arc::downgrade(self))
+                    .await
+                    .map(|(actor, _)| actor)
+                    .map_err(|e| SessionError::Journal(format!("cannot start the supervisor: {e}")))
+            })
+            .await
+            .cloned()
+    }
+
+    pub(super) async fn activate(
+        self: &Arc<Self>,
+        id: Uuid,
+    ) -> Result<ActorRef<SessionMsg>, SessionError> {
+        if let Some(actor) = self.live_actor(id) {
+            return Ok(actor);
+        }
+        // A session restarting after a failure waits out its backoff.
+        let not_before = self
+            .failures
+            .lock()
+            .expect("registry lock")
+            .get(&id)
+            .map(|(_, at)| *at);
+        if let Some(at) = not_before {
+            tokio::time::sleep_until(at.into()).await;
+        }
+        let supervisor = self.supervisor().await?;
+        // One activation at a time, re-checked under the lock: never two actors for one id.
+        let _guard = self.activation.lock().await;
+        if let Some(actor) = self.live_actor(id) {
+            return Ok(actor);
+        }
+        let row = self.store.get_session(id).await.map_err(|e| match e {
+            stead_persistence::Error::SessionNotFound(_) => SessionError::NotFound,
+            other => SessionError::Journal(other.to_string()),
+        })?;
+        let agent = self
+            .agents
+            .get(&row.agent)
+            .cloned()
+            .ok_or_else(|| SessionError::UnknownAgent(row.agent.clone()))?;
+        let lease = self.lease(id).await?;
+        let deps = SessionDeps {
+            lease: lease.clone(),
+            session_id: id,
+            agent,
+            store: self.store.clone(),
+            model: self.model.clone(),
+            lifecycle: self.lifecycle,
+        };
+        let (actor, _) =
+            match Actor::spawn_linked(None, SessionActor, deps, supervisor.get_cell()).await {
+                Ok(spawned) => spawned,
+                Err(error) => {
+                    let _ = self.store.release_lease(id, &self.node, lease.epoch).await;
+                    return Err(SessionError::Journal(format!(
+                        "cannot activate the session: {error}"
+                    )));
+                }
+            };
+        self.live
+            .lock()
+            .expect("registry lock")
+            .insert(id, actor.clone());
+        Ok(actor)
+    }
+
+    /// Takes the session's lease for this node.
+    pub(super) async fn lease(&self, id: Uuid) -> Result<stead_persistence::Lease, SessionError> {
+        self.store
+            .acquire_lease(id, &self.node, self.lifecycle.lease_ttl)
+            .await
+            .map_err(|e| match e {
+                stead_persistence::Error::LeaseHeld { owner, .. } => {
+                    SessionError::HeldElsewhere(owner)
+                }
+                stead_persistence::Error::SessionNotFound(_) => SessionError::NotFound,
+                other => SessionError::Journal(other.to_string()),
+            })
+    }
+}
+
+/// The default lease owner name: the host's name. It is stable across restarts on purpose: a
+/// node that comes back after a crash takes its sessions again at once (a new epoch fences
+/// anything the dead process left) instead of waiting for their leases to expire. Nodes that
+/// share a database need distinct names (`SessionRegistry::with_node`).
+pub fn default_node_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "stead".into())
+}
+
+impl SessionRegistry {
+    pub fn new(
+        store: Arc<dyn JournalStore>,
+        model: Arc<dyn ModelClient>,
+        agents: Vec<Agent>,
+    ) -> Self {
+        SessionRegistry {
+            shared: Arc::new(Shared {
+                node: default_node_name(),
+                lifecycle: Lifecycle::default(),
+                store,
+                model,
+                agents: agents
+                    .into_iter()
+                    .map(|a| (a.name.clone(), Arc::new(a)))
+                    .collect(),
+                live: Mutex::new(HashMap::new()),
+                failures: Mutex::new(HashMap::new()),
+                activation: tokio::sync::Mutex::new(()),
+                supervisor: tokio::sync::OnceCell::new(),
+            }),
+        }
+    }
+
+    /// Names this registry as a lease owner (one name per node sharing a database).
+    pub fn with_node(mut self, node: impl Into<String>) -> Self {
+        Arc::get_mut(&mut self.shared)
+            .expect("the node is set before the registry is shared")
+            .node = node.into();
+        self
+    }
+
+    pub fn with_lifecycle(mut self, lifecycle: Lifecycle) -> Self {
+        Arc::get_mut(&mut self.shared)
+            .expect("lifecycle is set before the registry is shared")
+            .lifecycle = lifecycle;
+        self
+    }
+
+    /// The configured agents, sorted by name.
+    pub fn agents(&self) -> Vec<Arc<Agent>> {
+        let mut agents: Vec<Arc<Agent>> = self.shared.agents.values().cloned().collect();
+        agents.sort_by(|a, b| a.name.cmp(&b.name));
+        agents
+    }
+
+    pub fn agent(&self, name: &str) -> Option<Arc<Agent>> {
+        self.shared.agents.get(name).cloned()
+    }
+
+    /// Whether the session has a live actor now (not passivated).
+    pub fn is_live(&self, id: Uuid) -> bool {
+        self.shared.live_actor(id).is_some()
+    }
+
+    /// The session's actor, activating it from the journal when it is not live.
+    pub async fn session(&self, id: Uuid) -> Result<ActorRef<SessionMsg>, SessionError> {
+        self.shared.activate(id).await
+    }
+
+    /// Forgets every actor that has stopped (passivated sessions cost nothing here).
+    pub fn prune(&self) -> usize {
+        let mut live = self.shared.live.lock().expect("registry lock");
+        live.retain(|_, a| {
+            !matches!(
+                a.get_status(),
+                ractor::ActorStatus::Stopping | ractor::ActorStatus::Stopped
+            )
+        });
+        live.len()
+    }
+
+    /// Sends an input and waits until its events are committed.
+    pub async fn send(&self, id: Uuid, input: Input) -> Result<i64, SessionError> {
+        let actor = self.session(id).await?;
+        match actor
+            .call(|reply| SessionMsg::Input(input, Some(reply)), None)
+            .await
+        {
+            Ok(ractor::rpc::CallResult::Success(result)) => result,
+            _ => Err(SessionError::Journal("the session actor stopped".into())),
+        }
+    }
+
+    /// Attaches a subscriber that may fall `capacity` frames behind before it is dropped.
+    pub async fn attach(&self, id: Uuid, capacity: usize) -> Result<Subscription, SessionError> {
+        let actor = self.session(id).await?;
+        let (sender, frames) = tokio::sync::mpsc::channel(capacity.max(1));
+        let lagged = Arc::new(AtomicBool::new(false));
+        let subscriber = Subscriber {
+            sender,
+            lagged: lagged.clone(),
+        };
+        match actor
+            .call(|reply| SessionMsg::Subscribe(subscriber, reply), None)
+            .await
+        {
+            Ok(ractor::rpc::CallResult::Success(attached)) => Ok(Subscription {
+                frames,
+                attached,
+                lagged,
+            }),
+            _ => Err(SessionError::Journal("the session actor stopped".into())),
+        }
+    }
+
+    /// Frames from now on (a generous buffer, for in-process callers and tests).
+    pub async fn subscribe(
+        &self,
+        id: Uuid,
+    ) -> Result<tokio::sync::mpsc::Receiver<Frame>, SessionError> {
+        Ok(self.attach(id, 65_536).await?.frames)
+    }
+
+    pub async fn state(&self, id: Uuid) -> Result<SessionState, SessionError> {
+        let actor = self.session(id).await?;
+        match actor.call(SessionMsg::State, None).await {
+            Ok(ractor::rpc::CallResult::Success(state)) => Ok(state),
+            _ => Err(SessionError::Journal("the session actor stopped".into())),
+        }
+    }
+
+    /// Stops every live actor (what a process exit does to them).
+    pub fn stop_all(&self) {
+        for (_, actor) in self.shared.live.lock().expect("registry lock").drain() {
+            actor.stop(None);
+        }
+    }
+}

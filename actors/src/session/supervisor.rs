@@ -1,0 +1,131 @@
+//! Supervision of session actors: the supervising actor they are linked to, restarts after a
+//! backoff, and the journaled `session_failed` once an actor keeps failing.
+
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use stead_persistence::NewEvent;
+use uuid::Uuid;
+
+use super::registry::Shared;
+use super::SessionError;
+use crate::events::SessionEvent;
+
+/// The supervising actor: session actors are linked to it, so their failures arrive here.
+pub(super) struct Supervisor;
+
+impl Actor for Supervisor {
+    type Msg = ();
+    type State = std::sync::Weak<Shared>;
+    type Arguments = std::sync::Weak<Shared>;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<()>,
+        shared: Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(shared)
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        _myself: ActorRef<()>,
+        event: ractor::SupervisionEvent,
+        shared: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let ractor::SupervisionEvent::ActorFailed(cell, error) = event else {
+            return Ok(());
+        };
+        let Some(shared) = shared.upgrade() else {
+            return Ok(());
+        };
+        let Some(id) = shared.forget(cell.get_id()) else {
+            return Ok(());
+        };
+        let reason = error.to_string();
+        let failures = shared.record_failure(id);
+        let lifecycle = shared.lifecycle;
+        if failures >= lifecycle.restart_limit {
+            tracing::error!(session = %id, failures, %reason, "session actor keeps failing; the session is failed");
+            tokio::spawn(async move {
+                if let Err(error) = shared.fail(id, &reason, failures).await {
+                    tracing::error!(session = %id, %error, "could not journal the session's failure");
+                }
+            });
+        } else {
+            tracing::warn!(session = %id, failures, %reason, "session actor failed; restarting");
+            tokio::spawn(async move {
+                // Restart now (after the backoff) rather than on next access, so a turn in
+                // flight carries on without anyone asking.
+                if let Err(error) = shared.activate(id).await {
+                    tracing::warn!(session = %id, %error, "restart failed");
+                }
+            });
+        }
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<()>,
+        _message: (),
+        _shared: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        Ok(())
+    }
+}
+
+impl Shared {
+    /// Forgets the actor with this id; returns its session.
+    fn forget(&self, actor: ractor::ActorId) -> Option<Uuid> {
+        let mut live = self.live.lock().expect("registry lock");
+        let id = live
+            .iter()
+            .find(|(_, a)| a.get_id() == actor)
+            .map(|(id, _)| *id)?;
+        live.remove(&id);
+        Some(id)
+    }
+
+    /// Records a failure; returns the failures within the window, this one included, and sets
+    /// when the session may be activated again.
+    fn record_failure(&self, id: Uuid) -> u32 {
+        let now = std::time::Instant::now();
+        let mut failures = self.failures.lock().expect("registry lock");
+        let (times, _) = failures.entry(id).or_insert_with(|| (Vec::new(), now));
+        times.retain(|t| now.duration_since(*t) < self.lifecycle.restart_window);
+        times.push(now);
+        let count = times.len() as u32;
+        let backoff = self
+            .lifecycle
+            .restart_backoff
+            .saturating_mul(1 << (count - 1).min(16))
+            .min(self.lifecycle.restart_backoff_max);
+        failures.get_mut(&id).expect("just inserted").1 = now + backoff;
+        count
+    }
+
+    /// Journals `session_failed` (no actor is live: activation is held off meanwhile).
+    async fn fail(&self, id: Uuid, reason: &str, failures: u32) -> Result<(), SessionError> {
+        let _guard = self.activation.lock().await;
+        let journal = |e: stead_persistence::Error| SessionError::Journal(e.to_string());
+        let lease = self.lease(id).await?;
+        let row = self.store.get_session(id).await.map_err(journal)?;
+        let event = SessionEvent::SessionFailed {
+            reason: format!("the session actor failed {failures} times; last: {reason}"),
+        };
+        let (kind, payload) = event.to_parts();
+        let appended = self
+            .store
+            .append_fenced(
+                id,
+                row.last_seq,
+                lease.epoch,
+                Some(stead_persistence::SessionStatus::Failed),
+                vec![NewEvent::new(kind, payload)],
+            )
+            .await;
+        let _ = self.store.release_lease(id, &self.node, lease.epoch).await;
+        appended.map_err(journal)?;
+        self.failures.lock().expect("registry lock").remove(&id);
+        Ok(())
+    }
+}

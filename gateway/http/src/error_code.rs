@@ -1,0 +1,216 @@
+//! Every error code the HTTP edge answers with, and its HTTP status, in one place. A code string
+//! may stand for different statuses on different APIs (`invalid_request` is 422 on the session
+//! API and 400 on `/v1/chat/completions`, as OpenAI answers): each such pair is a variant of its
+//! own, so a handler names a variant and can never pair a code with a wrong status. The table in
+//! `docs/api.md` is checked against [`ErrorCode::ALL`] by a test.
+
+use axum::http::StatusCode;
+
+macro_rules! error_codes {
+    ($($(#[$doc:meta])* $variant:ident = ($status:ident, $code:literal),)*) => {
+        /// A stable, machine-readable error code with its HTTP status.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum ErrorCode {
+            $($(#[$doc])* $variant,)*
+        }
+
+        impl ErrorCode {
+            /// Every code, in the order of the table in `docs/api.md`.
+            pub const ALL: &'static [ErrorCode] = &[$(ErrorCode::$variant,)*];
+
+            /// The `code` clients see.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(ErrorCode::$variant => $code,)*
+                }
+            }
+
+            /// The HTTP status the code is answered with.
+            pub fn status(self) -> StatusCode {
+                match self {
+                    $(ErrorCode::$variant => StatusCode::$status,)*
+                }
+            }
+        }
+    };
+}
+
+error_codes! {
+    /// The body is not JSON (also a WebSocket frame that is not JSON).
+    InvalidJson = (BAD_REQUEST, "invalid_json"),
+    /// A path id is not a UUID.
+    InvalidId = (BAD_REQUEST, "invalid_id"),
+    /// A bad query parameter.
+    InvalidQuery = (BAD_REQUEST, "invalid_query"),
+    /// The body could not be read.
+    InvalidBody = (BAD_REQUEST, "invalid_body"),
+    /// A request refused with 400 as OpenAI's API refuses it (`/v1/chat/completions`), or a
+    /// payload the database refuses.
+    MalformedRequest = (BAD_REQUEST, "invalid_request"),
+    /// A bad `x-stead-metadata` header.
+    InvalidMetadata = (BAD_REQUEST, "invalid_metadata"),
+    /// The route's last target refused the request as invalid.
+    UpstreamRejected = (BAD_REQUEST, "upstream_rejected"),
+    /// A WebSocket frame of a known type with wrong fields.
+    InvalidFrame = (BAD_REQUEST, "invalid_frame"),
+    /// A WebSocket frame type the protocol does not have.
+    UnknownFrameType = (BAD_REQUEST, "unknown_frame_type"),
+    /// A binary WebSocket frame.
+    UnsupportedFrame = (BAD_REQUEST, "unsupported_frame"),
+    /// API keys are configured and none was sent.
+    MissingCredentials = (UNAUTHORIZED, "missing_credentials"),
+    /// The key or token is not valid.
+    InvalidCredentials = (UNAUTHORIZED, "invalid_credentials"),
+    /// A session token used for another session or an operator endpoint.
+    Forbidden = (FORBIDDEN, "forbidden"),
+    /// No such endpoint.
+    NotFound = (NOT_FOUND, "not_found"),
+    /// No such session.
+    SessionNotFound = (NOT_FOUND, "session_not_found"),
+    /// No approval with that call id is pending.
+    ApprovalNotFound = (NOT_FOUND, "approval_not_found"),
+    /// `/v1/chat/completions`: no route of that name.
+    ModelNotFound = (NOT_FOUND, "model_not_found"),
+    /// The endpoint does not take that method.
+    MethodNotAllowed = (METHOD_NOT_ALLOWED, "method_not_allowed"),
+    /// A second decision on an approval.
+    AlreadyDecided = (CONFLICT, "already_decided"),
+    /// A decision bound to other arguments than the pending ones.
+    ArgsHashMismatch = (CONFLICT, "args_hash_mismatch"),
+    /// A message whose `client_id` was already applied.
+    DuplicateClientId = (CONFLICT, "duplicate_client_id"),
+    /// Cancel with no turn in progress.
+    NothingToCancel = (CONFLICT, "nothing_to_cancel"),
+    /// Input to a closed or failed session.
+    SessionEnded = (CONFLICT, "session_ended"),
+    /// A result for a call no longer in flight.
+    Stale = (CONFLICT, "stale"),
+    /// The session's agent is no longer configured.
+    AgentNotConfigured = (CONFLICT, "agent_not_configured"),
+    /// The session's lease is held by another node.
+    SessionElsewhere = (CONFLICT, "session_elsewhere"),
+    /// Below a compacted session's cut.
+    Compacted = (GONE, "compacted"),
+    /// A body over the limit.
+    PayloadTooLarge = (PAYLOAD_TOO_LARGE, "payload_too_large"),
+    /// A message text over 32 KiB.
+    MessageTooLarge = (PAYLOAD_TOO_LARGE, "message_too_large"),
+    /// An event over `database.max_event_bytes`.
+    EventTooLarge = (PAYLOAD_TOO_LARGE, "event_too_large"),
+    /// A WebSocket frame over the frame limit.
+    FrameTooLarge = (PAYLOAD_TOO_LARGE, "frame_too_large"),
+    /// A body without `Content-Type: application/json`.
+    UnsupportedMediaType = (UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
+    /// Wrong or missing fields, unknown fields, empty text (the session API).
+    InvalidRequest = (UNPROCESSABLE_ENTITY, "invalid_request"),
+    /// An agent name that is not configured.
+    UnknownAgent = (UNPROCESSABLE_ENTITY, "unknown_agent"),
+    /// A route name that is not configured (fork overrides).
+    UnknownRoute = (UNPROCESSABLE_ENTITY, "unknown_route"),
+    /// `at` outside `1..=last_seq`.
+    SeqOutOfRange = (UNPROCESSABLE_ENTITY, "seq_out_of_range"),
+    /// A per-key or per-route rate limit.
+    RateLimited = (TOO_MANY_REQUESTS, "rate_limited"),
+    /// The key's budget is spent.
+    BudgetExceeded = (TOO_MANY_REQUESTS, "budget_exceeded"),
+    /// A WebSocket client that fell too far behind.
+    TooSlow = (TOO_MANY_REQUESTS, "too_slow"),
+    /// A bug or a database failure (details in the log only).
+    Internal = (INTERNAL_SERVER_ERROR, "internal"),
+    /// Every target of the route failed.
+    UpstreamFailed = (BAD_GATEWAY, "upstream_failed"),
+    /// No target of the route is available.
+    Unavailable = (SERVICE_UNAVAILABLE, "unavailable"),
+    /// `/readyz` while the database does not answer.
+    NotReady = (SERVICE_UNAVAILABLE, "not_ready"),
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl serde::Serialize for ErrorCode {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for ErrorCode {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl From<stead_router::RouterErrorCode> for ErrorCode {
+    /// How the model router's refusals read on `/v1/chat/completions`.
+    fn from(code: stead_router::RouterErrorCode) -> Self {
+        use stead_router::RouterErrorCode as Router;
+        match code {
+            Router::UnknownRoute => ErrorCode::ModelNotFound,
+            Router::RateLimited => ErrorCode::RateLimited,
+            Router::BudgetExceeded => ErrorCode::BudgetExceeded,
+            Router::UpstreamRejected => ErrorCode::UpstreamRejected,
+            Router::Unavailable => ErrorCode::Unavailable,
+            Router::UpstreamFailed => ErrorCode::UpstreamFailed,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_code_string_names_one_status_per_variant_and_no_pair_repeats() {
+        let mut seen = std::collections::HashSet::new();
+        for code in ErrorCode::ALL {
+            assert!(
+                seen.insert((code.status(), code.as_str())),
+                "{code:?} repeats another variant"
+            );
+            assert!(code.status().is_client_error() || code.status().is_server_error());
+        }
+    }
+
+    /// `docs/api.md`'s error table: each row's status and codes are variants, and every
+    /// variant is documented (the WebSocket-only codes in the protocol section).
+    #[test]
+    fn the_documented_error_table_matches_the_codes() {
+        let doc_path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/api.md");
+        let doc = std::fs::read_to_string(doc_path).expect("docs/api.md");
+        let table = doc
+            .split("\n## Errors")
+            .nth(1)
+            .and_then(|rest| rest.split("\n## ").next())
+            .expect("an `## Errors` section");
+        let mut documented = std::collections::HashSet::new();
+        for row in table
+            .lines()
+            .filter(|l| l.starts_with("| ") && !l.starts_with("| status"))
+        {
+            let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+            let status: u16 = cells[1]
+                .parse()
+                .unwrap_or_else(|_| panic!("status in {row}"));
+            for code in cells[2].split('/').map(|c| c.trim().trim_matches('`')) {
+                let variant = ErrorCode::ALL
+                    .iter()
+                    .find(|v| v.as_str() == code && v.status().as_u16() == status)
+                    .unwrap_or_else(|| {
+                        panic!("docs/api.md lists {status} `{code}`, no variant has it")
+                    });
+                documented.insert(*variant);
+            }
+        }
+        for code in ErrorCode::ALL {
+            assert!(
+                documented.contains(code) || doc.contains(&format!("`{}`", code.as_str())),
+                "{code:?} (`{}`, {}) is not in docs/api.md",
+                code.as_str(),
+                code.status()
+            );
+        }
+    }
+}

@@ -1,0 +1,186 @@
+//! `stead-http` owns Stead's HTTP edge: the axum server with the REST API and the WebSocket
+//! chat protocol (docs/api.md), the OpenAI-compatible endpoint and the request-log reads over
+//! the model router (docs/gateway.md), its error model and extractors, authentication (API keys
+//! and per-session tokens), the operational endpoints (`/healthz`, `/readyz`, `/metrics`,
+//! `/openapi.json`) and the embedded web UI. It holds no state of its own: sessions live in the
+//! actors (`stead-actors`), durable data in `stead-persistence`, routing in `stead-router`; it
+//! never links the local engine. A server takes its listener and its shutdown signal as
+//! arguments, so tests bind `127.0.0.1:0`.
+
+pub mod auth;
+mod error;
+pub mod error_code;
+pub mod metrics;
+mod openai;
+pub mod openapi;
+mod rest;
+pub mod webui;
+mod ws;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{DefaultBodyLimit, State};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use stead_actors::session::SessionRegistry;
+use stead_persistence::JournalStore;
+use tokio::net::TcpListener;
+
+pub use auth::{Auth, Principal};
+pub use error::{refusal_error, ApiError, ApiJson, ApiPath, ApiQuery};
+pub use error_code::ErrorCode;
+
+/// Bounds on what one client may send or hold.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Largest request body (bytes).
+    pub body_bytes: usize,
+    /// Largest WebSocket text frame the protocol accepts (bytes); a bigger one gets an
+    /// `error` frame and the connection stays open.
+    pub ws_frame_bytes: usize,
+    /// Frames a WebSocket client may fall behind before it is dropped.
+    pub ws_queue: usize,
+    /// Ping interval; a client silent for three intervals is dropped.
+    pub ws_heartbeat: Duration,
+    /// How long a new WebSocket connection holds live frames waiting for a `resume`.
+    pub ws_resume_hold: Duration,
+    /// Longest `?wait=true` on a message.
+    pub wait: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            body_bytes: 1 << 20,
+            ws_frame_bytes: 64 << 10,
+            ws_queue: 1024,
+            ws_heartbeat: Duration::from_secs(20),
+            ws_resume_hold: Duration::from_millis(250),
+            wait: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Everything the handlers share.
+#[derive(Clone)]
+pub struct AppState {
+    pub store: Arc<dyn JournalStore>,
+    pub sessions: Arc<SessionRegistry>,
+    pub auth: Arc<Auth>,
+    /// Route names agents and forks may use.
+    pub routes: Arc<Vec<String>>,
+    pub limits: Limits,
+    /// Reported by `/healthz`.
+    pub version: &'static str,
+    /// Turns true when the server shuts down: WebSockets flush and close.
+    pub shutdown: tokio::sync::watch::Receiver<bool>,
+    /// Open WebSocket connections (for a draining shutdown).
+    pub connections: Arc<tokio::sync::Semaphore>,
+    /// Request counters and latencies for `/metrics`.
+    pub metrics: Arc<metrics::Metrics>,
+    /// The model router behind `/v1/chat/completions` (the sessions use the same one).
+    pub model_router: Arc<stead_router::Router>,
+}
+
+/// Most WebSocket connections one server holds.
+pub const MAX_CONNECTIONS: usize = 1 << 20;
+
+/// How long `/readyz` waits for the database before it answers "not ready".
+const READINESS_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The HTTP router. Unknown paths answer a JSON 404, wrong methods a JSON 405.
+pub fn router(state: AppState) -> Router {
+    let limit = state.limits.body_bytes;
+    Router::new()
+        .route("/", get(webui::index))
+        .route("/assets/{name}", get(webui::asset))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/openapi.json", get(openapi::openapi_json))
+        .route("/metrics", get(metrics::render))
+        .route(
+            "/v1/sessions",
+            post(rest::create_session).get(rest::list_sessions),
+        )
+        .route(
+            "/v1/sessions/{id}",
+            get(rest::get_session).delete(rest::close_session),
+        )
+        .route("/v1/sessions/{id}/messages", post(rest::post_message))
+        .route("/v1/sessions/{id}/events", get(rest::events))
+        .route(
+            "/v1/sessions/{id}/approvals/{call_id}",
+            post(rest::decide_approval),
+        )
+        .route("/v1/sessions/{id}/cancel", post(rest::cancel))
+        .route("/v1/sessions/{id}/state", get(rest::state_at))
+        .route("/v1/sessions/{id}/fork", post(rest::fork))
+        .route("/v1/sessions/{id}/ws", get(ws::upgrade))
+        .route("/v1/approvals", get(rest::pending_approvals))
+        .route("/v1/agents", get(rest::agents))
+        .route("/v1/models", get(rest::models))
+        .route("/v1/chat/completions", post(openai::chat_completions))
+        .route("/v1/gateway/logs", get(openai::logs))
+        .route("/v1/gateway/stats", get(openai::stats))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(limit))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            metrics::track,
+        ))
+        .with_state(state)
+}
+
+/// Serves `router` on `listener` until `shutdown` resolves, then stops accepting connections and
+/// lets requests in flight finish.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// Waits until every WebSocket connection has closed (they close on the shutdown signal after
+/// flushing), or `grace` passes.
+pub async fn drain_connections(connections: &tokio::sync::Semaphore, grace: Duration) -> bool {
+    tokio::time::timeout(grace, connections.acquire_many(MAX_CONNECTIONS as u32))
+        .await
+        .is_ok()
+}
+
+#[utoipa::path(get, path = "/healthz", security(()), responses((status = 200, body = openapi::Health)))]
+async fn healthz(State(state): State<AppState>) -> Json<Value> {
+    Json(json!({ "status": "ok", "version": state.version }))
+}
+
+#[utoipa::path(get, path = "/readyz", security(()), responses((status = 200, body = openapi::Ready), (status = 503, body = openapi::ErrorBody)))]
+async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    match tokio::time::timeout(READINESS_TIMEOUT, state.store.ping()).await {
+        Ok(Ok(())) => Ok(Json(
+            json!({ "status": "ready", "database": state.store.backend().to_string() }),
+        )),
+        Ok(Err(error)) => {
+            tracing::warn!(error = %error, "readiness check failed");
+            Err(ApiError::unavailable("the database does not answer"))
+        }
+        Err(_) => Err(ApiError::unavailable("the database did not answer in time")),
+    }
+}
+
+async fn not_found() -> ApiError {
+    ApiError::not_found("no such endpoint")
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        ErrorCode::MethodNotAllowed,
+        "this endpoint does not take that method",
+    )
+}

@@ -1,0 +1,411 @@
+//! The model router's HTTP face: `POST /v1/chat/completions` (OpenAI-compatible, streamed as
+//! server-sent events or not, tools included), and the request log: `GET /v1/gateway/logs`
+//! (filtered, newest first, cursor-paginated) and `GET /v1/gateway/stats` (grouped figures).
+//!
+//! Response headers: `x-stead-request-id` (the log record's id), `x-stead-cache`
+//! (`hit`, `miss`, `bypass`, `off`), and on whole answers `x-stead-provider`, `x-stead-model`
+//! and `x-stead-attempts`. A stream's headers go out before the answering target is known, so
+//! its last chunk carries a `stead` object with the provider, model and attempts.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue};
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+use stead_persistence::request_log::{RequestLogQuery, StatsGroupBy, MAX_LOG_PAGE};
+use stead_router::wire::{self, ParsedRequest};
+use stead_router::{parse_metadata, CacheMode, CallOptions, RouterError, RouterResponse};
+use tokio::sync::mpsc;
+use uuid::Uuid;
+
+use crate::auth::{Caller, Principal};
+use crate::openapi::ErrorBody;
+use crate::{ApiError, ApiJson, ApiQuery, AppState, ErrorCode};
+
+/// The per-key name limits and budgets count against.
+fn key_name(principal: &Principal) -> Option<String> {
+    match principal {
+        Principal::Local => Some("local".into()),
+        Principal::ApiKey(name) => Some(name.clone()),
+        Principal::Session(_) => None,
+    }
+}
+
+fn router_error(error: &RouterError) -> Response {
+    let mut response = ApiError::new(error.code.into(), error.message.clone()).into_response();
+    let headers = response.headers_mut();
+    if let Some(after) = error.retry_after {
+        // Whole seconds, rounded up, at least 1.
+        let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
+        headers.insert("retry-after", HeaderValue::from(secs.max(1)));
+    }
+    set(headers, "x-stead-request-id", &error.id.to_string());
+    response
+}
+
+fn set(headers: &mut HeaderMap, name: &'static str, value: &str) {
+    if let Ok(value) = HeaderValue::from_str(value) {
+        headers.insert(name, value);
+    }
+}
+
+/// The call's options from the caller and the request headers.
+fn options(principal: &Principal, headers: &HeaderMap) -> Result<CallOptions, ApiError> {
+    let metadata = match headers.get("x-stead-metadata") {
+        None => Default::default(),
+        Some(value) => {
+            let text = value.to_str().map_err(|_| {
+                ApiError::new(
+                    ErrorCode::InvalidMetadata,
+                    "x-stead-metadata must be ASCII JSON",
+                )
+            })?;
+            parse_metadata(text).map_err(|e| ApiError::new(ErrorCode::InvalidMetadata, e))?
+        }
+    };
+    let bypass = headers
+        .get("x-stead-cache")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| matches!(v.trim(), "bypass" | "no-cache" | "no-store"))
+        || headers
+            .get("cache-control")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.contains("no-cache") || v.contains("no-store"));
+    Ok(CallOptions {
+        request_id: Some(Uuid::now_v7()),
+        session_id: None,
+        api_key: key_name(principal),
+        metadata,
+        cache: if bypass {
+            CacheMode::Bypass
+        } else {
+            CacheMode::Use
+        },
+    })
+}
+
+/// OpenAI-compatible chat completions through the model router (`model` names a route).
+#[utoipa::path(post, path = "/v1/chat/completions", request_body(content = Object, description = "An OpenAI chat completions request; `model` names a route (GET /v1/models)."), responses((status = 200, description = "A `chat.completion`, or `text/event-stream` chunks when `stream` is true"), (status = 400, body = ErrorBody), (status = 404, description = "No such route", body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, description = "Rate limit or budget; see Retry-After", body = ErrorBody), (status = 502, description = "Every target failed", body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
+pub async fn chat_completions(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    headers: HeaderMap,
+    ApiJson(body): ApiJson<Value>,
+) -> Result<Response, ApiError> {
+    caller.require_operator()?;
+    let ParsedRequest {
+        request,
+        stream,
+        include_usage,
+    } = wire::parse_request(&body).map_err(|e| ApiError::new(ErrorCode::MalformedRequest, e))?;
+    let options = options(&caller, &headers)?;
+    let id = options.request_id.expect("set above");
+    let created = chrono::Utc::now().timestamp();
+    let route = request.route.clone();
+    if !stream {
+        return match state.model_router.call(request, options, None).await {
+            Ok(answer) => {
+                let body = wire::completion_json(
+                    &format!("chatcmpl-{}", id.simple()),
+                    created,
+                    &route,
+                    &answer.text,
+                    &answer.tool_calls,
+                    answer.finish_reason,
+                    &answer.usage,
+                );
+                let mut response = Json(body).into_response();
+                answer_headers(response.headers_mut(), &answer);
+                Ok(response)
+            }
+            Err(error) => Ok(router_error(&error)),
+        };
+    }
+
+    // Streamed: the call runs in a task; the response starts once the first text arrives (or
+    // the call ends), so a call refused or failed before any text still gets its HTTP status.
+    enum Step {
+        Text(String),
+        Done(Box<Result<RouterResponse, RouterError>>),
+    }
+    let (steps_tx, mut steps) = mpsc::unbounded_channel::<Step>();
+    let router = state.model_router.clone();
+    let task = tokio::spawn(async move {
+        let (deltas, mut texts) = mpsc::unbounded_channel::<String>();
+        let call = router.call(request, options, Some(deltas));
+        tokio::pin!(call);
+        let result = loop {
+            tokio::select! {
+                biased;
+                Some(text) = texts.recv() => {
+                    if steps_tx.send(Step::Text(text)).is_err() {
+                        // The client went away: dropping the call stops it.
+                        return;
+                    }
+                }
+                result = &mut call => break result,
+                _ = steps_tx.closed() => return,
+            }
+        };
+        while let Ok(text) = texts.try_recv() {
+            let _ = steps_tx.send(Step::Text(text));
+        }
+        let _ = steps_tx.send(Step::Done(Box::new(result)));
+    });
+    let first = steps.recv().await;
+    let first = match first {
+        None => {
+            return Err(ApiError::internal(
+                "the model call stopped",
+                format!("{:?}", task.await.err()),
+            ))
+        }
+        Some(Step::Done(result)) => match *result {
+            Err(error) => return Ok(router_error(&error)),
+            Ok(answer) => Step::Done(Box::new(Ok(answer))),
+        },
+        Some(step) => step,
+    };
+    let chat_id = format!("chatcmpl-{}", id.simple());
+    // Each step becomes one or more server-sent events; the first also opens the message.
+    let events = futures_util::stream::unfold(
+        (Some(first), steps, false, false),
+        move |(pending, mut steps, started, finished)| {
+            let chat_id = chat_id.clone();
+            let route = route.clone();
+            async move {
+                if finished {
+                    return None;
+                }
+                let step = match pending {
+                    Some(step) => step,
+                    None => steps.recv().await?,
+                };
+                let mut out: Vec<Value> = Vec::new();
+                if !started {
+                    out.push(wire::chunk_json(
+                        &chat_id,
+                        created,
+                        &route,
+                        json!({ "role": "assistant", "content": "" }),
+                        None,
+                    ));
+                }
+                let done = match step {
+                    Step::Text(text) => {
+                        out.push(wire::chunk_json(
+                            &chat_id,
+                            created,
+                            &route,
+                            json!({ "content": text }),
+                            None,
+                        ));
+                        false
+                    }
+                    Step::Done(result) => {
+                        match *result {
+                            Ok(answer) => {
+                                if !answer.tool_calls.is_empty() {
+                                    out.push(wire::chunk_json(
+                                        &chat_id,
+                                        created,
+                                        &route,
+                                        wire::tool_calls_delta(&answer.tool_calls),
+                                        None,
+                                    ));
+                                }
+                                let mut last = wire::chunk_json(
+                                    &chat_id,
+                                    created,
+                                    &route,
+                                    json!({}),
+                                    Some(answer.finish_reason),
+                                );
+                                last["stead"] = json!({
+                                    "request_id": answer.id,
+                                    "provider": answer.provider,
+                                    "model": answer.model,
+                                    "cache": answer.cache.as_str(),
+                                    "attempts": answer.attempts.len(),
+                                });
+                                out.push(last);
+                                if include_usage {
+                                    out.push(wire::usage_chunk_json(
+                                        &chat_id,
+                                        created,
+                                        &route,
+                                        &answer.usage,
+                                    ));
+                                }
+                            }
+                            Err(error) => out.push(json!({
+                                "error": { "code": error.code, "message": error.message },
+                            })),
+                        }
+                        true
+                    }
+                };
+                let mut events: Vec<Result<Event, Infallible>> = out
+                    .into_iter()
+                    .map(|chunk| Ok(Event::default().data(chunk.to_string())))
+                    .collect();
+                if done {
+                    events.push(Ok(Event::default().data("[DONE]")));
+                }
+                Some((
+                    futures_util::stream::iter(events),
+                    (None, steps, true, done),
+                ))
+            }
+        },
+    )
+    .flatten();
+    let mut response = Sse::new(events).into_response();
+    set(
+        response.headers_mut(),
+        "x-stead-request-id",
+        &id.to_string(),
+    );
+    Ok(response)
+}
+
+fn answer_headers(headers: &mut HeaderMap, answer: &RouterResponse) {
+    set(headers, "x-stead-request-id", &answer.id.to_string());
+    set(headers, "x-stead-provider", &answer.provider);
+    set(headers, "x-stead-model", &answer.model);
+    set(headers, "x-stead-cache", answer.cache.as_str());
+    set(
+        headers,
+        "x-stead-attempts",
+        &answer.attempts.len().to_string(),
+    );
+}
+
+/// A store error: bad input there (a cursor, a metadata key) is a bad query parameter.
+fn query_error(error: stead_persistence::Error) -> ApiError {
+    match error {
+        stead_persistence::Error::InvalidInput(message) => {
+            ApiError::new(ErrorCode::InvalidQuery, message)
+        }
+        other => other.into(),
+    }
+}
+
+/// Filters shared by the log and its statistics, from the query string.
+fn log_query(params: &HashMap<String, String>) -> Result<RequestLogQuery, ApiError> {
+    let time = |key: &str| -> Result<Option<chrono::DateTime<chrono::Utc>>, ApiError> {
+        params
+            .get(key)
+            .map(|v| {
+                chrono::DateTime::parse_from_rfc3339(v)
+                    .map(|t| t.with_timezone(&chrono::Utc))
+                    .map_err(|_| {
+                        ApiError::new(
+                            ErrorCode::InvalidQuery,
+                            format!("`{key}` must be an RFC 3339 time"),
+                        )
+                    })
+            })
+            .transpose()
+    };
+    let mut metadata = None;
+    for (key, value) in params {
+        if let Some(name) = key.strip_prefix("metadata.") {
+            if metadata.is_some() {
+                return Err(ApiError::new(
+                    ErrorCode::InvalidQuery,
+                    "filter on one metadata key at a time",
+                ));
+            }
+            metadata = Some((name.to_string(), value.clone()));
+        }
+    }
+    Ok(RequestLogQuery {
+        route: params.get("route").cloned(),
+        provider: params.get("provider").cloned(),
+        model: params.get("model").cloned(),
+        status: params.get("status").cloned(),
+        api_key: params.get("api_key").cloned(),
+        session_id: params
+            .get("session_id")
+            .map(|s| {
+                Uuid::try_parse(s).map_err(|_| {
+                    ApiError::new(ErrorCode::InvalidQuery, "`session_id` must be a UUID")
+                })
+            })
+            .transpose()?,
+        cache_hit: match params.get("cache").map(String::as_str) {
+            None => None,
+            Some("hit") => Some(true),
+            Some("miss") => Some(false),
+            Some(_) => {
+                return Err(ApiError::new(
+                    ErrorCode::InvalidQuery,
+                    "`cache` must be hit or miss",
+                ))
+            }
+        },
+        since: time("since")?,
+        until: time("until")?,
+        metadata,
+        limit: match params.get("limit") {
+            None => 0,
+            Some(v) => v
+                .parse::<u32>()
+                .ok()
+                .filter(|n| (1..=MAX_LOG_PAGE).contains(n))
+                .ok_or_else(|| {
+                    ApiError::new(
+                        ErrorCode::InvalidQuery,
+                        format!("`limit` must be an integer from 1 to {MAX_LOG_PAGE}"),
+                    )
+                })?,
+        },
+        cursor: params.get("cursor").cloned(),
+    })
+}
+
+/// The request log, newest first. Filters: `route`, `provider`, `model`, `status`,
+/// `session_id`, `api_key`, `cache` (hit|miss), `since`, `until` (RFC 3339), `metadata.KEY`.
+#[utoipa::path(get, path = "/v1/gateway/logs", params(("limit" = Option<u32>, Query, minimum = 1, maximum = 1000), ("cursor" = Option<String>, Query), ("route" = Option<String>, Query), ("status" = Option<String>, Query)), responses((status = 200, description = "`{\"logs\":[…],\"next_cursor\":…}`"), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
+pub async fn logs(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiQuery(params): ApiQuery<HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require_operator()?;
+    let query = log_query(&params)?;
+    let page = state
+        .store
+        .list_request_log(&query)
+        .await
+        .map_err(query_error)?;
+    Ok(Json(
+        json!({ "logs": page.entries, "next_cursor": page.next_cursor }),
+    ))
+}
+
+/// Figures of the request log grouped by `group_by` (`route`, `provider`, `model` or
+/// `metadata.KEY`), over the rows the same filters as `/v1/gateway/logs` select.
+#[utoipa::path(get, path = "/v1/gateway/stats", params(("group_by" = Option<String>, Query), ("since" = Option<String>, Query)), responses((status = 200, description = "`{\"group_by\":…,\"groups\":[…]}`"), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
+pub async fn stats(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiQuery(params): ApiQuery<HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require_operator()?;
+    let group_by = params.get("group_by").map_or("route", String::as_str);
+    let grouping: StatsGroupBy = group_by.parse().map_err(query_error)?;
+    let query = log_query(&params)?;
+    let groups = state
+        .store
+        .request_log_stats(&query, &grouping)
+        .await
+        .map_err(query_error)?;
+    Ok(Json(json!({ "group_by": group_by, "groups": groups })))
+}

@@ -1,0 +1,186 @@
+//! `/v1/sessions/{id}/messages` (start a turn, optionally waiting for it) and
+//! `/v1/sessions/{id}/events` (the journal, paged).
+
+use super::*;
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PostMessage {
+    /// Up to 32 KiB of UTF-8 (the schema says 8,192 characters, which always fits).
+    #[schema(min_length = 1, max_length = 8192, pattern = "\\S")]
+    text: String,
+    /// Applied once: a repeated `client_id` is refused with `duplicate_client_id`.
+    #[serde(default)]
+    #[schema(min_length = 1, max_length = 200)]
+    client_id: Option<String>,
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct WaitQuery {
+    #[serde(default)]
+    wait: bool,
+}
+
+/// Checks a user message's text and client id (shared with the WebSocket).
+pub fn check_message(text: &str, client_id: Option<&str>) -> Result<(), ApiError> {
+    if text.trim().is_empty() {
+        return Err(ApiError::new(
+            ErrorCode::InvalidRequest,
+            "`text` must not be empty",
+        ));
+    }
+    if text.len() > MAX_MESSAGE_BYTES {
+        return Err(ApiError::new(
+            ErrorCode::MessageTooLarge,
+            format!("`text` is over {MAX_MESSAGE_BYTES} bytes"),
+        ));
+    }
+    if client_id.is_some_and(|c| c.is_empty() || c.len() > 200) {
+        return Err(ApiError::new(
+            ErrorCode::InvalidRequest,
+            "`client_id` must be 1 to 200 bytes",
+        ));
+    }
+    Ok(())
+}
+
+#[utoipa::path(post, path = "/v1/sessions/{id}/messages", params(("id" = Uuid, Path, description = "Session id"), WaitQuery), request_body = PostMessage, responses((status = 202, description = "Accepted (or the wait ran out)", body = MessageAccepted), (status = 200, description = "With wait=true: the turn ended or parked", body = MessageWaited), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
+pub async fn post_message(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath(id): ApiPath<Uuid>,
+    ApiQuery(query): ApiQuery<WaitQuery>,
+    ApiJson(body): ApiJson<PostMessage>,
+) -> Result<Response, ApiError> {
+    caller.require_session(id)?;
+    check_message(&body.text, body.client_id.as_deref())?;
+    // Attach before sending, so the wait sees every frame the message causes.
+    let mut subscription = if query.wait {
+        Some(state.sessions.attach(id, 65_536).await?)
+    } else {
+        None
+    };
+    let seq = state
+        .sessions
+        .send(
+            id,
+            Input::UserMessage {
+                text: body.text,
+                client_id: body.client_id,
+            },
+        )
+        .await?;
+    let Some(subscription) = &mut subscription else {
+        return Ok((
+            StatusCode::ACCEPTED,
+            Json(json!({ "session_id": id, "seq": seq })),
+        )
+            .into_response());
+    };
+    // Wait for the turn (and any queued before it) to end, or to park on an approval.
+    let deadline = tokio::time::Instant::now() + state.limits.wait;
+    let mut settled = false;
+    let mut look = true;
+    loop {
+        if look {
+            let folded = state.sessions.state(id).await?;
+            if folded.last_seq >= seq && folded.status() != SessionStatus::Running {
+                settled = true;
+                break;
+            }
+        }
+        match tokio::time::timeout_at(deadline, subscription.frames.recv()).await {
+            // Only a committed event can end or park the turn; stream deltas cannot.
+            Ok(Some(frame)) => look = matches!(frame, stead_actors::session::Frame::Event { .. }),
+            Ok(None) => {
+                // The actor stopped (a restart): attach again and look at the state.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                *subscription = state.sessions.attach(id, 65_536).await?;
+                look = true;
+            }
+            Err(_) => break,
+        }
+    }
+    let folded = state.sessions.state(id).await?;
+    let reply = last_reply(&state, id, seq).await?;
+    let status = if settled {
+        StatusCode::OK
+    } else {
+        StatusCode::ACCEPTED
+    };
+    Ok((
+        status,
+        Json(json!({
+            "session_id": id,
+            "seq": seq,
+            "status": folded.status(),
+            "last_seq": folded.last_seq,
+            "reply": reply,
+            "pending_approvals": pending_view(&folded),
+        })),
+    )
+        .into_response())
+}
+
+/// The last assistant message journaled after `seq`.
+pub(crate) async fn last_reply(
+    state: &AppState,
+    id: Uuid,
+    seq: i64,
+) -> Result<Option<String>, ApiError> {
+    let mut reply = None;
+    let mut after = seq;
+    loop {
+        let page = state.store.read(id, after, MAX_EVENTS_PAGE).await?;
+        for event in &page {
+            if event.kind == "assistant_message" {
+                reply = event.payload["text"].as_str().map(str::to_string);
+            }
+        }
+        match page.last() {
+            Some(last) if page.len() == MAX_EVENTS_PAGE as usize => after = last.seq,
+            _ => return Ok(reply),
+        }
+    }
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct EventsQuery {
+    /// Events with a greater seq (default 0: from the start).
+    #[param(minimum = 0)]
+    after: Option<i64>,
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<u32>,
+}
+
+#[utoipa::path(get, path = "/v1/sessions/{id}/events", params(("id" = Uuid, Path, description = "Session id"), EventsQuery), responses((status = 200, body = EventsPage), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
+pub async fn events(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath(id): ApiPath<Uuid>,
+    ApiQuery(query): ApiQuery<EventsQuery>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require_session(id)?;
+    let after = query.after.unwrap_or(0);
+    if after < 0 {
+        return Err(ApiError::new(
+            ErrorCode::InvalidQuery,
+            "`after` must not be negative",
+        ));
+    }
+    let limit = page_limit(query.limit, 100, MAX_EVENTS_PAGE)?;
+    let row = state.store.get_session(id).await?;
+    let events = state.store.read(id, after, limit).await?;
+    let mut page = json!({
+        "events": events.iter().map(event_view).collect::<Vec<_>>(),
+        "last_seq": row.last_seq,
+    });
+    if let Some(compaction) = state.store.compaction(id).await? {
+        page["compacted_through"] = json!(compaction.through_seq);
+    }
+    Ok(Json(page))
+}

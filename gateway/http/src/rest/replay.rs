@@ -1,0 +1,132 @@
+//! Replay over REST: a session's state at any seq, and forks from any seq.
+
+use super::*;
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct AtQuery {
+    /// Fold the journal up to this seq (default: the current state).
+    #[param(minimum = 1)]
+    at: Option<i64>,
+}
+
+#[utoipa::path(get, path = "/v1/sessions/{id}/state", params(("id" = Uuid, Path, description = "Session id"), AtQuery), responses((status = 200, body = StateView), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 410, description = "The journal was compacted through the seq asked for", body = ErrorBody), (status = 422, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
+pub async fn state_at(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath(id): ApiPath<Uuid>,
+    ApiQuery(query): ApiQuery<AtQuery>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require_session(id)?;
+    let row = state.store.get_session(id).await?;
+    let folded = match query.at {
+        None => state.sessions.state(id).await?,
+        Some(at) => {
+            check_seq(at, row.last_seq)?;
+            stead_actors::replay::fold_until(&state.store, id, at).await?
+        }
+    };
+    Ok(Json(stead_actors::replay::state_view(id, &folded)))
+}
+
+pub(crate) fn check_seq(at: i64, last_seq: i64) -> Result<(), ApiError> {
+    if at < 1 || at > last_seq {
+        return Err(ApiError::new(
+            ErrorCode::SeqOutOfRange,
+            format!("`at` must be between 1 and the session's last seq ({last_seq})"),
+        ));
+    }
+    Ok(())
+}
+
+#[derive(Deserialize, Default, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ForkOverrides {
+    #[serde(default)]
+    route: Option<String>,
+    /// Another name for `route` (what `/v1/chat/completions` calls a route).
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    system_prompt: Option<String>,
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Fork {
+    /// Copy the journal up to this seq.
+    #[serde(deserialize_with = "integer")]
+    #[schema(minimum = 1)]
+    at: i64,
+    #[serde(default, deserialize_with = "object")]
+    overrides: ForkOverrides,
+}
+
+/// A struct only from a JSON object (serde would also read one from an array).
+pub(crate) fn object<'de, D: serde::Deserializer<'de>, T: serde::de::DeserializeOwned>(
+    deserializer: D,
+) -> Result<T, D::Error> {
+    match Value::deserialize(deserializer)? {
+        value @ Value::Object(_) => serde_json::from_value(value).map_err(serde::de::Error::custom),
+        _ => Err(serde::de::Error::custom("expected a JSON object")),
+    }
+}
+
+/// An integer, also when written as an integral float (`5.0`): JSON has one number type.
+pub(crate) fn integer<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<i64, D::Error> {
+    let number = serde_json::Number::deserialize(deserializer)?;
+    if let Some(i) = number.as_i64() {
+        return Ok(i);
+    }
+    match number.as_f64() {
+        Some(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => Ok(f as i64),
+        _ => Err(serde::de::Error::custom(format!(
+            "{number} is not an integer"
+        ))),
+    }
+}
+
+#[utoipa::path(post, path = "/v1/sessions/{id}/fork", params(("id" = Uuid, Path, description = "Session id")), request_body = Fork, responses((status = 201, body = Forked), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 410, description = "The journal was compacted through the seq asked for", body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
+pub async fn fork(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath(id): ApiPath<Uuid>,
+    ApiJson(body): ApiJson<Fork>,
+) -> Result<Response, ApiError> {
+    caller.require_session(id)?;
+    caller.require_operator()?; // a fork is a new session: a session token cannot mint one
+    let source = state.store.get_session(id).await?;
+    check_seq(body.at, source.last_seq)?;
+    let route = match (body.overrides.route, body.overrides.model) {
+        (Some(r), Some(m)) if r != m => {
+            return Err(ApiError::new(
+                ErrorCode::InvalidRequest,
+                "`overrides.route` and `overrides.model` name different routes",
+            ))
+        }
+        (r, m) => r.or(m),
+    };
+    if let Some(route) = &route {
+        if !state.routes.contains(route) {
+            return Err(ApiError::new(
+                ErrorCode::UnknownRoute,
+                format!("no route is named `{route}`"),
+            ));
+        }
+    }
+    let overrides = Overrides {
+        route,
+        system_prompt: body.overrides.system_prompt,
+    };
+    let (row, last_seq) =
+        stead_actors::replay::fork(&state.store, &source, body.at, overrides).await?;
+    // Activate it: whatever was in flight at `at` carries on in the fork (finished model and
+    // tool calls are in the copied journal and are not run again).
+    let folded = state.sessions.state(row.id).await?;
+    let row = state.store.get_session(row.id).await?;
+    let mut view = session_view(&row, &folded);
+    view["token"] = json!(state.auth.session_token(row.id));
+    view["last_seq"] = json!(last_seq);
+    Ok((StatusCode::CREATED, Json(view)).into_response())
+}

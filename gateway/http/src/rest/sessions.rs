@@ -1,0 +1,172 @@
+//! `/v1/sessions`: create, list, read and close sessions.
+
+use super::*;
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSession {
+    /// One of the configured agents (the served schema lists them).
+    #[schema(min_length = 1)]
+    agent: String,
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    metadata: Option<Value>,
+}
+
+#[utoipa::path(post, path = "/v1/sessions", request_body = CreateSession, responses((status = 201, body = SessionCreated), (status = 400, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
+pub async fn create_session(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiJson(body): ApiJson<CreateSession>,
+) -> Result<Response, ApiError> {
+    caller.require_operator()?;
+    if state.sessions.agent(&body.agent).is_none() {
+        return Err(ApiError::new(
+            ErrorCode::UnknownAgent,
+            format!("no agent is named `{}` (see GET /v1/agents)", body.agent),
+        ));
+    }
+    let metadata = body.metadata.unwrap_or_else(|| json!({}));
+    if !metadata.is_object() {
+        return Err(ApiError::new(
+            ErrorCode::InvalidRequest,
+            "`metadata` must be a JSON object",
+        ));
+    }
+    if metadata.to_string().len() > MAX_METADATA_BYTES {
+        return Err(ApiError::new(
+            ErrorCode::InvalidRequest,
+            format!("`metadata` is over {MAX_METADATA_BYTES} bytes"),
+        ));
+    }
+    let row = state
+        .store
+        .create_session(NewSession {
+            id: None,
+            agent: body.agent.clone(),
+            metadata,
+        })
+        .await?;
+    let (kind, payload) = SessionEvent::SessionCreated {
+        agent: body.agent.clone(),
+    }
+    .to_parts();
+    state
+        .store
+        .append(row.id, 0, vec![NewEvent::new(kind, payload)])
+        .await?;
+    let mut view = row_view(&row);
+    view["last_seq"] = json!(1);
+    view["token"] = json!(state.auth.session_token(row.id));
+    Ok((StatusCode::CREATED, Json(view)).into_response())
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    agent: Option<String>,
+    #[param(inline)]
+    status: Option<StatusParam>,
+    #[param(minimum = 1, maximum = 500)]
+    limit: Option<u32>,
+    /// `next_cursor` of the previous page.
+    cursor: Option<String>,
+}
+
+/// A session status, as a filter.
+#[derive(Deserialize, ToSchema, Clone, Copy)]
+#[serde(rename_all = "snake_case")]
+pub enum StatusParam {
+    Idle,
+    Running,
+    AwaitingApproval,
+    Failed,
+    Closed,
+}
+
+impl From<StatusParam> for SessionStatus {
+    fn from(status: StatusParam) -> Self {
+        match status {
+            StatusParam::Idle => SessionStatus::Idle,
+            StatusParam::Running => SessionStatus::Running,
+            StatusParam::AwaitingApproval => SessionStatus::AwaitingApproval,
+            StatusParam::Failed => SessionStatus::Failed,
+            StatusParam::Closed => SessionStatus::Closed,
+        }
+    }
+}
+
+#[utoipa::path(get, path = "/v1/sessions", params(ListQuery), responses((status = 200, body = SessionList), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
+pub async fn list_sessions(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiQuery(query): ApiQuery<ListQuery>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require_operator()?;
+    let status = query.status.map(SessionStatus::from);
+    let limit = page_limit(
+        query.limit,
+        stead_persistence::DEFAULT_PAGE,
+        stead_persistence::MAX_PAGE,
+    )?;
+    let page = state
+        .store
+        .list_sessions(&SessionQuery {
+            agent: query.agent,
+            status,
+            limit,
+            cursor: query.cursor.filter(|c| !c.is_empty()),
+        })
+        .await
+        .map_err(|e| match e {
+            stead_persistence::Error::InvalidInput(m) => ApiError::new(ErrorCode::InvalidQuery, m),
+            other => other.into(),
+        })?;
+    Ok(Json(json!({
+        "sessions": page.sessions.iter().map(row_view).collect::<Vec<_>>(),
+        "next_cursor": page.next_cursor,
+    })))
+}
+
+#[utoipa::path(get, path = "/v1/sessions/{id}", params(("id" = Uuid, Path, description = "Session id")), responses((status = 200, body = SessionView), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
+pub async fn get_session(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath(id): ApiPath<Uuid>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require_session(id)?;
+    let row = state.store.get_session(id).await?;
+    let folded = state.sessions.state(id).await?;
+    Ok(Json(session_view(&row, &folded)))
+}
+
+#[utoipa::path(delete, path = "/v1/sessions/{id}", params(("id" = Uuid, Path, description = "Session id")), responses((status = 200, body = SessionView), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
+pub async fn close_session(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath(id): ApiPath<Uuid>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require_session(id)?;
+    let result = state
+        .sessions
+        .send(
+            id,
+            Input::Close {
+                reason: format!("closed by {}", caller.name()),
+            },
+        )
+        .await;
+    match result {
+        // Closing a closed session is a no-op (DELETE is idempotent).
+        Ok(_) | Err(stead_actors::session::SessionError::Refused(stead_actors::Refusal::Ended))
+            if state.sessions.state(id).await?.closed =>
+        {
+            let row = state.store.get_session(id).await?;
+            let folded = state.sessions.state(id).await?;
+            Ok(Json(session_view(&row, &folded)))
+        }
+        Ok(_) => Err(ApiError::internal("close", "the session did not close")),
+        Err(error) => Err(error.into()),
+    }
+}

@@ -1,0 +1,557 @@
+//! The WebSocket protocol (docs/api.md) on `GET /v1/sessions/{id}/ws`.
+//!
+//! A connection attaches to the session's actor as a bounded subscriber and sends `hello`
+//! with the seq it attached at. Every frame then goes out in commit order, exactly once per
+//! connection: events are de-duplicated by seq (a gap is filled from the journal), stream
+//! deltas by their offset in the model call's text. `resume {after_seq}` replays the journal
+//! after that seq, then the in-flight stream so far, then live frames. So that a reconnecting
+//! client's `resume` is answered in order, live frames are held for a short while after `hello`
+//! (until the first client frame, or `ws_resume_hold`); `?after_seq=N` on the URL resumes at
+//! once. A client that falls `ws_queue` frames behind is dropped (close 1008), one that stops
+//! answering pings too; neither can stall the session or the other clients.
+
+use std::time::Instant;
+
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::extract::State;
+use axum::response::Response;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use stead_actors::session::{Frame, Subscription};
+use stead_actors::{ApprovalScope, Input, SessionEvent};
+use uuid::Uuid;
+
+use crate::auth::Caller;
+use crate::rest::{check_message, decision_input, event_view, frame_event_view};
+use crate::{ApiError, ApiPath, ApiQuery, AppState, ErrorCode, Principal};
+
+/// Pages of journal replay.
+const REPLAY_PAGE: u32 = 1000;
+/// Bytes a frame may be on the wire before the transport closes the connection (1009); frames
+/// between `ws_frame_bytes` and this get an `error` frame and the connection stays.
+const TRANSPORT_MAX: usize = 1 << 20;
+/// Initial read buffer of a connection (tungstenite's default is 128 KiB).
+const READ_BUFFER: usize = 4 << 10;
+/// How long one send may wait on a client that does not read.
+const SEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+#[derive(Deserialize)]
+pub struct WsQuery {
+    #[allow(dead_code)] // read by the `Caller` extractor
+    token: Option<String>,
+    after_seq: Option<i64>,
+}
+
+pub async fn upgrade(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath(id): ApiPath<Uuid>,
+    ApiQuery(query): ApiQuery<WsQuery>,
+    upgrade: WebSocketUpgrade,
+) -> Result<Response, ApiError> {
+    caller.require_session(id)?;
+    state.store.get_session(id).await?;
+    let permit = state
+        .connections
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| ApiError::unavailable("too many connections"))?;
+    Ok(upgrade
+        // Small buffers: tens of thousands of mostly idle clients; a big frame grows them.
+        .read_buffer_size(READ_BUFFER)
+        .write_buffer_size(0)
+        .max_message_size(TRANSPORT_MAX)
+        .max_frame_size(TRANSPORT_MAX)
+        .on_upgrade(move |socket| async move {
+            let mut connection = Connection {
+                state,
+                id,
+                caller,
+                socket,
+                sent_seq: 0,
+                stream: None,
+                ended_call: None,
+                held: None,
+                last_heard: Instant::now(),
+            };
+            if let Err(reason) = connection.run(query.after_seq).await {
+                tracing::debug!(session = %id, %reason, "websocket closed");
+            }
+            drop(permit);
+        }))
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+enum ClientFrame {
+    UserMessage {
+        text: String,
+        #[serde(default)]
+        client_id: Option<String>,
+    },
+    Approval {
+        call_id: String,
+        approved: bool,
+        #[serde(default)]
+        reason: Option<String>,
+        #[serde(default)]
+        scope: Option<ApprovalScope>,
+        #[serde(default)]
+        args_hash: Option<String>,
+    },
+    Cancel {},
+    Resume {
+        after_seq: i64,
+    },
+}
+
+const CLIENT_FRAME_TYPES: [&str; 4] = ["user_message", "approval", "cancel", "resume"];
+
+/// The in-flight model call as this connection knows it: its text so far, and how much of
+/// that the client has been sent.
+struct Stream {
+    call_id: String,
+    text: String,
+    sent: usize,
+}
+
+struct Connection {
+    state: AppState,
+    id: Uuid,
+    caller: Principal,
+    socket: WebSocket,
+    /// Highest event seq the client has been sent.
+    sent_seq: i64,
+    stream: Option<Stream>,
+    /// The model call whose end was last sent: late deltas of it are dropped.
+    ended_call: Option<String>,
+    /// Live frames held until the client's first frame (or the hold ends).
+    held: Option<Vec<Frame>>,
+    last_heard: Instant,
+}
+
+type Closed = String;
+
+impl Connection {
+    async fn run(&mut self, after_seq: Option<i64>) -> Result<(), Closed> {
+        let mut subscription = match self.attach().await {
+            Ok(subscription) => subscription,
+            Err(error) => {
+                self.send_error(&error).await?;
+                return self.close(1011, "the session is unavailable").await;
+            }
+        };
+        let attached = &subscription.attached;
+        self.sent_seq = attached.last_seq;
+        self.stream = attached.streaming.clone().map(|(call_id, text)| Stream {
+            call_id,
+            text,
+            sent: 0,
+        });
+        self.send_json(json!({
+            "type": "hello",
+            "session_id": self.id,
+            "last_seq": attached.last_seq,
+            "status": attached.status,
+        }))
+        .await?;
+        match after_seq {
+            Some(after) => self.resume(after).await?,
+            None => self.held = Some(Vec::new()),
+        }
+        let limits = self.state.limits.clone();
+        let hold = tokio::time::sleep(limits.ws_resume_hold);
+        tokio::pin!(hold);
+        let mut heartbeat = tokio::time::interval(limits.ws_heartbeat);
+        heartbeat.tick().await;
+        let mut shutdown = self.state.shutdown.clone();
+        let mut stopping = *shutdown.borrow_and_update();
+        if stopping {
+            return self.close(1001, "the server is shutting down").await;
+        }
+        loop {
+            tokio::select! {
+                incoming = self.socket.recv() => {
+                    let Some(Ok(message)) = incoming else {
+                        return Err("the client went away".into());
+                    };
+                    self.last_heard = Instant::now();
+                    match message {
+                        Message::Text(text) => {
+                            let first = self.held.is_some();
+                            self.handle(text.as_str(), first).await?;
+                        }
+                        Message::Binary(_) => {
+                            self.release().await?;
+                            self.send_error(&ApiError::new(
+                                ErrorCode::UnsupportedFrame,
+                                "frames are JSON text, not binary",
+                            ))
+                            .await?;
+                        }
+                        Message::Close(_) => return Err("closed by the client".into()),
+                        Message::Ping(_) | Message::Pong(_) => {}
+                    }
+                }
+                frame = subscription.frames.recv() => match frame {
+                    Some(frame) => {
+                        if let Some(held) = &mut self.held {
+                            held.push(frame);
+                        } else {
+                            self.deliver(frame).await?;
+                        }
+                    }
+                    None if subscription.lagged.load(std::sync::atomic::Ordering::Relaxed) => {
+                        let _ = self.send_error(&ApiError::new(
+                            ErrorCode::TooSlow,
+                            "this client fell too far behind and is disconnected",
+                        )).await;
+                        return self.close(1008, "too slow").await;
+                    }
+                    None => {
+                        // The actor stopped (fenced, restarted, failed): attach again and fill
+                        // whatever was committed meanwhile from the journal.
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        subscription = match self.attach().await {
+                            Ok(s) => s,
+                            Err(error) => {
+                                self.send_error(&error).await?;
+                                return self.close(1011, "the session is unavailable").await;
+                            }
+                        };
+                        let upto = subscription.attached.last_seq;
+                        self.replay(self.sent_seq, upto).await?;
+                    }
+                },
+                _ = &mut hold, if self.held.is_some() => self.release().await?,
+                _ = heartbeat.tick() => {
+                    if self.last_heard.elapsed() > limits.ws_heartbeat * 3 {
+                        return self.close(1001, "no answer to pings").await;
+                    }
+                    self.send(Message::Ping(Vec::new().into())).await?;
+                }
+                changed = shutdown.changed(), if !stopping => {
+                    if changed.is_err() {
+                        stopping = true; // no shutdown signal any more: never stop for it
+                        continue;
+                    }
+                    if !*shutdown.borrow_and_update() {
+                        continue;
+                    }
+                    // Flush what is committed and queued, then say goodbye.
+                    self.release().await?;
+                    while let Ok(frame) = subscription.frames.try_recv() {
+                        self.deliver(frame).await?;
+                    }
+                    return self.close(1001, "the server is shutting down").await;
+                }
+            }
+        }
+    }
+
+    fn attach(&self) -> impl std::future::Future<Output = Result<Subscription, ApiError>> {
+        let sessions = self.state.sessions.clone();
+        let (id, queue) = (self.id, self.state.limits.ws_queue);
+        async move { Ok(sessions.attach(id, queue).await?) }
+    }
+
+    /// Ends the hold: the stream so far, then the held frames.
+    async fn release(&mut self) -> Result<(), Closed> {
+        let Some(held) = self.held.take() else {
+            return Ok(());
+        };
+        self.flush_stream().await?;
+        for frame in held {
+            self.deliver(frame).await?;
+        }
+        Ok(())
+    }
+
+    async fn handle(&mut self, text: &str, first: bool) -> Result<(), Closed> {
+        if text.len() > self.state.limits.ws_frame_bytes {
+            self.release().await?;
+            return self
+                .send_error(&ApiError::new(
+                    ErrorCode::FrameTooLarge,
+                    format!(
+                        "a frame may be at most {} bytes",
+                        self.state.limits.ws_frame_bytes
+                    ),
+                ))
+                .await;
+        }
+        let frame = match parse(text) {
+            Ok(frame) => frame,
+            Err(error) => {
+                self.release().await?;
+                return self.send_error(&error).await;
+            }
+        };
+        if let ClientFrame::Resume { after_seq } = frame {
+            if after_seq < 0 {
+                self.release().await?;
+                return self
+                    .send_error(&ApiError::new(
+                        ErrorCode::InvalidFrame,
+                        "`after_seq` must not be negative",
+                    ))
+                    .await;
+            }
+            // The first frame being a resume: replay, then the stream, then what was held.
+            if first {
+                let held = self.held.take().unwrap_or_default();
+                self.resume(after_seq).await?;
+                for frame in held {
+                    self.deliver(frame).await?;
+                }
+                return Ok(());
+            }
+            return self.resume(after_seq).await;
+        }
+        self.release().await?;
+        let input = match frame {
+            ClientFrame::UserMessage { text, client_id } => {
+                if let Err(error) = check_message(&text, client_id.as_deref()) {
+                    return self.send_error(&error).await;
+                }
+                Input::UserMessage { text, client_id }
+            }
+            ClientFrame::Approval {
+                call_id,
+                approved,
+                reason,
+                scope,
+                args_hash,
+            } => decision_input(call_id, approved, reason, scope, args_hash, &self.caller),
+            ClientFrame::Cancel {} => Input::Cancel {
+                reason: format!("cancelled by {}", self.caller.name()),
+            },
+            ClientFrame::Resume { .. } => unreachable!("handled above"),
+        };
+        // The effect arrives as committed events on this and every other connection; only a
+        // refusal is answered here.
+        if let Err(error) = self.state.sessions.send(self.id, input).await {
+            return self.send_error(&ApiError::from(error)).await;
+        }
+        Ok(())
+    }
+
+    /// Every event after `after` from the journal, then the in-flight stream from its start.
+    async fn resume(&mut self, after: i64) -> Result<(), Closed> {
+        self.sent_seq = after;
+        self.replay(after, i64::MAX).await?;
+        if let Some(stream) = &mut self.stream {
+            stream.sent = 0;
+        }
+        self.flush_stream().await
+    }
+
+    /// Sends journal events in `(after, upto]` that the client has not had.
+    async fn replay(&mut self, after: i64, upto: i64) -> Result<(), Closed> {
+        let mut cursor = after;
+        while cursor < upto {
+            let page = match self.state.store.read(self.id, cursor, REPLAY_PAGE).await {
+                Ok(page) => page,
+                Err(error) => return self.send_error(&ApiError::from(error)).await,
+            };
+            let Some(last) = page.last() else { break };
+            cursor = last.seq;
+            for event in page.iter().filter(|e| e.seq <= upto) {
+                if event.seq <= self.sent_seq {
+                    continue;
+                }
+                let mut frame = event_view(event);
+                frame["type"] = json!("event");
+                self.send_json(frame).await?;
+                self.sent_seq = event.seq;
+                if let Some(typed) = SessionEvent::from_parts(&event.kind, &event.payload) {
+                    self.ended(&typed);
+                }
+            }
+            if page.len() < REPLAY_PAGE as usize {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// A live frame, sent at most once and in order.
+    async fn deliver(&mut self, frame: Frame) -> Result<(), Closed> {
+        match frame {
+            Frame::Event {
+                seq,
+                event,
+                at,
+                wire,
+            } => {
+                if seq <= self.sent_seq {
+                    return Ok(());
+                }
+                if seq > self.sent_seq + 1 {
+                    self.replay(self.sent_seq, seq - 1).await?;
+                }
+                // Serialized once per event, whatever the number of clients.
+                let text = wire.get_or_init(|| {
+                    let mut view = frame_event_view(seq, &event, at);
+                    view["type"] = json!("event");
+                    view.to_string()
+                });
+                self.send(Message::Text(text.as_str().into())).await?;
+                self.sent_seq = seq;
+                self.ended(&event);
+            }
+            Frame::Delta {
+                call_id,
+                text,
+                offset,
+            } => {
+                if self.ended_call.as_deref() == Some(call_id.as_str()) {
+                    return Ok(()); // its final text was already sent in its event
+                }
+                let stream = match &mut self.stream {
+                    Some(stream) if stream.call_id == call_id => stream,
+                    _ => self.stream.insert(Stream {
+                        call_id,
+                        text: String::new(),
+                        sent: 0,
+                    }),
+                };
+                let end = offset + text.len();
+                if end > stream.text.len() && offset <= stream.text.len() {
+                    let new = &text[stream.text.len() - offset..];
+                    stream.text.push_str(new);
+                }
+                if self.held.is_none() {
+                    self.flush_stream().await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Forgets the stream of a model call that has ended.
+    fn ended(&mut self, event: &SessionEvent) {
+        let finished = match event {
+            SessionEvent::ModelCallFinished { call_id, .. }
+            | SessionEvent::ModelCallFailed { call_id, .. } => Some(call_id.as_str()),
+            SessionEvent::TurnCancelled { .. }
+            | SessionEvent::SessionFailed { .. }
+            | SessionEvent::SessionClosed { .. } => None,
+            _ => return,
+        };
+        if let Some(call) = finished {
+            self.ended_call = Some(call.to_string());
+        }
+        if finished.is_none() || self.stream.as_ref().map(|s| s.call_id.as_str()) == finished {
+            self.stream = None;
+        }
+    }
+
+    /// Sends the part of the in-flight stream the client has not had.
+    async fn flush_stream(&mut self) -> Result<(), Closed> {
+        let Some(stream) = &mut self.stream else {
+            return Ok(());
+        };
+        if stream.sent >= stream.text.len() {
+            return Ok(());
+        }
+        let frame = json!({
+            "type": "delta",
+            "call_id": stream.call_id,
+            "text": &stream.text[stream.sent..],
+            "offset": stream.sent,
+        });
+        stream.sent = stream.text.len();
+        self.send_json(frame).await
+    }
+
+    async fn send_error(&mut self, error: &ApiError) -> Result<(), Closed> {
+        self.send_json(json!({ "type": "error", "code": error.code, "message": error.message }))
+            .await
+    }
+
+    async fn send_json(&mut self, value: Value) -> Result<(), Closed> {
+        self.send(Message::Text(value.to_string().into())).await
+    }
+
+    async fn send(&mut self, message: Message) -> Result<(), Closed> {
+        match tokio::time::timeout(SEND_TIMEOUT, self.socket.send(message)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) => Err(format!("send failed: {error}")),
+            Err(_) => Err("the client does not read".into()),
+        }
+    }
+
+    async fn close(&mut self, code: u16, reason: &'static str) -> Result<(), Closed> {
+        let _ = self
+            .send(Message::Close(Some(CloseFrame {
+                code,
+                reason: reason.into(),
+            })))
+            .await;
+        Err(reason.into())
+    }
+}
+
+/// A client frame, or the error frame it deserves.
+fn parse(text: &str) -> Result<ClientFrame, ApiError> {
+    let value: Value = serde_json::from_str(text)
+        .map_err(|e| ApiError::new(ErrorCode::InvalidJson, format!("not JSON: {e}")))?;
+    let Some(kind) = value
+        .get("type")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+    else {
+        return Err(ApiError::new(
+            ErrorCode::InvalidFrame,
+            "a frame is a JSON object with a string `type`",
+        ));
+    };
+    if !CLIENT_FRAME_TYPES.contains(&kind.as_str()) {
+        return Err(ApiError::new(
+            ErrorCode::UnknownFrameType,
+            format!(
+                "`{kind}` is not a frame type ({})",
+                CLIENT_FRAME_TYPES.join(", ")
+            ),
+        ));
+    }
+    serde_json::from_value(value)
+        .map_err(|e| ApiError::new(ErrorCode::InvalidFrame, format!("bad `{kind}` frame: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_parse_or_name_what_is_wrong() {
+        assert!(matches!(
+            parse(r#"{"type":"user_message","text":"hi","client_id":"c1"}"#),
+            Ok(ClientFrame::UserMessage { .. })
+        ));
+        assert!(matches!(
+            parse(r#"{"type":"resume","after_seq":3}"#),
+            Ok(ClientFrame::Resume { after_seq: 3 })
+        ));
+        assert!(matches!(
+            parse(r#"{"type":"cancel"}"#),
+            Ok(ClientFrame::Cancel {})
+        ));
+        for (text, code) in [
+            ("{nope", "invalid_json"),
+            ("[1]", "invalid_frame"),
+            (r#"{"type":"shout"}"#, "unknown_frame_type"),
+            (r#"{"type":"user_message","text":5}"#, "invalid_frame"),
+            (r#"{"type":"approval","call_id":"t1"}"#, "invalid_frame"),
+            (r#"{"type":"resume","after_seq":"x"}"#, "invalid_frame"),
+            (r#"{"type":"cancel","extra":1}"#, "invalid_frame"),
+        ] {
+            assert_eq!(
+                parse(text).err().map(|e| e.code.as_str()),
+                Some(code),
+                "{text}"
+            );
+        }
+    }
+}

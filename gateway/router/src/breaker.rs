@@ -1,0 +1,59 @@
+//! The circuit breaker: a target that keeps failing cools down, shared by every route that
+//! uses the same provider and model; after the cooldown one trial call goes through.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// A circuit breaker for one provider's model, shared by every route that uses it.
+#[derive(Debug, Default)]
+pub(crate) struct Breaker {
+    state: Mutex<BreakerState>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct BreakerState {
+    consecutive_failures: u32,
+    open_until: Option<Instant>,
+    /// After the cooldown, one call tries the target again; others keep skipping it until
+    /// that trial ends.
+    trial_running: bool,
+}
+
+impl Breaker {
+    /// May an attempt go to this target now? (Takes the half-open trial when it is due.)
+    pub(crate) fn allow(&self) -> bool {
+        let mut state = self.state.lock().expect("breaker");
+        match state.open_until {
+            None => true,
+            Some(until) if Instant::now() < until => false,
+            Some(_) if state.trial_running => false,
+            Some(_) => {
+                state.trial_running = true;
+                true
+            }
+        }
+    }
+
+    pub(crate) fn is_open(&self) -> bool {
+        let state = self.state.lock().expect("breaker");
+        state.open_until.is_some_and(|until| Instant::now() < until) || state.trial_running
+    }
+
+    pub(crate) fn success(&self) {
+        *self.state.lock().expect("breaker") = BreakerState::default();
+    }
+
+    pub(crate) fn failure(&self, threshold: u32, cooldown: Duration) {
+        let mut state = self.state.lock().expect("breaker");
+        state.consecutive_failures += 1;
+        if state.trial_running || state.consecutive_failures >= threshold {
+            state.open_until = Some(Instant::now() + cooldown);
+            state.trial_running = false;
+            tracing::warn!(
+                failures = state.consecutive_failures,
+                cooldown_s = cooldown.as_secs_f64(),
+                "a model target is cooling down"
+            );
+        }
+    }
+}

@@ -1,0 +1,355 @@
+//! `stead-router` is Stead's AI gateway: the model router, one API over the local engine and
+//! any number of OpenAI-compatible providers. A call names a route; the route's targets are
+//! tried in order (or in a weighted random order), each retried on the failures its rules name
+//! with backoff (honouring `Retry-After`), under a total deadline and a time-to-first-token
+//! deadline; a target that keeps failing cools down (a circuit breaker shared by every route
+//! that uses it). A stream that breaks after some text continues on the next attempt from that
+//! text, so the caller sees one answer. Answers may be cached (exact match, concurrent identical
+//! calls coalesced into one); calls are limited per API key and per route, and every call
+//! becomes one request-log record.
+//!
+//! It owns the chat vocabulary ([`chat`]), the `Provider` trait and the OpenAI-compatible
+//! provider and wire format ([`openai`], [`wire`]), the `[gateway]`/`[[routes]]` configuration
+//! ([`config`]) and the request log's records ([`log`]). It knows nothing of sessions, HTTP
+//! serving, storage or ONNX Runtime: the local engine registers itself as a provider
+//! (`stead_inference::provider`) and the request log goes to a sink trait, both wired by the
+//! binary.
+
+mod attempt;
+mod breaker;
+mod cache;
+mod call;
+pub mod chat;
+pub mod config;
+mod failover;
+mod limits;
+pub mod log;
+mod metrics;
+pub mod openai;
+pub mod provider;
+mod route;
+pub mod wire;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+use self::breaker::Breaker;
+use self::cache::Answer;
+use self::config::{GatewayConfig, RouteConfig};
+use self::limits::{Budgets, RequestRate, TokenRate};
+use self::log::{AttemptRecord, RequestLog, RequestLogSink};
+use self::metrics::RouterMetrics;
+pub use self::provider::{
+    Chunk, FailureKind, Params, Provider, ProviderCall, ProviderError, ProviderReply, RouterRequest,
+};
+use self::route::{Route, Target};
+use crate::chat::{FinishReason, ToolCall, Usage};
+
+/// `max_tokens` assumed for a budget reservation when neither the caller nor the target sets
+/// one; the call is then sent with this `max_tokens`, so it cannot cost more than reserved.
+pub const BUDGET_MAX_TOKENS: u32 = 4096;
+
+/// Whether a call may be answered from the cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CacheMode {
+    #[default]
+    Use,
+    /// Neither read nor written (the `x-stead-cache: bypass` header).
+    Bypass,
+}
+
+/// What the cache did for a call (the `x-stead-cache` response header).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheStatus {
+    Hit,
+    Miss,
+    Bypass,
+    /// Caching is off for this route.
+    Off,
+}
+
+impl CacheStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheStatus::Hit => "hit",
+            CacheStatus::Miss => "miss",
+            CacheStatus::Bypass => "bypass",
+            CacheStatus::Off => "off",
+        }
+    }
+}
+
+/// Who calls and how.
+#[derive(Debug, Clone, Default)]
+pub struct CallOptions {
+    /// The request id (a fresh time-ordered one when unset).
+    pub request_id: Option<Uuid>,
+    /// The session whose actor calls (`gen_ai.conversation.id`).
+    pub session_id: Option<Uuid>,
+    /// The API key's name, for per-key limits and budgets (`None`: session actors, which the
+    /// per-route limits still cover).
+    pub api_key: Option<String>,
+    /// Up to 16 string/number/bool entries, kept with the log record.
+    pub metadata: Map<String, Value>,
+    pub cache: CacheMode,
+}
+
+/// A finished call.
+#[derive(Debug, Clone)]
+pub struct RouterResponse {
+    pub id: Uuid,
+    pub text: String,
+    pub tool_calls: Vec<ToolCall>,
+    pub finish_reason: FinishReason,
+    pub usage: Usage,
+    /// The provider and model of the target that answered.
+    pub provider: String,
+    pub model: String,
+    /// The answering provider's kind (`openai`, `onnx`): OpenTelemetry's
+    /// `gen_ai.provider.name`.
+    pub system: String,
+    pub cache: CacheStatus,
+    pub attempts: Vec<AttemptRecord>,
+    pub latency: Duration,
+    pub ttft: Option<Duration>,
+    pub cost: f64,
+}
+
+/// Why a call was not answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RouterErrorCode {
+    /// No route of that name.
+    UnknownRoute,
+    /// A per-key or per-route rate limit.
+    RateLimited,
+    /// The key's strict budget is spent or reserved.
+    BudgetExceeded,
+    /// Every target failed.
+    UpstreamFailed,
+    /// The last target refused the request as invalid.
+    UpstreamRejected,
+    /// No target is available (none configured and ready, or all cooling down).
+    Unavailable,
+}
+
+impl RouterErrorCode {
+    /// The code as callers and the request log see it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RouterErrorCode::UnknownRoute => "unknown_route",
+            RouterErrorCode::RateLimited => "rate_limited",
+            RouterErrorCode::BudgetExceeded => "budget_exceeded",
+            RouterErrorCode::UpstreamFailed => "upstream_failed",
+            RouterErrorCode::UpstreamRejected => "upstream_rejected",
+            RouterErrorCode::Unavailable => "unavailable",
+        }
+    }
+
+    /// A refusal by the router's own limits (no target was tried).
+    pub fn is_limit(self) -> bool {
+        matches!(
+            self,
+            RouterErrorCode::RateLimited | RouterErrorCode::BudgetExceeded
+        )
+    }
+}
+
+impl std::fmt::Display for RouterErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl serde::Serialize for RouterErrorCode {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for RouterErrorCode {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+/// A call that was not answered.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RouterError {
+    pub id: Uuid,
+    pub code: RouterErrorCode,
+    pub message: String,
+    pub retry_after: Option<Duration>,
+    pub attempts: Vec<AttemptRecord>,
+}
+
+impl std::fmt::Display for RouterError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// The router.
+pub struct Router {
+    routes: HashMap<String, Route>,
+    gateway: GatewayConfig,
+    cache: Option<moka::future::Cache<[u8; 32], Arc<Answer>>>,
+    key_requests: Option<RequestRate>,
+    key_tokens: Option<TokenRate>,
+    budgets: Option<Budgets>,
+    log: Option<RequestLog>,
+    metrics: RouterMetrics,
+}
+
+/// A route's targets, by provider name, as the router is built from configuration.
+pub type Providers = HashMap<String, Option<Arc<dyn Provider>>>;
+
+impl Router {
+    /// Builds the router. `providers` maps every configured provider name to the provider, or
+    /// `None` when it is configured but not available; routes naming an unknown provider are a
+    /// configuration error. The request log (when a sink is given) starts its writer task, so
+    /// this runs inside a tokio runtime.
+    pub fn new(
+        routes: &[RouteConfig],
+        gateway: GatewayConfig,
+        providers: &Providers,
+        sink: Option<Arc<dyn RequestLogSink>>,
+    ) -> Result<Router, String> {
+        if let Some(problem) = gateway.problem() {
+            return Err(format!("gateway.{problem}"));
+        }
+        let mut breakers: HashMap<(String, String), Arc<Breaker>> = HashMap::new();
+        let mut built = HashMap::new();
+        for (i, route) in routes.iter().enumerate() {
+            if let Some(problem) = route.problem() {
+                return Err(format!("routes[{i}].{problem}"));
+            }
+            let mut targets = Vec::new();
+            for (j, target) in route.targets.iter().enumerate() {
+                let provider = providers.get(&target.provider).ok_or_else(|| {
+                    format!(
+                        "routes[{i}].targets[{j}].provider: no provider is named `{}`",
+                        target.provider
+                    )
+                })?;
+                let breaker = breakers
+                    .entry((target.provider.clone(), target.model.clone()))
+                    .or_default()
+                    .clone();
+                let price = gateway
+                    .prices
+                    .get(&format!("{}/{}", target.provider, target.model))
+                    .or_else(|| gateway.prices.get(&target.model))
+                    .copied()
+                    .unwrap_or_default();
+                targets.push(Target {
+                    provider_name: target.provider.clone(),
+                    provider: provider.clone(),
+                    model: target.model.clone(),
+                    config: target.clone(),
+                    breaker,
+                    price,
+                });
+            }
+            built.insert(
+                route.name.clone(),
+                Route {
+                    weighted: route.targets.iter().any(|t| t.weight.is_some()),
+                    targets,
+                    cache: route.cache,
+                    requests: route.requests_per_min.map(RequestRate::direct),
+                    tokens: route.tokens_per_min.map(TokenRate::new),
+                },
+            );
+        }
+        let cache = gateway.cache.enabled.then(|| {
+            moka::future::Cache::builder()
+                .max_capacity(gateway.cache.max_entries)
+                .time_to_live(Duration::from_secs(gateway.cache.ttl_secs))
+                .build()
+        });
+        let limits = &gateway.limits;
+        Ok(Router {
+            routes: built,
+            cache,
+            key_requests: limits.requests_per_min.map(RequestRate::keyed),
+            key_tokens: limits.tokens_per_min.map(TokenRate::new),
+            budgets: limits
+                .budget_usd
+                .map(|budget| Budgets::new(budget, limits.budget_window())),
+            log: match (sink, gateway.log.enabled) {
+                (Some(sink), true) => Some(RequestLog::start(sink, &gateway.log)),
+                _ => None,
+            },
+            metrics: RouterMetrics::default(),
+            gateway,
+        })
+    }
+
+    /// The route names, sorted.
+    pub fn route_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.routes.keys().cloned().collect();
+        names.sort();
+        names
+    }
+
+    /// The router's Prometheus histograms, plus the request log's counters.
+    pub fn render_metrics(&self) -> String {
+        let mut out = self.metrics.render();
+        if let Some(log) = &self.log {
+            out.push_str(&format!(
+                "# HELP stead_gateway_log_records_total Request-log records by fate\n\
+                 # TYPE stead_gateway_log_records_total counter\n\
+                 stead_gateway_log_records_total{{fate=\"written\"}} {}\n\
+                 stead_gateway_log_records_total{{fate=\"dropped\"}} {}\n",
+                log.written(),
+                log.dropped()
+            ));
+        }
+        out
+    }
+}
+
+/// Checks `x-stead-metadata`: a JSON object of up to 16 string, number or bool entries.
+pub fn parse_metadata(text: &str) -> Result<Map<String, Value>, String> {
+    let value: Value =
+        serde_json::from_str(text).map_err(|e| format!("x-stead-metadata is not JSON: {e}"))?;
+    let Value::Object(map) = value else {
+        return Err("x-stead-metadata must be a JSON object".into());
+    };
+    if map.len() > 16 {
+        return Err("x-stead-metadata holds at most 16 entries".into());
+    }
+    for (key, value) in &map {
+        if key.is_empty() || key.len() > 64 {
+            return Err("x-stead-metadata keys must have 1 to 64 characters".into());
+        }
+        match value {
+            Value::String(s) if s.len() <= 256 => {}
+            Value::Number(_) | Value::Bool(_) => {}
+            _ => {
+                return Err(format!(
+                "x-stead-metadata `{key}` must be a string (up to 256 bytes), a number or a bool"
+            ))
+            }
+        }
+    }
+    Ok(map)
+}
+
+/// Flags shared between a caller and a call it may abandon.
+pub type CancelFlag = Arc<AtomicBool>;
+
+/// Resolves once `flag` is set, looking every 20 ms.
+pub async fn cancelled(flag: &AtomicBool) {
+    while !flag.load(Ordering::Relaxed) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests;

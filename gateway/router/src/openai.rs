@@ -1,0 +1,187 @@
+//! The `openai` provider: any OpenAI-compatible chat completions API (OpenAI itself, vLLM,
+//! llama.cpp's server, Ollama, hosted gateways), streamed over server-sent events or not.
+//! Errors carry the HTTP status and `Retry-After`, so the router's retry rules can read them.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_util::StreamExt;
+use serde_json::Value;
+
+use super::provider::{Chunk, FailureKind, Provider, ProviderCall, ProviderError, ProviderReply};
+use super::wire::{self, excerpt, Folded, StreamAccumulator};
+use crate::chat::Usage;
+
+/// A provider behind an OpenAI-compatible API.
+pub struct OpenAiProvider {
+    name: String,
+    /// `{base_url}/chat/completions`, parsed once.
+    url: reqwest::Url,
+    api_key: Option<String>,
+    client: reqwest::Client,
+}
+
+impl OpenAiProvider {
+    /// `base_url` is the API root that `/chat/completions` is appended to, e.g.
+    /// `http://127.0.0.1:9000/v1`; `api_key` is sent as `Authorization: Bearer`.
+    ///
+    /// # Panics
+    /// When `base_url` is not a URL (configuration validates it first).
+    pub fn new(
+        name: impl Into<String>,
+        base_url: &str,
+        api_key: Option<String>,
+        client: reqwest::Client,
+    ) -> Self {
+        let url = format!("{}/chat/completions", base_url.trim_end_matches('/'));
+        OpenAiProvider {
+            name: name.into(),
+            url: reqwest::Url::parse(&url).expect("a validated base_url"),
+            api_key,
+            client,
+        }
+    }
+
+    /// A failed request or broken stream, with the causes reqwest keeps behind its message.
+    fn transport_error(&self, error: &reqwest::Error, streaming: bool) -> ProviderError {
+        let mut causes = error.to_string();
+        let mut source = std::error::Error::source(error);
+        while let Some(cause) = source {
+            causes.push_str(": ");
+            causes.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        let (kind, message) = if error.is_timeout() {
+            (
+                FailureKind::Timeout,
+                format!("{} timed out: {causes}", self.name),
+            )
+        } else if error.is_connect() {
+            (
+                FailureKind::Connect,
+                format!("could not connect to {}: {causes}", self.name),
+            )
+        } else if streaming {
+            (
+                FailureKind::Stream,
+                format!("the stream from {} broke: {causes}", self.name),
+            )
+        } else {
+            (
+                FailureKind::Connect,
+                format!("the call to {} failed: {causes}", self.name),
+            )
+        };
+        ProviderError::new(kind, message)
+    }
+}
+
+/// `Retry-After` as seconds (or an HTTP date, which is read as "now": retry after the backoff).
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let value = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
+    let seconds: f64 = value.trim().parse().ok()?;
+    (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds))
+}
+
+#[async_trait]
+impl Provider for OpenAiProvider {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn system(&self) -> &str {
+        "openai"
+    }
+
+    async fn chat(&self, call: ProviderCall<'_>) -> Result<ProviderReply, ProviderError> {
+        let streaming = call.chunks.is_some();
+        let body = wire::provider_body(
+            call.model,
+            call.request,
+            call.max_tokens,
+            call.continue_from,
+            streaming,
+        );
+        let mut request = self.client.post(self.url.clone()).json(&body);
+        if let Some(key) = &self.api_key {
+            request = request.bearer_auth(key);
+        }
+        let response = request
+            .send()
+            .await
+            .map_err(|e| self.transport_error(&e, false))?;
+        let status = response.status();
+        if !status.is_success() {
+            let after = retry_after(response.headers());
+            let body = response.text().await.unwrap_or_default();
+            let message = serde_json::from_str::<Value>(&body)
+                .ok()
+                .and_then(|v| v["error"]["message"].as_str().map(String::from))
+                .unwrap_or_else(|| excerpt(&body));
+            return Err(ProviderError::status(
+                status.as_u16(),
+                after,
+                format!("{} answered {status}: {message}", self.name),
+            ));
+        }
+        let folded = match call.chunks {
+            None => {
+                let bytes = response
+                    .bytes()
+                    .await
+                    .map_err(|e| self.transport_error(&e, true))?;
+                let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
+                    ProviderError::new(
+                        FailureKind::Stream,
+                        format!("{} sent an unreadable answer: {e}", self.name),
+                    )
+                })?;
+                wire::parse_completion(&value).map_err(|e| {
+                    ProviderError::new(FailureKind::Stream, format!("{}: {e}", self.name))
+                })?
+            }
+            Some(chunks) => {
+                let mut body = std::pin::pin!(response.bytes_stream());
+                let mut stream = StreamAccumulator::default();
+                loop {
+                    let (fed, ended) = match body.next().await {
+                        Some(Ok(bytes)) => (stream.feed(&bytes), false),
+                        Some(Err(error)) => return Err(self.transport_error(&error, true)),
+                        None => (stream.end(), true),
+                    };
+                    let fed = fed.map_err(|e| {
+                        ProviderError::new(FailureKind::Stream, format!("{}: {e}", self.name))
+                    })?;
+                    for text in fed.text {
+                        let _ = chunks.send(Chunk::Text(text));
+                    }
+                    for _ in 0..fed.tool_fragments {
+                        let _ = chunks.send(Chunk::ToolCallFragment);
+                    }
+                    if ended || stream.is_done() {
+                        break;
+                    }
+                }
+                stream.finish().map_err(|e| {
+                    ProviderError::new(FailureKind::Stream, format!("{}: {e}", self.name))
+                })?
+            }
+        };
+        Ok(reply(folded, call.model))
+    }
+}
+
+fn reply(folded: Folded, asked: &str) -> ProviderReply {
+    let usage = folded.usage.unwrap_or(Usage {
+        // Servers that report no usage: count the fragments as the completion's tokens.
+        prompt_tokens: 0,
+        completion_tokens: folded.fragments as usize,
+    });
+    ProviderReply {
+        text: folded.text,
+        tool_calls: folded.tool_calls,
+        finish_reason: folded.finish_reason,
+        usage,
+        model: folded.model.unwrap_or_else(|| asked.to_string()),
+    }
+}

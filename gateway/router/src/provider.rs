@@ -1,0 +1,168 @@
+//! What the router asks of a provider: one chat completion for one model, streamed or not.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::Serialize;
+use serde_json::{Map, Value};
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::chat::{ChatMessage, FinishReason, ToolCall, ToolChoice, ToolSpec, Usage};
+
+/// Sampling parameters as the caller gave them (unset: the provider's default).
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct Params {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stop: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+}
+
+/// One chat completion asked of a route.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RouterRequest {
+    /// The route's name (what an OpenAI client sends as `model`).
+    pub route: String,
+    pub messages: Vec<ChatMessage>,
+    pub tools: Vec<ToolSpec>,
+    pub tool_choice: ToolChoice,
+    pub params: Params,
+    /// Other OpenAI request fields (`response_format`, `logit_bias`, …), passed to
+    /// OpenAI-compatible providers as given; the local engine ignores them.
+    pub extra: Map<String, Value>,
+}
+
+/// What a streaming provider reports as it goes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Chunk {
+    /// Answer text.
+    Text(String),
+    /// Part of a tool call arrived (it counts as the first token, but is not text).
+    ToolCallFragment,
+}
+
+/// One attempt at one target.
+pub struct ProviderCall<'a> {
+    pub model: &'a str,
+    pub request: &'a RouterRequest,
+    /// `max_tokens` to send: the caller's, else the target's default.
+    pub max_tokens: Option<u32>,
+    /// Text of the answer that earlier targets already streamed (mid-stream failover): the
+    /// provider asks its model to continue it. Empty on a first attempt.
+    pub continue_from: &'a str,
+    /// `Some` for a streamed call: every text fragment, as it arrives.
+    pub chunks: Option<UnboundedSender<Chunk>>,
+}
+
+/// A provider's finished answer.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProviderReply {
+    pub text: String,
+    pub tool_calls: Vec<ToolCall>,
+    pub finish_reason: FinishReason,
+    pub usage: Usage,
+    /// The model that answered, as the provider names it.
+    pub model: String,
+}
+
+/// How an attempt failed, in the terms that retry rules use.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    /// The provider answered with an HTTP error status.
+    Status,
+    /// No connection could be made.
+    Connect,
+    /// The attempt ran past its deadline.
+    Timeout,
+    /// The first token did not arrive in time.
+    TtftTimeout,
+    /// The stream broke or could not be read.
+    Stream,
+    /// The request itself is wrong for this provider (bad parameters, unknown model); retrying
+    /// the same target does not help.
+    Invalid,
+    /// The provider is not available (e.g. an unprepared local model).
+    Unavailable,
+}
+
+impl FailureKind {
+    /// The name used in `retry.on_errors` and in the request log.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            FailureKind::Status => "status",
+            FailureKind::Connect => "connect",
+            FailureKind::Timeout => "timeout",
+            FailureKind::TtftTimeout => "ttft_timeout",
+            FailureKind::Stream => "stream",
+            FailureKind::Invalid => "invalid",
+            FailureKind::Unavailable => "unavailable",
+        }
+    }
+}
+
+/// A failed attempt.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProviderError {
+    pub kind: FailureKind,
+    /// The HTTP status, for [`FailureKind::Status`].
+    pub status: Option<u16>,
+    /// The provider's `Retry-After`, when it sent one.
+    pub retry_after: Option<Duration>,
+    pub message: String,
+}
+
+impl ProviderError {
+    pub fn new(kind: FailureKind, message: impl Into<String>) -> Self {
+        ProviderError {
+            kind,
+            status: None,
+            retry_after: None,
+            message: message.into(),
+        }
+    }
+
+    pub fn status(status: u16, retry_after: Option<Duration>, message: impl Into<String>) -> Self {
+        ProviderError {
+            kind: FailureKind::Status,
+            status: Some(status),
+            retry_after,
+            message: message.into(),
+        }
+    }
+}
+
+impl ProviderError {
+    /// Whether the failure says the target is unhealthy (server errors, throttling, timeouts,
+    /// broken connections), rather than that this request was wrong for it.
+    pub fn counts_against_target(&self) -> bool {
+        match self.kind {
+            FailureKind::Status => matches!(self.status, Some(408 | 429 | 500..=599)),
+            FailureKind::Invalid => false,
+            _ => true,
+        }
+    }
+}
+
+impl std::fmt::Display for ProviderError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// A source of chat completions: the local engine pool, or an OpenAI-compatible API.
+#[async_trait]
+pub trait Provider: Send + Sync + 'static {
+    /// The configured name (`[[providers]] name`).
+    fn name(&self) -> &str;
+    /// The OpenTelemetry `gen_ai.provider.name` of this kind of provider.
+    fn system(&self) -> &str;
+    /// Runs one attempt. Dropping the future abandons it (the provider stops its work).
+    async fn chat(&self, call: ProviderCall<'_>) -> Result<ProviderReply, ProviderError>;
+}

@@ -1,0 +1,106 @@
+//! The `onnx` provider: the pooled local ONNX Runtime engine as one of the model router's
+//! providers (`stead_router::Provider`); the binary registers one per started pool.
+
+use async_trait::async_trait;
+
+use crate::pool::InferencePool;
+use crate::{ChatRequest, Error, SamplingParams, StreamEvent};
+use stead_router::{Chunk, FailureKind, Provider, ProviderCall, ProviderError, ProviderReply};
+
+/// `max_tokens` of a local call when neither the caller nor the target sets one.
+pub const DEFAULT_MAX_TOKENS: u32 = 512;
+
+/// The local engine pool as a provider.
+pub struct OnnxProvider {
+    name: String,
+    pool: std::sync::Arc<InferencePool>,
+}
+
+impl OnnxProvider {
+    pub fn new(name: impl Into<String>, pool: std::sync::Arc<InferencePool>) -> Self {
+        OnnxProvider {
+            name: name.into(),
+            pool,
+        }
+    }
+}
+
+/// How an engine error reads to the router: overload is a 503 (retried, with backoff), a
+/// request the engine can never serve is not retried.
+fn failure(error: Error) -> ProviderError {
+    match error {
+        Error::Overloaded { .. } => ProviderError::status(503, None, error.to_string()),
+        Error::InvalidRequest(_)
+        | Error::UnknownModel(_)
+        | Error::InvalidToolSchema { .. }
+        | Error::ContextOverflow { .. } => {
+            ProviderError::new(FailureKind::Invalid, error.to_string())
+        }
+        Error::ShutDown
+        | Error::ModelDir { .. }
+        | Error::Runtime(_)
+        | Error::ExecutionProvider(_) => {
+            ProviderError::new(FailureKind::Unavailable, error.to_string())
+        }
+        Error::Inference(_) => ProviderError::new(FailureKind::Stream, error.to_string()),
+    }
+}
+
+#[async_trait]
+impl Provider for OnnxProvider {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn system(&self) -> &str {
+        "onnx"
+    }
+
+    async fn chat(&self, call: ProviderCall<'_>) -> Result<ProviderReply, ProviderError> {
+        let request = call.request;
+        let params = &request.params;
+        let defaults = SamplingParams::default();
+        let chat = ChatRequest {
+            model: self.pool.model_name().to_string(),
+            messages: request.messages.clone(),
+            tools: request.tools.clone(),
+            tool_choice: request.tool_choice.clone(),
+            sampling: SamplingParams {
+                temperature: params.temperature.unwrap_or(defaults.temperature),
+                top_p: params.top_p.unwrap_or(defaults.top_p),
+                seed: params.seed,
+                max_tokens: call.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS) as usize,
+                stop: params.stop.clone(),
+                ..defaults
+            },
+            assistant_prefix: call.continue_from.to_string(),
+        };
+        // Dropping the generation (when the router abandons the attempt) cancels the job.
+        let mut generation = self.pool.generate(chat).await.map_err(failure)?;
+        loop {
+            match generation.next().await {
+                Some(StreamEvent::Delta(text)) => {
+                    if let Some(chunks) = &call.chunks {
+                        let _ = chunks.send(Chunk::Text(text));
+                    }
+                }
+                Some(StreamEvent::Done(completion)) => {
+                    return Ok(ProviderReply {
+                        text: completion.text,
+                        tool_calls: completion.tool_calls,
+                        finish_reason: completion.finish_reason,
+                        usage: completion.usage,
+                        model: completion.model,
+                    })
+                }
+                Some(StreamEvent::Failed(error)) => return Err(failure(error)),
+                None => {
+                    return Err(ProviderError::new(
+                        FailureKind::Unavailable,
+                        "the inference pool stopped",
+                    ))
+                }
+            }
+        }
+    }
+}

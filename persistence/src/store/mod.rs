@@ -1,0 +1,435 @@
+//! The store, written once for both backends: [`SqlStore`] holds a [`Dialect`] (PostgreSQL or
+//! SQLite) and the group committer that owns journal writes, and implements [`JournalStore`]
+//! with SQL both databases understand. What really differs — encodings, connections, pragmas,
+//! migrations, the set-based journal writes, a few expressions — is in `postgres.rs` and
+//! `sqlite.rs`.
+
+mod compaction;
+mod dialect;
+mod leases;
+pub(crate) mod postgres;
+mod request_log;
+mod rows;
+pub(crate) mod sqlite;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use uuid::Uuid;
+
+use self::dialect::{Arg, Columns, Dialect, On, Sql};
+use self::rows::SESSION_COLUMNS;
+use crate::group_commit::{AppendRequest, GroupCommit, Outcome};
+use crate::request_log::{
+    RequestLogEntry, RequestLogPage, RequestLogQuery, StatsGroupBy, StatsRow,
+};
+use crate::types::{into_page, now_micros};
+use crate::{
+    Backend, Compaction, Error, Event, JournalStats, JournalStore, KvEntry, Lease, MigrationReport,
+    NewEvent, NewSession, Result, Session, SessionPage, SessionQuery, SessionStatus, Snapshot,
+};
+
+/// Sessions, journal, snapshots, compactions, key–value storage and the request log on the
+/// database of dialect `D`.
+pub(crate) struct SqlStore<D: Dialect> {
+    db: D,
+    journal: GroupCommit,
+}
+
+impl<D: Dialect> SqlStore<D> {
+    pub(crate) fn new(db: D, journal: GroupCommit) -> Self {
+        SqlStore { db, journal }
+    }
+
+    /// Statements that only read run on the readers.
+    fn on_read(&self) -> On<'_, D::Db> {
+        On::Pool(self.db.reader())
+    }
+
+    /// Statements that write run on the writer.
+    fn on_write(&self) -> On<'_, D::Db> {
+        On::Pool(self.db.writer())
+    }
+
+    async fn fetch_session(&self, id: Uuid) -> Result<Session> {
+        Sql::<D>::new(format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions WHERE id = "
+        ))
+        .bind(id)
+        .fetch_optional(self.on_read())
+        .await?
+        .map(|row| rows::session(&row))
+        .transpose()?
+        .ok_or(Error::SessionNotFound(id))
+    }
+
+    async fn require_session(&self, id: Uuid) -> Result<()> {
+        let found = Sql::<D>::new("SELECT 1 FROM sessions WHERE id = ")
+            .bind(id)
+            .fetch_optional(self.on_read())
+            .await?;
+        found.map(|_| ()).ok_or(Error::SessionNotFound(id))
+    }
+
+    /// Runs a statement that changes the session `id`'s row, then reads the row back.
+    async fn update_session(&self, id: Uuid, mut update: Sql<D>) -> Result<Session> {
+        if update.execute(self.on_write()).await? == 0 {
+            return Err(Error::SessionNotFound(id));
+        }
+        self.fetch_session(id).await
+    }
+
+    /// `row` decoded; when there is none, `None` if the session exists (else `SessionNotFound`).
+    async fn found_or_none<T, R>(
+        &self,
+        session_id: Uuid,
+        row: Option<R>,
+        decode: impl FnOnce(&R) -> Result<T>,
+    ) -> Result<Option<T>> {
+        match row {
+            None => {
+                self.require_session(session_id).await?;
+                Ok(None)
+            }
+            Some(row) => decode(&row).map(Some),
+        }
+    }
+}
+
+/// The outcome of a request its fenced update did not admit, from the session's
+/// `(last_seq, lease_epoch)` as found (`None`: no such session).
+pub(crate) fn rejected(request: &AppendRequest, found: Option<(i64, i64)>) -> Outcome {
+    match found {
+        Some((_, current)) if request.epoch.is_some_and(|e| e != current) => {
+            Outcome::Fenced { current }
+        }
+        Some((actual, _)) => Outcome::Conflict { actual },
+        None => Outcome::NotFound,
+    }
+}
+
+#[async_trait]
+impl<D: Dialect> JournalStore for SqlStore<D> {
+    fn backend(&self) -> Backend {
+        D::BACKEND
+    }
+
+    async fn ping(&self) -> Result<()> {
+        Sql::<D>::new("SELECT 1").execute(self.on_read()).await?;
+        Ok(())
+    }
+
+    async fn migrate(&self) -> Result<MigrationReport> {
+        let before = self.db.applied_migrations().await?;
+        self.db.run_migrations().await?;
+        let after = self.db.applied_migrations().await?;
+        Ok(MigrationReport::between(&before, &after))
+    }
+
+    async fn create_session(&self, new: NewSession) -> Result<Session> {
+        let session = Session::new_idle(new);
+        let now = session.created_at;
+        Sql::<D>::new(
+            "INSERT INTO sessions (id, agent, status, metadata, last_seq, created_at, \
+             updated_at) VALUES (",
+        )
+        .bind(session.id)
+        .push(", ")
+        .bind(session.agent.as_str())
+        .push(", ")
+        .bind(session.status.as_str())
+        .push(", ")
+        .bind(&session.metadata)
+        .push(", 0, ")
+        .bind(now)
+        .push(", ")
+        .bind(now)
+        .push(")")
+        .execute(self.on_write())
+        .await
+        .map_err(|e| match &e {
+            sqlx::Error::Database(db) if db.is_unique_violation() => {
+                Error::InvalidInput(format!("session {} already exists", session.id))
+            }
+            _ => Error::Database(e),
+        })?;
+        Ok(session)
+    }
+
+    async fn get_session(&self, id: Uuid) -> Result<Session> {
+        self.fetch_session(id).await
+    }
+
+    async fn list_sessions(&self, query: &SessionQuery) -> Result<SessionPage> {
+        let limit = query.page_size();
+        let cursor = query.decoded_cursor()?;
+        let mut sql = Sql::<D>::new(format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE TRUE"));
+        if let Some(agent) = &query.agent {
+            sql.push(" AND agent = ").bind(agent.as_str());
+        }
+        if let Some(status) = query.status {
+            sql.push(" AND status = ").bind(status.as_str());
+        }
+        if let Some(cursor) = cursor {
+            sql.push(" AND (created_at, id) < (")
+                .bind(Arg::Micros(cursor.created_at_us))
+                .push(", ")
+                .bind(cursor.id)
+                .push(")");
+        }
+        sql.push(" ORDER BY created_at DESC, id DESC LIMIT ")
+            .bind(i64::from(limit) + 1);
+        let rows = sql.fetch_all(self.on_read()).await?;
+        let sessions = rows.iter().map(rows::session).collect::<Result<Vec<_>>>()?;
+        Ok(into_page(sessions, limit))
+    }
+
+    async fn count_sessions(&self) -> Result<Vec<(SessionStatus, i64)>> {
+        let rows = Sql::<D>::new("SELECT status, COUNT(*) AS n FROM sessions GROUP BY status")
+            .fetch_all(self.on_read())
+            .await?;
+        rows.iter()
+            .map(|row| Ok((row.text("status")?.parse()?, row.int("n")?)))
+            .collect()
+    }
+
+    async fn update_status(&self, id: Uuid, status: SessionStatus) -> Result<Session> {
+        let mut update = Sql::new("UPDATE sessions SET status = ");
+        update
+            .bind(status.as_str())
+            .push(", updated_at = ")
+            .bind(now_micros())
+            .push(" WHERE id = ")
+            .bind(id);
+        self.update_session(id, update).await
+    }
+
+    async fn close_session(&self, id: Uuid) -> Result<Session> {
+        let now = now_micros();
+        let mut update = Sql::new("UPDATE sessions SET status = 'closed', updated_at = ");
+        update
+            .bind(now)
+            .push(", closed_at = COALESCE(closed_at, ")
+            .bind(now)
+            .push(") WHERE id = ")
+            .bind(id);
+        self.update_session(id, update).await
+    }
+
+    async fn append(
+        &self,
+        session_id: Uuid,
+        expected_last_seq: i64,
+        events: Vec<NewEvent>,
+    ) -> Result<Vec<i64>> {
+        self.journal
+            .append(session_id, expected_last_seq, None, None, events)
+            .await
+    }
+
+    async fn append_fenced(
+        &self,
+        session_id: Uuid,
+        expected_last_seq: i64,
+        epoch: i64,
+        status: Option<SessionStatus>,
+        events: Vec<NewEvent>,
+    ) -> Result<Vec<i64>> {
+        self.journal
+            .append(session_id, expected_last_seq, Some(epoch), status, events)
+            .await
+    }
+
+    async fn acquire_lease(&self, session_id: Uuid, owner: &str, ttl: Duration) -> Result<Lease> {
+        self.acquire(session_id, owner, ttl).await
+    }
+
+    async fn renew_lease(
+        &self,
+        session_id: Uuid,
+        owner: &str,
+        epoch: i64,
+        ttl: Duration,
+    ) -> Result<Lease> {
+        self.renew(session_id, owner, epoch, ttl).await
+    }
+
+    async fn release_lease(&self, session_id: Uuid, owner: &str, epoch: i64) -> Result<()> {
+        self.release(session_id, owner, epoch).await
+    }
+
+    async fn read(&self, session_id: Uuid, after_seq: i64, limit: u32) -> Result<Vec<Event>> {
+        let rows =
+            Sql::<D>::new("SELECT seq, kind, payload, created_at FROM journal WHERE session_id = ")
+                .bind(session_id)
+                .push(" AND seq > ")
+                .bind(after_seq)
+                .push(" ORDER BY seq LIMIT ")
+                .bind(i64::from(limit))
+                .fetch_all(self.on_read())
+                .await?;
+        if rows.is_empty() {
+            self.require_session(session_id).await?;
+        }
+        rows.iter()
+            .map(|row| rows::event(session_id, row))
+            .collect()
+    }
+
+    async fn put_snapshot(&self, session_id: Uuid, seq: i64, state: Value) -> Result<()> {
+        self.require_session(session_id).await?;
+        Sql::<D>::new("INSERT INTO snapshots (session_id, seq, state, created_at) VALUES (")
+            .bind(session_id)
+            .push(", ")
+            .bind(seq)
+            .push(", ")
+            .bind(state)
+            .push(", ")
+            .bind(now_micros())
+            .push(
+                ") ON CONFLICT (session_id) DO UPDATE SET seq = excluded.seq, \
+                 state = excluded.state, created_at = excluded.created_at \
+                 WHERE excluded.seq >= snapshots.seq",
+            )
+            .execute(self.on_write())
+            .await?;
+        Ok(())
+    }
+
+    async fn latest_snapshot(&self, session_id: Uuid) -> Result<Option<Snapshot>> {
+        let row = Sql::<D>::new("SELECT seq, state, created_at FROM snapshots WHERE session_id = ")
+            .bind(session_id)
+            .fetch_optional(self.on_read())
+            .await?;
+        self.found_or_none(session_id, row, |row| rows::snapshot(session_id, row))
+            .await
+    }
+
+    async fn compact(
+        &self,
+        session_id: Uuid,
+        through_seq: i64,
+        state: Value,
+        summary: Value,
+    ) -> Result<Compaction> {
+        self.compact_ended(session_id, through_seq, state, summary)
+            .await
+    }
+
+    async fn compaction(&self, session_id: Uuid) -> Result<Option<Compaction>> {
+        let row = Sql::<D>::new(
+            "SELECT through_seq, state, summary, compacted_at FROM journal_compactions \
+             WHERE session_id = ",
+        )
+        .bind(session_id)
+        .fetch_optional(self.on_read())
+        .await?;
+        self.found_or_none(session_id, row, |row| rows::compaction(session_id, row))
+            .await
+    }
+
+    async fn compaction_candidates(
+        &self,
+        before: DateTime<Utc>,
+        after: Option<(DateTime<Utc>, Uuid)>,
+        limit: u32,
+    ) -> Result<Vec<(Uuid, DateTime<Utc>)>> {
+        self.candidates(before, after, limit).await
+    }
+
+    async fn delete_session(&self, id: Uuid) -> Result<()> {
+        let deleted = Sql::<D>::new("DELETE FROM sessions WHERE id = ")
+            .bind(id)
+            .execute(self.on_write())
+            .await?;
+        if deleted == 0 {
+            return Err(Error::SessionNotFound(id));
+        }
+        Ok(())
+    }
+
+    async fn kv_get(&self, session_id: Uuid, key: &str) -> Result<Option<KvEntry>> {
+        let row = Sql::<D>::new("SELECT key, value, updated_at FROM kv WHERE session_id = ")
+            .bind(session_id)
+            .push(" AND key = ")
+            .bind(key)
+            .fetch_optional(self.on_read())
+            .await?;
+        self.found_or_none(session_id, row, rows::kv_entry).await
+    }
+
+    async fn kv_set(&self, session_id: Uuid, key: &str, value: Value) -> Result<KvEntry> {
+        self.require_session(session_id).await?;
+        if !D::JSON_HOLDS_NUL {
+            crate::prepare_payload("kv", &value, usize::MAX)?;
+        }
+        let now = now_micros();
+        Sql::<D>::new("INSERT INTO kv (session_id, key, value, updated_at) VALUES (")
+            .bind(session_id)
+            .push(", ")
+            .bind(key)
+            .push(", ")
+            .bind(&value)
+            .push(", ")
+            .bind(now)
+            .push(
+                ") ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value, \
+                 updated_at = excluded.updated_at",
+            )
+            .execute(self.on_write())
+            .await?;
+        Ok(KvEntry {
+            key: key.to_string(),
+            value,
+            updated_at: now,
+        })
+    }
+
+    async fn kv_delete(&self, session_id: Uuid, key: &str) -> Result<bool> {
+        self.require_session(session_id).await?;
+        let deleted = Sql::<D>::new("DELETE FROM kv WHERE session_id = ")
+            .bind(session_id)
+            .push(" AND key = ")
+            .bind(key)
+            .execute(self.on_write())
+            .await?;
+        Ok(deleted > 0)
+    }
+
+    async fn kv_list(&self, session_id: Uuid, prefix: &str) -> Result<Vec<KvEntry>> {
+        self.require_session(session_id).await?;
+        let mut sql = Sql::<D>::new("SELECT key, value, updated_at FROM kv WHERE session_id = ");
+        sql.bind(session_id).push(" AND ");
+        D::push_starts_with(&mut sql, "key", prefix);
+        sql.push(" ORDER BY key").push(D::BYTE_ORDER);
+        let rows = sql.fetch_all(self.on_read()).await?;
+        rows.iter().map(rows::kv_entry).collect()
+    }
+
+    async fn insert_request_log(&self, entries: &[RequestLogEntry]) -> Result<()> {
+        self.insert_log(entries).await
+    }
+
+    async fn list_request_log(&self, query: &RequestLogQuery) -> Result<RequestLogPage> {
+        self.list_log(query).await
+    }
+
+    async fn request_log_stats(
+        &self,
+        query: &RequestLogQuery,
+        group_by: &StatsGroupBy,
+    ) -> Result<Vec<StatsRow>> {
+        self.log_stats(query, group_by).await
+    }
+
+    fn journal_stats(&self) -> JournalStats {
+        self.journal.stats()
+    }
+
+    async fn shutdown(&self) {
+        self.journal.shutdown().await;
+        self.db.close().await;
+    }
+}

@@ -1,0 +1,331 @@
+//! The PostgreSQL dialect: ids as `uuid`, times as `timestamptz`, JSON as `jsonb`, one pool for
+//! reads and writes.
+//!
+//! A group commit writes each round of a batch (each session at most once per round) with one
+//! set-based statement: a fenced `UPDATE sessions … WHERE last_seq = expected` whose returned
+//! ids gate the `INSERT INTO journal`, all rounds inside one transaction, so a batch costs one
+//! commit (one WAL flush) whatever its size. The conditional update also fences writers in
+//! other processes: a concurrent transaction blocks on the row lock, re-checks `last_seq` after
+//! the first commits and updates nothing.
+
+use std::collections::HashSet;
+use std::str::FromStr;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::{ConnectOptions, Connection, Postgres, QueryBuilder, Row};
+use uuid::Uuid;
+
+use super::dialect::{Arg, Columns, Dialect, On, Sql};
+use super::SqlStore;
+use crate::group_commit::{rounds, AppendRequest, BatchWriter, GroupCommit, Outcome};
+use crate::types::now_micros;
+use crate::{redact_url, Backend, DatabaseUrl, Error, Result, StoreOptions};
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
+
+const FENCED_APPEND: &str = "
+WITH req AS (
+    SELECT * FROM unnest($1::uuid[], $2::int8[], $3::int8[], $10::int8[], $11::text[])
+        AS r(session_id, expected, new_last, epoch, status)
+), upd AS (
+    UPDATE sessions s SET last_seq = req.new_last, updated_at = $4,
+        status = COALESCE(req.status, s.status),
+        closed_at = CASE WHEN req.status = 'closed' THEN $4 ELSE s.closed_at END
+    FROM req WHERE s.id = req.session_id AND s.last_seq = req.expected
+        AND (req.epoch < 0 OR s.lease_epoch = req.epoch)
+    RETURNING s.id
+), ins AS (
+    INSERT INTO journal (session_id, seq, kind, payload, created_at)
+    SELECT e.session_id, e.seq, e.kind, e.payload::jsonb, e.created_at
+    FROM unnest($5::uuid[], $6::int8[], $7::text[], $8::text[], $9::timestamptz[])
+        AS e(session_id, seq, kind, payload, created_at)
+    WHERE e.session_id IN (SELECT id FROM upd)
+)
+SELECT id FROM upd";
+
+/// A PostgreSQL database.
+pub(crate) struct Pg {
+    pool: PgPool,
+}
+
+/// Connects (naming an unreachable server or a refused login as such) and starts the group
+/// committer.
+pub(crate) async fn open(options: &StoreOptions) -> Result<SqlStore<Pg>> {
+    let DatabaseUrl::Postgres(url) = &options.url else {
+        return Err(Error::Config("not a PostgreSQL URL".into()));
+    };
+    let connect = PgConnectOptions::from_str(url)
+        .map_err(|e| Error::Config(format!("malformed PostgreSQL URL: {e}")))?
+        .application_name(&crate::scratch::application_name());
+    // One direct connection first, so that an unreachable server or a refused login is
+    // reported as such rather than as a pool timeout.
+    let probe = tokio::time::timeout(options.connect_timeout, connect.connect()).await;
+    let where_ = redact_url(url);
+    match probe {
+        Err(_) => {
+            return Err(Error::Config(format!(
+                "cannot connect to PostgreSQL at {where_}: no answer within {:?}",
+                options.connect_timeout
+            )))
+        }
+        Ok(Err(e)) => {
+            return Err(Error::Config(format!(
+                "cannot connect to PostgreSQL at {where_}: {e}"
+            )))
+        }
+        Ok(Ok(conn)) => {
+            let _ = conn.close().await;
+        }
+    }
+    let pool = PgPoolOptions::new()
+        .max_connections(options.max_connections.max(2))
+        .acquire_timeout(
+            options
+                .connect_timeout
+                .max(std::time::Duration::from_secs(30)),
+        )
+        .connect_with(connect)
+        .await?;
+    let journal = GroupCommit::start(
+        PgBatchWriter { pool: pool.clone() },
+        options.max_event_bytes,
+        options.max_batch_events,
+    );
+    Ok(SqlStore::new(Pg { pool }, journal))
+}
+
+impl Columns for PgRow {
+    fn int(&self, column: &str) -> Result<i64> {
+        Ok(self.try_get(column)?)
+    }
+    fn real(&self, column: &str) -> Result<f64> {
+        Ok(self.try_get(column)?)
+    }
+    fn opt_real(&self, column: &str) -> Result<Option<f64>> {
+        Ok(self.try_get(column)?)
+    }
+    fn flag(&self, column: &str) -> Result<bool> {
+        Ok(self.try_get(column)?)
+    }
+    fn text(&self, column: &str) -> Result<String> {
+        Ok(self.try_get(column)?)
+    }
+    fn opt_text(&self, column: &str) -> Result<Option<String>> {
+        Ok(self.try_get(column)?)
+    }
+    fn id(&self, column: &str) -> Result<Uuid> {
+        Ok(self.try_get(column)?)
+    }
+    fn opt_id(&self, column: &str) -> Result<Option<Uuid>> {
+        Ok(self.try_get(column)?)
+    }
+    fn time(&self, column: &str) -> Result<DateTime<Utc>> {
+        Ok(self.try_get(column)?)
+    }
+    fn opt_time(&self, column: &str) -> Result<Option<DateTime<Utc>>> {
+        Ok(self.try_get(column)?)
+    }
+    fn json(&self, column: &str) -> Result<Value> {
+        Ok(self.try_get(column)?)
+    }
+}
+
+#[async_trait]
+impl Dialect for Pg {
+    type Db = Postgres;
+    type Row = PgRow;
+
+    const BACKEND: Backend = Backend::Postgres;
+    const JSON_HOLDS_NUL: bool = false;
+    const BYTE_ORDER: &'static str = " COLLATE \"C\"";
+
+    fn reader(&self) -> &PgPool {
+        &self.pool
+    }
+
+    fn writer(&self) -> &PgPool {
+        &self.pool
+    }
+
+    async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    async fn applied_migrations(&self) -> Result<Vec<i64>> {
+        let mut conn = self.pool.acquire().await?;
+        let exists: Option<String> =
+            sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations')::text")
+                .fetch_one(&mut *conn)
+                .await?;
+        if exists.is_none() {
+            return Ok(Vec::new());
+        }
+        Ok(sqlx::query_scalar(
+            "SELECT version FROM _sqlx_migrations WHERE success ORDER BY version",
+        )
+        .fetch_all(&mut *conn)
+        .await?)
+    }
+
+    async fn run_migrations(&self) -> Result<()> {
+        Ok(MIGRATOR.run(&self.pool).await?)
+    }
+
+    fn bind(builder: &mut QueryBuilder<'static, Postgres>, value: Arg) {
+        match value {
+            Arg::Id(v) => builder.push_bind(v),
+            Arg::OptId(v) => builder.push_bind(v),
+            Arg::Time(v) => builder.push_bind(v),
+            Arg::Micros(v) => builder.push_bind(crate::types::micros_to_time(v)),
+            Arg::Json(v) => builder.push_bind(v),
+            Arg::Text(v) => builder.push_bind(v),
+            Arg::OptText(v) => builder.push_bind(v),
+            Arg::Int(v) => builder.push_bind(v),
+            Arg::Real(v) => builder.push_bind(v),
+            Arg::OptReal(v) => builder.push_bind(v),
+            Arg::Bool(v) => builder.push_bind(v),
+        };
+    }
+
+    async fn fetch_all(
+        on: On<'_, Postgres>,
+        builder: &mut QueryBuilder<'static, Postgres>,
+    ) -> sqlx::Result<Vec<PgRow>> {
+        let query = builder.build();
+        match on {
+            On::Pool(pool) => query.fetch_all(pool).await,
+            On::Tx(tx) => query.fetch_all(&mut **tx).await,
+        }
+    }
+
+    async fn fetch_optional(
+        on: On<'_, Postgres>,
+        builder: &mut QueryBuilder<'static, Postgres>,
+    ) -> sqlx::Result<Option<PgRow>> {
+        let query = builder.build();
+        match on {
+            On::Pool(pool) => query.fetch_optional(pool).await,
+            On::Tx(tx) => query.fetch_optional(&mut **tx).await,
+        }
+    }
+
+    async fn execute(
+        on: On<'_, Postgres>,
+        builder: &mut QueryBuilder<'static, Postgres>,
+    ) -> sqlx::Result<u64> {
+        let query = builder.build();
+        let done = match on {
+            On::Pool(pool) => query.execute(pool).await?,
+            On::Tx(tx) => query.execute(&mut **tx).await?,
+        };
+        Ok(done.rows_affected())
+    }
+
+    fn push_json_text(sql: &mut Sql<Self>, column: &str, key: &str) {
+        sql.push(format!("{column} ->> ")).bind(key);
+    }
+
+    fn push_starts_with(sql: &mut Sql<Self>, column: &str, prefix: &str) {
+        sql.push(format!("starts_with({column}, "))
+            .bind(prefix)
+            .push(")");
+    }
+
+    fn lock_ended_session(session_id: Uuid, through_seq: i64) -> Sql<Self> {
+        // Locks the session's row: an append racing the compaction waits, then finds it ended.
+        let mut sql = Sql::new("SELECT 1 FROM sessions WHERE id = ");
+        sql.bind(session_id)
+            .push(" AND status IN ('closed', 'failed') AND last_seq = ")
+            .bind(through_seq)
+            .push(" FOR UPDATE");
+        sql
+    }
+}
+
+struct PgBatchWriter {
+    pool: PgPool,
+}
+
+#[async_trait]
+impl BatchWriter for PgBatchWriter {
+    async fn write_batch(&mut self, batch: &[AppendRequest]) -> Result<Vec<Outcome>> {
+        let mut tx = self.pool.begin().await?;
+        let now = now_micros();
+        let mut outcomes: Vec<Option<Outcome>> = vec![None; batch.len()];
+        let mut rejected: Vec<usize> = Vec::new();
+        for round in rounds(batch) {
+            let mut req_ids = Vec::with_capacity(round.len());
+            let mut req_expected = Vec::with_capacity(round.len());
+            let mut req_new_last = Vec::with_capacity(round.len());
+            let mut req_epochs = Vec::with_capacity(round.len());
+            let mut req_statuses: Vec<Option<&str>> = Vec::with_capacity(round.len());
+            let mut ev_ids = Vec::new();
+            let mut ev_seqs = Vec::new();
+            let mut ev_kinds = Vec::new();
+            let mut ev_payloads = Vec::new();
+            let mut ev_times = Vec::new();
+            for &index in &round {
+                let request = &batch[index];
+                req_ids.push(request.session_id);
+                req_expected.push(request.expected_last_seq);
+                req_new_last.push(request.expected_last_seq + request.events.len() as i64);
+                req_epochs.push(request.epoch.unwrap_or(-1));
+                req_statuses.push(request.status.map(|s| s.as_str()));
+                for (offset, event) in request.events.iter().enumerate() {
+                    ev_ids.push(request.session_id);
+                    ev_seqs.push(request.expected_last_seq + 1 + offset as i64);
+                    ev_kinds.push(event.kind.as_str());
+                    ev_payloads.push(event.payload.as_str());
+                    ev_times.push(event.created_at);
+                }
+            }
+            let updated: HashSet<Uuid> = sqlx::query_scalar::<_, Uuid>(FENCED_APPEND)
+                .bind(&req_ids)
+                .bind(&req_expected)
+                .bind(&req_new_last)
+                .bind(now)
+                .bind(&ev_ids)
+                .bind(&ev_seqs)
+                .bind(&ev_kinds)
+                .bind(&ev_payloads)
+                .bind(&ev_times)
+                .bind(&req_epochs)
+                .bind(&req_statuses)
+                .fetch_all(&mut *tx)
+                .await?
+                .into_iter()
+                .collect();
+            for &index in &round {
+                if updated.contains(&batch[index].session_id) {
+                    outcomes[index] = Some(Outcome::Appended);
+                } else {
+                    rejected.push(index);
+                }
+            }
+        }
+        if !rejected.is_empty() {
+            let ids: Vec<Uuid> = rejected.iter().map(|&i| batch[i].session_id).collect();
+            let rows: Vec<(Uuid, i64, i64)> =
+                sqlx::query_as("SELECT id, last_seq, lease_epoch FROM sessions WHERE id = ANY($1)")
+                    .bind(&ids)
+                    .fetch_all(&mut *tx)
+                    .await?;
+            for index in rejected {
+                let request = &batch[index];
+                let found = rows
+                    .iter()
+                    .find(|(id, _, _)| *id == request.session_id)
+                    .map(|(_, last, epoch)| (*last, *epoch));
+                outcomes[index] = Some(super::rejected(request, found));
+            }
+        }
+        tx.commit().await?;
+        Ok(outcomes
+            .into_iter()
+            .map(|o| o.expect("every request of a batch gets an outcome"))
+            .collect())
+    }
+}

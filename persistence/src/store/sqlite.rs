@@ -1,0 +1,344 @@
+//! The embedded dialect: one SQLite file in WAL mode with `synchronous=FULL`.
+//!
+//! All writes go through one connection (SQLite has one writer anyway; serializing in-process
+//! avoids `SQLITE_BUSY`), reads through a small pool of reader connections that WAL lets run
+//! beside the writer. Ids are stored as hyphenated text, times as Unix microseconds, JSON as
+//! text.
+
+use std::collections::HashSet;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
+};
+use sqlx::{Acquire, QueryBuilder, Row, Sqlite};
+use uuid::Uuid;
+
+use super::dialect::{Arg, Columns, Dialect, On, Sql};
+use super::SqlStore;
+use crate::group_commit::{
+    rounds, AppendRequest, BatchWriter, GroupCommit, Outcome, PreparedEvent,
+};
+use crate::types::{micros_to_time, now_micros};
+use crate::{Backend, DatabaseUrl, Error, Result, StoreOptions};
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
+
+/// Rows per multi-row INSERT (5 bound values each, well under SQLite's variable limit).
+const INSERT_CHUNK: usize = 500;
+/// Requests per fenced UPDATE (3 bound values each).
+const UPDATE_CHUNK: usize = 1000;
+
+/// An SQLite database file.
+pub(crate) struct Lite {
+    writer: SqlitePool,
+    readers: SqlitePool,
+}
+
+/// Opens (creating) the file with its pragmas, the writer and the readers, and starts the group
+/// committer.
+pub(crate) async fn open(options: &StoreOptions) -> Result<SqlStore<Lite>> {
+    let DatabaseUrl::Sqlite(path) = &options.url else {
+        return Err(Error::Config("not an sqlite URL".into()));
+    };
+    let connect = SqliteConnectOptions::new()
+        .filename(path)
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Full)
+        .foreign_keys(true)
+        // Statement journals of multi-row writes stay in memory instead of temp files.
+        .pragma("temp_store", "memory")
+        .busy_timeout(std::time::Duration::from_secs(10));
+    let writer = SqlitePoolOptions::new()
+        .max_connections(1)
+        .min_connections(1)
+        .acquire_timeout(std::time::Duration::from_secs(60))
+        .connect_with(connect.clone())
+        .await
+        .map_err(|e| {
+            Error::Config(format!(
+                "cannot open SQLite database {}: {e}",
+                path.display()
+            ))
+        })?;
+    let readers = SqlitePoolOptions::new()
+        .max_connections(options.max_connections.max(1))
+        .acquire_timeout(
+            options
+                .connect_timeout
+                .max(std::time::Duration::from_secs(30)),
+        )
+        .connect_with(connect)
+        .await?;
+    let journal = GroupCommit::start(
+        SqliteBatchWriter {
+            writer: writer.clone(),
+        },
+        options.max_event_bytes,
+        options.max_batch_events,
+    );
+    Ok(SqlStore::new(Lite { writer, readers }, journal))
+}
+
+fn parse_uuid(text: &str) -> Result<Uuid> {
+    Uuid::try_parse(text).map_err(|e| Error::Corrupt(format!("id `{text}`: {e}")))
+}
+
+fn parse_json(text: &str) -> Result<Value> {
+    serde_json::from_str(text).map_err(|e| Error::Corrupt(format!("JSON: {e}")))
+}
+
+impl Columns for SqliteRow {
+    fn int(&self, column: &str) -> Result<i64> {
+        Ok(self.try_get(column)?)
+    }
+    fn real(&self, column: &str) -> Result<f64> {
+        Ok(self.try_get(column)?)
+    }
+    fn opt_real(&self, column: &str) -> Result<Option<f64>> {
+        Ok(self.try_get(column)?)
+    }
+    fn flag(&self, column: &str) -> Result<bool> {
+        Ok(self.try_get(column)?)
+    }
+    fn text(&self, column: &str) -> Result<String> {
+        Ok(self.try_get(column)?)
+    }
+    fn opt_text(&self, column: &str) -> Result<Option<String>> {
+        Ok(self.try_get(column)?)
+    }
+    fn id(&self, column: &str) -> Result<Uuid> {
+        parse_uuid(&self.try_get::<String, _>(column)?)
+    }
+    fn opt_id(&self, column: &str) -> Result<Option<Uuid>> {
+        self.try_get::<Option<String>, _>(column)?
+            .as_deref()
+            .map(parse_uuid)
+            .transpose()
+    }
+    fn time(&self, column: &str) -> Result<DateTime<Utc>> {
+        Ok(micros_to_time(self.try_get(column)?))
+    }
+    fn opt_time(&self, column: &str) -> Result<Option<DateTime<Utc>>> {
+        Ok(self.try_get::<Option<i64>, _>(column)?.map(micros_to_time))
+    }
+    fn json(&self, column: &str) -> Result<Value> {
+        parse_json(&self.try_get::<String, _>(column)?)
+    }
+}
+
+#[async_trait]
+impl Dialect for Lite {
+    type Db = Sqlite;
+    type Row = SqliteRow;
+
+    const BACKEND: Backend = Backend::Sqlite;
+    const JSON_HOLDS_NUL: bool = true;
+    const BYTE_ORDER: &'static str = "";
+
+    fn reader(&self) -> &SqlitePool {
+        &self.readers
+    }
+
+    fn writer(&self) -> &SqlitePool {
+        &self.writer
+    }
+
+    async fn close(&self) {
+        self.readers.close().await;
+        self.writer.close().await;
+    }
+
+    async fn applied_migrations(&self) -> Result<Vec<i64>> {
+        let mut conn = self.writer.acquire().await?;
+        let exists: Option<i64> = sqlx::query_scalar(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'",
+        )
+        .fetch_optional(&mut *conn)
+        .await?;
+        if exists.is_none() {
+            return Ok(Vec::new());
+        }
+        Ok(sqlx::query_scalar(
+            "SELECT version FROM _sqlx_migrations WHERE success ORDER BY version",
+        )
+        .fetch_all(&mut *conn)
+        .await?)
+    }
+
+    async fn run_migrations(&self) -> Result<()> {
+        Ok(MIGRATOR.run(&self.writer).await?)
+    }
+
+    fn bind(builder: &mut QueryBuilder<'static, Sqlite>, value: Arg) {
+        match value {
+            Arg::Id(v) => builder.push_bind(v.to_string()),
+            Arg::OptId(v) => builder.push_bind(v.map(|v| v.to_string())),
+            Arg::Time(v) => builder.push_bind(v.timestamp_micros()),
+            Arg::Micros(v) => builder.push_bind(v),
+            Arg::Json(v) => builder.push_bind(v.to_string()),
+            Arg::Text(v) => builder.push_bind(v),
+            Arg::OptText(v) => builder.push_bind(v),
+            Arg::Int(v) => builder.push_bind(v),
+            Arg::Real(v) => builder.push_bind(v),
+            Arg::OptReal(v) => builder.push_bind(v),
+            Arg::Bool(v) => builder.push_bind(v),
+        };
+    }
+
+    async fn fetch_all(
+        on: On<'_, Sqlite>,
+        builder: &mut QueryBuilder<'static, Sqlite>,
+    ) -> sqlx::Result<Vec<SqliteRow>> {
+        let query = builder.build();
+        match on {
+            On::Pool(pool) => query.fetch_all(pool).await,
+            On::Tx(tx) => query.fetch_all(&mut **tx).await,
+        }
+    }
+
+    async fn fetch_optional(
+        on: On<'_, Sqlite>,
+        builder: &mut QueryBuilder<'static, Sqlite>,
+    ) -> sqlx::Result<Option<SqliteRow>> {
+        let query = builder.build();
+        match on {
+            On::Pool(pool) => query.fetch_optional(pool).await,
+            On::Tx(tx) => query.fetch_optional(&mut **tx).await,
+        }
+    }
+
+    async fn execute(
+        on: On<'_, Sqlite>,
+        builder: &mut QueryBuilder<'static, Sqlite>,
+    ) -> sqlx::Result<u64> {
+        let query = builder.build();
+        let done = match on {
+            On::Pool(pool) => query.execute(pool).await?,
+            On::Tx(tx) => query.execute(&mut **tx).await?,
+        };
+        Ok(done.rows_affected())
+    }
+
+    fn push_json_text(sql: &mut Sql<Self>, column: &str, key: &str) {
+        sql.push(format!("CAST(json_extract({column}, "))
+            .bind(format!("$.\"{key}\""))
+            .push(") AS TEXT)");
+    }
+
+    fn push_starts_with(sql: &mut Sql<Self>, column: &str, prefix: &str) {
+        // `substr` rather than LIKE: a prefix may contain `%` or `_`.
+        sql.push(format!("substr({column}, 1, length("))
+            .bind(prefix)
+            .push(")) = ")
+            .bind(prefix);
+    }
+
+    fn lock_ended_session(session_id: Uuid, through_seq: i64) -> Sql<Self> {
+        // A write first, so the transaction holds SQLite's write lock before it checks anything.
+        let mut sql = Sql::new("UPDATE sessions SET updated_at = updated_at WHERE id = ");
+        sql.bind(session_id)
+            .push(" AND status IN ('closed', 'failed') AND last_seq = ")
+            .bind(through_seq)
+            .push(" RETURNING id");
+        sql
+    }
+}
+
+struct SqliteBatchWriter {
+    writer: SqlitePool,
+}
+
+#[async_trait]
+impl BatchWriter for SqliteBatchWriter {
+    async fn write_batch(&mut self, batch: &[AppendRequest]) -> Result<Vec<Outcome>> {
+        let mut conn = self.writer.acquire().await?;
+        let mut tx = conn.begin().await?;
+        let now = now_micros().timestamp_micros();
+        let mut outcomes: Vec<Option<Outcome>> = vec![None; batch.len()];
+        let mut rejected = Vec::new();
+        for round in rounds(batch) {
+            for chunk in round.chunks(UPDATE_CHUNK) {
+                // One fenced UPDATE per round: a request is admitted only when the session's
+                // last_seq still equals its expected_last_seq.
+                let mut update = QueryBuilder::<Sqlite>::new(
+                    "UPDATE sessions SET last_seq = req.column3, updated_at = ",
+                );
+                update
+                    .push_bind(now)
+                    .push(
+                        ", status = COALESCE(req.column5, sessions.status), \
+                         closed_at = CASE WHEN req.column5 = 'closed' THEN ",
+                    )
+                    .push_bind(now)
+                    .push(" ELSE sessions.closed_at END FROM (");
+                update.push_values(chunk, |mut row, &index| {
+                    let request = &batch[index];
+                    row.push_bind(request.session_id.to_string())
+                        .push_bind(request.expected_last_seq)
+                        .push_bind(request.expected_last_seq + request.events.len() as i64)
+                        .push_bind(request.epoch.unwrap_or(-1))
+                        .push_bind(request.status.map(|s| s.as_str()));
+                });
+                update.push(
+                    ") AS req WHERE sessions.id = req.column1 AND sessions.last_seq = req.column2 \
+                     AND (req.column4 < 0 OR sessions.lease_epoch = req.column4) \
+                     RETURNING sessions.id",
+                );
+                let admitted: Vec<String> = update.build_query_scalar().fetch_all(&mut *tx).await?;
+                let admitted: HashSet<Uuid> = admitted
+                    .iter()
+                    .map(|id| parse_uuid(id))
+                    .collect::<Result<_>>()?;
+                for &index in chunk {
+                    if admitted.contains(&batch[index].session_id) {
+                        outcomes[index] = Some(Outcome::Appended);
+                    } else {
+                        rejected.push(index);
+                    }
+                }
+            }
+        }
+        for index in rejected {
+            let found: Option<(i64, i64)> =
+                sqlx::query_as("SELECT last_seq, lease_epoch FROM sessions WHERE id = ?")
+                    .bind(batch[index].session_id.to_string())
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            outcomes[index] = Some(super::rejected(&batch[index], found));
+        }
+        let rows: Vec<(String, i64, &PreparedEvent)> = batch
+            .iter()
+            .zip(&outcomes)
+            .filter(|(_, outcome)| **outcome == Some(Outcome::Appended))
+            .flat_map(|(request, _)| {
+                let id = request.session_id.to_string();
+                request.events.iter().enumerate().map(move |(i, event)| {
+                    (id.clone(), request.expected_last_seq + 1 + i as i64, event)
+                })
+            })
+            .collect();
+        for chunk in rows.chunks(INSERT_CHUNK) {
+            let mut insert = QueryBuilder::<Sqlite>::new(
+                "INSERT INTO journal (session_id, seq, kind, payload, created_at) ",
+            );
+            insert.push_values(chunk, |mut row, (id, seq, event)| {
+                row.push_bind(id.as_str())
+                    .push_bind(*seq)
+                    .push_bind(event.kind.as_str())
+                    .push_bind(event.payload.as_str())
+                    .push_bind(event.created_at.timestamp_micros());
+            });
+            insert.build().execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(outcomes
+            .into_iter()
+            .map(|o| o.expect("every request of a batch gets an outcome"))
+            .collect())
+    }
+}

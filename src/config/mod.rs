@@ -1,0 +1,257 @@
+//! Configuration: built-in defaults → `stead.toml` (`--config` / `STEAD_CONFIG`) → `STEAD_*`
+//! environment variables → command-line flags, merged by figment and validated once at start.
+//!
+//! Environment: `STEAD_LISTEN`, `STEAD_DATA_DIR` and `DATABASE_URL` set `server.listen`,
+//! `server.data_dir` and `database.url`; any other key is `STEAD_<SECTION>__<KEY>` (double
+//! underscore between levels), e.g. `STEAD_DATABASE__MAX_EVENT_BYTES=2097152`.
+
+mod sections;
+#[cfg(test)]
+mod tests;
+mod validate;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use figment::providers::{Env, Format, Serialized, Toml};
+use figment::Figment;
+use serde::{Deserialize, Serialize};
+use stead_persistence::DatabaseUrl;
+pub use stead_router::config::{GatewayConfig, RouteConfig, TargetConfig};
+
+pub use sections::{
+    AgentConfig, DatabaseConfig, EngineConfig, LogConfig, LogFormat, ProviderConfig, ProviderKind,
+    ServerConfig, SessionsConfig, ToolConfig,
+};
+
+/// Variables with a fixed meaning that the generic `STEAD_*` mapping must not see.
+const RESERVED_ENV: [&str; 3] = ["CONFIG", "LISTEN", "DATA_DIR"];
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub database: DatabaseConfig,
+    pub log: LogConfig,
+    pub sessions: SessionsConfig,
+    pub providers: Vec<ProviderConfig>,
+    pub routes: Vec<RouteConfig>,
+    pub agents: Vec<AgentConfig>,
+    /// The model router's cache, cooldown, limits, prices and request log (`[gateway]`).
+    pub gateway: GatewayConfig,
+}
+
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
+pub const DEFAULT_DATA_DIR: &str = ".stead";
+pub const LOCAL_MODEL: &str = "smollm2-135m-instruct";
+pub const TOOL_KINDS: [&str; 4] = ["webhook", "memory", "clock", "calculator"];
+pub const MEMORY_OPS: [&str; 4] = ["get", "set", "list", "delete"];
+
+impl Default for Config {
+    /// The built-in configuration: one local provider, one route, one demo agent whose
+    /// destructive tool needs approval — enough for `stead serve` alone to give a working chat.
+    fn default() -> Self {
+        Config {
+            server: ServerConfig::default(),
+            database: DatabaseConfig::default(),
+            log: LogConfig::default(),
+            sessions: SessionsConfig::default(),
+            providers: vec![ProviderConfig {
+                name: "local".into(),
+                kind: ProviderKind::Onnx,
+                // Resolved at load to `{data_dir}/models/smollm2-135m-instruct`.
+                model_dir: None,
+                base_url: None,
+                api_key_env: None,
+                engine: EngineConfig::default(),
+            }],
+            routes: vec![RouteConfig {
+                name: "default".into(),
+                targets: vec![TargetConfig {
+                    provider: "local".into(),
+                    model: LOCAL_MODEL.into(),
+                    weight: None,
+                    timeout_secs: 120.0,
+                    ttft_timeout_secs: None,
+                    max_tokens: None,
+                    retry: Default::default(),
+                }],
+                requests_per_min: None,
+                tokens_per_min: None,
+                cache: true,
+            }],
+            gateway: GatewayConfig::default(),
+            agents: vec![AgentConfig {
+                name: "demo".into(),
+                route: "default".into(),
+                system_prompt: "You are a helpful assistant. You can remember and forget notes."
+                    .into(),
+                max_steps: 8,
+                approval_timeout_secs: None,
+                tools: vec![
+                    ToolConfig {
+                        name: "clock".into(),
+                        kind: "clock".into(),
+                        description: "The current date and time (UTC)".into(),
+                        ..ToolConfig::builtin("clock")
+                    },
+                    ToolConfig {
+                        name: "remember".into(),
+                        kind: "memory".into(),
+                        description: "Store, read and list notes".into(),
+                        ops: Some(vec!["get".into(), "set".into(), "list".into()]),
+                        ..ToolConfig::builtin("memory")
+                    },
+                    ToolConfig {
+                        name: "forget".into(),
+                        kind: "memory".into(),
+                        description: "Delete a stored note (destructive)".into(),
+                        approval: "always".into(),
+                        ops: Some(vec!["delete".into()]),
+                        ..ToolConfig::builtin("memory")
+                    },
+                ],
+            }],
+        }
+    }
+}
+
+/// Where a configuration value may come from besides files and the environment.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub config_file: Option<PathBuf>,
+    pub listen: Option<String>,
+    pub data_dir: Option<PathBuf>,
+    pub database_url: Option<String>,
+}
+
+/// A configuration problem, phrased for one line on stderr and naming the bad key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// One figment error as `key: problem (in SOURCE)`, where SOURCE is the file or the exact
+/// environment variable that supplied the value.
+fn describe(error: &figment::Error) -> String {
+    let key = error.path.join(".").to_lowercase();
+    let source = error.metadata.as_ref().map(|metadata| {
+        if metadata.name.contains("environment") {
+            format!(
+                "environment variable STEAD_{}",
+                error.path.join("__").to_uppercase()
+            )
+        } else {
+            match &metadata.source {
+                Some(figment::Source::File(path)) => path.display().to_string(),
+                _ => metadata.name.to_string(),
+            }
+        }
+    });
+    let problem = error.kind.to_string();
+    match (key.is_empty(), source) {
+        (true, Some(source)) => format!("{problem} (in {source})"),
+        (true, None) => problem,
+        (false, Some(source)) => format!("{key}: {problem} (in {source})"),
+        (false, None) => format!("{key}: {problem}"),
+    }
+}
+
+impl Config {
+    /// Loads every layer and validates the result.
+    pub fn load(overrides: &Overrides) -> Result<Config, ConfigError> {
+        let mut figment = Figment::from(Serialized::defaults(Config::default()));
+        let file = overrides
+            .config_file
+            .clone()
+            .or_else(|| std::env::var_os("STEAD_CONFIG").map(PathBuf::from));
+        match file {
+            Some(path) => {
+                if !path.is_file() {
+                    return Err(ConfigError(format!(
+                        "invalid configuration: config file {} does not exist or is not a file",
+                        path.display()
+                    )));
+                }
+                figment = figment.merge(Toml::file_exact(path));
+            }
+            None if Path::new("stead.toml").is_file() => {
+                figment = figment.merge(Toml::file_exact("stead.toml"));
+            }
+            None => {}
+        }
+        figment = figment.merge(Env::prefixed("STEAD_").ignore(&RESERVED_ENV).split("__"));
+        let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        let layers = [
+            ("server.listen", env("STEAD_LISTEN")),
+            ("server.data_dir", env("STEAD_DATA_DIR")),
+            ("database.url", env("DATABASE_URL")),
+            ("server.listen", overrides.listen.clone()),
+            (
+                "server.data_dir",
+                overrides
+                    .data_dir
+                    .as_ref()
+                    .map(|d| d.to_string_lossy().into_owned()),
+            ),
+            ("database.url", overrides.database_url.clone()),
+        ];
+        for (key, value) in layers {
+            if let Some(value) = value {
+                figment = figment.merge(Serialized::default(key, value));
+            }
+        }
+        let mut config: Config = figment.extract().map_err(|error| {
+            let all: Vec<String> = error.into_iter().map(|e| describe(&e)).collect();
+            ConfigError(format!("invalid configuration: {}", all.join("; ")).replace('\n', " "))
+        })?;
+        config.resolve_defaults();
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Fills values that depend on others (the local model lives under the data dir).
+    pub(crate) fn resolve_defaults(&mut self) {
+        for provider in &mut self.providers {
+            if provider.kind == ProviderKind::Onnx && provider.model_dir.is_none() {
+                provider.model_dir = Some(self.server.data_dir.join("models").join(LOCAL_MODEL));
+            }
+        }
+    }
+
+    /// The socket address to listen on (validated).
+    pub fn listen_addr(&self) -> SocketAddr {
+        self.server
+            .listen
+            .parse()
+            .expect("server.listen was validated at load")
+    }
+
+    /// The database to use: `database.url`, else an SQLite file in the data dir.
+    pub fn database_url(&self) -> DatabaseUrl {
+        match &self.database.url {
+            Some(url) => DatabaseUrl::parse(url).expect("database.url was validated at load"),
+            None => DatabaseUrl::Sqlite(self.server.data_dir.join("stead.db")),
+        }
+    }
+
+    /// The configuration as TOML, with secrets replaced (`--dump-config`).
+    pub fn to_redacted_toml(&self) -> String {
+        let mut shown = self.clone();
+        for key in &mut shown.server.api_keys {
+            if !key.starts_with("sha256:") {
+                *key = "***".into();
+            }
+        }
+        if let Some(url) = &mut shown.database.url {
+            *url = stead_persistence::redact_url(url);
+        }
+        toml::to_string_pretty(&shown).unwrap_or_else(|e| format!("# cannot render: {e}\n"))
+    }
+}

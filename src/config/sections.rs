@@ -1,0 +1,269 @@
+//! The configuration's sections: `[server]`, `[database]`, `[log]`, `[sessions]`, the
+//! providers and agents with their tools, each with its built-in defaults.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{DEFAULT_DATA_DIR, DEFAULT_LISTEN};
+
+/// How session actors snapshot, sleep and restart (`[sessions]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SessionsConfig {
+    /// Write a snapshot of a session's folded state every this many events.
+    pub snapshot_every: i64,
+    /// Passivate an actor idle this long with no clients attached.
+    pub passivate_after_secs: u64,
+    /// A session whose actor fails this many times within `restart_window_secs` is failed.
+    pub restart_limit: u32,
+    pub restart_window_secs: u64,
+    /// First restart delay, doubled per failure up to `restart_backoff_max_ms`.
+    pub restart_backoff_ms: u64,
+    pub restart_backoff_max_ms: u64,
+    /// An activation's lease on its session (`docs/architecture.md`, invariant 1), renewed
+    /// every third of it.
+    pub lease_ttl_secs: u64,
+    /// Journal retention: keep an ended (closed or failed) session's full journal this many
+    /// days after its last change, then compact it to a snapshot plus a summary. Unset: keep
+    /// every journal whole. Open and parked sessions are never compacted.
+    pub keep_journal_days: Option<u64>,
+    /// How often the server looks for journals to compact (with `keep_journal_days` set).
+    pub retention_sweep_secs: u64,
+}
+
+impl Default for SessionsConfig {
+    fn default() -> Self {
+        let lifecycle = stead_actors::session::Lifecycle::default();
+        SessionsConfig {
+            snapshot_every: lifecycle.snapshot_every,
+            passivate_after_secs: lifecycle.passivate_after.as_secs(),
+            restart_limit: lifecycle.restart_limit,
+            restart_window_secs: lifecycle.restart_window.as_secs(),
+            restart_backoff_ms: lifecycle.restart_backoff.as_millis() as u64,
+            restart_backoff_max_ms: lifecycle.restart_backoff_max.as_millis() as u64,
+            lease_ttl_secs: lifecycle.lease_ttl.as_secs(),
+            keep_journal_days: None,
+            retention_sweep_secs: 3600,
+        }
+    }
+}
+
+impl SessionsConfig {
+    pub fn lifecycle(&self) -> stead_actors::session::Lifecycle {
+        use std::time::Duration;
+        stead_actors::session::Lifecycle {
+            snapshot_every: self.snapshot_every,
+            passivate_after: Duration::from_secs(self.passivate_after_secs),
+            restart_limit: self.restart_limit,
+            restart_window: Duration::from_secs(self.restart_window_secs),
+            restart_backoff: Duration::from_millis(self.restart_backoff_ms),
+            restart_backoff_max: Duration::from_millis(self.restart_backoff_max_ms),
+            lease_ttl: Duration::from_secs(self.lease_ttl_secs),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    pub listen: String,
+    pub data_dir: PathBuf,
+    /// Plaintext keys or `sha256:<hex>` digests; empty means loopback only.
+    pub api_keys: Vec<String>,
+    /// How long a graceful shutdown waits for requests in flight.
+    pub shutdown_grace_secs: u64,
+    /// This node's name as the owner of session leases; unset: the host name. Nodes that share
+    /// a database need distinct names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_id: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DatabaseConfig {
+    /// `postgres://…` or `sqlite://PATH`; unset means `sqlite://{data_dir}/stead.db`.
+    pub url: Option<String>,
+    pub max_event_bytes: usize,
+    pub max_connections: u32,
+    pub connect_timeout_secs: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// A `tracing` filter, e.g. `info` or `stead=debug,sqlx=warn`. `RUST_LOG` wins when set.
+    pub filter: String,
+    pub format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    /// The pooled local ONNX Runtime engine.
+    Onnx,
+    /// Any OpenAI-compatible HTTP API.
+    Openai,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderConfig {
+    pub name: String,
+    pub kind: ProviderKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_dir: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+    /// onnx: the local engine's pool.
+    #[serde(default, flatten)]
+    pub engine: EngineConfig,
+}
+
+/// How an `onnx` provider runs (ignored by other kinds).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct EngineConfig {
+    /// `cpu`, `cuda` (fail at start when unavailable) or `auto` (CUDA, else CPU with a warning).
+    pub execution_provider: stead_inference::engine::ExecutionProvider,
+    /// Engine workers, each with its own session and batch.
+    pub workers: usize,
+    /// Intra-op threads per worker; 0 = physical cores ÷ workers.
+    pub threads_per_worker: usize,
+    /// Most sequences one worker decodes together (continuous batching).
+    pub max_batch: usize,
+    /// Most requests waiting for a worker; more are refused as overloaded.
+    pub queue_capacity: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            execution_provider: stead_inference::engine::ExecutionProvider::Cpu,
+            workers: 1,
+            threads_per_worker: 0,
+            max_batch: 8,
+            queue_capacity: 64,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    pub name: String,
+    pub route: String,
+    #[serde(default)]
+    pub system_prompt: String,
+    #[serde(default = "default_max_steps")]
+    pub max_steps: u32,
+    /// An approval not decided within this many seconds is rejected as expired (unset: never).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_timeout_secs: Option<u64>,
+    #[serde(default)]
+    pub tools: Vec<ToolConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolConfig {
+    pub name: String,
+    /// `webhook`, `memory`, `clock` or `calculator`.
+    pub kind: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parameters: Option<Value>,
+    /// `never`, `always`, or a condition on the arguments.
+    #[serde(default = "default_approval")]
+    pub approval: String,
+    #[serde(default)]
+    pub idempotent: bool,
+    /// `webhook`: per-attempt timeout.
+    #[serde(default = "default_tool_timeout")]
+    pub timeout_secs: u64,
+    /// `webhook`: attempts in all (idempotent tools only; others are tried once).
+    #[serde(default = "default_tool_attempts")]
+    pub attempts: u32,
+    /// `memory`: the operations this tool may perform (default all: get, set, list, delete).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ops: Option<Vec<String>>,
+}
+
+fn default_tool_timeout() -> u64 {
+    10
+}
+
+fn default_tool_attempts() -> u32 {
+    3
+}
+
+impl ToolConfig {
+    /// A tool of a built-in kind with the defaults (named after its kind, no approval).
+    pub fn builtin(kind: &str) -> Self {
+        ToolConfig {
+            name: kind.into(),
+            kind: kind.into(),
+            description: String::new(),
+            url: None,
+            parameters: None,
+            approval: default_approval(),
+            idempotent: true,
+            timeout_secs: default_tool_timeout(),
+            attempts: default_tool_attempts(),
+            ops: None,
+        }
+    }
+}
+
+fn default_max_steps() -> u32 {
+    8
+}
+
+fn default_approval() -> String {
+    "never".into()
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: DEFAULT_LISTEN.into(),
+            data_dir: DEFAULT_DATA_DIR.into(),
+            api_keys: Vec::new(),
+            shutdown_grace_secs: 10,
+            node_id: None,
+        }
+    }
+}
+
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        DatabaseConfig {
+            url: None,
+            max_event_bytes: stead_persistence::DEFAULT_MAX_EVENT_BYTES,
+            max_connections: 8,
+            connect_timeout_secs: 5,
+        }
+    }
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            filter: "info".into(),
+            format: LogFormat::Text,
+        }
+    }
+}

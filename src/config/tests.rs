@@ -1,0 +1,78 @@
+//! Unit tests of the built-in configuration and its validation.
+
+use super::*;
+
+fn invalid(mutate: impl FnOnce(&mut Config)) -> String {
+    let mut config = Config::default();
+    config.resolve_defaults();
+    mutate(&mut config);
+    config.validate().expect_err("must be refused").0
+}
+
+#[test]
+fn defaults_are_valid_and_loopback() {
+    let mut config = Config::default();
+    config.resolve_defaults();
+    config.validate().unwrap();
+    assert!(config.listen_addr().ip().is_loopback());
+    assert_eq!(
+        config.database_url(),
+        DatabaseUrl::Sqlite(PathBuf::from(".stead/stead.db"))
+    );
+}
+
+#[test]
+fn api_keys_are_checked_and_allow_listening_off_loopback() {
+    let mut config = Config::default();
+    config.resolve_defaults();
+    config.server.listen = "0.0.0.0:8787".into();
+    assert!(config.validate().is_err());
+    config.server.api_keys = vec!["a-long-enough-api-key".into()];
+    config.validate().unwrap();
+    assert!(invalid(|c| c.server.api_keys = vec!["short".into()]).contains("api_keys[0]"));
+    assert!(invalid(|c| c.server.api_keys = vec!["sha256:abc".into()]).contains("64 hex"));
+}
+
+#[test]
+fn cross_references_and_duplicates_are_named() {
+    assert!(invalid(|c| c.routes[0].targets[0].provider = "nope".into())
+        .contains("routes[0].targets[0].provider"));
+    assert!(invalid(|c| {
+        let p = c.providers[0].clone();
+        c.providers.push(p);
+    })
+    .contains("providers[1].name"));
+    assert!(
+        invalid(|c| c.agents[0].tools[0].kind = "shell".into()).contains("agents[0].tools[0].kind")
+    );
+    assert!(invalid(|c| {
+        c.agents[0].tools[0].kind = "webhook".into();
+        c.agents[0].tools[0].url = None;
+    })
+    .contains("agents[0].tools[0].url"));
+    assert!(invalid(|c| c.providers.push(ProviderConfig {
+        name: "remote".into(),
+        kind: ProviderKind::Openai,
+        model_dir: None,
+        base_url: Some("ftp://x".into()),
+        api_key_env: None,
+        engine: EngineConfig::default(),
+    }))
+    .contains("providers[1].base_url"));
+    assert!(invalid(|c| c.database.max_event_bytes = 0).contains("database.max_event_bytes"));
+    assert!(invalid(|c| c.sessions.restart_limit = 0).contains("sessions.restart_limit"));
+    assert!(invalid(|c| c.agents[0].approval_timeout_secs = Some(0))
+        .contains("agents[0].approval_timeout_secs"));
+    assert!(
+        invalid(|c| c.agents[0].tools[0].approval = "table = users".into())
+            .contains("agents[0].tools[0].approval")
+    );
+    assert!(
+        invalid(|c| c.agents[0].tools[1].ops = Some(vec!["drop".into()]))
+            .contains("agents[0].tools[1].ops")
+    );
+    assert!(
+        invalid(|c| c.agents[0].tools[0].ops = Some(vec!["get".into()]))
+            .contains("only for kind \"memory\"")
+    );
+}

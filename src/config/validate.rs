@@ -1,0 +1,214 @@
+//! Validation of a loaded configuration: every value and cross-reference, with errors that
+//! name the bad key.
+
+use std::net::SocketAddr;
+
+use stead_persistence::DatabaseUrl;
+
+use super::{Config, ConfigError, ProviderKind, DEFAULT_LISTEN, MEMORY_OPS, TOOL_KINDS};
+
+fn bad(key: &str, problem: impl std::fmt::Display) -> ConfigError {
+    ConfigError(format!("invalid configuration: {key}: {problem}"))
+}
+
+impl Config {
+    /// Checks every value and cross-reference, naming the first bad key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let listen: SocketAddr = self.server.listen.parse().map_err(|_| {
+            bad(
+                "server.listen",
+                format!(
+                    "`{}` is not a socket address (expected IP:PORT, e.g. {DEFAULT_LISTEN})",
+                    self.server.listen
+                ),
+            )
+        })?;
+        for (i, key) in self.server.api_keys.iter().enumerate() {
+            let name = format!("server.api_keys[{i}]");
+            if let Some(digest) = key.strip_prefix("sha256:") {
+                if digest.len() != 64 || !digest.chars().all(|c| c.is_ascii_hexdigit()) {
+                    return Err(bad(&name, "a sha256: key needs 64 hex digits"));
+                }
+            } else if key.len() < 16 {
+                return Err(bad(&name, "an API key needs at least 16 characters"));
+            }
+        }
+        if !listen.ip().is_loopback() && self.server.api_keys.is_empty() {
+            return Err(bad(
+                "server.listen",
+                format!(
+                    "{listen} is not a loopback address and server.api_keys is empty; \
+                     configure API keys before listening off loopback"
+                ),
+            ));
+        }
+        if self.server.data_dir.as_os_str().is_empty() {
+            return Err(bad("server.data_dir", "must not be empty"));
+        }
+        if let Some(url) = &self.database.url {
+            DatabaseUrl::parse(url).map_err(|e| bad("database.url", e))?;
+        }
+        if self.database.max_event_bytes == 0 {
+            return Err(bad("database.max_event_bytes", "must be at least 1"));
+        }
+        if self.database.max_connections == 0 {
+            return Err(bad("database.max_connections", "must be at least 1"));
+        }
+        if self.database.connect_timeout_secs == 0 {
+            return Err(bad("database.connect_timeout_secs", "must be at least 1"));
+        }
+        let sessions = &self.sessions;
+        for (name, value) in [
+            ("snapshot_every", sessions.snapshot_every.max(0) as u64),
+            ("passivate_after_secs", sessions.passivate_after_secs),
+            ("restart_limit", sessions.restart_limit as u64),
+            ("restart_window_secs", sessions.restart_window_secs),
+            ("lease_ttl_secs", sessions.lease_ttl_secs),
+        ] {
+            if value == 0 {
+                return Err(bad(&format!("sessions.{name}"), "must be at least 1"));
+            }
+        }
+        self.validate_models()?;
+        self.validate_agents()
+    }
+
+    fn validate_models(&self) -> Result<(), ConfigError> {
+        let mut seen = Vec::new();
+        for (i, provider) in self.providers.iter().enumerate() {
+            let key = format!("providers[{i}]");
+            if provider.name.is_empty() || seen.contains(&&provider.name) {
+                return Err(bad(
+                    &format!("{key}.name"),
+                    format!("`{}` is empty or used twice", provider.name),
+                ));
+            }
+            seen.push(&provider.name);
+            match provider.kind {
+                ProviderKind::Onnx if provider.model_dir.is_none() => {
+                    return Err(bad(
+                        &format!("{key}.model_dir"),
+                        "required for kind \"onnx\"",
+                    ));
+                }
+                ProviderKind::Openai => {
+                    let base = provider.base_url.as_deref().ok_or_else(|| {
+                        bad(&format!("{key}.base_url"), "required for kind \"openai\"")
+                    })?;
+                    match url::Url::parse(base) {
+                        Ok(url) if matches!(url.scheme(), "http" | "https") => {}
+                        _ => {
+                            return Err(bad(
+                                &format!("{key}.base_url"),
+                                format!("`{base}` is not an http(s) URL"),
+                            ))
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        let mut routes = Vec::new();
+        for (i, route) in self.routes.iter().enumerate() {
+            let key = format!("routes[{i}]");
+            if route.name.is_empty() || routes.contains(&&route.name) {
+                return Err(bad(
+                    &format!("{key}.name"),
+                    format!("`{}` is empty or used twice", route.name),
+                ));
+            }
+            routes.push(&route.name);
+            if route.targets.is_empty() {
+                return Err(bad(&format!("{key}.targets"), "needs at least one target"));
+            }
+            for (j, target) in route.targets.iter().enumerate() {
+                if !seen.contains(&&target.provider) {
+                    return Err(bad(
+                        &format!("{key}.targets[{j}].provider"),
+                        format!("no provider is named `{}`", target.provider),
+                    ));
+                }
+            }
+            if let Some(problem) = route.problem() {
+                return Err(ConfigError(format!(
+                    "invalid configuration: {key}.{problem}"
+                )));
+            }
+        }
+        if let Some(problem) = self.gateway.problem() {
+            return Err(ConfigError(format!(
+                "invalid configuration: gateway.{problem}"
+            )));
+        }
+        Ok(())
+    }
+
+    fn validate_agents(&self) -> Result<(), ConfigError> {
+        let mut agents = Vec::new();
+        for (i, agent) in self.agents.iter().enumerate() {
+            let key = format!("agents[{i}]");
+            if agent.name.is_empty() || agents.contains(&&agent.name) {
+                return Err(bad(
+                    &format!("{key}.name"),
+                    format!("`{}` is empty or used twice", agent.name),
+                ));
+            }
+            agents.push(&agent.name);
+            if !self.routes.iter().any(|r| r.name == agent.route) {
+                return Err(bad(
+                    &format!("{key}.route"),
+                    format!("no route is named `{}`", agent.route),
+                ));
+            }
+            if agent.max_steps == 0 {
+                return Err(bad(&format!("{key}.max_steps"), "must be at least 1"));
+            }
+            if agent.approval_timeout_secs == Some(0) {
+                return Err(bad(
+                    &format!("{key}.approval_timeout_secs"),
+                    "must be at least 1 (leave it out for no expiry)",
+                ));
+            }
+            let mut tools = Vec::new();
+            for (j, tool) in agent.tools.iter().enumerate() {
+                let key = format!("{key}.tools[{j}]");
+                if tool.name.is_empty() || tools.contains(&&tool.name) {
+                    return Err(bad(
+                        &format!("{key}.name"),
+                        format!("`{}` is empty or used twice", tool.name),
+                    ));
+                }
+                tools.push(&tool.name);
+                if !TOOL_KINDS.contains(&tool.kind.as_str()) {
+                    return Err(bad(
+                        &format!("{key}.kind"),
+                        format!("`{}` is not one of {}", tool.kind, TOOL_KINDS.join(", ")),
+                    ));
+                }
+                if tool.kind == "webhook" && tool.url.is_none() {
+                    return Err(bad(&format!("{key}.url"), "required for kind \"webhook\""));
+                }
+                stead_actors::ApprovalPolicy::parse(&tool.approval)
+                    .map_err(|e| bad(&format!("{key}.approval"), e))?;
+                if tool.kind == "webhook" && (tool.timeout_secs == 0 || tool.attempts == 0) {
+                    return Err(bad(
+                        &format!("{key}.timeout_secs"),
+                        "timeout_secs and attempts must be at least 1",
+                    ));
+                }
+                if let Some(ops) = &tool.ops {
+                    if tool.kind != "memory" {
+                        return Err(bad(&format!("{key}.ops"), "only for kind \"memory\""));
+                    }
+                    if ops.is_empty() || ops.iter().any(|op| !MEMORY_OPS.contains(&op.as_str())) {
+                        return Err(bad(
+                            &format!("{key}.ops"),
+                            format!("a non-empty list of {}", MEMORY_OPS.join(", ")),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}

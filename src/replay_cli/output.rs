@@ -1,0 +1,128 @@
+//! Printing shared by `stead session …` and `stead replay …`: pretty JSON on stdout, an event
+//! as JSON, and an event on one line for people.
+
+use std::io::Write;
+
+use serde_json::{json, Value};
+use stead_persistence::Event;
+
+pub(super) fn print_json(value: &Value) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer_pretty(&mut out, value)?;
+    writeln!(out)?;
+    Ok(())
+}
+
+/// An event as the REST events endpoint and exports show it.
+pub(super) fn event_json(event: &Event) -> Value {
+    json!({
+        "seq": event.seq,
+        "kind": event.kind,
+        "payload": event.payload,
+        "at": event.created_at,
+    })
+}
+
+/// At most `max` characters of `text`, on one line.
+pub(super) fn clip(text: &str, max: usize) -> String {
+    let line = text.replace('\n', " ");
+    if line.chars().count() <= max {
+        line
+    } else {
+        let mut cut: String = line.chars().take(max).collect();
+        cut.push('…');
+        cut
+    }
+}
+
+/// One event on one line for people: seq, time, kind and what matters about it.
+pub(super) fn human(event: &Event) -> String {
+    let p = &event.payload;
+    let s = |key: &str| p[key].as_str().unwrap_or_default().to_string();
+    let detail = match event.kind.as_str() {
+        "session_created" => format!("agent {}", s("agent")),
+        "user_message" | "assistant_message" => format!("{:?}", clip(&s("text"), 100)),
+        "model_call_started" => format!("{} route {}", s("call_id"), s("route")),
+        "model_call_finished" => {
+            let tools: Vec<String> = p["tool_calls"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|c| c["tool"].as_str().unwrap_or_default().to_string())
+                .collect();
+            format!(
+                "{} {:?}{} · {}+{} tokens · {:.0} ms · {}/{}",
+                s("call_id"),
+                clip(&s("text"), 60),
+                if tools.is_empty() {
+                    String::new()
+                } else {
+                    format!(" → {}", tools.join(", "))
+                },
+                p["usage"]["prompt_tokens"],
+                p["usage"]["completion_tokens"],
+                p["latency_ms"].as_f64().unwrap_or_default(),
+                s("provider"),
+                s("model")
+            )
+        }
+        "model_call_failed" => format!("{} {}", s("call_id"), clip(&s("error"), 100)),
+        "tool_call_requested" | "approval_requested" => {
+            let why = p["reason"]
+                .as_str()
+                .map_or(String::new(), |r| format!(" — {r}"));
+            format!(
+                "{} {}({}){why}",
+                s("call_id"),
+                s("tool"),
+                clip(&p["arguments"].to_string(), 80)
+            )
+        }
+        "approval_decided" => format!(
+            "{} {} by {} ({}){}",
+            s("call_id"),
+            if p["approved"] == true {
+                "approved"
+            } else {
+                "rejected"
+            },
+            s("decided_by"),
+            s("scope"),
+            p["reason"]
+                .as_str()
+                .map_or(String::new(), |r| format!(": {r}"))
+        ),
+        "tool_call_started" => format!("{} {}", s("call_id"), s("tool")),
+        "tool_call_finished" => format!(
+            "{} {} → {}",
+            s("call_id"),
+            s("tool"),
+            clip(&p["result"].to_string(), 80)
+        ),
+        "tool_call_failed" => format!(
+            "{} {} {}{}",
+            s("call_id"),
+            s("tool"),
+            clip(&s("error"), 80),
+            if p["in_doubt"] == true {
+                " [in doubt]"
+            } else {
+                ""
+            }
+        ),
+        "turn_finished" | "turn_cancelled" | "session_failed" | "session_closed" => s("reason"),
+        "session_forked" => format!(
+            "from {} at seq {} {}",
+            s("from"),
+            p["at"],
+            p.get("overrides").map(Value::to_string).unwrap_or_default()
+        ),
+        _ => clip(&p.to_string(), 100),
+    };
+    format!(
+        "{:>6}  {}  {:<20}  {detail}",
+        event.seq,
+        event.created_at.format("%H:%M:%S%.3f"),
+        event.kind
+    )
+}

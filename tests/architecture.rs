@@ -1,0 +1,99 @@
+//! The newcomer test: the README and docs/architecture.md name, for each concern, the folder and
+//! files that own it; those must exist, and the folder names alone must lead to the owner of
+//! the five concerns a newcomer asks about first. Also the one-way dependency rule that keeps
+//! the HTTP edge and the router free of the local engine.
+
+use std::path::Path;
+
+fn read(path: &str) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(root.join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// The rows of the first Markdown table after `heading`: (first cell, second cell).
+fn table_after(text: &str, heading: &str) -> Vec<(String, String)> {
+    let section = text
+        .split(heading)
+        .nth(1)
+        .unwrap_or_else(|| panic!("no `{heading}`"));
+    section
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .skip(2)
+        .map(|row| {
+            let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+            (cells[1].to_string(), cells[2].to_string())
+        })
+        .collect()
+}
+
+/// Every `path` in backticks in `cell` that looks like a repository path.
+fn paths(cell: &str) -> Vec<String> {
+    cell.split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|p| p.contains('/') && !p.contains(' ') && !p.contains("::"))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn every_path_the_maps_name_exists() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = read("README.md");
+    let architecture = read("docs/architecture.md");
+    let mut checked = 0;
+    for (_, owner) in table_after(&readme, "Where to look:")
+        .into_iter()
+        .chain(table_after(&architecture, "## Where things live"))
+    {
+        for path in paths(&owner) {
+            assert!(root.join(&path).exists(), "{path} is named but missing");
+            checked += 1;
+        }
+    }
+    assert!(checked >= 20, "the maps name {checked} paths");
+}
+
+#[test]
+fn a_newcomer_finds_each_owner_by_folder_name_from_the_readme() {
+    let readme = read("README.md");
+    let rows = table_after(&readme, "Where to look:");
+    for (concern, folder) in [
+        ("retries and fallback", "gateway/router/"),
+        ("approval policy", "actors/"),
+        ("journal append", "persistence/"),
+        ("WebSocket resume", "gateway/http/"),
+        ("continuous batching", "inference/"),
+    ] {
+        let row = rows
+            .iter()
+            .find(|(c, _)| c.contains(concern))
+            .unwrap_or_else(|| panic!("the README does not say who owns {concern}"));
+        assert!(
+            row.1.starts_with(&format!("`{folder}`")),
+            "{concern}: the README says {}, expected {folder}",
+            row.1
+        );
+    }
+}
+
+#[test]
+fn the_http_edge_and_the_router_do_not_link_the_local_engine() {
+    for manifest in ["gateway/http/Cargo.toml", "gateway/router/Cargo.toml"] {
+        let text = read(manifest);
+        for forbidden in ["stead-inference", "ort", "tokenizers", "llguidance"] {
+            assert!(
+                !text
+                    .lines()
+                    .any(|l| l.split(['.', ' ', '=']).next() == Some(forbidden)),
+                "{manifest} depends on {forbidden}"
+            );
+        }
+    }
+    let router = read("gateway/router/Cargo.toml");
+    for other in ["stead-actors", "stead-persistence", "stead-http"] {
+        assert!(!router.contains(other), "the router depends on {other}");
+    }
+}
