@@ -73,6 +73,8 @@ pub fn rules(config: &AgentConfig) -> anyhow::Result<AgentRules> {
 /// a recording can be matched to the configuration that made it.
 pub fn config_hash(config: &AgentConfig) -> String {
     use sha2::Digest;
+    // Plain data with string keys: serializing cannot fail.
+    #[allow(clippy::expect_used)]
     let canonical = serde_json::to_vec(config).expect("agent configuration serializes");
     let digest = sha2::Sha256::digest(&canonical);
     let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();

@@ -332,10 +332,9 @@ async fn start_local_models(
         if provider.kind != crate::config::ProviderKind::Onnx {
             continue;
         }
-        let model_dir = provider
-            .model_dir
-            .clone()
-            .expect("onnx providers have a model_dir after validation");
+        let Some(model_dir) = provider.model_dir.clone() else {
+            anyhow::bail!("providers[{index}].model_dir: an onnx provider needs one");
+        };
         if !model_dir.join("stead_model.json").is_file() {
             tracing::warn!(
                 provider = %provider.name,

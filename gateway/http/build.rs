@@ -2,6 +2,9 @@
 //! binary: a generated table of `(path, bytes)` that `webui.rs` serves at `/`. When the UI has
 //! not been built, the table is empty and `/` says how to build it.
 
+// A build script reports failure by panicking.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 

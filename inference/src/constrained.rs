@@ -52,10 +52,9 @@ impl ToolGrammar {
                 })
             })
             .collect();
-        let mut schema = if variants.len() == 1 {
-            variants.into_iter().next().expect("one variant")
-        } else {
-            json!({ "anyOf": variants })
+        let mut schema = match <[Value; 1]>::try_from(variants) {
+            Ok([only]) => only,
+            Err(variants) => json!({ "anyOf": variants }),
         };
         // Fixed separators: unlimited whitespace is where small models loop.
         schema["x-guidance"] =

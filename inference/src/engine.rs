@@ -340,21 +340,25 @@ impl Engine {
         let ids: Vec<i64> = tokens.iter().map(|&t| i64::from(t)).collect();
         let ids = Tensor::<i64>::from_array(([batch, 1], ids))?;
         let mask = Tensor::<i64>::from_array(([batch, total], mask))?;
-        if cache.binding.is_none() {
-            let mut binding = self.session.create_binding()?;
-            for layer in 0..self.config.num_layers {
-                binding.bind_input(format!("past_key_values.{layer}.key"), &cache.keys[layer])?;
-                binding.bind_input(
-                    format!("past_key_values.{layer}.value"),
-                    &cache.values[layer],
-                )?;
-                binding.bind_output(format!("present.{layer}.key"), &mut cache.keys[layer])?;
-                binding.bind_output(format!("present.{layer}.value"), &mut cache.values[layer])?;
+        let binding = match &mut cache.binding {
+            Some(binding) => binding,
+            None => {
+                let mut binding = self.session.create_binding()?;
+                for layer in 0..self.config.num_layers {
+                    binding
+                        .bind_input(format!("past_key_values.{layer}.key"), &cache.keys[layer])?;
+                    binding.bind_input(
+                        format!("past_key_values.{layer}.value"),
+                        &cache.values[layer],
+                    )?;
+                    binding.bind_output(format!("present.{layer}.key"), &mut cache.keys[layer])?;
+                    binding
+                        .bind_output(format!("present.{layer}.value"), &mut cache.values[layer])?;
+                }
+                binding.bind_output_to_device("logits", &ort::memory::MemoryInfo::default())?;
+                cache.binding.insert(binding)
             }
-            binding.bind_output_to_device("logits", &ort::memory::MemoryInfo::default())?;
-            cache.binding = Some(binding);
-        }
-        let binding = cache.binding.as_mut().expect("bound above");
+        };
         binding.bind_input("input_ids", &ids)?;
         binding.bind_input("attention_mask", &mask)?;
         let vocab = self.vocab();

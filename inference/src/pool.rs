@@ -9,7 +9,7 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 use std::time::Instant;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -275,7 +275,8 @@ impl InferencePool {
     pub async fn shutdown(&self) {
         self.queue.close();
         self.actor.stop(None);
-        let workers = std::mem::take(&mut *self.workers.lock().expect("workers lock"));
+        let workers =
+            std::mem::take(&mut *self.workers.lock().unwrap_or_else(PoisonError::into_inner));
         let _ = tokio::task::spawn_blocking(move || {
             for worker in workers {
                 let _ = worker.join();

@@ -8,7 +8,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::Instant;
 
 use llguidance::Matcher;
@@ -102,7 +102,7 @@ impl WorkQueue {
 
     /// Queues a job, or answers `Overloaded` at once when the queue is full.
     pub fn push(&self, job: Job) -> Result<()> {
-        let mut jobs = self.jobs.lock().expect("work queue lock");
+        let mut jobs = self.jobs.lock().unwrap_or_else(PoisonError::into_inner);
         if self.closed.load(Ordering::Relaxed) {
             return Err(Error::ShutDown);
         }
@@ -124,7 +124,10 @@ impl WorkQueue {
     }
 
     pub fn len(&self) -> usize {
-        self.jobs.lock().expect("work queue lock").len()
+        self.jobs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -132,12 +135,15 @@ impl WorkQueue {
     }
 
     fn try_pop(&self) -> Option<Job> {
-        self.jobs.lock().expect("work queue lock").pop_front()
+        self.jobs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop_front()
     }
 
     /// Waits for a job; `None` once the queue is closed and drained.
     fn pop_blocking(&self) -> Option<Job> {
-        let mut jobs = self.jobs.lock().expect("work queue lock");
+        let mut jobs = self.jobs.lock().unwrap_or_else(PoisonError::into_inner);
         loop {
             if let Some(job) = jobs.pop_front() {
                 return Some(job);
@@ -145,14 +151,17 @@ impl WorkQueue {
             if self.closed.load(Ordering::Relaxed) {
                 return None;
             }
-            jobs = self.ready.wait(jobs).expect("work queue lock");
+            jobs = self
+                .ready
+                .wait(jobs)
+                .unwrap_or_else(PoisonError::into_inner);
         }
     }
 
     /// Refuses new jobs, fails the waiting ones, and tells workers to stop (rows decoding
     /// end as cancelled before their next step).
     pub fn close(&self) {
-        let mut jobs = self.jobs.lock().expect("work queue lock");
+        let mut jobs = self.jobs.lock().unwrap_or_else(PoisonError::into_inner);
         self.closed.store(true, Ordering::Relaxed);
         for job in jobs.drain(..) {
             let _ = job.events.send(StreamEvent::Failed(Error::ShutDown));

@@ -127,7 +127,9 @@ pub fn run(options: &SetupOptions, progress: &mut dyn FnMut(&str)) -> Result<Pre
     if library.is_file() && read(&runtime_stamp).as_deref() == Some(source_name.as_str()) {
         progress("      cached");
     } else {
-        let dir = library.parent().expect("runtime dir");
+        let dir = library
+            .parent()
+            .ok_or_else(|| Error::Runtime(format!("{} has no parent", library.display())))?;
         std::fs::create_dir_all(dir).map_err(|e| io("create", dir, e))?;
         copy_atomically(&so, &library)?;
         let shared = source.join("libonnxruntime_providers_shared.so");
@@ -288,7 +290,9 @@ fn run_command(
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| Error::Runtime(format!("cannot {what}: {e} ({hint})")))?;
-    let stderr = child.stderr.take().expect("piped stderr");
+    let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+        return Err(Error::Runtime(format!("cannot {what}: no output pipes")));
+    };
     let errors = std::thread::spawn(move || {
         BufReader::new(stderr)
             .lines()
@@ -296,10 +300,7 @@ fn run_command(
             .collect::<Vec<_>>()
     });
     let mut tail: Vec<String> = Vec::new();
-    for line in BufReader::new(child.stdout.take().expect("piped stdout"))
-        .lines()
-        .map_while(|l| l.ok())
-    {
+    for line in BufReader::new(stdout).lines().map_while(|l| l.ok()) {
         progress(&format!("      {line}"));
         tail.push(line);
     }

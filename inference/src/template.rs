@@ -57,7 +57,7 @@ impl ChatTemplate {
         let template = self
             .env
             .get_template("chat")
-            .expect("registered at construction");
+            .map_err(|e| Error::InvalidRequest(format!("chat template: {e}")))?;
         template
             .render(context! {
                 messages => messages,

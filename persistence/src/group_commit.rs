@@ -9,7 +9,7 @@
 //! holds because no reply is sent before the commit that carries it has returned.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -145,7 +145,7 @@ impl GroupCommit {
         let sender = self
             .sender
             .lock()
-            .expect("group commit sender lock poisoned")
+            .unwrap_or_else(PoisonError::into_inner)
             .clone()
             .ok_or(Error::ShutDown)?;
         let (reply, answer) = oneshot::channel();
@@ -175,7 +175,7 @@ impl GroupCommit {
     pub async fn shutdown(&self) {
         self.sender
             .lock()
-            .expect("group commit sender lock poisoned")
+            .unwrap_or_else(PoisonError::into_inner)
             .take();
         if let Some(committer) = self.committer.lock().await.take() {
             let _ = committer.await;

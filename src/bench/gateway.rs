@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -49,7 +49,12 @@ async fn upstream(latency: Duration, capacity: usize) -> anyhow::Result<(String,
             "usage": { "prompt_tokens": 12, "completion_tokens": 6, "total_tokens": 18 },
         });
         if let Some(n) = n {
-            if let Some(slot) = double.holds.lock().expect("holds").get_mut(n) {
+            if let Some(slot) = double
+                .holds
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get_mut(n)
+            {
                 *slot = started.elapsed().as_micros() as u64;
             }
         }
@@ -225,7 +230,7 @@ async fn load(
             };
             if ok {
                 let total = sent.elapsed().as_micros() as u64;
-                results.lock().expect("results")[i] = Some(total);
+                results.lock().unwrap_or_else(PoisonError::into_inner)[i] = Some(total);
             }
         }));
     }
@@ -235,8 +240,13 @@ async fn load(
     let mut total = Histogram::<u64>::new(3)?;
     let mut added = Histogram::<u64>::new(3)?;
     let mut ok = 0;
-    let holds = holds.lock().expect("holds");
-    for (i, result) in results.lock().expect("results").iter().enumerate() {
+    let holds = holds.lock().unwrap_or_else(PoisonError::into_inner);
+    for (i, result) in results
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .iter()
+        .enumerate()
+    {
         if let Some(t) = result {
             ok += 1;
             total.record(*t)?;

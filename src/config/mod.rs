@@ -226,6 +226,10 @@ impl Config {
     }
 
     /// The socket address to listen on (validated).
+    ///
+    /// # Panics
+    /// On a configuration that did not come through `load` (which validates `server.listen`).
+    #[allow(clippy::expect_used)]
     pub fn listen_addr(&self) -> SocketAddr {
         self.server
             .listen
@@ -234,6 +238,10 @@ impl Config {
     }
 
     /// The database to use: `database.url`, else an SQLite file in the data dir.
+    ///
+    /// # Panics
+    /// On a configuration that did not come through `load` (which validates `database.url`).
+    #[allow(clippy::expect_used)]
     pub fn database_url(&self) -> DatabaseUrl {
         match &self.database.url {
             Some(url) => DatabaseUrl::parse(url).expect("database.url was validated at load"),

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use ractor::{Actor, ActorRef};
 use stead_persistence::JournalStore;
@@ -42,7 +42,7 @@ pub(super) struct Shared {
 
 impl Shared {
     fn live_actor(&self, id: Uuid) -> Option<ActorRef<SessionMsg>> {
-        let mut live = self.live.lock().expect("registry lock");
+        let mut live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
         // Right after spawn an actor may still be `Starting`: that one is live too. A stopping
         // or stopped (passivated, fenced) actor is forgotten, so the map holds live ones only.
         let stopped = live.get(&id).is_some_and(|a| {
@@ -80,7 +80,7 @@ impl Shared {
         let not_before = self
             .failures
             .lock()
-            .expect("registry lock")
+            .unwrap_or_else(PoisonError::into_inner)
             .get(&id)
             .map(|(_, at)| *at);
         if let Some(at) = not_before {
@@ -122,7 +122,7 @@ impl Shared {
             };
         self.live
             .lock()
-            .expect("registry lock")
+            .unwrap_or_else(PoisonError::into_inner)
             .insert(id, actor.clone());
         Ok(actor)
     }
@@ -179,6 +179,10 @@ impl SessionRegistry {
     }
 
     /// Names this registry as a lease owner (one name per node sharing a database).
+    ///
+    /// # Panics
+    /// When called after the registry was cloned (builder methods come first).
+    #[allow(clippy::expect_used)]
     pub fn with_node(mut self, node: impl Into<String>) -> Self {
         Arc::get_mut(&mut self.shared)
             .expect("the node is set before the registry is shared")
@@ -186,6 +190,11 @@ impl SessionRegistry {
         self
     }
 
+    /// Sets restart, snapshot and passivation rules.
+    ///
+    /// # Panics
+    /// When called after the registry was cloned (builder methods come first).
+    #[allow(clippy::expect_used)]
     pub fn with_lifecycle(mut self, lifecycle: Lifecycle) -> Self {
         Arc::get_mut(&mut self.shared)
             .expect("lifecycle is set before the registry is shared")
@@ -216,7 +225,11 @@ impl SessionRegistry {
 
     /// Forgets every actor that has stopped (passivated sessions cost nothing here).
     pub fn prune(&self) -> usize {
-        let mut live = self.shared.live.lock().expect("registry lock");
+        let mut live = self
+            .shared
+            .live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         live.retain(|_, a| {
             !matches!(
                 a.get_status(),
@@ -278,7 +291,13 @@ impl SessionRegistry {
 
     /// Stops every live actor (what a process exit does to them).
     pub fn stop_all(&self) {
-        for (_, actor) in self.shared.live.lock().expect("registry lock").drain() {
+        for (_, actor) in self
+            .shared
+            .live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .drain()
+        {
             actor.stop(None);
         }
     }

@@ -2,6 +2,7 @@
 //! backoff, and the journaled `session_failed` once an actor keeps failing.
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
+use std::sync::PoisonError;
 use stead_persistence::NewEvent;
 use uuid::Uuid;
 
@@ -76,7 +77,7 @@ impl Actor for Supervisor {
 impl Shared {
     /// Forgets the actor with this id; returns its session.
     fn forget(&self, actor: ractor::ActorId) -> Option<Uuid> {
-        let mut live = self.live.lock().expect("registry lock");
+        let mut live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
         let id = live
             .iter()
             .find(|(_, a)| a.get_id() == actor)
@@ -89,8 +90,8 @@ impl Shared {
     /// when the session may be activated again.
     fn record_failure(&self, id: Uuid) -> u32 {
         let now = std::time::Instant::now();
-        let mut failures = self.failures.lock().expect("registry lock");
-        let (times, _) = failures.entry(id).or_insert_with(|| (Vec::new(), now));
+        let mut failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
+        let (times, not_before) = failures.entry(id).or_insert_with(|| (Vec::new(), now));
         times.retain(|t| now.duration_since(*t) < self.lifecycle.restart_window);
         times.push(now);
         let count = times.len() as u32;
@@ -99,7 +100,7 @@ impl Shared {
             .restart_backoff
             .saturating_mul(1 << (count - 1).min(16))
             .min(self.lifecycle.restart_backoff_max);
-        failures.get_mut(&id).expect("just inserted").1 = now + backoff;
+        *not_before = now + backoff;
         count
     }
 
@@ -125,7 +126,10 @@ impl Shared {
             .await;
         let _ = self.store.release_lease(id, &self.node, lease.epoch).await;
         appended.map_err(journal)?;
-        self.failures.lock().expect("registry lock").remove(&id);
+        self.failures
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&id);
         Ok(())
     }
 }

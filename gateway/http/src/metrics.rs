@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
@@ -41,10 +41,10 @@ impl Metrics {
         *self
             .requests
             .lock()
-            .expect("metrics lock")
+            .unwrap_or_else(PoisonError::into_inner)
             .entry((route.clone(), method.clone(), status))
             .or_default() += 1;
-        let mut latency = self.latency.lock().expect("metrics lock");
+        let mut latency = self.latency.lock().unwrap_or_else(PoisonError::into_inner);
         let entry = latency.entry((route, method)).or_default();
         entry.count += 1;
         entry.sum += seconds;
@@ -109,7 +109,12 @@ pub async fn render(
         "# HELP stead_http_requests_total HTTP requests by route, method and status.\n\
          # TYPE stead_http_requests_total counter\n",
     );
-    for ((route, method, status), n) in state.metrics.requests.lock().expect("metrics lock").iter()
+    for ((route, method, status), n) in state
+        .metrics
+        .requests
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .iter()
     {
         let _ = writeln!(
             out,
@@ -120,7 +125,13 @@ pub async fn render(
         "# HELP stead_http_request_duration_seconds HTTP request latency by route.\n\
          # TYPE stead_http_request_duration_seconds histogram\n",
     );
-    for ((route, method), latency) in state.metrics.latency.lock().expect("metrics lock").iter() {
+    for ((route, method), latency) in state
+        .metrics
+        .latency
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .iter()
+    {
         let labels = format!("method=\"{method}\",route=\"{route}\"");
         for (bound, n) in BUCKETS.iter().zip(latency.buckets) {
             let _ = writeln!(

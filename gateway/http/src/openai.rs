@@ -103,8 +103,8 @@ pub async fn chat_completions(
         stream,
         include_usage,
     } = wire::parse_request(&body).map_err(|e| ApiError::new(ErrorCode::MalformedRequest, e))?;
-    let options = options(&caller, &headers)?;
-    let id = options.request_id.expect("set above");
+    let mut options = options(&caller, &headers)?;
+    let id = *options.request_id.get_or_insert_with(Uuid::now_v7);
     let created = chrono::Utc::now().timestamp();
     let route = request.route.clone();
     if !stream {

@@ -1,7 +1,7 @@
 //! The circuit breaker: a target that keeps failing cools down, shared by every route that
 //! uses the same provider and model; after the cooldown one trial call goes through.
 
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// A circuit breaker for one provider's model, shared by every route that uses it.
@@ -22,7 +22,7 @@ pub(crate) struct BreakerState {
 impl Breaker {
     /// May an attempt go to this target now? (Takes the half-open trial when it is due.)
     pub(crate) fn allow(&self) -> bool {
-        let mut state = self.state.lock().expect("breaker");
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         match state.open_until {
             None => true,
             Some(until) if Instant::now() < until => false,
@@ -35,16 +35,16 @@ impl Breaker {
     }
 
     pub(crate) fn is_open(&self) -> bool {
-        let state = self.state.lock().expect("breaker");
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         state.open_until.is_some_and(|until| Instant::now() < until) || state.trial_running
     }
 
     pub(crate) fn success(&self) {
-        *self.state.lock().expect("breaker") = BreakerState::default();
+        *self.state.lock().unwrap_or_else(PoisonError::into_inner) = BreakerState::default();
     }
 
     pub(crate) fn failure(&self, threshold: u32, cooldown: Duration) {
-        let mut state = self.state.lock().expect("breaker");
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         state.consecutive_failures += 1;
         if state.trial_running || state.consecutive_failures >= threshold {
             state.open_until = Some(Instant::now() + cooldown);

@@ -1,7 +1,7 @@
 //! One call through the router: limits and budgets, the cache (identical concurrent calls
 //! coalesced), running the route, and the request-log record it leaves.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::UnboundedSender;
@@ -160,8 +160,7 @@ impl Router {
                 });
             }
         } else if let Err(error) = &result {
-            if !error.attempts.is_empty() {
-                let last = error.attempts.last().expect("not empty");
+            if let Some(last) = error.attempts.last() {
                 self.metrics.observe(&Observation {
                     route: &request.route,
                     provider: &last.provider,
@@ -284,11 +283,12 @@ impl Router {
                             ..Default::default()
                         };
                         let result = self.execute(id, route, &request, deltas, &mut exec).await;
-                        *ran.lock().expect("execution") = exec;
+                        *ran.lock().unwrap_or_else(PoisonError::into_inner) = exec;
                         result.map(Arc::new)
                     })
                     .await;
-                let exec = std::mem::take(&mut *execution.lock().expect("execution"));
+                let exec =
+                    std::mem::take(&mut *execution.lock().unwrap_or_else(PoisonError::into_inner));
                 match answer {
                     Ok(answer) if exec.ran => Ok((answer.as_ref().clone(), exec)),
                     // Answered by an identical call that ran at the same time.

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use governor::clock::{Clock, DefaultClock};
@@ -22,7 +22,7 @@ pub struct Refused {
 }
 
 fn per_minute(n: u32) -> Quota {
-    Quota::per_minute(NonZeroU32::new(n.max(1)).expect("at least 1"))
+    Quota::per_minute(NonZeroU32::new(n).unwrap_or(NonZeroU32::MIN))
 }
 
 /// Requests per minute for one key space.
@@ -76,7 +76,7 @@ impl TokenRate {
     /// May a call start now?
     pub fn check(&self, key: &str) -> Result<(), Duration> {
         let now = Instant::now();
-        let mut buckets = self.buckets.lock().expect("token buckets");
+        let mut buckets = self.buckets.lock().unwrap_or_else(PoisonError::into_inner);
         let (balance, since) = buckets
             .entry(key.to_string())
             .or_insert((self.per_min, now));
@@ -95,7 +95,7 @@ impl TokenRate {
     /// Takes a finished call's tokens.
     pub fn consume(&self, key: &str, tokens: u64) {
         let now = Instant::now();
-        let mut buckets = self.buckets.lock().expect("token buckets");
+        let mut buckets = self.buckets.lock().unwrap_or_else(PoisonError::into_inner);
         let (balance, since) = buckets
             .entry(key.to_string())
             .or_insert((self.per_min, now));
@@ -140,7 +140,7 @@ impl Budgets {
     /// Sets `amount` aside for `key`, or refuses when it does not fit what is left.
     pub fn reserve(&self, key: &str, amount: f64) -> Result<Reservation, Refused> {
         let now = Instant::now();
-        let mut keys = self.keys.lock().expect("budgets");
+        let mut keys = self.keys.lock().unwrap_or_else(PoisonError::into_inner);
         let spending = keys.entry(key.to_string()).or_insert(Spending {
             window_start: now,
             spent: 0.0,
@@ -178,7 +178,7 @@ impl Budgets {
 
     /// Releases a reservation and books what the call really cost.
     pub fn settle(&self, reservation: Reservation, cost: f64) {
-        let mut keys = self.keys.lock().expect("budgets");
+        let mut keys = self.keys.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(spending) = keys.get_mut(&reservation.key) {
             spending.reserved = (spending.reserved - reservation.amount).max(0.0);
             spending.spent += cost;

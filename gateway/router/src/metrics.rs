@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 
 /// Upper bounds (seconds) of the duration buckets.
 const SECONDS: [f64; 14] = [
@@ -73,7 +73,7 @@ impl RouterMetrics {
             escape(o.provider),
             escape(o.model)
         );
-        let mut series = self.series.lock().expect("metrics");
+        let mut series = self.series.lock().unwrap_or_else(PoisonError::into_inner);
         let outcome = if o.ok { "ok" } else { "error" };
         series
             .entry((
@@ -114,7 +114,7 @@ impl RouterMetrics {
 
     /// The histograms in Prometheus' text format.
     pub fn render(&self) -> String {
-        let series = self.series.lock().expect("metrics");
+        let series = self.series.lock().unwrap_or_else(PoisonError::into_inner);
         let mut out = String::new();
         let mut last = "";
         for ((name, labels), histogram) in series.iter() {

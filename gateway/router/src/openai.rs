@@ -34,9 +34,12 @@ impl OpenAiProvider {
         client: reqwest::Client,
     ) -> Self {
         let url = format!("{}/chat/completions", base_url.trim_end_matches('/'));
+        // Documented under `# Panics`: the configuration checks `base_url` before this runs.
+        #[allow(clippy::expect_used)]
+        let url = reqwest::Url::parse(&url).expect("a validated base_url");
         OpenAiProvider {
             name: name.into(),
-            url: reqwest::Url::parse(&url).expect("a validated base_url"),
+            url,
             api_key,
             client,
         }

@@ -336,9 +336,12 @@ impl BatchWriter for SqliteBatchWriter {
             insert.build().execute(&mut *tx).await?;
         }
         tx.commit().await?;
-        Ok(outcomes
+        // Every request was given its outcome above: appended, or rejected by `rejected`.
+        #[allow(clippy::expect_used)]
+        let outcomes = outcomes
             .into_iter()
             .map(|o| o.expect("every request of a batch gets an outcome"))
-            .collect())
+            .collect();
+        Ok(outcomes)
     }
 }
