@@ -4,23 +4,25 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use ts_rs::TS;
 
 /// A tool call as the model asked for it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 pub struct RequestedCall {
     pub call_id: String,
     pub tool: String,
+    #[ts(type = "unknown")]
     pub arguments: Value,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, TS)]
 pub struct Usage {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
 }
 
 /// Whether an approval covers this call only or the tool for the rest of the session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
 #[serde(rename_all = "snake_case")]
 pub enum ApprovalScope {
     Once,
@@ -28,7 +30,7 @@ pub enum ApprovalScope {
 }
 
 /// Why a turn ended by itself (`turn_finished`'s `reason`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
 #[serde(rename_all = "snake_case")]
 pub enum TurnEnd {
     /// The model answered without calling a tool.
@@ -91,7 +93,7 @@ impl ApprovalOutcome {
 }
 
 /// One journaled step of a session.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 #[serde(tag = "kind", content = "payload", rename_all = "snake_case")]
 pub enum SessionEvent {
     SessionCreated {
@@ -124,11 +126,13 @@ pub enum SessionEvent {
     ToolCallRequested {
         call_id: String,
         tool: String,
+        #[ts(type = "unknown")]
         arguments: Value,
     },
     ApprovalRequested {
         call_id: String,
         tool: String,
+        #[ts(type = "unknown")]
         arguments: Value,
         args_hash: String,
         reason: String,
@@ -148,6 +152,7 @@ pub enum SessionEvent {
     ToolCallFinished {
         call_id: String,
         tool: String,
+        #[ts(type = "unknown")]
         result: Value,
     },
     ToolCallFailed {
@@ -186,7 +191,7 @@ pub enum SessionEvent {
 }
 
 /// What a fork changes for the model calls after it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, TS)]
 pub struct Overrides {
     /// Another route (what `/v1/chat/completions` calls `model`).
     #[serde(default, skip_serializing_if = "Option::is_none")]

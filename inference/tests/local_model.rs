@@ -1,6 +1,8 @@
 //! The engine with the real model (SmolLM2-135M-Instruct, prepared by `stead setup` into
 //! `$STEAD_DATA_DIR`; scripts/test.sh does that first).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::PathBuf;
 use std::sync::OnceLock;
 

@@ -8,11 +8,14 @@ use uuid::Uuid;
 
 use crate::{Error, Result};
 
-/// One model call.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// One model call, as `GET /v1/gateway/logs` lists it.
+#[derive(Debug, Clone, PartialEq, Serialize, ts_rs::TS)]
 pub struct RequestLogEntry {
+    #[ts(type = "string")]
     pub id: Uuid,
+    #[ts(type = "string")]
     pub at: DateTime<Utc>,
+    #[ts(type = "string | null")]
     pub session_id: Option<Uuid>,
     pub api_key: Option<String>,
     pub route: String,
@@ -20,6 +23,7 @@ pub struct RequestLogEntry {
     pub model: Option<String>,
     pub status: String,
     /// Every attempt at every target, in order.
+    #[ts(type = "unknown[]")]
     pub attempts: Value,
     pub latency_ms: f64,
     pub ttft_ms: Option<f64>,
@@ -28,6 +32,7 @@ pub struct RequestLogEntry {
     pub cost: f64,
     pub cache_hit: bool,
     pub stream: bool,
+    #[ts(type = "Record<string, unknown>")]
     pub metadata: Value,
     pub error: Option<String>,
 }

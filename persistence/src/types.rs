@@ -6,7 +6,7 @@ use uuid::Uuid;
 use crate::{Error, Result};
 
 /// Lifecycle status of a session, as stored and as shown to clients (docs/api.md).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ts_rs::TS)]
 #[serde(rename_all = "snake_case")]
 pub enum SessionStatus {
     Idle,

@@ -15,6 +15,7 @@ mod openai;
 pub mod openapi;
 mod rest;
 pub mod webui;
+pub mod wire;
 mod ws;
 
 use std::future::Future;

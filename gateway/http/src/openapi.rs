@@ -9,6 +9,7 @@ use utoipa::{Modify, OpenApi, ToSchema};
 use uuid::Uuid;
 
 use crate::rest;
+use crate::wire::{EventView, SessionRow};
 
 /// `{"error":{"code","message"}}`.
 #[derive(Serialize, ToSchema)]
@@ -21,21 +22,6 @@ pub struct ErrorDetail {
     /// Stable, machine-readable (see docs/api.md).
     pub code: String,
     pub message: String,
-}
-
-/// A session row.
-#[derive(Serialize, ToSchema)]
-pub struct SessionRow {
-    pub id: Uuid,
-    pub agent: String,
-    /// `idle`, `running`, `awaiting_approval`, `failed` or `closed`.
-    pub status: String,
-    #[schema(value_type = Object)]
-    pub metadata: serde_json::Value,
-    pub last_seq: i64,
-    pub created_at: String,
-    pub updated_at: String,
-    pub closed_at: Option<String>,
 }
 
 /// A created session with the token that grants access to it alone.
@@ -111,16 +97,6 @@ pub struct MessageWaited {
     pub last_seq: i64,
     pub reply: Option<String>,
     pub pending_approvals: Vec<PendingApproval>,
-}
-
-#[derive(Serialize, ToSchema)]
-pub struct EventView {
-    pub seq: i64,
-    pub kind: String,
-    #[schema(value_type = Object)]
-    pub payload: serde_json::Value,
-    /// RFC 3339, microseconds.
-    pub at: String,
 }
 
 #[derive(Serialize, ToSchema)]

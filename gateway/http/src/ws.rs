@@ -16,13 +16,14 @@ use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
 use axum::response::Response;
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 use stead_actors::session::{Frame, Subscription};
-use stead_actors::{ApprovalScope, Input, SessionEvent};
+use stead_actors::{Input, SessionEvent};
 use uuid::Uuid;
 
 use crate::auth::Caller;
-use crate::rest::{check_message, decision_input, event_view, frame_event_view};
+use crate::rest::{check_message, decision_input};
+use crate::wire::{ClientFrame, EventView, ServerFrame, CLIENT_FRAME_TYPES};
 use crate::{ApiError, ApiPath, ApiQuery, AppState, ErrorCode, Principal};
 
 /// Pages of journal replay.
@@ -81,32 +82,6 @@ pub async fn upgrade(
         }))
 }
 
-#[derive(Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
-enum ClientFrame {
-    UserMessage {
-        text: String,
-        #[serde(default)]
-        client_id: Option<String>,
-    },
-    Approval {
-        call_id: String,
-        approved: bool,
-        #[serde(default)]
-        reason: Option<String>,
-        #[serde(default)]
-        scope: Option<ApprovalScope>,
-        #[serde(default)]
-        args_hash: Option<String>,
-    },
-    Cancel {},
-    Resume {
-        after_seq: i64,
-    },
-}
-
-const CLIENT_FRAME_TYPES: [&str; 4] = ["user_message", "approval", "cancel", "resume"];
-
 /// The in-flight model call as this connection knows it: its text so far, and how much of
 /// that the client has been sent.
 struct Stream {
@@ -148,12 +123,11 @@ impl Connection {
             text,
             sent: 0,
         });
-        self.send_json(json!({
-            "type": "hello",
-            "session_id": self.id,
-            "last_seq": attached.last_seq,
-            "status": attached.status,
-        }))
+        self.send_frame(&ServerFrame::Hello {
+            session_id: self.id,
+            last_seq: attached.last_seq,
+            status: attached.status,
+        })
         .await?;
         match after_seq {
             Some(after) => self.resume(after).await?,
@@ -360,9 +334,8 @@ impl Connection {
                 if event.seq <= self.sent_seq {
                     continue;
                 }
-                let mut frame = event_view(event);
-                frame["type"] = json!("event");
-                self.send_json(frame).await?;
+                self.send_frame(&ServerFrame::Event(EventView::of(event)))
+                    .await?;
                 self.sent_seq = event.seq;
                 if let Some(typed) = SessionEvent::from_parts(&event.kind, &event.payload) {
                     self.ended(&typed);
@@ -392,9 +365,8 @@ impl Connection {
                 }
                 // Serialized once per event, whatever the number of clients.
                 let text = wire.get_or_init(|| {
-                    let mut view = frame_event_view(seq, &event, at);
-                    view["type"] = json!("event");
-                    view.to_string()
+                    let frame = ServerFrame::Event(EventView::committed(seq, &event, at));
+                    serde_json::to_string(&frame).unwrap_or_default()
                 });
                 self.send(Message::Text(text.as_str().into())).await?;
                 self.sent_seq = seq;
@@ -455,23 +427,26 @@ impl Connection {
         if stream.sent >= stream.text.len() {
             return Ok(());
         }
-        let frame = json!({
-            "type": "delta",
-            "call_id": stream.call_id,
-            "text": &stream.text[stream.sent..],
-            "offset": stream.sent,
-        });
+        let frame = ServerFrame::Delta {
+            call_id: stream.call_id.clone(),
+            text: stream.text[stream.sent..].to_string(),
+            offset: stream.sent,
+        };
         stream.sent = stream.text.len();
-        self.send_json(frame).await
+        self.send_frame(&frame).await
     }
 
     async fn send_error(&mut self, error: &ApiError) -> Result<(), Closed> {
-        self.send_json(json!({ "type": "error", "code": error.code, "message": error.message }))
-            .await
+        self.send_frame(&ServerFrame::Error {
+            code: error.code,
+            message: error.message.clone(),
+        })
+        .await
     }
 
-    async fn send_json(&mut self, value: Value) -> Result<(), Closed> {
-        self.send(Message::Text(value.to_string().into())).await
+    async fn send_frame(&mut self, frame: &ServerFrame) -> Result<(), Closed> {
+        let text = serde_json::to_string(frame).unwrap_or_default();
+        self.send(Message::Text(text.into())).await
     }
 
     async fn send(&mut self, message: Message) -> Result<(), Closed> {

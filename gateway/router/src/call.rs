@@ -65,6 +65,27 @@ impl Router {
             .instrument(span.clone())
             .await;
         let latency = started.elapsed();
+        // What every record of this call says; the outcome fills in the rest.
+        let base = LogRecord {
+            id,
+            at,
+            session_id: options.session_id,
+            api_key: options.api_key.clone(),
+            route: request.route.clone(),
+            provider: None,
+            model: None,
+            status: String::new(),
+            attempts: Vec::new(),
+            latency_ms: millis(latency),
+            ttft_ms: None,
+            tokens_in: 0,
+            tokens_out: 0,
+            cost: 0.0,
+            cache_hit: false,
+            stream,
+            metadata: options.metadata.clone(),
+            error: None,
+        };
         let (record, observation_ok) = match &result {
             Ok(response) => {
                 span.record("gen_ai.provider.name", response.system.as_str());
@@ -85,16 +106,10 @@ impl Router {
                 let hit = response.cache == CacheStatus::Hit;
                 (
                     LogRecord {
-                        id,
-                        at,
-                        session_id: options.session_id,
-                        api_key: options.api_key.clone(),
-                        route: request.route.clone(),
                         provider: Some(response.provider.clone()),
                         model: Some(response.model.clone()),
                         status: "ok".into(),
                         attempts: response.attempts.clone(),
-                        latency_ms: millis(latency),
                         ttft_ms: response.ttft.map(millis),
                         tokens_in: if hit {
                             0
@@ -108,9 +123,7 @@ impl Router {
                         },
                         cost: response.cost,
                         cache_hit: hit,
-                        stream,
-                        metadata: options.metadata.clone(),
-                        error: None,
+                        ..base
                     },
                     !hit,
                 )
@@ -120,11 +133,6 @@ impl Router {
                 let last = error.attempts.last();
                 (
                     LogRecord {
-                        id,
-                        at,
-                        session_id: options.session_id,
-                        api_key: options.api_key.clone(),
-                        route: request.route.clone(),
                         provider: last.map(|a| a.provider.clone()),
                         model: last.map(|a| a.model.clone()),
                         status: match error.code {
@@ -132,15 +140,8 @@ impl Router {
                             _ => "error".to_string(),
                         },
                         attempts: error.attempts.clone(),
-                        latency_ms: millis(latency),
-                        ttft_ms: None,
-                        tokens_in: 0,
-                        tokens_out: 0,
-                        cost: 0.0,
-                        cache_hit: false,
-                        stream,
-                        metadata: options.metadata.clone(),
                         error: Some(error.message.clone()),
+                        ..base
                     },
                     false,
                 )

@@ -3,8 +3,7 @@
 //! concurrent identical calls), its limits and strict budgets. Each story is also read back
 //! from the request-log records the router wrote (into an in-memory sink double).
 
-#[path = "../../../tests/support/upstream.rs"]
-mod upstream;
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -18,7 +17,7 @@ use stead_router::openai::OpenAiProvider;
 use stead_router::{
     CacheMode, CacheStatus, CallOptions, Provider, Providers, Router, RouterRequest,
 };
-use upstream::{Reply, Upstream};
+use stead_testkit::upstream::{Reply, Upstream};
 
 /// Test double of the request log's sink: keeps the records in memory.
 #[derive(Default)]

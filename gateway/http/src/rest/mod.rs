@@ -21,6 +21,7 @@ use crate::openapi::{
     AgentList, Committed, Decided, ErrorBody, EventsPage, Forked, Inbox, MessageAccepted,
     MessageWaited, ModelList, SessionCreated, SessionList, SessionView, StateView,
 };
+use crate::wire::{EventView, SessionRow};
 use crate::{ApiError, ApiJson, ApiPath, ApiQuery, AppState, ErrorCode};
 
 mod agents;
@@ -55,16 +56,7 @@ pub(crate) fn page_limit(limit: Option<u32>, default: u32, max: u32) -> Result<u
 
 /// A session row as listed.
 pub fn row_view(row: &Session) -> Value {
-    json!({
-        "id": row.id,
-        "agent": row.agent,
-        "status": row.status.as_str(),
-        "metadata": row.metadata,
-        "last_seq": row.last_seq,
-        "created_at": row.created_at,
-        "updated_at": row.updated_at,
-        "closed_at": row.closed_at,
-    })
+    json!(SessionRow::from(row))
 }
 
 /// A session in full: the row plus what its folded state knows.
@@ -106,24 +98,5 @@ pub fn pending_view(folded: &SessionState) -> Vec<Value> {
 
 /// A journal event as REST and WebSocket clients see it.
 pub fn event_view(event: &Event) -> Value {
-    json!({
-        "seq": event.seq,
-        "kind": event.kind,
-        "payload": event.payload,
-        "at": rfc3339(event.created_at),
-    })
-}
-
-/// A committed frame as an event view (identical to the journal's).
-pub fn frame_event_view(
-    seq: i64,
-    event: &SessionEvent,
-    at: chrono::DateTime<chrono::Utc>,
-) -> Value {
-    let (kind, payload) = event.to_parts();
-    json!({ "seq": seq, "kind": kind, "payload": payload, "at": rfc3339(at) })
-}
-
-pub fn rfc3339(at: chrono::DateTime<chrono::Utc>) -> String {
-    at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+    json!(EventView::of(event))
 }

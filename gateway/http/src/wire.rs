@@ -1,0 +1,269 @@
+//! The HTTP edge's wire types as Rust types — WebSocket frames both ways, the journal event as
+//! REST and WebSocket carry it, session and request-log rows — and their TypeScript
+//! declarations. `web-ui/src/generated/wire.ts` is generated from these (with the journal's
+//! event kinds from `stead-actors` and the statuses from `stead-persistence`); a test fails when
+//! the committed file drifts from them. To regenerate:
+//! `STEAD_WRITE_WIRE_TYPES=1 cargo test -p stead-http wire_types`.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use stead_actors::{ApprovalScope, Overrides, RequestedCall, SessionEvent, TurnEnd, Usage};
+use stead_persistence::request_log::RequestLogEntry;
+use stead_persistence::{Event, Session, SessionStatus};
+use ts_rs::TS;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use crate::ErrorCode;
+
+/// One journaled step, as `GET …/events` and the WebSocket `event` frame carry it.
+#[derive(Debug, Clone, PartialEq, Serialize, TS, ToSchema)]
+pub struct EventView {
+    pub seq: i64,
+    pub kind: String,
+    #[ts(type = "unknown")]
+    #[schema(value_type = Object)]
+    pub payload: Value,
+    /// RFC 3339 with microseconds, UTC.
+    pub at: String,
+}
+
+impl EventView {
+    pub fn of(event: &Event) -> Self {
+        EventView {
+            seq: event.seq,
+            kind: event.kind.clone(),
+            payload: event.payload.clone(),
+            at: rfc3339(event.created_at),
+        }
+    }
+
+    /// A committed event as the journal will read it back.
+    pub fn committed(seq: i64, event: &SessionEvent, at: DateTime<Utc>) -> Self {
+        let (kind, payload) = event.to_parts();
+        EventView {
+            seq,
+            kind,
+            payload,
+            at: rfc3339(at),
+        }
+    }
+}
+
+pub fn rfc3339(at: DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+}
+
+/// A WebSocket frame from the server.
+#[derive(Debug, Clone, PartialEq, Serialize, TS)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ServerFrame {
+    /// First frame of every connection.
+    Hello {
+        #[ts(type = "string")]
+        session_id: Uuid,
+        last_seq: i64,
+        status: SessionStatus,
+    },
+    /// A journaled step.
+    Event(EventView),
+    /// Streamed model text (not journaled): `text` continues the call's text at `offset`.
+    Delta {
+        call_id: String,
+        text: String,
+        offset: usize,
+    },
+    Error {
+        code: ErrorCode,
+        message: String,
+    },
+}
+
+/// A WebSocket frame from a client.
+#[derive(Debug, Clone, PartialEq, Deserialize, TS)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ClientFrame {
+    UserMessage {
+        text: String,
+        /// Echoed back; a repeated one is not applied twice.
+        #[serde(default)]
+        #[ts(optional)]
+        client_id: Option<String>,
+    },
+    Approval {
+        call_id: String,
+        approved: bool,
+        #[serde(default)]
+        #[ts(optional)]
+        reason: Option<String>,
+        #[serde(default)]
+        #[ts(optional)]
+        scope: Option<ApprovalScope>,
+        /// The arguments the decision was made on (refused when they changed).
+        #[serde(default)]
+        #[ts(optional)]
+        args_hash: Option<String>,
+    },
+    Cancel {},
+    /// Every journal event after `after_seq`, then the in-flight stream, then live frames.
+    Resume {
+        after_seq: i64,
+    },
+}
+
+/// The `type`s a client frame may have.
+pub const CLIENT_FRAME_TYPES: [&str; 4] = ["user_message", "approval", "cancel", "resume"];
+
+/// A session as `GET /v1/sessions` lists it.
+#[derive(Debug, Clone, PartialEq, Serialize, TS, ToSchema)]
+pub struct SessionRow {
+    #[ts(type = "string")]
+    pub id: Uuid,
+    pub agent: String,
+    /// `idle`, `running`, `awaiting_approval`, `failed` or `closed`.
+    #[schema(value_type = String)]
+    pub status: SessionStatus,
+    #[ts(type = "Record<string, unknown>")]
+    #[schema(value_type = Object)]
+    pub metadata: Value,
+    pub last_seq: i64,
+    #[ts(type = "string")]
+    pub created_at: DateTime<Utc>,
+    #[ts(type = "string")]
+    pub updated_at: DateTime<Utc>,
+    #[ts(type = "string | null")]
+    pub closed_at: Option<DateTime<Utc>>,
+}
+
+impl From<&Session> for SessionRow {
+    fn from(row: &Session) -> Self {
+        SessionRow {
+            id: row.id,
+            agent: row.agent.clone(),
+            status: row.status,
+            metadata: row.metadata.clone(),
+            last_seq: row.last_seq,
+            created_at: row.created_at,
+            updated_at: row.updated_at,
+            closed_at: row.closed_at,
+        }
+    }
+}
+
+impl TS for ErrorCode {
+    type WithoutGenerics = Self;
+    type OptionInnerType = Self;
+
+    fn name(_: &ts_rs::Config) -> String {
+        "ErrorCode".into()
+    }
+
+    fn inline(_: &ts_rs::Config) -> String {
+        let mut codes: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
+        codes.sort_unstable();
+        codes.dedup();
+        codes
+            .iter()
+            .map(|c| format!("\"{c}\""))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    }
+
+    fn decl(cfg: &ts_rs::Config) -> String {
+        format!("type ErrorCode = {};", Self::inline(cfg))
+    }
+
+    fn decl_concrete(cfg: &ts_rs::Config) -> String {
+        Self::decl(cfg)
+    }
+}
+
+/// The TypeScript module `web-ui/src/generated/wire.ts`: every wire type, declared in order.
+pub fn typescript() -> String {
+    let cfg = ts_rs::Config::new().with_large_int("number");
+    let declarations = [
+        declaration::<SessionStatus>(&cfg),
+        declaration::<Usage>(&cfg),
+        declaration::<ApprovalScope>(&cfg),
+        declaration::<TurnEnd>(&cfg),
+        declaration::<RequestedCall>(&cfg),
+        declaration::<Overrides>(&cfg),
+        declaration::<SessionEvent>(&cfg),
+        declaration::<EventView>(&cfg),
+        declaration::<ErrorCode>(&cfg),
+        declaration::<ServerFrame>(&cfg),
+        declaration::<ClientFrame>(&cfg),
+        declaration::<SessionRow>(&cfg),
+        declaration::<RequestLogEntry>(&cfg),
+    ];
+    format!(
+        "// Generated from Stead's Rust wire types (gateway/http/src/wire.rs) — do not edit.\n\
+         // Regenerate: STEAD_WRITE_WIRE_TYPES=1 cargo test -p stead-http wire_types\n\n{}",
+        declarations.join("\n")
+    )
+}
+
+fn declaration<T: TS>(cfg: &ts_rs::Config) -> String {
+    let docs = T::docs()
+        .map(|d| format!("{}\n", d.trim_end()))
+        .unwrap_or_default();
+    format!("{docs}export {}\n", T::decl(cfg))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_types_match_the_web_uis_generated_module() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../web-ui/src/generated/wire.ts"
+        );
+        let generated = typescript();
+        if std::env::var_os("STEAD_WRITE_WIRE_TYPES").is_some() {
+            std::fs::write(path, &generated).expect("write wire.ts");
+        }
+        let committed = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            committed == generated,
+            "web-ui/src/generated/wire.ts differs from the Rust wire types; regenerate it with \
+             `STEAD_WRITE_WIRE_TYPES=1 cargo test -p stead-http wire_types` and commit it"
+        );
+    }
+
+    #[test]
+    fn server_frames_serialize_as_documented() {
+        let frame = ServerFrame::Delta {
+            call_id: "m1".into(),
+            text: "Hi".into(),
+            offset: 3,
+        };
+        assert_eq!(
+            serde_json::to_value(&frame).unwrap(),
+            serde_json::json!({ "type": "delta", "call_id": "m1", "text": "Hi", "offset": 3 })
+        );
+        let event = ServerFrame::Event(EventView {
+            seq: 2,
+            kind: "assistant_message".into(),
+            payload: serde_json::json!({ "text": "Paris" }),
+            at: "2026-12-01T00:00:00.000000Z".into(),
+        });
+        assert_eq!(
+            serde_json::to_value(&event).unwrap(),
+            serde_json::json!({
+                "type": "event", "seq": 2, "kind": "assistant_message",
+                "payload": { "text": "Paris" }, "at": "2026-12-01T00:00:00.000000Z"
+            })
+        );
+        let error = ServerFrame::Error {
+            code: ErrorCode::InvalidFrame,
+            message: "bad".into(),
+        };
+        assert_eq!(
+            serde_json::to_value(&error).unwrap(),
+            serde_json::json!({ "type": "error", "code": "invalid_frame", "message": "bad" })
+        );
+    }
+}

@@ -1,0 +1,43 @@
+//! The journal contract, run against both backends. By topic: appends and reads (`appends`),
+//! sessions, leases and compaction (`sessions`), snapshots, key-value storage, input checks
+//! and migrations (`storage`).
+
+mod appends;
+mod sessions;
+mod storage;
+
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use stead_persistence::{
+    Backend, Error, JournalStore, NewEvent, NewSession, SessionQuery, SessionStatus,
+};
+use stead_testkit::db;
+use uuid::Uuid;
+
+fn event(n: i64) -> NewEvent {
+    NewEvent::new(
+        "user_message",
+        json!({ "text": format!("message {n}"), "n": n }),
+    )
+}
+
+async fn new_session(store: &Arc<dyn JournalStore>) -> Uuid {
+    store
+        .create_session(NewSession::for_agent("test"))
+        .await
+        .expect("create session")
+        .id
+}
+
+/// Every seq from 1 to the last is present exactly once, in order.
+async fn assert_gapless(store: &Arc<dyn JournalStore>, id: Uuid) -> Vec<stead_persistence::Event> {
+    let events = store.read(id, 0, 100_000).await.expect("read");
+    let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
+    let expected: Vec<i64> = (1..=events.len() as i64).collect();
+    assert_eq!(seqs, expected, "journal of {id} is not gapless from 1");
+    let session = store.get_session(id).await.expect("get session");
+    assert_eq!(session.last_seq, events.len() as i64);
+    events
+}

@@ -1,0 +1,446 @@
+//! Bad input at the front door (docs/architecture.md, invariant 6): each malformed or
+//! unauthorized request gets its documented status or error frame with a stable `code`, the
+//! connection and server keep serving, and the session's journal is byte-for-byte
+//! (value-for-value) unchanged. The model is the fake upstream test double; nothing here
+//! needs it to answer.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use stead_testkit::stead::Stead;
+use stead_testkit::upstream::{Reply, Upstream};
+
+async fn upstream() -> Upstream {
+    Upstream::start(vec![], Reply::paced("ok", Duration::from_millis(1))).await
+}
+
+/// The `ops` agent (no tools) on route `default` to the upstream; `extra` after it.
+fn config(upstream: &Upstream, extra: &str) -> String {
+    upstream.config(
+        "default",
+        r#"model = "scripted""#,
+        &format!("[[agents]]\nname = \"ops\"\nroute = \"default\"\n\n{extra}"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_rest_requests_get_documented_errors_and_change_nothing() {
+    let fake = upstream().await;
+    let server = Stead::start(&config(&fake, ""), None);
+    let (id, _) = server.create("ops").await;
+    let (_, answered) = server.say(&id, "hi").await;
+    assert_eq!(answered["status"], "idle");
+    let journal = server.journal(&id).await;
+    let sessions = server.call("GET", "/v1/sessions", None).await.1;
+    let s = format!("/v1/sessions/{id}");
+    let unknown = "/v1/sessions/01a22bba-a0b2-77e2-9503-a1f53cea95c8";
+    let big_text = "x".repeat(40 << 10);
+    let big_body = format!(r#"{{"text":"{}"}}"#, "y".repeat(2 << 20)).into_bytes();
+
+    let json_cases: Vec<(&str, String, Option<Value>, u16, &str)> = vec![
+        (
+            "POST",
+            "/v1/sessions".into(),
+            Some(json!({ "agent": 5 })),
+            422,
+            "invalid_request",
+        ),
+        (
+            "POST",
+            "/v1/sessions".into(),
+            Some(json!({})),
+            422,
+            "invalid_request",
+        ),
+        (
+            "POST",
+            "/v1/sessions".into(),
+            Some(json!({ "agent": "nope" })),
+            422,
+            "unknown_agent",
+        ),
+        (
+            "POST",
+            "/v1/sessions".into(),
+            Some(json!({ "agent": "ops", "metadata": [1] })),
+            422,
+            "invalid_request",
+        ),
+        (
+            "POST",
+            "/v1/sessions".into(),
+            Some(json!({ "agent": "ops", "extra": 1 })),
+            422,
+            "invalid_request",
+        ),
+        (
+            "POST",
+            format!("{s}/messages"),
+            Some(json!({ "text": 5 })),
+            422,
+            "invalid_request",
+        ),
+        (
+            "POST",
+            format!("{s}/messages"),
+            Some(json!({})),
+            422,
+            "invalid_request",
+        ),
+        (
+            "POST",
+            format!("{s}/messages"),
+            Some(json!({ "text": "  " })),
+            422,
+            "invalid_request",
+        ),
+        (
+            "POST",
+            format!("{s}/messages"),
+            Some(json!({ "text": big_text })),
+            413,
+            "message_too_large",
+        ),
+        (
+            "POST",
+            format!("{s}/messages?wait=maybe"),
+            Some(json!({ "text": "hi" })),
+            400,
+            "invalid_query",
+        ),
+        (
+            "POST",
+            format!("{unknown}/messages"),
+            Some(json!({ "text": "hi" })),
+            404,
+            "session_not_found",
+        ),
+        (
+            "POST",
+            "/v1/sessions/not-a-uuid/messages".into(),
+            Some(json!({ "text": "hi" })),
+            400,
+            "invalid_id",
+        ),
+        (
+            "GET",
+            "/v1/sessions/not-a-uuid".into(),
+            None,
+            400,
+            "invalid_id",
+        ),
+        ("GET", unknown.into(), None, 404, "session_not_found"),
+        (
+            "GET",
+            format!("{s}/events?after=-1"),
+            None,
+            400,
+            "invalid_query",
+        ),
+        (
+            "GET",
+            format!("{s}/events?limit=abc"),
+            None,
+            400,
+            "invalid_query",
+        ),
+        (
+            "GET",
+            format!("{s}/events?limit=0"),
+            None,
+            400,
+            "invalid_query",
+        ),
+        (
+            "GET",
+            "/v1/sessions?status=bogus".into(),
+            None,
+            400,
+            "invalid_query",
+        ),
+        (
+            "GET",
+            "/v1/sessions?cursor=garbage".into(),
+            None,
+            400,
+            "invalid_query",
+        ),
+        (
+            "GET",
+            "/v1/approvals?status=done".into(),
+            None,
+            400,
+            "invalid_query",
+        ),
+        (
+            "POST",
+            format!("{s}/approvals/t9"),
+            Some(json!({ "approved": true })),
+            404,
+            "approval_not_found",
+        ),
+        (
+            "POST",
+            format!("{s}/approvals/t9"),
+            Some(json!({ "approved": "yes" })),
+            422,
+            "invalid_request",
+        ),
+        (
+            "POST",
+            format!("{s}/cancel"),
+            None,
+            409,
+            "nothing_to_cancel",
+        ),
+        (
+            "GET",
+            format!("{s}/state?at=0"),
+            None,
+            422,
+            "seq_out_of_range",
+        ),
+        ("GET", format!("{s}/state?at=x"), None, 400, "invalid_query"),
+        (
+            "POST",
+            format!("{s}/fork"),
+            Some(json!({ "at": 999 })),
+            422,
+            "seq_out_of_range",
+        ),
+        (
+            "POST",
+            format!("{s}/fork"),
+            Some(json!({ "at": 1, "overrides": { "route": "nowhere" } })),
+            422,
+            "unknown_route",
+        ),
+        ("GET", "/v1/nothing-here".into(), None, 404, "not_found"),
+        (
+            "PUT",
+            "/v1/sessions".into(),
+            None,
+            405,
+            "method_not_allowed",
+        ),
+    ];
+    for (method, path, body, status, code) in json_cases {
+        let (got, answer) = server.call(method, &path, body.clone()).await;
+        assert_eq!(
+            (got, answer["error"]["code"].as_str()),
+            (status, Some(code)),
+            "{method} {path} {body:?} → {answer}"
+        );
+        assert!(answer["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()));
+    }
+    let raw_cases: Vec<(String, &str, Vec<u8>, u16, &str)> = vec![
+        (
+            format!("{s}/messages"),
+            "application/json",
+            b"{\"text\": ".to_vec(),
+            400,
+            "invalid_json",
+        ),
+        (
+            format!("{s}/messages"),
+            "application/json",
+            b"\xff\xfe".to_vec(),
+            400,
+            "invalid_json",
+        ),
+        (
+            format!("{s}/messages"),
+            "text/plain",
+            b"{\"text\":\"hi\"}".to_vec(),
+            415,
+            "unsupported_media_type",
+        ),
+        (
+            format!("{s}/messages"),
+            "application/json",
+            big_body,
+            413,
+            "payload_too_large",
+        ),
+    ];
+    for (path, content_type, body, status, code) in raw_cases {
+        let (got, answer) = server.raw("POST", &path, content_type, body).await;
+        assert_eq!(
+            (got, answer["error"]["code"].as_str()),
+            (status, Some(code)),
+            "POST {path} ({content_type}) → {answer}"
+        );
+    }
+    assert_eq!(
+        server.journal(&id).await,
+        journal,
+        "the journal is unchanged"
+    );
+    assert_eq!(server.call("GET", "/v1/sessions", None).await.1, sessions);
+    assert_eq!(server.call("GET", "/healthz", None).await.0, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_websocket_frames_get_error_frames_and_the_connection_stays() {
+    use futures_util::SinkExt;
+    use tokio_tungstenite::tungstenite::Message;
+    let fake = upstream().await;
+    let server = Stead::start(&config(&fake, ""), None);
+    let (id, token) = server.create("ops").await;
+    let journal = server.journal(&id).await;
+    let mut ws = server.ws(&id, &token, "").await;
+    assert_eq!(ws.next().await.unwrap()["type"], "hello");
+    let cases: Vec<(String, &str)> = vec![
+        ("{not json".into(), "invalid_json"),
+        ("[1,2]".into(), "invalid_frame"),
+        (r#"{"type":"shout"}"#.into(), "unknown_frame_type"),
+        (
+            r#"{"type":"user_message","text":5}"#.into(),
+            "invalid_frame",
+        ),
+        (r#"{"type":"user_message"}"#.into(), "invalid_frame"),
+        (
+            r#"{"type":"user_message","text":""}"#.into(),
+            "invalid_request",
+        ),
+        (
+            r#"{"type":"approval","call_id":"t7","approved":true}"#.into(),
+            "approval_not_found",
+        ),
+        (
+            r#"{"type":"approval","call_id":"t7"}"#.into(),
+            "invalid_frame",
+        ),
+        (
+            r#"{"type":"resume","after_seq":-4}"#.into(),
+            "invalid_frame",
+        ),
+        (r#"{"type":"cancel"}"#.into(), "nothing_to_cancel"),
+        (
+            format!(
+                r#"{{"type":"user_message","text":"{}"}}"#,
+                "z".repeat(100 << 10)
+            ),
+            "frame_too_large",
+        ),
+    ];
+    for (text, code) in cases {
+        ws.send_text(text.clone()).await;
+        let error = ws.until_error().await;
+        assert_eq!(error["code"], code, "{}", &text[..text.len().min(80)]);
+    }
+    ws.stream
+        .send(Message::Binary(vec![1, 2, 3].into()))
+        .await
+        .unwrap();
+    assert_eq!(ws.until_error().await["code"], "unsupported_frame");
+    assert_eq!(
+        server.journal(&id).await,
+        journal,
+        "the journal is unchanged"
+    );
+    // Still serving: a good message works on the same connection.
+    ws.send(json!({ "type": "user_message", "text": "hi" }))
+        .await;
+    ws.until_event("turn_finished").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_keys_and_session_tokens_are_enforced() {
+    let fake = upstream().await;
+    let hashed = "sha256:0c8a8d1b4e2b16b6b0a1e5b9f1f1b8c4f2fe2d3b1b0b8f6f1f0b8f9f1b0b8f6f";
+    let server_config = config(
+        &fake,
+        &format!("[server]\napi_keys = [\"operator-key-0123456789\", \"{hashed}\"]\n"),
+    );
+    let mut server = Stead::start(&server_config, None);
+    server.api_key = Some("operator-key-0123456789".into());
+    let (a, token_a) = server.create("ops").await;
+    let (b, _) = server.create("ops").await;
+    let journal_b = server.journal(&b).await;
+    let cases: Vec<(&str, String, Option<&str>, u16, &str)> = vec![
+        (
+            "GET",
+            "/v1/sessions".into(),
+            None,
+            401,
+            "missing_credentials",
+        ),
+        (
+            "GET",
+            "/v1/sessions".into(),
+            Some("wrong-key-0123456789"),
+            401,
+            "invalid_credentials",
+        ),
+        (
+            "GET",
+            "/v1/sessions".into(),
+            Some(&token_a),
+            403,
+            "forbidden",
+        ),
+        ("GET", "/v1/agents".into(), Some(&token_a), 403, "forbidden"),
+        (
+            "GET",
+            format!("/v1/sessions/{b}"),
+            Some(&token_a),
+            403,
+            "forbidden",
+        ),
+        (
+            "GET",
+            format!("/v1/sessions/{b}/events"),
+            Some(&token_a),
+            403,
+            "forbidden",
+        ),
+        (
+            "POST",
+            format!("/v1/sessions/{b}/cancel"),
+            Some(&token_a),
+            403,
+            "forbidden",
+        ),
+        (
+            "GET",
+            format!("/v1/sessions/{a}"),
+            Some("garbage.token"),
+            401,
+            "invalid_credentials",
+        ),
+    ];
+    for (method, path, bearer, status, code) in cases {
+        let (got, answer) = server.call_as(method, &path, None, bearer).await;
+        assert_eq!(
+            (got, answer["error"]["code"].as_str()),
+            (status, Some(code)),
+            "{method} {path} as {bearer:?} → {answer}"
+        );
+    }
+    // The session's own token works for its session, over REST and WebSocket.
+    let (status, own) = server
+        .call_as("GET", &format!("/v1/sessions/{a}"), None, Some(&token_a))
+        .await;
+    assert_eq!((status, own["id"].as_str()), (200, Some(a.as_str())));
+    let mut ws = server.ws(&a, &token_a, "").await;
+    assert_eq!(ws.next().await.unwrap()["type"], "hello");
+    // Another session's token or a wrong one cannot open a WebSocket.
+    for (token, status) in [(token_a.as_str(), 403), ("nope", 401)] {
+        let url = format!(
+            "{}/v1/sessions/{b}/ws?token={token}",
+            server.base.replace("http://", "ws://")
+        );
+        match tokio_tungstenite::connect_async(url).await {
+            Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+                assert_eq!(response.status().as_u16(), status)
+            }
+            other => panic!("expected HTTP {status}, got {:?}", other.map(|_| ())),
+        }
+    }
+    assert_eq!(server.journal(&b).await, journal_b);
+    // Health stays open for probes.
+    assert_eq!(server.call_as("GET", "/healthz", None, None).await.0, 200);
+}

@@ -1,0 +1,26 @@
+//! End-to-end tests of the `stead` binary through its public interfaces, one binary (one module
+//! per concern; the models are test doubles from `stead-testkit`, so nothing here needs the
+//! local model — `tests/local_model/` has the tests that do):
+//!
+//! - `architecture`: the maps in the README and docs/architecture.md, the dependency rule;
+//! - `cli`: the command line, layered configuration, bad configuration;
+//! - `serve`, `serve_crash`: the server process (health, signals) and SIGKILL recovery;
+//! - `gateway`, `gateway_input`: WebSocket and REST end to end, bad input and auth;
+//! - `gateway_router`: the model router through `/v1/chat/completions` and its log;
+//! - `replay`: `stead session …` and `stead replay …`;
+//! - `telemetry`: OTLP spans;
+//! - `schemathesis`, `web_ui`: external clients (Schemathesis, a real browser).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod architecture;
+mod cli;
+mod gateway;
+mod gateway_input;
+mod gateway_router;
+mod replay;
+mod schemathesis;
+mod serve;
+mod serve_crash;
+mod telemetry;
+mod web_ui;

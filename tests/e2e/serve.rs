@@ -1,0 +1,61 @@
+//! `stead serve` as a real process: health and readiness over HTTP, JSON errors, graceful
+//! shutdown on SIGTERM and SIGINT, on both database backends.
+
+use serde_json::json;
+use stead_testkit::db;
+use stead_testkit::stead::Stead;
+
+#[tokio::test]
+async fn serves_health_and_readiness_on_sqlite_and_stops_on_sigterm() {
+    let mut server = Stead::start("", None);
+    assert!(
+        server.base.starts_with("http://127.0.0.1:"),
+        "loopback by default"
+    );
+    let (status, body) = server.call("GET", "/healthz", None).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        body,
+        json!({ "status": "ok", "version": env!("CARGO_PKG_VERSION") })
+    );
+    let (status, body) = server.call("GET", "/readyz", None).await;
+    assert_eq!(status, 200);
+    assert_eq!(body, json!({ "status": "ready", "database": "sqlite" }));
+    let (status, body) = server.call("GET", "/no/such/path", None).await;
+    assert_eq!(status, 404);
+    assert_eq!(body["error"]["code"], "not_found");
+    assert!(body["error"]["message"].is_string());
+    let status = server.signal(libc::SIGTERM);
+    assert!(
+        status.success(),
+        "graceful shutdown exits 0, got {status:?}"
+    );
+}
+
+#[tokio::test]
+async fn stops_cleanly_on_sigint() {
+    let mut server = Stead::start("", None);
+    assert_eq!(server.call("GET", "/healthz", None).await.0, 200);
+    let status = server.signal(libc::SIGINT);
+    assert!(status.success(), "got {status:?}");
+}
+
+#[tokio::test]
+async fn readiness_follows_postgres() {
+    let scratch = db::scratch_postgres("stead_serve").await;
+    let name = scratch.name().to_string();
+    let mut server = Stead::start("", Some(scratch.url()));
+    let (status, body) = server.call("GET", "/readyz", None).await;
+    assert_eq!(status, 200);
+    assert_eq!(body, json!({ "status": "ready", "database": "postgres" }));
+
+    // Take the database away under the running server: it stays up, healthy, not ready.
+    scratch.drop_database().await.unwrap();
+    let (status, body) = server.call("GET", "/readyz", None).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"]["code"], "not_ready");
+    assert!(!body.to_string().contains(&name), "no internals in errors");
+    assert_eq!(server.call("GET", "/healthz", None).await.0, 200);
+    let status = server.signal(libc::SIGTERM);
+    assert!(status.success(), "got {status:?}");
+}

@@ -1,0 +1,75 @@
+//! Runs an external client (a Python program, Schemathesis, a browser driver) against a server
+//! under test: to its end or a time limit, with its output shown when it fails.
+
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// What a finished client printed.
+#[derive(Debug, Clone)]
+pub struct Finished {
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `command` on a blocking thread, to its end or for at most `limit` (then its process
+/// group is killed). Panics with `failure` and the client's output when it fails or runs
+/// past the limit.
+pub async fn run(command: Command, limit: Duration, failure: &str) -> Finished {
+    let failure = failure.to_string();
+    tokio::task::spawn_blocking(move || run_blocking(command, limit, &failure))
+        .await
+        .expect("the client's thread")
+}
+
+fn run_blocking(mut command: Command, limit: Duration, failure: &str) -> Finished {
+    let program = format!("{command:?}");
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own process group: a timeout kills what it started too.
+        .process_group(0)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {program}: {e}"));
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            String::from_utf8_lossy(&bytes).into_owned()
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().expect("stdout")));
+    let stderr = drain(Box::new(child.stderr.take().expect("stderr")));
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for the client") {
+            break Some(status);
+        }
+        if Instant::now() >= deadline {
+            // SAFETY: plain syscall on the process group of a child we own.
+            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let finished = Finished {
+        stdout: stdout.join().expect("stdout reader"),
+        stderr: stderr.join().expect("stderr reader"),
+    };
+    match status {
+        None => panic!(
+            "{failure}: still running after {limit:?}, killed ({program}):\n{}\n{}",
+            finished.stdout, finished.stderr
+        ),
+        Some(status) => assert!(
+            status.success(),
+            "{failure} ({status}):\n{}\n{}",
+            finished.stdout,
+            finished.stderr
+        ),
+    }
+    finished
+}

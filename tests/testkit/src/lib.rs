@@ -1,0 +1,28 @@
+//! Stead's test kit: the test doubles and harnesses that the integration tests of every crate
+//! share, so that each exists once. It owns:
+//!
+//! - [`upstream`]: a fake OpenAI-compatible upstream (scripted replies or a closure);
+//! - [`webhook`]: a recording double of the user's HTTP endpoint (webhook tools, collectors);
+//! - [`model`] (feature `actors`): a scripted `ModelClient` double for session actors;
+//! - [`stead`]: the real `stead` binary as a process, with REST and WebSocket clients;
+//! - [`ops`]: the `ops` scenario (upstream, webhook and `stead.toml`) of the end-to-end tests;
+//! - [`db`] (feature `db`): fresh databases on SQLite and PostgreSQL, and
+//!   [`both_backends!`] to run a test on each;
+//! - [`crash`]: the crash harness (a child re-run of the test binary, killed with SIGKILL);
+//! - [`external`]: running an external client (Python, Schemathesis, a browser) with a time
+//!   limit, its output shown on failure.
+//!
+//! Nothing here is used by Stead itself; the crate is not published.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+pub mod crash;
+#[cfg(feature = "db")]
+pub mod db;
+pub mod external;
+#[cfg(feature = "actors")]
+pub mod model;
+pub mod ops;
+pub mod stead;
+pub mod upstream;
+pub mod webhook;

@@ -1,0 +1,131 @@
+//! Test double: the user's HTTP endpoint behind a webhook tool (or any service Stead posts JSON
+//! to, such as an OTLP collector). It accepts `POST` on every path and records each request's
+//! path, `Idempotency-Key` and JSON body; tests count effects by key. It answers with the
+//! scripted statuses in order, then 200; the status 999 stands for a hang (no answer for 5 s).
+//! The answer body is `{"deleted": <arguments.table>}`, what the tests' `delete_records` tool
+//! returns.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::routing::post;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+
+/// The scripted status that means "do not answer for 5 s".
+pub const HANG: u16 = 999;
+
+/// One request the endpoint received.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Delivery {
+    /// The request path, e.g. `/delete`.
+    pub path: String,
+    /// The `Idempotency-Key` header (empty when absent).
+    pub key: String,
+    /// The JSON body (`null` when the body is not JSON).
+    pub body: Value,
+}
+
+#[derive(Default)]
+struct Shared {
+    statuses: Mutex<VecDeque<u16>>,
+    deliveries: Mutex<Vec<Delivery>>,
+}
+
+/// A running endpoint double; it serves until the test's runtime shuts down.
+#[derive(Clone)]
+pub struct Webhook {
+    /// `http://127.0.0.1:PORT`, without a path.
+    pub base: String,
+    shared: Arc<Shared>,
+}
+
+impl Webhook {
+    /// Starts on a free port, answering 200 to everything.
+    pub async fn start() -> Webhook {
+        Webhook::scripted(Vec::new()).await
+    }
+
+    /// Starts on a free port, answering with `statuses` in order, then 200 ([`HANG`]: no
+    /// answer for 5 s).
+    pub async fn scripted(statuses: Vec<u16>) -> Webhook {
+        let shared = Arc::new(Shared {
+            statuses: Mutex::new(statuses.into()),
+            ..Shared::default()
+        });
+        let app = Router::new()
+            .route("/", post(deliver))
+            .route("/{*path}", post(deliver))
+            .with_state(shared.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the webhook double");
+        let address = listener.local_addr().expect("its address");
+        tokio::spawn(async move { axum::serve(listener, app).await.expect("webhook double") });
+        Webhook {
+            base: format!("http://{address}"),
+            shared,
+        }
+    }
+
+    /// The URL of `path` (e.g. `/delete`) on this endpoint.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Every request so far, in arrival order.
+    pub fn deliveries(&self) -> Vec<Delivery> {
+        self.shared.deliveries.lock().expect("deliveries").clone()
+    }
+
+    /// The idempotency keys of every request so far, in arrival order.
+    pub fn keys(&self) -> Vec<String> {
+        self.deliveries().into_iter().map(|d| d.key).collect()
+    }
+
+    /// The bodies of every request so far, in arrival order.
+    pub fn bodies(&self) -> Vec<Value> {
+        self.deliveries().into_iter().map(|d| d.body).collect()
+    }
+}
+
+async fn deliver(
+    State(shared): State<Arc<Shared>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> (StatusCode, Json<Value>) {
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let key = headers
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    shared
+        .deliveries
+        .lock()
+        .expect("deliveries")
+        .push(Delivery {
+            path: uri.path().to_string(),
+            key,
+            body: body.clone(),
+        });
+    let status = shared
+        .statuses
+        .lock()
+        .expect("statuses")
+        .pop_front()
+        .unwrap_or(200);
+    if status == HANG {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        return (StatusCode::OK, Json(json!({})));
+    }
+    (
+        StatusCode::from_u16(status).expect("a status"),
+        Json(json!({ "deleted": body["arguments"]["table"] })),
+    )
+}

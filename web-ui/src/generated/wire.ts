@@ -1,0 +1,89 @@
+// Generated from Stead's Rust wire types (gateway/http/src/wire.rs) — do not edit.
+// Regenerate: STEAD_WRITE_WIRE_TYPES=1 cargo test -p stead-http wire_types
+
+/**
+ * Lifecycle status of a session, as stored and as shown to clients (docs/api.md).
+ */
+export type SessionStatus = "idle" | "running" | "awaiting_approval" | "failed" | "closed";
+
+export type Usage = { prompt_tokens: number, completion_tokens: number, };
+
+/**
+ * Whether an approval covers this call only or the tool for the rest of the session.
+ */
+export type ApprovalScope = "once" | "session";
+
+/**
+ * Why a turn ended by itself (`turn_finished`'s `reason`).
+ */
+export type TurnEnd = "completed" | "model_failed" | "max_steps";
+
+/**
+ * A tool call as the model asked for it.
+ */
+export type RequestedCall = { call_id: string, tool: string, arguments: unknown, };
+
+/**
+ * What a fork changes for the model calls after it.
+ */
+export type Overrides = { 
+/**
+ * Another route (what `/v1/chat/completions` calls `model`).
+ */
+route?: string | null, system_prompt?: string | null, };
+
+/**
+ * One journaled step of a session.
+ */
+export type SessionEvent = { "kind": "session_created", "payload": { agent: string, } } | { "kind": "user_message", "payload": { text: string, client_id: string | null, } } | { "kind": "model_call_started", "payload": { call_id: string, route: string, model: string, } } | { "kind": "model_call_finished", "payload": { call_id: string, text: string, tool_calls: Array<RequestedCall>, usage: Usage, provider: string, model: string, latency_ms: number, ttft_ms: number, cost: number, } } | { "kind": "model_call_failed", "payload": { call_id: string, error: string, } } | { "kind": "tool_call_requested", "payload": { call_id: string, tool: string, arguments: unknown, } } | { "kind": "approval_requested", "payload": { call_id: string, tool: string, arguments: unknown, args_hash: string, reason: string, } } | { "kind": "approval_decided", "payload": { call_id: string, approved: boolean, reason: string | null, decided_by: string, scope: ApprovalScope, } } | { "kind": "tool_call_started", "payload": { call_id: string, tool: string, idempotency_key: string, } } | { "kind": "tool_call_finished", "payload": { call_id: string, tool: string, result: unknown, } } | { "kind": "tool_call_failed", "payload": { call_id: string, tool: string, error: string, 
+/**
+ * The call may or may not have taken effect (started, not finished, not idempotent).
+ */
+in_doubt: boolean, } } | { "kind": "assistant_message", "payload": { text: string, } } | { "kind": "turn_finished", "payload": { reason: TurnEnd, } } | { "kind": "turn_cancelled", "payload": { reason: string, } } | { "kind": "session_failed", "payload": { reason: string, } } | { "kind": "session_closed", "payload": { reason: string, } } | { "kind": "session_forked", "payload": { from: string, at: number, overrides: Overrides, } };
+
+/**
+ * One journaled step, as `GET …/events` and the WebSocket `event` frame carry it.
+ */
+export type EventView = { seq: number, kind: string, payload: unknown, 
+/**
+ * RFC 3339 with microseconds, UTC.
+ */
+at: string, };
+
+export type ErrorCode = "agent_not_configured" | "already_decided" | "approval_not_found" | "args_hash_mismatch" | "budget_exceeded" | "compacted" | "duplicate_client_id" | "event_too_large" | "forbidden" | "frame_too_large" | "internal" | "invalid_body" | "invalid_credentials" | "invalid_frame" | "invalid_id" | "invalid_json" | "invalid_metadata" | "invalid_query" | "invalid_request" | "message_too_large" | "method_not_allowed" | "missing_credentials" | "model_not_found" | "not_found" | "not_ready" | "nothing_to_cancel" | "payload_too_large" | "rate_limited" | "seq_out_of_range" | "session_elsewhere" | "session_ended" | "session_not_found" | "stale" | "too_slow" | "unavailable" | "unknown_agent" | "unknown_frame_type" | "unknown_route" | "unsupported_frame" | "unsupported_media_type" | "upstream_failed" | "upstream_rejected";
+
+/**
+ * A WebSocket frame from the server.
+ */
+export type ServerFrame = { "type": "hello", session_id: string, last_seq: number, status: SessionStatus, } | { "type": "event" } & EventView | { "type": "delta", call_id: string, text: string, offset: number, } | { "type": "error", code: ErrorCode, message: string, };
+
+/**
+ * A WebSocket frame from a client.
+ */
+export type ClientFrame = { "type": "user_message", text: string, 
+/**
+ * Echoed back; a repeated one is not applied twice.
+ */
+client_id?: string, } | { "type": "approval", call_id: string, approved: boolean, reason?: string, scope?: ApprovalScope, 
+/**
+ * The arguments the decision was made on (refused when they changed).
+ */
+args_hash?: string, } | { "type": "cancel", } | { "type": "resume", after_seq: number, };
+
+/**
+ * A session as `GET /v1/sessions` lists it.
+ */
+export type SessionRow = { id: string, agent: string, 
+/**
+ * `idle`, `running`, `awaiting_approval`, `failed` or `closed`.
+ */
+status: SessionStatus, metadata: Record<string, unknown>, last_seq: number, created_at: string, updated_at: string, closed_at: string | null, };
+
+/**
+ * One model call, as `GET /v1/gateway/logs` lists it.
+ */
+export type RequestLogEntry = { id: string, at: string, session_id: string | null, api_key: string | null, route: string, provider: string | null, model: string | null, status: string, 
+/**
+ * Every attempt at every target, in order.
+ */
+attempts: unknown[], latency_ms: number, ttft_ms: number | null, tokens_in: number, tokens_out: number, cost: number, cache_hit: boolean, stream: boolean, metadata: Record<string, unknown>, error: string | null, };
