@@ -14,7 +14,7 @@ use stead_actors::{ModelOutput, TranscriptEntry, Usage};
 use stead_inference::pool::InferencePool;
 use stead_inference::provider::OnnxProvider;
 use stead_persistence::request_log::RequestLogEntry;
-use stead_persistence::JournalStore;
+use stead_persistence::RequestLog;
 use stead_router::chat::{ChatMessage, Role, ToolCall, ToolSpec};
 use stead_router::log::{LogRecord, RequestLogSink, SinkError};
 use stead_router::openai::OpenAiProvider;
@@ -27,7 +27,7 @@ use crate::config::{Config, ProviderKind};
 pub fn build(
     config: &Config,
     pools: &[(String, Arc<InferencePool>)],
-    store: Option<Arc<dyn JournalStore>>,
+    store: Option<Arc<dyn RequestLog>>,
 ) -> anyhow::Result<Arc<Router>> {
     let client = reqwest::Client::builder()
         .user_agent(concat!("stead/", env!("CARGO_PKG_VERSION")))
@@ -71,7 +71,7 @@ pub fn build(
 
 /// Writes request-log batches into the database.
 struct StoreSink {
-    store: Arc<dyn JournalStore>,
+    store: Arc<dyn RequestLog>,
 }
 
 #[async_trait]

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use stead_persistence::{JournalStore, StoreOptions};
+use stead_persistence::{JournalStore, RequestLog, StoreOptions};
 use tokio::net::TcpListener;
 
 use crate::config::Config;
@@ -98,7 +98,8 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         }
     };
     let local = listener.local_addr()?;
-    let model_router = crate::model_router::build(&config, &pools, Some(store.clone()))?;
+    let model_router =
+        crate::model_router::build(&config, &pools, Some(store.clone() as Arc<dyn RequestLog>))?;
     let agents = crate::agents::build(&config, &store)?;
     let session_model = Arc::new(crate::model_router::SessionModel {
         router: model_router.clone(),

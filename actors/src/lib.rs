@@ -1,9 +1,10 @@
 //! `stead-actors` owns the session as a durable object: the agent loop written as pure
 //! decisions over the journal (`decide`), the fold that rebuilds a session's state from its
-//! events (`state`), the approval policies, and — growing on this core — the session actor, its
-//! supervisor and registry, and the tools. It talks to storage and models only through small
-//! traits and never names sqlx or ort types. `replay` turns recorded journals into a debugging
-//! tool: state at a seq, forks, export and import, the decision check, and compaction.
+//! events (`state`), the approval policies (`policy`), the session actor with its registry and
+//! supervisor (`session`), and the tools (`tools`). It talks to storage through the store
+//! traits of `stead-persistence` and to models through its own `ModelClient` trait; it never
+//! names sqlx, ort or router types. `replay` turns recorded journals into a debugging tool:
+//! state at a seq, forks, export and import, the decision check, and compaction.
 
 pub mod decide;
 pub mod events;

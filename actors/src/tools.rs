@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{json, Value};
-use stead_persistence::JournalStore;
+use stead_persistence::Kv;
 use uuid::Uuid;
 
 use crate::policy::ApprovalPolicy;
@@ -224,7 +224,7 @@ impl Arith {
 /// Get, set, list and delete notes in the session's durable key–value storage.
 pub struct MemoryTool {
     pub info: ToolInfo,
-    pub store: Arc<dyn JournalStore>,
+    pub store: Arc<dyn Kv>,
     /// The operations this tool offers (a subset of get, set, list, delete), so one agent can
     /// have a safe "remember" and an approval-gated "forget" over the same storage.
     pub ops: Vec<String>,
@@ -234,7 +234,7 @@ impl MemoryTool {
     pub const OPS: [&'static str; 4] = ["get", "set", "list", "delete"];
 
     /// A memory tool with every operation.
-    pub fn all_ops(info: ToolInfo, store: Arc<dyn JournalStore>) -> Self {
+    pub fn all_ops(info: ToolInfo, store: Arc<dyn Kv>) -> Self {
         MemoryTool {
             info,
             store,

@@ -1,10 +1,12 @@
 //! `stead-persistence` owns everything Stead keeps on disk: sessions, the write-ahead journal,
-//! snapshots of folded session state and each session's durable key–value storage, behind one
-//! [`JournalStore`] interface with a PostgreSQL and an embedded SQLite implementation (sqlx).
+//! leases, snapshots of folded session state, each session's durable key–value storage and the
+//! model router's request log, behind narrow traits ([`Sessions`], [`Journal`], [`Leases`],
+//! [`Snapshots`], [`Kv`], [`RequestLog`]; [`JournalStore`] is all of them) with one SQL core over
+//! a PostgreSQL and an embedded SQLite dialect (sqlx).
 //!
 //! The journal's guarantees, on both backends:
 //! - seqs of a session are gapless from 1 and assigned by the store;
-//! - [`JournalStore::append`] is atomic and fenced: a writer whose `expected_last_seq` is stale
+//! - [`Journal::append`] is atomic and fenced: a writer whose `expected_last_seq` is stale
 //!   gets [`Error::Conflict`] and writes nothing, so exactly one writer wins each seq;
 //! - an append returns only after its transaction committed durably (SQLite WAL with
 //!   `synchronous=FULL`, PostgreSQL with the server's `synchronous_commit`); appends from many
@@ -18,18 +20,18 @@ pub mod group_commit;
 pub mod request_log;
 pub mod scratch;
 mod store;
+mod traits;
 mod types;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use serde_json::Value;
-use uuid::Uuid;
 
 pub use error::{Error, Result};
 pub use group_commit::JournalStats;
+pub use traits::{Journal, JournalStore, Kv, Leases, RequestLog, Sessions, Snapshots};
 pub use types::{
     Compaction, Event, KvEntry, Lease, NewEvent, NewSession, Session, SessionPage, SessionQuery,
     SessionStatus, Snapshot, DEFAULT_PAGE, MAX_PAGE,
@@ -171,130 +173,6 @@ impl MigrationReport {
             current: after.iter().max().copied(),
         }
     }
-}
-
-/// Durable storage for sessions and their journals. One implementation, written once over a
-/// PostgreSQL and an SQLite dialect (`store`); both backends pass the same test suite
-/// (`persistence/tests/journal.rs`).
-#[async_trait]
-pub trait JournalStore: Send + Sync + 'static {
-    fn backend(&self) -> Backend;
-
-    /// Checks that the database answers (readiness).
-    async fn ping(&self) -> Result<()>;
-
-    /// Applies pending migrations and reports what it did.
-    async fn migrate(&self) -> Result<MigrationReport>;
-
-    async fn create_session(&self, new: NewSession) -> Result<Session>;
-    async fn get_session(&self, id: Uuid) -> Result<Session>;
-    /// Newest first, filtered, keyset-paginated.
-    async fn list_sessions(&self, query: &SessionQuery) -> Result<SessionPage>;
-    async fn update_status(&self, id: Uuid, status: SessionStatus) -> Result<Session>;
-    /// How many sessions have each status (statuses with none are left out).
-    async fn count_sessions(&self) -> Result<Vec<(SessionStatus, i64)>>;
-    /// Marks the session closed; its journal is kept.
-    async fn close_session(&self, id: Uuid) -> Result<Session>;
-
-    /// Appends `events` after `expected_last_seq`, atomically, and returns their seqs
-    /// (`expected_last_seq + 1 ..`).
-    ///
-    /// # Invariant
-    /// Returns only after the events are durably committed. On any error nothing was written.
-    async fn append(
-        &self,
-        session_id: Uuid,
-        expected_last_seq: i64,
-        events: Vec<NewEvent>,
-    ) -> Result<Vec<i64>>;
-
-    /// [`JournalStore::append`] by the holder of the session's lease at `epoch`: refused with
-    /// [`Error::Fenced`] when the session's lease epoch is another (SPEC §2.1).
-    /// `status`, when given, is written to the session's row in the same transaction (a
-    /// `closed` status also sets `closed_at`).
-    async fn append_fenced(
-        &self,
-        session_id: Uuid,
-        expected_last_seq: i64,
-        epoch: i64,
-        status: Option<SessionStatus>,
-        events: Vec<NewEvent>,
-    ) -> Result<Vec<i64>>;
-
-    /// Takes the session's lease for `owner` until `ttl` from now, when it is free, expired or
-    /// already `owner`'s; every acquisition increments the epoch (fencing out any earlier
-    /// holder, the same owner's included). [`Error::LeaseHeld`] when another owner holds it.
-    async fn acquire_lease(&self, session_id: Uuid, owner: &str, ttl: Duration) -> Result<Lease>;
-    /// Extends a held lease; [`Error::Fenced`] when it is no longer `owner`'s at `epoch`.
-    async fn renew_lease(
-        &self,
-        session_id: Uuid,
-        owner: &str,
-        epoch: i64,
-        ttl: Duration,
-    ) -> Result<Lease>;
-    /// Gives the lease up (when still held at `epoch`), so another node may take it at once.
-    async fn release_lease(&self, session_id: Uuid, owner: &str, epoch: i64) -> Result<()>;
-
-    /// Up to `limit` events with `seq > after_seq`, in seq order.
-    async fn read(&self, session_id: Uuid, after_seq: i64, limit: u32) -> Result<Vec<Event>>;
-
-    /// Stores a snapshot unless a newer one (higher seq) is already stored.
-    async fn put_snapshot(&self, session_id: Uuid, seq: i64, state: Value) -> Result<()>;
-    async fn latest_snapshot(&self, session_id: Uuid) -> Result<Option<Snapshot>>;
-
-    /// Replaces the journal of an ended session up to `through_seq` (its last seq) by `state`
-    /// (also written as its snapshot) and `summary`, in one transaction.
-    /// [`Error::NotCompactable`] unless the session is closed or failed; [`Error::Conflict`]
-    /// when `through_seq` is not its last seq.
-    async fn compact(
-        &self,
-        session_id: Uuid,
-        through_seq: i64,
-        state: Value,
-        summary: Value,
-    ) -> Result<Compaction>;
-    /// The session's compaction, if its journal was compacted.
-    async fn compaction(&self, session_id: Uuid) -> Result<Option<Compaction>>;
-    /// Ended (closed or failed) sessions last changed before `before` with events not yet
-    /// compacted, oldest first by `(updated_at, id)`, after the position `after` (keyset
-    /// paging, so a caller can step past sessions it skipped).
-    async fn compaction_candidates(
-        &self,
-        before: chrono::DateTime<chrono::Utc>,
-        after: Option<(chrono::DateTime<chrono::Utc>, Uuid)>,
-        limit: u32,
-    ) -> Result<Vec<(Uuid, chrono::DateTime<chrono::Utc>)>>;
-    /// Deletes a session with its journal, snapshot, compaction and storage. Only for undoing
-    /// a session that was never complete (an import or fork whose copy failed).
-    async fn delete_session(&self, id: Uuid) -> Result<()>;
-
-    async fn kv_get(&self, session_id: Uuid, key: &str) -> Result<Option<KvEntry>>;
-    async fn kv_set(&self, session_id: Uuid, key: &str, value: Value) -> Result<KvEntry>;
-    /// Returns whether the key existed.
-    async fn kv_delete(&self, session_id: Uuid, key: &str) -> Result<bool>;
-    /// Entries whose key starts with `prefix`, in key order.
-    async fn kv_list(&self, session_id: Uuid, prefix: &str) -> Result<Vec<KvEntry>>;
-
-    /// Appends request-log rows (one batch, one transaction).
-    async fn insert_request_log(&self, entries: &[request_log::RequestLogEntry]) -> Result<()>;
-    /// Request-log rows, newest first, filtered, keyset-paginated by id.
-    async fn list_request_log(
-        &self,
-        query: &request_log::RequestLogQuery,
-    ) -> Result<request_log::RequestLogPage>;
-    /// Figures per group over the rows the query's filters select (its page is ignored).
-    async fn request_log_stats(
-        &self,
-        query: &request_log::RequestLogQuery,
-        group_by: &request_log::StatsGroupBy,
-    ) -> Result<Vec<request_log::StatsRow>>;
-
-    /// Group-commit counters since the store was opened.
-    fn journal_stats(&self) -> JournalStats;
-
-    /// Stops accepting appends, finishes the ones in flight and closes the connections.
-    async fn shutdown(&self);
 }
 
 /// Opens the store `options.url` names (running migrations when asked).

@@ -5,7 +5,7 @@
 //! - `architecture`: the maps in the README and docs/architecture.md, the dependency rule;
 //! - `cli`: the command line, layered configuration, bad configuration;
 //! - `serve`, `serve_crash`: the server process (health, signals) and SIGKILL recovery;
-//! - `gateway`, `gateway_input`: WebSocket and REST end to end, bad input and auth;
+//! - `gateway`: WebSocket and REST end to end (bad input and auth: stead-http's own tests);
 //! - `gateway_router`: the model router through `/v1/chat/completions` and its log;
 //! - `replay`: `stead session …` and `stead replay …`;
 //! - `telemetry`: OTLP spans;
@@ -16,7 +16,6 @@
 mod architecture;
 mod cli;
 mod gateway;
-mod gateway_input;
 mod gateway_router;
 mod replay;
 mod schemathesis;

@@ -18,7 +18,7 @@ use axum::Json;
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 use stead_persistence::request_log::{RequestLogQuery, StatsGroupBy, MAX_LOG_PAGE};
-use stead_router::wire::{self, ParsedRequest};
+use stead_router::wire::{self, Delta, ParsedRequest};
 use stead_router::{parse_metadata, CacheMode, CallOptions, RouterError, RouterResponse};
 use tokio::sync::mpsc;
 use uuid::Uuid;
@@ -192,7 +192,7 @@ pub async fn chat_completions(
                         &chat_id,
                         created,
                         &route,
-                        json!({ "role": "assistant", "content": "" }),
+                        Delta::opening(),
                         None,
                     ));
                 }
@@ -202,7 +202,7 @@ pub async fn chat_completions(
                             &chat_id,
                             created,
                             &route,
-                            json!({ "content": text }),
+                            Delta::text(text),
                             None,
                         ));
                         false
@@ -215,7 +215,7 @@ pub async fn chat_completions(
                                         &chat_id,
                                         created,
                                         &route,
-                                        wire::tool_calls_delta(&answer.tool_calls),
+                                        Delta::tool_calls(&answer.tool_calls),
                                         None,
                                     ));
                                 }
@@ -223,7 +223,7 @@ pub async fn chat_completions(
                                     &chat_id,
                                     created,
                                     &route,
-                                    json!({}),
+                                    Delta::default(),
                                     Some(answer.finish_reason),
                                 );
                                 last["stead"] = json!({

@@ -2,7 +2,10 @@
 //! uses the same provider and model; after the cooldown one trial call goes through.
 
 use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// tokio's clock, so tests can pause and advance it.
+use tokio::time::Instant;
 
 /// A circuit breaker for one provider's model, shared by every route that uses it.
 #[derive(Debug, Default)]

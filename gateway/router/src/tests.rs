@@ -95,20 +95,22 @@ fn only_health_failures_count_towards_a_cooldown() {
     assert!(ProviderError::new(FailureKind::Connect, "x").counts_against_target());
 }
 
-#[test]
-fn breakers_open_after_the_threshold_and_let_one_trial_through() {
+#[tokio::test(start_paused = true)]
+async fn breakers_open_after_the_threshold_and_let_one_trial_through() {
     let breaker = Breaker::default();
-    let cooldown = Duration::from_millis(30);
+    let cooldown = Duration::from_secs(30);
     breaker.failure(2, cooldown);
     assert!(breaker.allow());
     breaker.failure(2, cooldown);
     assert!(!breaker.allow());
-    std::thread::sleep(Duration::from_millis(40));
+    tokio::time::advance(Duration::from_secs(29)).await;
+    assert!(!breaker.allow(), "still cooling down");
+    tokio::time::advance(Duration::from_secs(2)).await;
     assert!(breaker.allow(), "one trial after the cooldown");
     assert!(!breaker.allow(), "only one");
     breaker.failure(2, cooldown);
     assert!(!breaker.allow(), "a failed trial opens it again");
-    std::thread::sleep(Duration::from_millis(40));
+    tokio::time::advance(Duration::from_secs(31)).await;
     assert!(breaker.allow());
     breaker.success();
     assert!(breaker.allow() && breaker.allow());

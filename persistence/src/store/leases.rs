@@ -1,4 +1,4 @@
-//! Session leases (SPEC §2.1): who runs a session's actor, and the fencing epoch its journal
+//! Session leases (docs/architecture.md, invariant 1): who runs a session's actor, and the fencing epoch its journal
 //! writes are checked against.
 
 use std::time::Duration;

@@ -27,8 +27,9 @@ use crate::request_log::{
 };
 use crate::types::{into_page, now_micros};
 use crate::{
-    Backend, Compaction, Error, Event, JournalStats, JournalStore, KvEntry, Lease, MigrationReport,
-    NewEvent, NewSession, Result, Session, SessionPage, SessionQuery, SessionStatus, Snapshot,
+    Backend, Compaction, Error, Event, Journal, JournalStats, JournalStore, Kv, KvEntry, Lease,
+    Leases, MigrationReport, NewEvent, NewSession, RequestLog, Result, Session, SessionPage,
+    SessionQuery, SessionStatus, Sessions, Snapshot, Snapshots,
 };
 
 /// Sessions, journal, snapshots, compactions, key–value storage and the request log on the
@@ -128,6 +129,14 @@ impl<D: Dialect> JournalStore for SqlStore<D> {
         Ok(MigrationReport::between(&before, &after))
     }
 
+    async fn shutdown(&self) {
+        self.journal.shutdown().await;
+        self.db.close().await;
+    }
+}
+
+#[async_trait]
+impl<D: Dialect> Sessions for SqlStore<D> {
     async fn create_session(&self, new: NewSession) -> Result<Session> {
         let session = Session::new_idle(new);
         let now = session.created_at;
@@ -186,15 +195,6 @@ impl<D: Dialect> JournalStore for SqlStore<D> {
         Ok(into_page(sessions, limit))
     }
 
-    async fn count_sessions(&self) -> Result<Vec<(SessionStatus, i64)>> {
-        let rows = Sql::<D>::new("SELECT status, COUNT(*) AS n FROM sessions GROUP BY status")
-            .fetch_all(self.on_read())
-            .await?;
-        rows.iter()
-            .map(|row| Ok((row.text("status")?.parse()?, row.int("n")?)))
-            .collect()
-    }
-
     async fn update_status(&self, id: Uuid, status: SessionStatus) -> Result<Session> {
         let mut update = Sql::new("UPDATE sessions SET status = ");
         update
@@ -204,6 +204,15 @@ impl<D: Dialect> JournalStore for SqlStore<D> {
             .push(" WHERE id = ")
             .bind(id);
         self.update_session(id, update).await
+    }
+
+    async fn count_sessions(&self) -> Result<Vec<(SessionStatus, i64)>> {
+        let rows = Sql::<D>::new("SELECT status, COUNT(*) AS n FROM sessions GROUP BY status")
+            .fetch_all(self.on_read())
+            .await?;
+        rows.iter()
+            .map(|row| Ok((row.text("status")?.parse()?, row.int("n")?)))
+            .collect()
     }
 
     async fn close_session(&self, id: Uuid) -> Result<Session> {
@@ -218,6 +227,20 @@ impl<D: Dialect> JournalStore for SqlStore<D> {
         self.update_session(id, update).await
     }
 
+    async fn delete_session(&self, id: Uuid) -> Result<()> {
+        let deleted = Sql::<D>::new("DELETE FROM sessions WHERE id = ")
+            .bind(id)
+            .execute(self.on_write())
+            .await?;
+        if deleted == 0 {
+            return Err(Error::SessionNotFound(id));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl<D: Dialect> Journal for SqlStore<D> {
     async fn append(
         &self,
         session_id: Uuid,
@@ -242,24 +265,6 @@ impl<D: Dialect> JournalStore for SqlStore<D> {
             .await
     }
 
-    async fn acquire_lease(&self, session_id: Uuid, owner: &str, ttl: Duration) -> Result<Lease> {
-        self.acquire(session_id, owner, ttl).await
-    }
-
-    async fn renew_lease(
-        &self,
-        session_id: Uuid,
-        owner: &str,
-        epoch: i64,
-        ttl: Duration,
-    ) -> Result<Lease> {
-        self.renew(session_id, owner, epoch, ttl).await
-    }
-
-    async fn release_lease(&self, session_id: Uuid, owner: &str, epoch: i64) -> Result<()> {
-        self.release(session_id, owner, epoch).await
-    }
-
     async fn read(&self, session_id: Uuid, after_seq: i64, limit: u32) -> Result<Vec<Event>> {
         let rows =
             Sql::<D>::new("SELECT seq, kind, payload, created_at FROM journal WHERE session_id = ")
@@ -278,6 +283,34 @@ impl<D: Dialect> JournalStore for SqlStore<D> {
             .collect()
     }
 
+    fn journal_stats(&self) -> JournalStats {
+        self.journal.stats()
+    }
+}
+
+#[async_trait]
+impl<D: Dialect> Leases for SqlStore<D> {
+    async fn acquire_lease(&self, session_id: Uuid, owner: &str, ttl: Duration) -> Result<Lease> {
+        self.acquire(session_id, owner, ttl).await
+    }
+
+    async fn renew_lease(
+        &self,
+        session_id: Uuid,
+        owner: &str,
+        epoch: i64,
+        ttl: Duration,
+    ) -> Result<Lease> {
+        self.renew(session_id, owner, epoch, ttl).await
+    }
+
+    async fn release_lease(&self, session_id: Uuid, owner: &str, epoch: i64) -> Result<()> {
+        self.release(session_id, owner, epoch).await
+    }
+}
+
+#[async_trait]
+impl<D: Dialect> Snapshots for SqlStore<D> {
     async fn put_snapshot(&self, session_id: Uuid, seq: i64, state: Value) -> Result<()> {
         self.require_session(session_id).await?;
         Sql::<D>::new("INSERT INTO snapshots (session_id, seq, state, created_at) VALUES (")
@@ -338,18 +371,10 @@ impl<D: Dialect> JournalStore for SqlStore<D> {
     ) -> Result<Vec<(Uuid, DateTime<Utc>)>> {
         self.candidates(before, after, limit).await
     }
+}
 
-    async fn delete_session(&self, id: Uuid) -> Result<()> {
-        let deleted = Sql::<D>::new("DELETE FROM sessions WHERE id = ")
-            .bind(id)
-            .execute(self.on_write())
-            .await?;
-        if deleted == 0 {
-            return Err(Error::SessionNotFound(id));
-        }
-        Ok(())
-    }
-
+#[async_trait]
+impl<D: Dialect> Kv for SqlStore<D> {
     async fn kv_get(&self, session_id: Uuid, key: &str) -> Result<Option<KvEntry>> {
         let row = Sql::<D>::new("SELECT key, value, updated_at FROM kv WHERE session_id = ")
             .bind(session_id)
@@ -407,7 +432,10 @@ impl<D: Dialect> JournalStore for SqlStore<D> {
         let rows = sql.fetch_all(self.on_read()).await?;
         rows.iter().map(rows::kv_entry).collect()
     }
+}
 
+#[async_trait]
+impl<D: Dialect> RequestLog for SqlStore<D> {
     async fn insert_request_log(&self, entries: &[RequestLogEntry]) -> Result<()> {
         self.insert_log(entries).await
     }
@@ -422,14 +450,5 @@ impl<D: Dialect> JournalStore for SqlStore<D> {
         group_by: &StatsGroupBy,
     ) -> Result<Vec<StatsRow>> {
         self.log_stats(query, group_by).await
-    }
-
-    fn journal_stats(&self) -> JournalStats {
-        self.journal.stats()
-    }
-
-    async fn shutdown(&self) {
-        self.journal.shutdown().await;
-        self.db.close().await;
     }
 }

@@ -5,6 +5,8 @@
 //! - [`webhook`]: a recording double of the user's HTTP endpoint (webhook tools, collectors);
 //! - [`model`] (feature `actors`): a scripted `ModelClient` double for session actors;
 //! - [`stead`]: the real `stead` binary as a process, with REST and WebSocket clients;
+//! - [`app`] (feature `http`): the HTTP edge in this process (`oneshot` requests, a loopback
+//!   port for WebSockets) over a real store and session actors, for handler tests;
 //! - [`ops`]: the `ops` scenario (upstream, webhook and `stead.toml`) of the end-to-end tests;
 //! - [`db`] (feature `db`): fresh databases on SQLite and PostgreSQL, and
 //!   [`both_backends!`] to run a test on each;
@@ -16,6 +18,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[cfg(feature = "http")]
+pub mod app;
 pub mod crash;
 #[cfg(feature = "db")]
 pub mod db;

@@ -1,18 +1,20 @@
 //! Bodies the router writes: requests to OpenAI-compatible providers, and answers to callers
-//! as whole `chat.completion` objects or as stream chunks.
+//! as whole `chat.completion` objects or as stream chunks — built from the typed structs of
+//! [`super::types`].
 
-use serde_json::{json, Map, Value};
+use serde::Serialize;
+use serde_json::Value;
 
+use super::types::{
+    finish_reason_str, ChatCompletion, ChatCompletionChunk, ChunkChoice, CompletionChoice, Delta,
+    ProviderRequest, StreamOptions, WireMessage, WireTool, WireToolChoice, WireUsage,
+};
 use crate::chat::{ChatMessage, FinishReason, Role, ToolCall, ToolChoice, Usage};
 use crate::provider::RouterRequest;
 
-pub(crate) fn role_name(role: Role) -> &'static str {
-    match role {
-        Role::System => "system",
-        Role::User => "user",
-        Role::Assistant => "assistant",
-        Role::Tool => "tool",
-    }
+/// A wire struct as JSON (they hold only strings, numbers and JSON values: infallible).
+fn value(wire: impl Serialize) -> Value {
+    serde_json::to_value(wire).unwrap_or(Value::Null)
 }
 
 /// The body sent to an OpenAI-compatible provider.
@@ -30,115 +32,43 @@ pub fn provider_body(
     continue_from: &str,
     stream: bool,
 ) -> Value {
-    let mut messages: Vec<Value> = request.messages.iter().map(message_json).collect();
+    let mut messages: Vec<WireMessage> = request.messages.iter().map(WireMessage::from).collect();
     if !continue_from.is_empty() {
-        messages.push(json!({ "role": "assistant", "content": continue_from }));
-    }
-    let mut body = Map::new();
-    for (key, value) in &request.extra {
-        body.insert(key.clone(), value.clone());
-    }
-    body.insert("model".into(), json!(model));
-    body.insert("messages".into(), Value::Array(messages));
-    if !request.tools.is_empty() {
-        body.insert(
-            "tools".into(),
-            request
-                .tools
-                .iter()
-                .map(|t| {
-                    json!({
-                        "type": "function",
-                        "function": {
-                            "name": t.name,
-                            "description": t.description,
-                            "parameters": t.parameters,
-                        }
-                    })
-                })
-                .collect(),
-        );
-        body.insert("tool_choice".into(), tool_choice_json(&request.tool_choice));
+        messages.push(WireMessage {
+            role: Role::Assistant,
+            content: Some(continue_from.to_string()),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        });
     }
     let params = &request.params;
-    if let Some(t) = params.temperature {
-        body.insert("temperature".into(), json!(t));
-    }
-    if let Some(p) = params.top_p {
-        body.insert("top_p".into(), json!(p));
-    }
-    if let Some(n) = max_tokens {
-        body.insert("max_tokens".into(), json!(n));
-    }
-    if !params.stop.is_empty() {
-        body.insert("stop".into(), json!(params.stop));
-    }
-    if let Some(seed) = params.seed {
-        body.insert("seed".into(), json!(seed));
-    }
-    body.insert("stream".into(), json!(stream));
-    if stream {
-        body.insert("stream_options".into(), json!({ "include_usage": true }));
-    }
-    Value::Object(body)
+    value(ProviderRequest {
+        extra: request.extra.clone(),
+        model: model.to_string(),
+        messages,
+        tools: request.tools.iter().map(WireTool::from).collect(),
+        tool_choice: (!request.tools.is_empty())
+            .then(|| WireToolChoice::from(&request.tool_choice)),
+        temperature: params.temperature,
+        top_p: params.top_p,
+        max_tokens,
+        stop: params.stop.clone(),
+        seed: params.seed,
+        stream,
+        stream_options: stream.then_some(StreamOptions {
+            include_usage: true,
+        }),
+    })
 }
 
 /// One message in OpenAI's shape.
 pub fn message_json(message: &ChatMessage) -> Value {
-    let mut out = json!({ "role": role_name(message.role) });
-    if message.tool_calls.is_empty() {
-        out["content"] = json!(message.content);
-    } else {
-        out["content"] = if message.content.is_empty() {
-            Value::Null
-        } else {
-            json!(message.content)
-        };
-        out["tool_calls"] = tool_calls_json(&message.tool_calls);
-    }
-    if let Some(id) = &message.tool_call_id {
-        out["tool_call_id"] = json!(id);
-    }
-    out
+    value(WireMessage::from(message))
 }
 
 /// `tool_choice` in OpenAI's shape.
 pub fn tool_choice_json(choice: &ToolChoice) -> Value {
-    match choice {
-        ToolChoice::Auto => json!("auto"),
-        ToolChoice::None => json!("none"),
-        ToolChoice::Required => json!("required"),
-        ToolChoice::Function(name) => json!({ "type": "function", "function": { "name": name } }),
-    }
-}
-
-pub(crate) fn tool_calls_json(calls: &[ToolCall]) -> Value {
-    calls
-        .iter()
-        .map(|c| {
-            json!({
-                "id": c.id,
-                "type": "function",
-                "function": { "name": c.name, "arguments": c.arguments },
-            })
-        })
-        .collect()
-}
-
-pub fn finish_reason_str(reason: FinishReason) -> &'static str {
-    match reason {
-        FinishReason::Stop | FinishReason::Cancelled => "stop",
-        FinishReason::Length => "length",
-        FinishReason::ToolCalls => "tool_calls",
-    }
-}
-
-pub(crate) fn usage_json(usage: &Usage) -> Value {
-    json!({
-        "prompt_tokens": usage.prompt_tokens,
-        "completion_tokens": usage.completion_tokens,
-        "total_tokens": usage.prompt_tokens + usage.completion_tokens,
-    })
+    value(WireToolChoice::from(choice))
 }
 
 /// A whole (non-streamed) answer: a `chat.completion` object.
@@ -152,77 +82,56 @@ pub fn completion_json(
     finish_reason: FinishReason,
     usage: &Usage,
 ) -> Value {
-    let mut message = json!({ "role": "assistant", "content": text });
-    if !tool_calls.is_empty() {
-        if text.is_empty() {
-            message["content"] = Value::Null;
-        }
-        message["tool_calls"] = tool_calls_json(tool_calls);
-    }
-    json!({
-        "id": id,
-        "object": "chat.completion",
-        "created": created,
-        "model": model,
-        "choices": [{
-            "index": 0,
-            "message": message,
-            "finish_reason": finish_reason_str(finish_reason),
-            "logprobs": null,
+    let message = ChatMessage {
+        tool_calls: tool_calls.to_vec(),
+        ..ChatMessage::new(Role::Assistant, text)
+    };
+    value(ChatCompletion {
+        id: id.to_string(),
+        object: "chat.completion",
+        created,
+        model: model.to_string(),
+        choices: vec![CompletionChoice {
+            index: 0,
+            message: WireMessage::from(&message),
+            finish_reason: finish_reason_str(finish_reason),
+            logprobs: None,
         }],
-        "usage": usage_json(usage),
+        usage: WireUsage::from(usage),
     })
 }
 
-/// One `chat.completion.chunk` of a streamed answer: `delta` as given, and `finish_reason`
-/// on the last.
+/// One `chat.completion.chunk` of a streamed answer: `delta`, and `finish_reason` on the last.
 pub fn chunk_json(
     id: &str,
     created: i64,
     model: &str,
-    delta: Value,
+    delta: Delta,
     finish_reason: Option<FinishReason>,
 ) -> Value {
-    json!({
-        "id": id,
-        "object": "chat.completion.chunk",
-        "created": created,
-        "model": model,
-        "choices": [{
-            "index": 0,
-            "delta": delta,
-            "finish_reason": finish_reason.map(finish_reason_str),
-            "logprobs": null,
+    value(ChatCompletionChunk {
+        id: id.to_string(),
+        object: "chat.completion.chunk",
+        created,
+        model: model.to_string(),
+        choices: vec![ChunkChoice {
+            index: 0,
+            delta,
+            finish_reason: finish_reason.map(finish_reason_str),
+            logprobs: None,
         }],
+        usage: None,
     })
 }
 
 /// The closing usage chunk (`stream_options.include_usage`): no choices, only usage.
 pub fn usage_chunk_json(id: &str, created: i64, model: &str, usage: &Usage) -> Value {
-    json!({
-        "id": id,
-        "object": "chat.completion.chunk",
-        "created": created,
-        "model": model,
-        "choices": [],
-        "usage": usage_json(usage),
+    value(ChatCompletionChunk {
+        id: id.to_string(),
+        object: "chat.completion.chunk",
+        created,
+        model: model.to_string(),
+        choices: Vec::new(),
+        usage: Some(WireUsage::from(usage)),
     })
-}
-
-/// The tool calls of a finished streamed answer, as one delta (their index, id, name and whole
-/// arguments).
-pub fn tool_calls_delta(calls: &[ToolCall]) -> Value {
-    let calls: Vec<Value> = calls
-        .iter()
-        .enumerate()
-        .map(|(index, c)| {
-            json!({
-                "index": index,
-                "id": c.id,
-                "type": "function",
-                "function": { "name": c.name, "arguments": c.arguments },
-            })
-        })
-        .collect();
-    json!({ "tool_calls": calls })
 }

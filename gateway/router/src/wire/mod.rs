@@ -9,10 +9,12 @@ mod fold;
 mod request;
 #[cfg(test)]
 mod tests;
+pub mod types;
 
 pub use self::body::*;
 pub use self::fold::*;
 pub use self::request::*;
+pub use self::types::{finish_reason_str, Delta};
 
 /// The start of a text, for error messages.
 pub fn excerpt(text: &str) -> String {

@@ -1,32 +1,24 @@
-//! Bad input at the front door (docs/architecture.md, invariant 6): each malformed or
+//! Bad input at the HTTP edge (docs/architecture.md, invariant 6): each malformed or
 //! unauthorized request gets its documented status or error frame with a stable `code`, the
-//! connection and server keep serving, and the session's journal is byte-for-byte
-//! (value-for-value) unchanged. The model is the fake upstream test double; nothing here
-//! needs it to answer.
+//! connection and server keep serving, and the session's journal is unchanged (compared by
+//! value). In process: the real router, store and session actors; the model is the scripted
+//! double, answering "ok".
 
-use std::time::Duration;
+use std::sync::Arc;
 
 use serde_json::{json, Value};
-use stead_testkit::stead::Stead;
-use stead_testkit::upstream::{Reply, Upstream};
+use stead_testkit::app::{ops_agent, App};
+use stead_testkit::model::ScriptedModel;
 
-async fn upstream() -> Upstream {
-    Upstream::start(vec![], Reply::paced("ok", Duration::from_millis(1))).await
-}
-
-/// The `ops` agent (no tools) on route `default` to the upstream; `extra` after it.
-fn config(upstream: &Upstream, extra: &str) -> String {
-    upstream.config(
-        "default",
-        r#"model = "scripted""#,
-        &format!("[[agents]]\nname = \"ops\"\nroute = \"default\"\n\n{extra}"),
-    )
+/// The app with the `ops` agent (no tools) answering "ok"; `api_keys` as configured.
+async fn app(api_keys: &[&str]) -> App {
+    let model = ScriptedModel::respond(|_| ("ok".to_string(), vec![]));
+    App::start(vec![ops_agent()], Arc::new(model), api_keys).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_rest_requests_get_documented_errors_and_change_nothing() {
-    let fake = upstream().await;
-    let server = Stead::start(&config(&fake, ""), None);
+    let server = app(&[]).await;
     let (id, _) = server.create("ops").await;
     let (_, answered) = server.say(&id, "hi").await;
     assert_eq!(answered["status"], "idle");
@@ -286,8 +278,7 @@ async fn bad_rest_requests_get_documented_errors_and_change_nothing() {
 async fn bad_websocket_frames_get_error_frames_and_the_connection_stays() {
     use futures_util::SinkExt;
     use tokio_tungstenite::tungstenite::Message;
-    let fake = upstream().await;
-    let server = Stead::start(&config(&fake, ""), None);
+    let server = app(&[]).await;
     let (id, token) = server.create("ops").await;
     let journal = server.journal(&id).await;
     let mut ws = server.ws(&id, &token, "").await;
@@ -349,13 +340,8 @@ async fn bad_websocket_frames_get_error_frames_and_the_connection_stays() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_keys_and_session_tokens_are_enforced() {
-    let fake = upstream().await;
     let hashed = "sha256:0c8a8d1b4e2b16b6b0a1e5b9f1f1b8c4f2fe2d3b1b0b8f6f1f0b8f9f1b0b8f6f";
-    let server_config = config(
-        &fake,
-        &format!("[server]\napi_keys = [\"operator-key-0123456789\", \"{hashed}\"]\n"),
-    );
-    let mut server = Stead::start(&server_config, None);
+    let mut server = app(&["operator-key-0123456789", hashed]).await;
     server.api_key = Some("operator-key-0123456789".into());
     let (a, token_a) = server.create("ops").await;
     let (b, _) = server.create("ops").await;

@@ -1,0 +1,12 @@
+//! `stead-http`'s handler behaviour, in process (`stead_testkit::app`): requests through the
+//! real router with `tower::ServiceExt::oneshot`, WebSockets on a loopback port of this
+//! process, a real SQLite store and real session actors, the model a scripted double. The
+//! binary is spawned only by the end-to-end tests (`tests/e2e`), where the process matters.
+//!
+//! - `input`: bad input and authentication get their documented errors and change nothing;
+//! - `sessions`: a session's life over REST and WebSocket.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod input;
+mod sessions;

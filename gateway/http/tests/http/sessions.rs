@@ -1,0 +1,159 @@
+//! A session's life through the handlers: create, list, message (waiting for the turn), the
+//! journal page, state at a seq, fork, close; a WebSocket that resumes after a seq; and the
+//! operational endpoints. Payloads are compared by value.
+
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use stead_testkit::app::{ops_agent, App};
+use stead_testkit::model::ScriptedModel;
+
+async fn app() -> App {
+    let model = ScriptedModel::respond(|request| {
+        let asked = request.transcript.len();
+        (format!("Answer {asked}."), vec![])
+    });
+    App::start(vec![ops_agent()], Arc::new(model), &[]).await
+}
+
+fn kinds(journal: &[Value]) -> Vec<&str> {
+    journal.iter().filter_map(|e| e["kind"].as_str()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_over_rest() {
+    let app = app().await;
+    let (status, created) = app
+        .call(
+            "POST",
+            "/v1/sessions",
+            Some(json!({ "agent": "ops", "metadata": { "team": "ops" } })),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        (&created["agent"], &created["status"], &created["last_seq"]),
+        (&json!("ops"), &json!("idle"), &json!(1))
+    );
+    assert_eq!(created["metadata"], json!({ "team": "ops" }));
+
+    let (status, answered) = app.say(&id, "What is the capital of France?").await;
+    assert_eq!(status, 200, "{answered}");
+    assert_eq!(answered["status"], "idle");
+    assert_eq!(answered["reply"], "Answer 1.");
+
+    let journal = app.journal(&id).await;
+    assert_eq!(
+        kinds(&journal),
+        [
+            "session_created",
+            "user_message",
+            "model_call_started",
+            "model_call_finished",
+            "assistant_message",
+            "turn_finished",
+        ]
+    );
+    assert_eq!(journal[5]["payload"], json!({ "reason": "completed" }));
+    let seqs: Vec<i64> = journal.iter().map(|e| e["seq"].as_i64().unwrap()).collect();
+    assert_eq!(seqs, (1..=6).collect::<Vec<_>>());
+
+    let (_, page) = app
+        .call(
+            "GET",
+            &format!("/v1/sessions/{id}/events?after=4&limit=1"),
+            None,
+        )
+        .await;
+    assert_eq!(page["events"], json!([journal[4]]));
+    assert_eq!(page["last_seq"], 6);
+
+    let (status, listed) = app.call("GET", "/v1/sessions?agent=ops", None).await;
+    assert_eq!(status, 200);
+    assert_eq!(listed["sessions"][0]["id"], json!(id));
+    assert_eq!(listed["sessions"][0]["last_seq"], 6);
+
+    let (_, before_answer) = app
+        .call("GET", &format!("/v1/sessions/{id}/state?at=2"), None)
+        .await;
+    assert_eq!(before_answer["status"], "running");
+    assert_eq!(before_answer["seq"], 2);
+
+    let (status, fork) = app
+        .call(
+            "POST",
+            &format!("/v1/sessions/{id}/fork"),
+            Some(json!({ "at": 2 })),
+        )
+        .await;
+    assert_eq!(status, 201, "{fork}");
+    assert_eq!(fork["forked_from"], json!({ "session_id": id, "at": 2 }));
+    assert!(fork["token"].is_string());
+
+    let (status, closed) = app
+        .call("DELETE", &format!("/v1/sessions/{id}"), None)
+        .await;
+    assert_eq!((status, &closed["status"]), (200, &json!("closed")));
+    let (status, refused) = app.say(&id, "Still there?").await;
+    assert_eq!(
+        (status, &refused["error"]["code"]),
+        (409, &json!("session_ended"))
+    );
+    assert_eq!(
+        app.journal(&id).await.len(),
+        7,
+        "only session_closed was added"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_resumes_after_a_seq_in_order() {
+    let app = app().await;
+    let (id, token) = app.create("ops").await;
+    app.say(&id, "First?").await;
+    let journal = app.journal(&id).await;
+
+    let mut ws = app.ws(&id, &token, "&after_seq=2").await;
+    let hello = ws.next().await.unwrap();
+    assert_eq!(
+        hello,
+        json!({ "type": "hello", "session_id": id, "last_seq": 6, "status": "idle" })
+    );
+    let mut resumed = Vec::new();
+    for _ in 3..=6 {
+        let mut frame = ws.next().await.unwrap();
+        assert_eq!(frame["type"], "event");
+        frame.as_object_mut().unwrap().remove("type");
+        resumed.push(frame);
+    }
+    assert_eq!(resumed, journal[2..].to_vec());
+
+    ws.send(json!({ "type": "user_message", "text": "Second?", "client_id": "c2" }))
+        .await;
+    let frames = ws.until_event("turn_finished").await;
+    let events = stead_testkit::stead::events(&frames);
+    assert_eq!(
+        events.first().unwrap()["seq"],
+        7,
+        "live frames follow the resume"
+    );
+    assert_eq!(events.first().unwrap()["payload"]["client_id"], "c2");
+    assert_eq!(stead_testkit::stead::streamed_text(&frames), "Answer 3.");
+    assert_eq!(app.journal(&id).await[6..].to_vec(), events);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operational_endpoints_answer_without_a_model() {
+    let app = app().await;
+    let (status, health) = app.call("GET", "/healthz", None).await;
+    assert_eq!((status, &health["status"]), (200, &json!("ok")));
+    let (status, _) = app.call("GET", "/readyz", None).await;
+    assert_eq!(status, 200);
+    let (status, openapi) = app.call("GET", "/openapi.json", None).await;
+    assert_eq!(status, 200);
+    assert!(openapi["paths"]["/v1/sessions"]["post"].is_object());
+    let (status, agents) = app.call("GET", "/v1/agents", None).await;
+    assert_eq!(status, 200);
+    assert_eq!(agents["agents"][0]["name"], "ops");
+}

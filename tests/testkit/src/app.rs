@@ -1,0 +1,194 @@
+//! Stead's HTTP edge in this process, without the binary: the real axum router of
+//! `stead-http` over a real SQLite store and real session actors, with the scripted model
+//! double answering. REST requests go through `tower::ServiceExt::oneshot` (no socket);
+//! WebSocket tests get the same router served on a loopback port of this process.
+//!
+//! Its REST methods have the same shape as [`crate::stead::Stead`]'s, so a test can move
+//! between the process and the binary without changing what it asserts. Use the binary only
+//! where the process matters (crashes, signals, the command line, configuration files).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::Request;
+use serde_json::{json, Value};
+use stead_actors::session::{Agent, ModelClient, SessionRegistry};
+use stead_actors::AgentRules;
+use stead_persistence::{DatabaseUrl, JournalStore, StoreOptions};
+use tower::ServiceExt;
+
+use crate::stead::Ws;
+
+/// A running in-process app; it stops when dropped.
+pub struct App {
+    router: axum::Router,
+    /// `http://127.0.0.1:PORT` of the same router, for WebSocket clients.
+    pub base: String,
+    /// Sent as the Bearer when a call names no other credential.
+    pub api_key: Option<String>,
+    pub store: Arc<dyn JournalStore>,
+    _stop: tokio::sync::watch::Sender<bool>,
+    _dir: tempfile::TempDir,
+}
+
+/// The `ops` agent: no tools, route `default`, four model calls per turn.
+pub fn ops_agent() -> Agent {
+    Agent {
+        name: "ops".into(),
+        system_prompt: "You are ops.".into(),
+        rules: AgentRules {
+            route: "default".into(),
+            max_steps: 4,
+            tools: BTreeMap::new(),
+            approval_timeout: None,
+        },
+        tools: BTreeMap::new(),
+    }
+}
+
+impl App {
+    /// The app with `agents` answered by `model`, on route `default`; `api_keys` as
+    /// `server.api_keys` (none: open, as on loopback).
+    pub async fn start(agents: Vec<Agent>, model: Arc<dyn ModelClient>, api_keys: &[&str]) -> App {
+        let dir = tempfile::tempdir().unwrap();
+        let url = DatabaseUrl::Sqlite(dir.path().join("stead.db"));
+        let store = stead_persistence::open(StoreOptions::new(url))
+            .await
+            .unwrap();
+        let sessions = Arc::new(SessionRegistry::new(store.clone(), model, agents));
+        let model_router = stead_router::Router::new(
+            &[],
+            Default::default(),
+            &stead_router::Providers::new(),
+            None,
+        )
+        .unwrap();
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let keys: Vec<String> = api_keys.iter().map(|k| k.to_string()).collect();
+        let router = stead_http::router(stead_http::AppState {
+            store: store.clone(),
+            sessions,
+            auth: Arc::new(stead_http::Auth::new(&keys, vec![7; 32])),
+            routes: Arc::new(vec!["default".into()]),
+            limits: stead_http::Limits::default(),
+            version: "test",
+            shutdown: stopped.clone(),
+            connections: Arc::new(tokio::sync::Semaphore::new(1024)),
+            metrics: Default::default(),
+            model_router: Arc::new(model_router),
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let mut until = stopped;
+        tokio::spawn(stead_http::serve(listener, router.clone(), async move {
+            let _ = until.wait_for(|stop| *stop).await;
+        }));
+        App {
+            router,
+            base,
+            api_key: None,
+            store,
+            _stop: stop,
+            _dir: dir,
+        }
+    }
+
+    pub async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        self.call_as(method, path, body, self.api_key.as_deref())
+            .await
+    }
+
+    pub async fn call_as(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+        bearer: Option<&str>,
+    ) -> (u16, Value) {
+        let request = Request::builder().method(method).uri(path);
+        let request = match bearer {
+            Some(bearer) => request.header("authorization", format!("Bearer {bearer}")),
+            None => request,
+        };
+        let request = match body {
+            Some(body) => request
+                .header("content-type", "application/json")
+                .body(Body::from(body.to_string())),
+            None => request.body(Body::empty()),
+        };
+        self.send(request.unwrap()).await
+    }
+
+    /// A raw body with a content type (for malformed input).
+    pub async fn raw(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: &str,
+        body: Vec<u8>,
+    ) -> (u16, Value) {
+        let request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("content-type", content_type);
+        let request = match &self.api_key {
+            Some(key) => request.header("authorization", format!("Bearer {key}")),
+            None => request,
+        };
+        self.send(request.body(Body::from(body)).unwrap()).await
+    }
+
+    async fn send(&self, request: Request<Body>) -> (u16, Value) {
+        let response = self.router.clone().oneshot(request).await.unwrap();
+        let status = response.status().as_u16();
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
+    }
+
+    /// Creates a session for `agent`; returns its id and token.
+    pub async fn create(&self, agent: &str) -> (String, String) {
+        let (status, body) = self
+            .call("POST", "/v1/sessions", Some(json!({ "agent": agent })))
+            .await;
+        assert_eq!(status, 201, "{body}");
+        (
+            body["id"].as_str().unwrap().to_string(),
+            body["token"].as_str().unwrap().to_string(),
+        )
+    }
+
+    /// Sends `text` and waits for the turn to settle; returns the status and the session.
+    pub async fn say(&self, id: &str, text: &str) -> (u16, Value) {
+        self.call(
+            "POST",
+            &format!("/v1/sessions/{id}/messages?wait=true"),
+            Some(json!({ "text": text })),
+        )
+        .await
+    }
+
+    /// The whole journal of a session.
+    pub async fn journal(&self, id: &str) -> Vec<Value> {
+        let (status, body) = self
+            .call("GET", &format!("/v1/sessions/{id}/events?limit=1000"), None)
+            .await;
+        assert_eq!(status, 200, "{body}");
+        body["events"].as_array().unwrap().clone()
+    }
+
+    /// Opens a WebSocket to the session with its token (and optional URL query extras).
+    pub async fn ws(&self, id: &str, token: &str, extra: &str) -> Ws {
+        let url = format!(
+            "{}/v1/sessions/{id}/ws?token={token}{extra}",
+            self.base.replace("http://", "ws://")
+        );
+        let (stream, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+        Ws { stream }
+    }
+}
