@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use serde_json::json;
+use stead_testkit::client::Api;
 use stead_testkit::ops::{self, long_answer};
 use stead_testkit::stead::{events, streamed_text, Stead};
 use stead_testkit::upstream::Upstream;

@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use stead_testkit::client::Api;
 use stead_testkit::db;
 use stead_testkit::stead::Stead;
 use stead_testkit::upstream::{Reply, Upstream};

@@ -2,6 +2,7 @@
 //! shutdown on SIGTERM and SIGINT, on both database backends.
 
 use serde_json::json;
+use stead_testkit::client::Api;
 use stead_testkit::db;
 use stead_testkit::stead::Stead;
 

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 
 use serde_json::{json, Value};
 use stead_persistence::scratch::ScratchDatabase;
+use stead_testkit::client::Api;
 use stead_testkit::stead::{streamed_text, Stead};
 use stead_testkit::{db, ops};
 

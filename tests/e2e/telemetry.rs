@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 
 use serde_json::{json, Value};
+use stead_testkit::client::Api;
 use stead_testkit::stead::Stead;
 use stead_testkit::upstream::{Reply, Upstream};
 use stead_testkit::webhook::Webhook;

@@ -4,6 +4,7 @@
 //! directory).
 
 use serde_json::json;
+use stead_testkit::client::Api;
 use stead_testkit::stead::{events, prepared_data_dir, streamed_text, Stead};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,6 +1,7 @@
 //! The decision check (a changed approval policy, the recorded fixtures) and forks.
 
 use std::path::PathBuf;
+use stead_testkit::client::Api;
 
 use super::*;
 

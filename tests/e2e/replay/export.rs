@@ -1,6 +1,7 @@
 //! Export and import: a round trip is equal by value on both backends; malformed imports are
 //! refused with the line number.
 
+use stead_testkit::client::Api;
 use stead_testkit::db;
 
 use super::*;

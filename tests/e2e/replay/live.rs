@@ -2,6 +2,7 @@
 //! compaction that spares open sessions.
 
 use std::io::{BufRead, BufReader};
+use stead_testkit::client::Api;
 
 use super::*;
 

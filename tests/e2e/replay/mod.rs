@@ -13,6 +13,7 @@ use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use stead_testkit::client::Api;
 use stead_testkit::stead::Stead;
 use stead_testkit::upstream::{Reply, Upstream};
 

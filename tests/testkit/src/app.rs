@@ -12,13 +12,15 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::Request;
-use serde_json::{json, Value};
+use serde_json::Value;
 use stead_actors::session::{Agent, ModelClient, SessionRegistry};
 use stead_actors::AgentRules;
 use stead_persistence::{DatabaseUrl, JournalStore, StoreOptions};
 use tower::ServiceExt;
 
-use crate::stead::Ws;
+use async_trait::async_trait;
+
+use crate::client::Api;
 
 /// A running in-process app; it stops when dropped.
 pub struct App {
@@ -94,32 +96,6 @@ impl App {
         }
     }
 
-    pub async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-        self.call_as(method, path, body, self.api_key.as_deref())
-            .await
-    }
-
-    pub async fn call_as(
-        &self,
-        method: &str,
-        path: &str,
-        body: Option<Value>,
-        bearer: Option<&str>,
-    ) -> (u16, Value) {
-        let request = Request::builder().method(method).uri(path);
-        let request = match bearer {
-            Some(bearer) => request.header("authorization", format!("Bearer {bearer}")),
-            None => request,
-        };
-        let request = match body {
-            Some(body) => request
-                .header("content-type", "application/json")
-                .body(Body::from(body.to_string())),
-            None => request.body(Body::empty()),
-        };
-        self.send(request.unwrap()).await
-    }
-
     /// A raw body with a content type (for malformed input).
     pub async fn raw(
         &self,
@@ -150,45 +126,36 @@ impl App {
             serde_json::from_slice(&bytes).unwrap_or(Value::Null),
         )
     }
+}
 
-    /// Creates a session for `agent`; returns its id and token.
-    pub async fn create(&self, agent: &str) -> (String, String) {
-        let (status, body) = self
-            .call("POST", "/v1/sessions", Some(json!({ "agent": agent })))
-            .await;
-        assert_eq!(status, 201, "{body}");
-        (
-            body["id"].as_str().unwrap().to_string(),
-            body["token"].as_str().unwrap().to_string(),
-        )
+#[async_trait]
+impl Api for App {
+    fn base_url(&self) -> &str {
+        &self.base
     }
 
-    /// Sends `text` and waits for the turn to settle; returns the status and the session.
-    pub async fn say(&self, id: &str, text: &str) -> (u16, Value) {
-        self.call(
-            "POST",
-            &format!("/v1/sessions/{id}/messages?wait=true"),
-            Some(json!({ "text": text })),
-        )
-        .await
+    fn default_key(&self) -> Option<&str> {
+        self.api_key.as_deref()
     }
 
-    /// The whole journal of a session.
-    pub async fn journal(&self, id: &str) -> Vec<Value> {
-        let (status, body) = self
-            .call("GET", &format!("/v1/sessions/{id}/events?limit=1000"), None)
-            .await;
-        assert_eq!(status, 200, "{body}");
-        body["events"].as_array().unwrap().clone()
-    }
-
-    /// Opens a WebSocket to the session with its token (and optional URL query extras).
-    pub async fn ws(&self, id: &str, token: &str, extra: &str) -> Ws {
-        let url = format!(
-            "{}/v1/sessions/{id}/ws?token={token}{extra}",
-            self.base.replace("http://", "ws://")
-        );
-        let (stream, _) = tokio_tungstenite::connect_async(url).await.unwrap();
-        Ws { stream }
+    async fn call_as(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+        bearer: Option<&str>,
+    ) -> (u16, Value) {
+        let request = Request::builder().method(method).uri(path);
+        let request = match bearer {
+            Some(bearer) => request.header("authorization", format!("Bearer {bearer}")),
+            None => request,
+        };
+        let request = match body {
+            Some(body) => request
+                .header("content-type", "application/json")
+                .body(Body::from(body.to_string())),
+            None => request.body(Body::empty()),
+        };
+        self.send(request.unwrap()).await
     }
 }

@@ -4,7 +4,9 @@
 //! - [`upstream`]: a fake OpenAI-compatible upstream (scripted replies or a closure);
 //! - [`webhook`]: a recording double of the user's HTTP endpoint (webhook tools, collectors);
 //! - [`model`] (feature `actors`): a scripted `ModelClient` double for session actors;
-//! - [`stead`]: the real `stead` binary as a process, with REST and WebSocket clients;
+//! - [`client`]: what tests do through the public API (`Api`: sessions, messages, journals,
+//!   WebSockets), for both harnesses below;
+//! - [`stead`]: the real `stead` binary as a process;
 //! - [`app`] (feature `http`): the HTTP edge in this process (`oneshot` requests, a loopback
 //!   port for WebSockets) over a real store and session actors, for handler tests;
 //! - [`ops`]: the `ops` scenario (upstream, webhook and `stead.toml`) of the end-to-end tests;
@@ -20,6 +22,7 @@
 
 #[cfg(feature = "http")]
 pub mod app;
+pub mod client;
 pub mod crash;
 #[cfg(feature = "db")]
 pub mod db;

@@ -8,9 +8,10 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use futures_util::{SinkExt, StreamExt};
-use serde_json::{json, Value};
-use tokio_tungstenite::tungstenite::Message;
+use async_trait::async_trait;
+use serde_json::Value;
+
+pub use crate::client::{events, streamed_text, Api, Ws};
 
 /// The `stead` binary Cargo built for this test run: `CARGO_BIN_EXE_stead` when Cargo sets it
 /// at run time, else `…/target/debug/stead` for a test binary at `…/target/debug/deps/X` (what
@@ -155,35 +156,6 @@ impl Stead {
         }
     }
 
-    /// A request with the default credential; returns the status and the JSON body (`null`
-    /// when the body is not JSON).
-    pub async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-        self.call_as(method, path, body, self.api_key.as_deref())
-            .await
-    }
-
-    pub async fn call_as(
-        &self,
-        method: &str,
-        path: &str,
-        body: Option<Value>,
-        bearer: Option<&str>,
-    ) -> (u16, Value) {
-        let mut request = self
-            .client
-            .request(method.parse().unwrap(), format!("{}{path}", self.base));
-        if let Some(bearer) = bearer {
-            request = request.bearer_auth(bearer);
-        }
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        let response = request.send().await.unwrap();
-        let status = response.status().as_u16();
-        let text = response.text().await.unwrap();
-        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
-    }
-
     /// A raw body with a content type (for malformed input), on a connection of its own: a
     /// server that answers before reading a body it refuses closes that connection, which must
     /// not go back to the shared pool for the next request.
@@ -210,59 +182,38 @@ impl Stead {
         let text = response.text().await.unwrap();
         (status, serde_json::from_str(&text).unwrap_or(Value::Null))
     }
+}
 
-    /// Creates a session for `agent`; returns its id and token.
-    pub async fn create(&self, agent: &str) -> (String, String) {
-        let (status, body) = self
-            .call("POST", "/v1/sessions", Some(json!({ "agent": agent })))
-            .await;
-        assert_eq!(status, 201, "{body}");
-        (
-            body["id"].as_str().unwrap().to_string(),
-            body["token"].as_str().unwrap().to_string(),
-        )
+#[async_trait]
+impl Api for Stead {
+    fn base_url(&self) -> &str {
+        &self.base
     }
 
-    /// Sends `text` to session `id` over REST and waits for the turn to settle (finished, or
-    /// parked on an approval); returns the status and the session.
-    pub async fn say(&self, id: &str, text: &str) -> (u16, Value) {
-        self.call(
-            "POST",
-            &format!("/v1/sessions/{id}/messages?wait=true"),
-            Some(json!({ "text": text })),
-        )
-        .await
+    fn default_key(&self) -> Option<&str> {
+        self.api_key.as_deref()
     }
 
-    /// Polls session `id` until its status is `status` (up to 10 s); returns the session.
-    pub async fn wait_for_status(&self, id: &str, status: &str) -> Value {
-        for _ in 0..1000 {
-            let (_, session) = self.call("GET", &format!("/v1/sessions/{id}"), None).await;
-            if session["status"] == status {
-                return session;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+    async fn call_as(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+        bearer: Option<&str>,
+    ) -> (u16, Value) {
+        let mut request = self
+            .client
+            .request(method.parse().unwrap(), format!("{}{path}", self.base));
+        if let Some(bearer) = bearer {
+            request = request.bearer_auth(bearer);
         }
-        panic!("session {id} never became {status}");
-    }
-
-    /// The whole journal of a session.
-    pub async fn journal(&self, id: &str) -> Vec<Value> {
-        let (status, body) = self
-            .call("GET", &format!("/v1/sessions/{id}/events?limit=1000"), None)
-            .await;
-        assert_eq!(status, 200, "{body}");
-        body["events"].as_array().unwrap().clone()
-    }
-
-    /// Opens a WebSocket to the session with its token (and optional URL query extras).
-    pub async fn ws(&self, id: &str, token: &str, extra: &str) -> Ws {
-        let url = format!(
-            "{}/v1/sessions/{id}/ws?token={token}{extra}",
-            self.base.replace("http://", "ws://")
-        );
-        let (stream, _) = tokio_tungstenite::connect_async(url).await.unwrap();
-        Ws { stream }
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
     }
 }
 
@@ -271,86 +222,4 @@ impl Drop for Stead {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// A WebSocket client of one session.
-pub struct Ws {
-    pub stream: tokio_tungstenite::WebSocketStream<
-        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
-    >,
-}
-
-impl Ws {
-    pub async fn send(&mut self, frame: Value) {
-        self.stream
-            .send(Message::Text(frame.to_string().into()))
-            .await
-            .unwrap();
-    }
-
-    pub async fn send_text(&mut self, text: String) {
-        self.stream.send(Message::Text(text.into())).await.unwrap();
-    }
-
-    /// The next JSON frame (pings and pongs skipped); `None` once the server closed.
-    pub async fn next(&mut self) -> Option<Value> {
-        loop {
-            let message = tokio::time::timeout(Duration::from_secs(30), self.stream.next())
-                .await
-                .expect("a frame within 30 s")?;
-            match message {
-                Ok(Message::Text(text)) => return Some(serde_json::from_str(&text).unwrap()),
-                Ok(Message::Close(_)) | Err(_) => return None,
-                Ok(_) => {}
-            }
-        }
-    }
-
-    /// Frames up to and including the first event of `kind`.
-    pub async fn until_event(&mut self, kind: &str) -> Vec<Value> {
-        let mut frames = Vec::new();
-        loop {
-            let frame = self
-                .next()
-                .await
-                .unwrap_or_else(|| panic!("closed before `{kind}`; saw {frames:?}"));
-            let done = frame["type"] == "event" && frame["kind"] == kind;
-            frames.push(frame);
-            if done {
-                return frames;
-            }
-        }
-    }
-
-    /// Frames until one of type `error`.
-    pub async fn until_error(&mut self) -> Value {
-        loop {
-            let frame = self.next().await.expect("an error frame");
-            if frame["type"] == "error" {
-                return frame;
-            }
-        }
-    }
-}
-
-/// The text a client assembled from delta frames.
-pub fn streamed_text(frames: &[Value]) -> String {
-    frames
-        .iter()
-        .filter(|f| f["type"] == "delta")
-        .map(|f| f["text"].as_str().unwrap())
-        .collect()
-}
-
-/// The event frames, as the journal holds them (without the frame `type`).
-pub fn events(frames: &[Value]) -> Vec<Value> {
-    frames
-        .iter()
-        .filter(|f| f["type"] == "event")
-        .map(|f| {
-            let mut e = f.clone();
-            e.as_object_mut().unwrap().remove("type");
-            e
-        })
-        .collect()
 }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 use stead_testkit::app::{ops_agent, App};
+use stead_testkit::client::Api;
 use stead_testkit::model::ScriptedModel;
 
 /// The app with the `ops` agent (no tools) answering "ok"; `api_keys` as configured.

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 use stead_testkit::app::{ops_agent, App};
+use stead_testkit::client::Api;
 use stead_testkit::model::ScriptedModel;
 
 async fn app() -> App {
@@ -132,14 +133,14 @@ async fn a_websocket_resumes_after_a_seq_in_order() {
     ws.send(json!({ "type": "user_message", "text": "Second?", "client_id": "c2" }))
         .await;
     let frames = ws.until_event("turn_finished").await;
-    let events = stead_testkit::stead::events(&frames);
+    let events = stead_testkit::client::events(&frames);
     assert_eq!(
         events.first().unwrap()["seq"],
         7,
         "live frames follow the resume"
     );
     assert_eq!(events.first().unwrap()["payload"]["client_id"], "c2");
-    assert_eq!(stead_testkit::stead::streamed_text(&frames), "Answer 3.");
+    assert_eq!(stead_testkit::client::streamed_text(&frames), "Answer 3.");
     assert_eq!(app.journal(&id).await[6..].to_vec(), events);
 }
 
