@@ -80,6 +80,8 @@ pub async fn migrate(config: Config) -> anyhow::Result<()> {
 /// `stead serve`: runs until SIGINT or SIGTERM, then drains and exits 0.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
     prepare_data_dir(&config.server.data_dir)?;
+    // The session-token key is checked before anything starts: a bad one stops the start.
+    let secret = session_secret(&config.server.data_dir)?;
     // Every WebSocket client holds a socket: take the whole open-file allowance.
     let fds = raise_fd_limit();
     tracing::debug!(open_files = fds, "open-file limit");
@@ -123,7 +125,6 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
             Duration::from_secs(config.sessions.retention_sweep_secs),
         ));
     }
-    let secret = session_secret(&config.server.data_dir)?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let connections = Arc::new(tokio::sync::Semaphore::new(stead_http::MAX_CONNECTIONS));
     let router = stead_http::router(stead_http::AppState {
@@ -226,10 +227,8 @@ fn session_secret(data_dir: &Path) -> anyhow::Result<Vec<u8>> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let path = data_dir.join("session.key");
-    if let Ok(existing) = std::fs::read(&path) {
-        if existing.len() >= 32 {
-            return Ok(existing);
-        }
+    if path.exists() {
+        return checked_session_secret(&path);
     }
     // Written aside and linked into place: two servers starting at once agree on one key.
     let mut secret = vec![0u8; 32];
@@ -248,8 +247,36 @@ fn session_secret(data_dir: &Path) -> anyhow::Result<Vec<u8>> {
     let _ = std::fs::remove_file(&staging);
     match linked {
         Ok(()) => Ok(secret),
-        Err(_) => std::fs::read(&path).with_context(|| format!("cannot read {}", path.display())),
+        Err(_) => checked_session_secret(&path),
     }
+}
+
+/// The token-signing key that is already there, when it can be trusted: at least 32 bytes
+/// (a shorter one lets anyone who knows a session id forge its token) and readable by its
+/// owner alone.
+fn checked_session_secret(path: &Path) -> anyhow::Result<Vec<u8>> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(path)
+        .with_context(|| format!("cannot read {}", path.display()))?
+        .permissions()
+        .mode();
+    if mode & 0o077 != 0 {
+        anyhow::bail!(
+            "{}: the session-token key is readable by others (mode {:o}); `chmod 600` it",
+            path.display(),
+            mode & 0o777
+        );
+    }
+    let key = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    if key.len() < 32 {
+        anyhow::bail!(
+            "{}: the session-token key is {} bytes, it needs at least 32; delete the file to \
+             have a new one made (every session token issued so far stops working)",
+            path.display(),
+            key.len()
+        );
+    }
+    Ok(key)
 }
 
 /// Raises this process's open-file limit to its hard limit (many sockets), returning it.

@@ -60,3 +60,52 @@ async fn readiness_follows_postgres() {
     let status = server.signal(libc::SIGTERM);
     assert!(status.success(), "got {status:?}");
 }
+
+/// A session-token key that anyone could guess or read stops the start with one line naming
+/// the file; nothing listens.
+#[test]
+fn refuses_a_short_or_shared_session_key() {
+    use std::os::unix::fs::PermissionsExt;
+    for (key, mode, expected) in [
+        (vec![7u8; 5], 0o600, "5 bytes, it needs at least 32"),
+        (Vec::new(), 0o600, "0 bytes, it needs at least 32"),
+        (vec![7u8; 32], 0o644, "readable by others"),
+    ] {
+        let data = tempfile::tempdir().unwrap();
+        let path = data.path().join("session.key");
+        std::fs::write(&path, &key).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        let mut child = stead_testkit::stead::command()
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(data.path())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!(
+                    "stead serve started with a {}-byte key of mode {mode:o}",
+                    key.len()
+                );
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let output = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!status.success());
+        assert!(
+            stderr.contains("session.key") && stderr.contains(expected),
+            "{stderr}"
+        );
+        assert!(
+            !String::from_utf8_lossy(&output.stdout).contains("listening"),
+            "nothing listens"
+        );
+    }
+}

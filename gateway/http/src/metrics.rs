@@ -9,6 +9,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
+use axum::http::Method;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
@@ -62,7 +63,7 @@ pub async fn track(State(state): State<AppState>, request: Request, next: Next) 
         .extensions()
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
-    let method = request.method().to_string();
+    let method = method_label(request.method()).to_string();
     let started = Instant::now();
     let response = next.run(request).await;
     state.metrics.record(
@@ -72,6 +73,23 @@ pub async fn track(State(state): State<AppState>, request: Request, next: Next) 
         started.elapsed().as_secs_f64(),
     );
     response
+}
+
+/// A request method as a label: the standard ones by name, every other token as `OTHER`.
+/// Methods come from clients before any credential is checked, so they must not mint labels.
+fn method_label(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::PATCH => "PATCH",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        Method::CONNECT => "CONNECT",
+        Method::TRACE => "TRACE",
+        _ => "OTHER",
+    }
 }
 
 pub async fn render(

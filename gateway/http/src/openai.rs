@@ -41,7 +41,9 @@ fn router_error(error: &RouterError) -> Response {
     let headers = response.headers_mut();
     if let Some(after) = error.retry_after {
         // Whole seconds, rounded up, at least 1.
-        let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
+        let secs = after
+            .as_secs()
+            .saturating_add(u64::from(after.subsec_nanos() > 0));
         headers.insert("retry-after", HeaderValue::from(secs.max(1)));
     }
     set(headers, "x-stead-request-id", &error.id.to_string());

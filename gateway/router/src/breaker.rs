@@ -22,19 +22,45 @@ pub(crate) struct BreakerState {
     trial_running: bool,
 }
 
+/// An attempt the breaker let through. When it is the half-open trial, dropping it without an
+/// outcome (the caller went away mid-attempt) frees the trial for the next call; otherwise
+/// the target would stay closed to everyone for good.
+pub(crate) struct Admission<'a> {
+    trial: Option<&'a Breaker>,
+}
+
+impl Drop for Admission<'_> {
+    fn drop(&mut self) {
+        if let Some(breaker) = self.trial {
+            // After `success` or `failure` the trial is already over: this changes nothing.
+            breaker
+                .state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .trial_running = false;
+        }
+    }
+}
+
 impl Breaker {
     /// May an attempt go to this target now? (Takes the half-open trial when it is due.)
-    pub(crate) fn allow(&self) -> bool {
+    pub(crate) fn admit(&self) -> Option<Admission<'_>> {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         match state.open_until {
-            None => true,
-            Some(until) if Instant::now() < until => false,
-            Some(_) if state.trial_running => false,
+            None => Some(Admission { trial: None }),
+            Some(until) if Instant::now() < until => None,
+            Some(_) if state.trial_running => None,
             Some(_) => {
                 state.trial_running = true;
-                true
+                Some(Admission { trial: Some(self) })
             }
         }
+    }
+
+    /// [`Breaker::admit`] for a caller that settles the attempt itself (tests).
+    #[cfg(test)]
+    pub(crate) fn allow(&self) -> bool {
+        self.admit().map(std::mem::forget).is_some()
     }
 
     pub(crate) fn is_open(&self) -> bool {

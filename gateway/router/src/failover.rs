@@ -51,8 +51,14 @@ impl Router {
             };
             let retry = &target.config.retry;
             for attempt in 1..=retry.attempts {
-                // A target that is cooling down is skipped, unless every target is.
-                if !all_cooling && !target.breaker.allow() {
+                // A target that is cooling down is skipped, unless every target is. The
+                // admission lives until the attempt's outcome is recorded (or it is dropped).
+                let admission = if all_cooling {
+                    None
+                } else {
+                    target.breaker.admit()
+                };
+                if !all_cooling && admission.is_none() {
                     exec.attempts.push(AttemptRecord {
                         provider: target.provider_name.clone(),
                         model: target.model.clone(),

@@ -83,7 +83,10 @@ impl OpenAiProvider {
 fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     let value = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
     let seconds: f64 = value.trim().parse().ok()?;
-    (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds))
+    // A value too large for a Duration (a hostile or broken upstream) is "not soon": the
+    // longest wait, which is over any `max_retry_after_secs`, so the route moves on.
+    (seconds.is_finite() && seconds >= 0.0)
+        .then(|| Duration::try_from_secs_f64(seconds).unwrap_or(Duration::MAX))
 }
 
 #[async_trait]
@@ -186,5 +189,28 @@ fn reply(folded: Folded, asked: &str) -> ProviderReply {
         finish_reason: folded.finish_reason,
         usage,
         model: folded.model.unwrap_or_else(|| asked.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(value: &str) -> Option<Duration> {
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert(reqwest::header::RETRY_AFTER, value.parse().unwrap());
+        retry_after(&headers)
+    }
+
+    #[test]
+    fn retry_after_never_panics_and_huge_values_mean_not_soon() {
+        assert_eq!(header("2"), Some(Duration::from_secs(2)));
+        assert_eq!(header("0.5"), Some(Duration::from_millis(500)));
+        assert_eq!(header("1e300"), Some(Duration::MAX));
+        assert_eq!(header("18446744073709551616"), Some(Duration::MAX));
+        assert_eq!(header("-1"), None);
+        assert_eq!(header("NaN"), None);
+        assert_eq!(header("inf"), None);
+        assert_eq!(header("Wed, 21 Oct 2026 07:28:00 GMT"), None);
     }
 }

@@ -96,6 +96,19 @@ fn only_health_failures_count_towards_a_cooldown() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn an_abandoned_trial_frees_the_breaker_for_the_next_call() {
+    let breaker = Breaker::default();
+    let cooldown = Duration::from_secs(30);
+    breaker.failure(1, cooldown);
+    tokio::time::advance(Duration::from_secs(31)).await;
+    let trial = breaker.admit();
+    assert!(trial.is_some(), "the trial is due");
+    assert!(breaker.admit().is_none(), "one trial at a time");
+    drop(trial); // the caller went away mid-attempt: no success, no failure
+    assert!(breaker.admit().is_some(), "the next call gets the trial");
+}
+
+#[tokio::test(start_paused = true)]
 async fn breakers_open_after_the_threshold_and_let_one_trial_through() {
     let breaker = Breaker::default();
     let cooldown = Duration::from_secs(30);

@@ -115,6 +115,17 @@ impl App {
         self.send(request.body(Body::from(body)).unwrap()).await
     }
 
+    /// A `GET` whose answer is text (`/metrics`).
+    pub async fn text(&self, path: &str) -> (u16, String) {
+        let request = Request::get(path).body(Body::empty()).unwrap();
+        let response = self.router.clone().oneshot(request).await.unwrap();
+        let status = response.status().as_u16();
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        (status, String::from_utf8_lossy(&bytes).into_owned())
+    }
+
     async fn send(&self, request: Request<Body>) -> (u16, Value) {
         let response = self.router.clone().oneshot(request).await.unwrap();
         let status = response.status().as_u16();

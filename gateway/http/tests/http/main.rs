@@ -4,9 +4,11 @@
 //! binary is spawned only by the end-to-end tests (`tests/e2e`), where the process matters.
 //!
 //! - `input`: bad input and authentication get their documented errors and change nothing;
+//! - `metrics`: `/metrics` stays bounded whatever methods clients invent;
 //! - `sessions`: a session's life over REST and WebSocket.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod input;
+mod metrics;
 mod sessions;
