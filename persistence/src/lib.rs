@@ -228,7 +228,9 @@ pub(crate) fn prepare_payload(kind: &str, payload: &Value, limit: usize) -> Resu
     Ok(text)
 }
 
-fn contains_nul(value: &Value) -> bool {
+/// Whether a JSON value holds a NUL character (`\u0000`) anywhere, which no event may (PostgreSQL
+/// cannot store it in `jsonb`).
+pub fn contains_nul(value: &Value) -> bool {
     match value {
         Value::String(s) => s.contains('\0'),
         Value::Array(items) => items.iter().any(contains_nul),

@@ -10,7 +10,7 @@ use stead_persistence::{NewEvent, SessionStatus};
 use tracing::Instrument;
 
 use super::{Frame, Live, ModelError, ModelRequest, SessionError, SessionMsg, ToolSpec};
-use crate::decide::{decide, Action, Input};
+use crate::decide::{decide, Action, Input, ModelOutput};
 use crate::events::SessionEvent;
 use crate::tools::ToolContext;
 
@@ -212,10 +212,16 @@ impl Live {
                     };
                     let _ = forward.await;
                     let input = match result {
+                        Ok(output) if output_holds_nul(&output) => Input::ModelFailed {
+                            call_id,
+                            error: "the model's answer contains a NUL character (\\u0000), \
+                                    which the journal cannot store"
+                                .into(),
+                        },
                         Ok(output) => Input::ModelFinished { call_id, output },
                         Err(error) => Input::ModelFailed {
                             call_id,
-                            error: error.to_string(),
+                            error: without_nul(error.to_string()),
                         },
                     };
                     let _ = me.cast(SessionMsg::Input(input, None));
@@ -258,10 +264,18 @@ impl Live {
                         async move { tool.execute(arguments, &context).await }.instrument(span),
                     );
                     let input = match run.await {
+                        Ok(Ok(result)) if stead_persistence::contains_nul(&result) => {
+                            Input::ToolFailed {
+                                call_id,
+                                error: "the tool's result contains a NUL character (\\u0000), \
+                                        which the journal cannot store"
+                                    .into(),
+                            }
+                        }
                         Ok(Ok(result)) => Input::ToolFinished { call_id, result },
                         Ok(Err(error)) => Input::ToolFailed {
                             call_id,
-                            error: error.0,
+                            error: without_nul(error.0),
                         },
                         Err(join) => Input::ToolFailed {
                             call_id,
@@ -291,5 +305,25 @@ fn panic_message(join: tokio::task::JoinError) -> String {
             .or_else(|| payload.downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "panic".into()),
         Err(join) => join.to_string(),
+    }
+}
+
+/// Whether a model's answer holds a NUL character, which the journal cannot store: such an
+/// answer fails its call clearly instead of leaving it in flight for good.
+fn output_holds_nul(output: &ModelOutput) -> bool {
+    [&output.text, &output.provider, &output.model]
+        .iter()
+        .any(|s| s.contains('\0'))
+        || output.tool_calls.iter().any(|(name, arguments)| {
+            name.contains('\0') || stead_persistence::contains_nul(arguments)
+        })
+}
+
+/// An error text the journal can store (NUL characters replaced).
+fn without_nul(text: String) -> String {
+    if text.contains('\0') {
+        text.replace('\0', "\u{fffd}")
+    } else {
+        text
     }
 }

@@ -31,6 +31,12 @@ pub fn check_message(text: &str, client_id: Option<&str>) -> Result<(), ApiError
             "`text` must not be empty",
         ));
     }
+    if text.contains('\0') {
+        return Err(ApiError::new(
+            ErrorCode::InvalidRequest,
+            "`text` must not contain a NUL character (\\u0000)",
+        ));
+    }
     if text.len() > MAX_MESSAGE_BYTES {
         return Err(ApiError::new(
             ErrorCode::MessageTooLarge,

@@ -431,3 +431,54 @@ async fn api_keys_and_session_tokens_are_enforced() {
     // Health stays open for probes.
     assert_eq!(server.call_as("GET", "/healthz", None, None).await.0, 200);
 }
+
+/// A NUL character (which the journal cannot store) never wedges a turn: a user message with
+/// one is refused with 422; a model answer with one fails its call clearly, and the session
+/// takes the next message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nul_character_is_refused_or_fails_the_call_and_never_wedges_a_turn() {
+    let model = ScriptedModel::respond(|request| {
+        let asked = format!("{:?}", request.transcript.last());
+        if asked.contains("poison") {
+            ("bad\u{0}answer".to_string(), vec![])
+        } else {
+            ("fine".to_string(), vec![])
+        }
+    });
+    let server = App::start(vec![ops_agent()], Arc::new(model), &[]).await;
+    let (id, _) = server.create("ops").await;
+    let journal = server.journal(&id).await;
+    let (status, refused) = server.say(&id, "hello\u{0}there").await;
+    assert_eq!(
+        (status, refused["error"]["code"].as_str()),
+        (422, Some("invalid_request")),
+        "{refused}"
+    );
+    assert_eq!(server.journal(&id).await, journal, "nothing was journaled");
+
+    let (status, answered) = server.say(&id, "poison me").await;
+    assert_eq!(
+        (status, &answered["status"]),
+        (200, &json!("idle")),
+        "{answered}"
+    );
+    let journal = server.journal(&id).await;
+    let failed = journal
+        .iter()
+        .find(|e| e["kind"] == "model_call_failed")
+        .expect("the call failed");
+    assert!(failed["payload"]["error"]
+        .as_str()
+        .is_some_and(|e| e.contains("NUL")));
+    assert_eq!(
+        journal.last().unwrap()["payload"],
+        json!({ "reason": "model_failed" })
+    );
+
+    let (status, answered) = server.say(&id, "and now?").await;
+    assert_eq!(
+        (status, &answered["reply"]),
+        (200, &json!("fine")),
+        "{answered}"
+    );
+}
