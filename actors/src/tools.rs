@@ -357,9 +357,12 @@ impl Tool for WebhookTool {
                 .await;
             match response {
                 Ok(response) if response.status().is_success() => {
+                    // Errors never carry the URL: it may hold credentials, and the model and
+                    // the session's users read `tool_call_failed`.
                     return response.json::<Value>().await.map_err(|e| {
                         ToolError(format!(
-                            "webhook answered with a body that is not JSON: {e}"
+                            "webhook answered with a body that is not JSON: {}",
+                            e.without_url()
                         ))
                     });
                 }
@@ -374,7 +377,7 @@ impl Tool for WebhookTool {
                     last_error = if error.is_timeout() {
                         format!("webhook timed out after {:?}", self.timeout)
                     } else {
-                        format!("webhook unreachable: {error}")
+                        format!("webhook unreachable: {}", error.without_url())
                     };
                 }
             }

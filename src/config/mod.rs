@@ -249,7 +249,8 @@ impl Config {
         }
     }
 
-    /// The configuration as TOML, with secrets replaced (`--dump-config`).
+    /// The configuration as TOML, with secrets replaced (`--dump-config`): API keys, the
+    /// database password, and the credentials and query values of webhook and provider URLs.
     pub fn to_redacted_toml(&self) -> String {
         let mut shown = self.clone();
         for key in &mut shown.server.api_keys {
@@ -260,6 +261,38 @@ impl Config {
         if let Some(url) = &mut shown.database.url {
             *url = stead_persistence::redact_url(url);
         }
+        for tool in shown.agents.iter_mut().flat_map(|a| a.tools.iter_mut()) {
+            if let Some(url) = &mut tool.url {
+                *url = redact_webhook_url(url);
+            }
+        }
+        for provider in &mut shown.providers {
+            if let Some(url) = &mut provider.base_url {
+                *url = redact_webhook_url(url);
+            }
+        }
         toml::to_string_pretty(&shown).unwrap_or_else(|e| format!("# cannot render: {e}\n"))
     }
+}
+
+/// A URL without its secrets: the password of its user info and every query value (a token
+/// often travels as `?key=…`).
+pub fn redact_webhook_url(url: &str) -> String {
+    let Ok(mut parsed) = url::Url::parse(url) else {
+        return "<unparseable URL>".to_string();
+    };
+    if parsed.password().is_some() {
+        let _ = parsed.set_password(Some("***"));
+    }
+    if parsed.query().is_some() {
+        let names: Vec<String> = parsed
+            .query_pairs()
+            .map(|(name, _)| name.into_owned())
+            .collect();
+        parsed
+            .query_pairs_mut()
+            .clear()
+            .extend_pairs(names.iter().map(|name| (name.as_str(), "***")));
+    }
+    parsed.to_string()
 }

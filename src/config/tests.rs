@@ -76,3 +76,20 @@ fn cross_references_and_duplicates_are_named() {
             .contains("only for kind \"memory\"")
     );
 }
+
+#[test]
+fn dumped_configuration_hides_webhook_and_provider_secrets() {
+    let mut config = Config::default();
+    config.resolve_defaults();
+    let hook = ToolConfig {
+        url: Some("https://ops:hunter2@hooks.example.com/delete?token=abc123&team=ops".into()),
+        ..config.agents[0].tools[0].clone()
+    };
+    config.agents[0].tools.push(hook);
+    config.providers[0].base_url = Some("https://gw.example.com/v1?key=k-999".into());
+    let dumped = config.to_redacted_toml();
+    for secret in ["hunter2", "abc123", "k-999"] {
+        assert!(!dumped.contains(secret), "{secret} in\n{dumped}");
+    }
+    assert!(dumped.contains("https://ops:***@hooks.example.com/delete?token=***&team=***"));
+}

@@ -208,3 +208,19 @@ async fn client_errors_are_not_retried_and_timeouts_fail() {
         .unwrap_err();
     assert!(err.0.contains("timed out"), "{err}");
 }
+
+/// A webhook's errors never carry its URL: it may hold credentials (user info, a token in the
+/// query), and `tool_call_failed` is read by the model and the session's users.
+#[tokio::test]
+async fn webhook_errors_do_not_leak_the_url() {
+    // Port 1 on loopback: nothing listens, the connection is refused.
+    let url = "http://alice:s3cret-pass@127.0.0.1:1/hook?token=s3cret-token";
+    let err = webhook(url, false)
+        .execute(json!({}), &context(Uuid::now_v7()))
+        .await
+        .unwrap_err();
+    assert!(err.0.starts_with("webhook unreachable"), "{err}");
+    for secret in ["s3cret-pass", "s3cret-token", "alice"] {
+        assert!(!err.0.contains(secret), "{secret} in {err}");
+    }
+}

@@ -46,6 +46,9 @@ impl OpenAiProvider {
     }
 
     /// A failed request or broken stream, with the causes reqwest keeps behind its message.
+    /// The provider's URL is left out (named by the provider instead): the message reaches the
+    /// request log, `/v1/chat/completions` callers and the sessions' `model_call_failed`, and
+    /// the URL may name internal hosts or carry credentials.
     fn transport_error(&self, error: &reqwest::Error, streaming: bool) -> ProviderError {
         let mut causes = error.to_string();
         let mut source = std::error::Error::source(error);
@@ -53,6 +56,10 @@ impl OpenAiProvider {
             causes.push_str(": ");
             causes.push_str(&cause.to_string());
             source = cause.source();
+        }
+        if let Some(url) = error.url() {
+            causes = causes.replace(&format!(" for url ({url})"), "");
+            causes = causes.replace(url.as_str(), "<the provider's URL>");
         }
         let (kind, message) = if error.is_timeout() {
             (
@@ -212,5 +219,27 @@ mod tests {
         assert_eq!(header("NaN"), None);
         assert_eq!(header("inf"), None);
         assert_eq!(header("Wed, 21 Oct 2026 07:28:00 GMT"), None);
+    }
+
+    #[tokio::test]
+    async fn connection_errors_name_the_provider_not_its_url() {
+        let provider = OpenAiProvider::new(
+            "internal",
+            "http://svc:hunter2@127.0.0.1:1/v1?key=k-999",
+            None,
+            reqwest::Client::new(),
+        );
+        let error = provider
+            .client
+            .get(provider.url.clone())
+            .send()
+            .await
+            .unwrap_err();
+        let failure = provider.transport_error(&error, false);
+        assert_eq!(failure.kind, FailureKind::Connect);
+        assert!(failure.message.contains("internal"), "{}", failure.message);
+        for secret in ["hunter2", "k-999", "127.0.0.1"] {
+            assert!(!failure.message.contains(secret), "{}", failure.message);
+        }
     }
 }
