@@ -61,10 +61,14 @@ impl From<SessionError> for ApiError {
     fn from(error: SessionError) -> Self {
         match error {
             SessionError::NotFound => ApiError::session_not_found(),
-            SessionError::HeldElsewhere(owner) => ApiError::new(
-                ErrorCode::SessionElsewhere,
-                format!("the session is active on another node ({owner}); try that node or later"),
-            ),
+            // The owner (a node name, often a host name) goes to the log, not to the caller.
+            SessionError::HeldElsewhere(owner) => {
+                tracing::info!(%owner, "a request for a session active on another node");
+                ApiError::new(
+                    ErrorCode::SessionElsewhere,
+                    "the session is active on another node; try again later",
+                )
+            }
             SessionError::UnknownAgent(agent) => ApiError::new(
                 ErrorCode::AgentNotConfigured,
                 format!("the session's agent `{agent}` is not configured on this server"),

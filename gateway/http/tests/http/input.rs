@@ -482,3 +482,37 @@ async fn a_nul_character_is_refused_or_fails_the_call_and_never_wedges_a_turn() 
         "{answered}"
     );
 }
+
+/// A session whose lease another node holds answers 409 `session_elsewhere` without naming
+/// that node (a node name is often an internal host name).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_elsewhere_does_not_name_the_other_node() {
+    let server = app(&[]).await;
+    let session = server
+        .store
+        .create_session(stead_persistence::NewSession::for_agent("ops"))
+        .await
+        .unwrap();
+    server
+        .store
+        .acquire_lease(
+            session.id,
+            "db-7.internal.example",
+            std::time::Duration::from_secs(600),
+        )
+        .await
+        .unwrap();
+    let (status, refused) = server
+        .call(
+            "POST",
+            &format!("/v1/sessions/{}/messages", session.id),
+            Some(json!({ "text": "hi" })),
+        )
+        .await;
+    assert_eq!(
+        (status, refused["error"]["code"].as_str()),
+        (409, Some("session_elsewhere")),
+        "{refused}"
+    );
+    assert!(!refused.to_string().contains("internal"), "{refused}");
+}
