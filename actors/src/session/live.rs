@@ -98,6 +98,19 @@ impl Live {
                     self.schedule_expiry(myself, call_id.clone());
                 }
                 self.state.apply(seq, &event);
+                // A finished call's text is in its event now: a client that attaches later must
+                // not be sent it again as a stream.
+                if let SessionEvent::ModelCallFinished { call_id, .. }
+                | SessionEvent::ModelCallFailed { call_id, .. } = &event
+                {
+                    if self
+                        .streaming
+                        .as_ref()
+                        .is_some_and(|(c, _, _)| c == call_id)
+                    {
+                        self.streaming = None;
+                    }
+                }
                 self.broadcast(Frame::Event {
                     seq,
                     event: Arc::new(event),

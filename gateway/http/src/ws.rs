@@ -390,8 +390,15 @@ impl Connection {
                 };
                 let end = offset + text.len();
                 if end > stream.text.len() && offset <= stream.text.len() {
-                    let new = &text[stream.text.len() - offset..];
-                    stream.text.push_str(new);
+                    // A delta that does not line up on a character boundary belongs to another
+                    // run of the call (an actor restarted it): start its text over.
+                    match text.get(stream.text.len() - offset..) {
+                        Some(new) => stream.text.push_str(new),
+                        None => {
+                            stream.text = text;
+                            stream.sent = 0;
+                        }
+                    }
                 }
                 if self.held.is_none() {
                     self.flush_stream().await?;

@@ -158,3 +158,17 @@ async fn operational_endpoints_answer_without_a_model() {
     assert_eq!(status, 200);
     assert_eq!(agents["agents"][0]["name"], "ops");
 }
+
+/// A client that attaches after a call finished gets no ghost `delta` of that call's text:
+/// the text is in the journal's `model_call_finished`, and the stream buffer is cleared.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_answer_is_not_streamed_again_to_a_later_client() {
+    let app = app().await;
+    let (id, token) = app.create("ops").await;
+    let (_, answered) = app.say(&id, "First?").await;
+    let last_seq = answered["last_seq"].as_i64().unwrap();
+    let mut ws = app.ws(&id, &token, &format!("&after_seq={last_seq}")).await;
+    assert_eq!(ws.next().await.unwrap()["type"], "hello");
+    let extra = tokio::time::timeout(std::time::Duration::from_millis(600), ws.next()).await;
+    assert!(extra.is_err(), "a frame after hello: {extra:?}");
+}
