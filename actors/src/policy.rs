@@ -14,7 +14,9 @@ pub enum ApprovalPolicy {
 
 /// `PATH OP VALUE`: `PATH` is a dotted path into the arguments (`table`, `filter.days`), `OP`
 /// one of `==`, `!=`, `>`, `>=`, `<`, `<=`, and `VALUE` a JSON literal (`"users"`, `100`,
-/// `true`). Example: `approval = "table == \"users\""`. A missing path compares as `null`.
+/// `true`). Example: `approval = "table == \"users\""`. It fails closed: when the path is
+/// missing, or its value is not of the literal's kind (a string where a number is compared),
+/// the call needs approval.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Condition {
     pub path: Vec<String>,
@@ -91,21 +93,48 @@ impl ApprovalPolicy {
         match self {
             ApprovalPolicy::Never => None,
             ApprovalPolicy::Always => Some("this tool always needs approval".into()),
-            ApprovalPolicy::When(condition) => condition
-                .holds(arguments)
-                .then(|| format!("the arguments match `{}`", condition.source)),
+            ApprovalPolicy::When(condition) => match condition.check(arguments) {
+                Ok(true) => Some(format!("the arguments match `{}`", condition.source)),
+                Ok(false) => None,
+                Err(why) => Some(format!(
+                    "{why}, so `{}` cannot be checked and approval is required",
+                    condition.source
+                )),
+            },
         }
     }
 }
 
+/// The JSON kind of a value, for messages and for the comparability rule.
+fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
 impl Condition {
-    fn holds(&self, arguments: &Value) -> bool {
+    /// Whether the condition holds; `Err` (why not) when it cannot be decided: the path is
+    /// missing, or the value there is of another kind than the literal (`null` compares with
+    /// anything).
+    fn check(&self, arguments: &Value) -> Result<bool, String> {
+        let path = self.path.join(".");
         let mut current = arguments;
         for part in &self.path {
-            current = match current.get(part) {
-                Some(next) => next,
-                None => &Value::Null,
-            };
+            current = current
+                .get(part)
+                .ok_or_else(|| format!("the argument `{path}` is missing"))?;
+        }
+        if !self.value.is_null() && kind(current) != kind(&self.value) {
+            return Err(format!(
+                "the argument `{path}` is {} where {} is expected",
+                kind(current),
+                kind(&self.value)
+            ));
         }
         let ordering = match (current.as_f64(), self.value.as_f64()) {
             (Some(a), Some(b)) => a.partial_cmp(&b),
@@ -115,14 +144,20 @@ impl Condition {
             },
         };
         use std::cmp::Ordering::*;
-        match self.op {
+        if ordering.is_none() && !matches!(self.op, Op::Eq | Op::Ne) {
+            return Err(format!(
+                "the argument `{path}` ({}) cannot be ordered",
+                kind(current)
+            ));
+        }
+        Ok(match self.op {
             Op::Eq => current == &self.value || ordering == Some(Equal),
             Op::Ne => !(current == &self.value || ordering == Some(Equal)),
             Op::Gt => ordering == Some(Greater),
             Op::Ge => matches!(ordering, Some(Greater | Equal)),
             Op::Lt => ordering == Some(Less),
             Op::Le => matches!(ordering, Some(Less | Equal)),
-        }
+        })
     }
 }
 
@@ -193,7 +228,21 @@ mod tests {
         assert!(big
             .requires_approval(&json!({"filter": {"rows": 99}}))
             .is_none());
-        assert!(big.requires_approval(&json!({})).is_none());
+        // Fail closed: a missing argument or one of another kind needs approval.
+        assert!(big.requires_approval(&json!({})).is_some());
+        let missing = big.requires_approval(&json!({"filter": {}})).unwrap();
+        assert!(missing.contains("`filter.rows` is missing"), "{missing}");
+        let amount = ApprovalPolicy::parse("amount > 100").unwrap();
+        let text = amount
+            .requires_approval(&json!({"amount": "5000"}))
+            .unwrap();
+        assert!(text.contains("is a string where a number"), "{text}");
+        assert!(amount.requires_approval(&json!({"amount": 50})).is_none());
+        assert!(amount
+            .requires_approval(&json!({"amount": [500]}))
+            .is_some());
+        assert!(users.requires_approval(&json!({"table": 7})).is_some());
+        assert!(users.requires_approval(&json!({})).is_some());
         let not_dry = ApprovalPolicy::parse("dry_run != true").unwrap();
         assert!(not_dry.requires_approval(&json!({})).is_some());
         assert!(not_dry
