@@ -248,10 +248,16 @@ pub struct ApiDoc;
 
 /// The document for this server: agent and route names are the configured ones, so the
 /// schema says exactly what the server accepts.
+/// The document is public; the configured agent and route names (as enums of the schemas) are
+/// shown to operators only — the same callers `/v1/agents` answers.
 pub async fn openapi_json(
     axum::extract::State(state): axum::extract::State<crate::AppState>,
+    caller: Result<crate::auth::Caller, crate::ApiError>,
 ) -> Json<serde_json::Value> {
     let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_default();
+    if !caller.is_ok_and(|crate::auth::Caller(principal)| principal.is_operator()) {
+        return Json(doc);
+    }
     let agents: Vec<String> = state
         .sessions
         .agents()

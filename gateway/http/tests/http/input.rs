@@ -516,3 +516,22 @@ async fn session_elsewhere_does_not_name_the_other_node() {
     );
     assert!(!refused.to_string().contains("internal"), "{refused}");
 }
+
+/// `/openapi.json` is public, but the configured agent and route names are for operators only
+/// (as `/v1/agents` is).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_public_openapi_document_names_no_agents() {
+    let mut server = app(&["operator-key-0123456789"]).await;
+    let (status, public) = server.call("GET", "/openapi.json", None).await;
+    assert_eq!(status, 200);
+    let agent = &public["components"]["schemas"]["CreateSession"]["properties"]["agent"];
+    assert!(agent.is_object() && agent.get("enum").is_none(), "{agent}");
+    assert!(!public.to_string().contains("\"ops\""));
+    server.api_key = Some("operator-key-0123456789".into());
+    let (status, operator) = server.call("GET", "/openapi.json", None).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        operator["components"]["schemas"]["CreateSession"]["properties"]["agent"]["enum"],
+        json!(["ops"])
+    );
+}
