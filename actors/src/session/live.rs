@@ -78,7 +78,7 @@ impl Live {
             };
             if let Some(status) = decision.status {
                 self.synced_status = status;
-                if status != "running" {
+                if status != SessionStatus::Running {
                     self.turn_span = None;
                 } else if self.turn_span.is_none() {
                     let agent = &self.deps.agent.name;

@@ -10,7 +10,7 @@ use super::types::{
     ProviderRequest, StreamOptions, WireMessage, WireTool, WireToolChoice, WireUsage,
 };
 use crate::chat::{ChatMessage, FinishReason, Role, ToolCall, ToolChoice, Usage};
-use crate::provider::RouterRequest;
+use crate::provider::{Params, RouterRequest};
 
 /// A wire struct as JSON (they hold only strings, numbers and JSON values: infallible).
 fn value(wire: impl Serialize) -> Value {
@@ -41,7 +41,6 @@ pub fn provider_body(
             tool_call_id: None,
         });
     }
-    let params = &request.params;
     value(ProviderRequest {
         extra: request.extra.clone(),
         model: model.to_string(),
@@ -49,11 +48,10 @@ pub fn provider_body(
         tools: request.tools.iter().map(WireTool::from).collect(),
         tool_choice: (!request.tools.is_empty())
             .then(|| WireToolChoice::from(&request.tool_choice)),
-        temperature: params.temperature,
-        top_p: params.top_p,
-        max_tokens,
-        stop: params.stop.clone(),
-        seed: params.seed,
+        params: Params {
+            max_tokens,
+            ..request.params.clone()
+        },
         stream,
         stream_options: stream.then_some(StreamOptions {
             include_usage: true,

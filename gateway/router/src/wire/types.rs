@@ -8,6 +8,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::chat::{ChatMessage, FinishReason, Role, ToolCall, ToolChoice, ToolSpec, Usage};
+use crate::provider::Params;
 
 /// One message: `content` is null when an assistant only called tools.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -139,16 +140,9 @@ pub struct ProviderRequest {
     pub tools: Vec<WireTool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_choice: Option<WireToolChoice>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub temperature: Option<f32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub top_p: Option<f32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_tokens: Option<u32>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub stop: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub seed: Option<u64>,
+    /// Sampling parameters; `max_tokens` is the target's when it sets one.
+    #[serde(flatten)]
+    pub params: Params,
     pub stream: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stream_options: Option<StreamOptions>,
