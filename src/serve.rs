@@ -130,21 +130,41 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let router = stead_http::router(stead_http::AppState {
         store: store.clone(),
         sessions: sessions.clone(),
-        auth: Arc::new(stead_http::Auth::new(&config.server.api_keys, secret)),
+        auth: Arc::new(
+            stead_http::Auth::new(&config.server.api_keys, secret)
+                .allowing_hosts(&config.server.allowed_hosts),
+        ),
         routes: Arc::new(model_router.route_names()),
         model_router: model_router.clone(),
-        limits: stead_http::Limits::default(),
+        limits: stead_http::Limits {
+            ws_per_session: config.server.max_websockets_per_session,
+            ..Default::default()
+        },
         version: env!("CARGO_PKG_VERSION"),
         shutdown: stop_rx.clone(),
         connections: connections.clone(),
+        session_sockets: Default::default(),
         metrics: Default::default(),
     });
     let mut signals = ShutdownSignals::install()?;
     tracing::info!(address = %local, "stead listening");
     println!("stead listening on http://{local}");
+    if config.server.api_keys.is_empty() {
+        tracing::warn!(
+            address = %local,
+            "no API keys: the server is open — every process and user of this machine that can \
+             reach {local} is an operator (requests are still refused when their Host is not a \
+             loopback name or in server.allowed_hosts, or their Origin is another site); set \
+             server.api_keys to require credentials"
+        );
+    }
 
     let mut server_stop = stop_rx.clone();
-    let server = tokio::spawn(stead_http::serve(listener, router, async move {
+    let options = stead_http::ServeOptions {
+        header_timeout: Duration::from_secs(config.server.header_timeout_secs),
+        max_connections: config.server.max_connections,
+    };
+    let server = tokio::spawn(stead_http::serve(listener, router, options, async move {
         let _ = server_stop.wait_for(|stop| *stop).await;
     }));
     tokio::pin!(server);

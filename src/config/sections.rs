@@ -78,6 +78,14 @@ pub struct ServerConfig {
     /// a database need distinct names.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_id: Option<String>,
+    /// Host names (no port) an open server (no API keys) answers besides loopback ones.
+    pub allowed_hosts: Vec<String>,
+    /// A client must send a request's headers within this many seconds.
+    pub header_timeout_secs: u64,
+    /// Most TCP connections held at once; more are answered 503 and closed.
+    pub max_connections: usize,
+    /// Most WebSocket connections one session holds at once.
+    pub max_websockets_per_session: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -244,6 +252,10 @@ impl Default for ServerConfig {
             api_keys: Vec::new(),
             shutdown_grace_secs: 10,
             node_id: None,
+            allowed_hosts: Vec::new(),
+            header_timeout_secs: 10,
+            max_connections: 10_000,
+            max_websockets_per_session: 16,
         }
     }
 }

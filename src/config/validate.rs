@@ -42,6 +42,30 @@ impl Config {
                 ),
             ));
         }
+        for (i, host) in self.server.allowed_hosts.iter().enumerate() {
+            let name = !host.is_empty()
+                && host
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'));
+            if !name && host.parse::<std::net::Ipv6Addr>().is_err() {
+                return Err(bad(
+                    &format!("server.allowed_hosts[{i}]"),
+                    format!("`{host}` is not a host name or address (no port, no scheme)"),
+                ));
+            }
+        }
+        for (name, value) in [
+            ("header_timeout_secs", self.server.header_timeout_secs),
+            ("max_connections", self.server.max_connections as u64),
+            (
+                "max_websockets_per_session",
+                self.server.max_websockets_per_session as u64,
+            ),
+        ] {
+            if value == 0 {
+                return Err(bad(&format!("server.{name}"), "must be at least 1"));
+            }
+        }
         if self.server.data_dir.as_os_str().is_empty() {
             return Err(bad("server.data_dir", "must not be empty"));
         }

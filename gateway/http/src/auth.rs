@@ -18,6 +18,8 @@ use crate::{ApiError, AppState, ErrorCode};
 pub struct Auth {
     keys: Vec<[u8; 32]>,
     secret: Vec<u8>,
+    /// `server.allowed_hosts`: host names an open server answers besides loopback ones.
+    allowed_hosts: Vec<String>,
 }
 
 /// The caller of a request.
@@ -87,7 +89,64 @@ impl Auth {
                 None => Sha256::digest(key.as_bytes()).into(),
             })
             .collect();
-        Auth { keys, secret }
+        Auth {
+            keys,
+            secret,
+            allowed_hosts: Vec::new(),
+        }
+    }
+
+    /// Host names (without port, compared case-insensitively) that an open server answers
+    /// besides loopback names and addresses (`server.allowed_hosts`).
+    pub fn allowing_hosts(mut self, hosts: &[String]) -> Self {
+        self.allowed_hosts = hosts.iter().map(|h| h.to_ascii_lowercase()).collect();
+        self
+    }
+
+    /// The open server's defence against callers that reach loopback without being local
+    /// users' own tools: a `Host` that is not a loopback name or address (DNS rebinding, a
+    /// proxy forwarding foreign traffic) and an `Origin` of another site (a web page the
+    /// operator visits, including WebSocket upgrades) are refused. A server with API keys
+    /// relies on the credentials instead and checks neither. A request without `Host` or
+    /// `Origin` (not a browser) passes.
+    pub fn check_request_origin(&self, headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
+        if !self.is_open() {
+            return Ok(());
+        }
+        if let Some(host) = headers.get(axum::http::header::HOST) {
+            let allowed = host
+                .to_str()
+                .ok()
+                .and_then(host_name)
+                .is_some_and(|name| self.host_allowed(&name));
+            if !allowed {
+                return Err(ApiError::new(
+                    ErrorCode::HostNotAllowed,
+                    "this server has no API keys and answers loopback host names only; \
+                     add the name to server.allowed_hosts or configure API keys",
+                ));
+            }
+        }
+        if let Some(origin) = headers.get(axum::http::header::ORIGIN) {
+            let allowed = origin
+                .to_str()
+                .ok()
+                .and_then(|o| o.split_once("://"))
+                .filter(|(scheme, _)| matches!(*scheme, "http" | "https"))
+                .and_then(|(_, rest)| host_name(rest))
+                .is_some_and(|name| self.host_allowed(&name));
+            if !allowed {
+                return Err(ApiError::new(
+                    ErrorCode::OriginNotAllowed,
+                    "this server has no API keys and refuses requests from other sites' pages",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn host_allowed(&self, name: &str) -> bool {
+        is_loopback_name(name) || self.allowed_hosts.iter().any(|h| h == name)
     }
 
     /// No API keys: loopback-only, credentials optional.
@@ -146,6 +205,42 @@ impl Auth {
             )),
         }
     }
+}
+
+/// The host name of a `Host` header value or an origin's authority, lower-cased and without
+/// port or IPv6 brackets; `None` when it is not shaped like one.
+fn host_name(authority: &str) -> Option<String> {
+    let authority = authority.trim().trim_end_matches('/');
+    if authority.is_empty() || authority.contains(['/', '@', ' ']) {
+        return None;
+    }
+    let name = if let Some(rest) = authority.strip_prefix('[') {
+        let (name, after) = rest.split_once(']')?;
+        if !(after.is_empty() || after.strip_prefix(':').is_some_and(is_port)) {
+            return None;
+        }
+        name
+    } else {
+        match authority.rsplit_once(':') {
+            Some((name, port)) if is_port(port) && !name.contains(':') => name,
+            Some(_) => return None,
+            None => authority,
+        }
+    };
+    (!name.is_empty()).then(|| name.to_ascii_lowercase())
+}
+
+fn is_port(text: &str) -> bool {
+    !text.is_empty() && text.len() <= 5 && text.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// `localhost`, `*.localhost` (RFC 6761 reserves them for loopback), `127.0.0.0/8` and `::1`.
+fn is_loopback_name(name: &str) -> bool {
+    name == "localhost"
+        || name.ends_with(".localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// `{uuid}.{signature}`: a dot after something that parses as a UUID.
@@ -210,6 +305,77 @@ impl FromRequestParts<AppState> for Caller {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn open_server_answers_loopback_hosts_and_origins_only() {
+        use axum::http::{HeaderMap, HeaderValue};
+        let open = Auth::new(&[], vec![7; 32]).allowing_hosts(&["Stead.Internal".into()]);
+        let check = |host: Option<&str>, origin: Option<&str>| {
+            let mut headers = HeaderMap::new();
+            if let Some(host) = host {
+                headers.insert("host", HeaderValue::from_str(host).unwrap());
+            }
+            if let Some(origin) = origin {
+                headers.insert("origin", HeaderValue::from_str(origin).unwrap());
+            }
+            open.check_request_origin(&headers).map_err(|e| e.code)
+        };
+        for host in [
+            "127.0.0.1:8787",
+            "127.9.9.9",
+            "localhost",
+            "LOCALHOST:80",
+            "app.localhost:1",
+            "[::1]:8787",
+            "[::1]",
+            "stead.internal:8787",
+        ] {
+            assert_eq!(check(Some(host), None), Ok(()), "{host}");
+        }
+        for host in [
+            "evil.example:8787",
+            "127.0.0.1.evil.example",
+            "localhost.evil.example",
+            "10.0.0.1",
+            "[::2]:8787",
+            "user@127.0.0.1",
+            "127.0.0.1:notaport",
+            "",
+        ] {
+            assert_eq!(
+                check(Some(host), None),
+                Err(ErrorCode::HostNotAllowed),
+                "{host}"
+            );
+        }
+        assert_eq!(check(None, None), Ok(()));
+        assert_eq!(
+            check(Some("127.0.0.1:8787"), Some("http://127.0.0.1:8787")),
+            Ok(())
+        );
+        assert_eq!(
+            check(Some("127.0.0.1:8787"), Some("https://stead.internal")),
+            Ok(())
+        );
+        for origin in [
+            "https://evil.example",
+            "null",
+            "file://",
+            "http://10.0.0.1:8787",
+        ] {
+            assert_eq!(
+                check(Some("127.0.0.1:8787"), Some(origin)),
+                Err(ErrorCode::OriginNotAllowed),
+                "{origin}"
+            );
+        }
+        // With API keys the credentials decide; neither header is checked.
+        let keyed = Auth::new(&["first-key-0123456789".into()], vec![7; 32]);
+        let mut headers = HeaderMap::new();
+        headers.insert("host", HeaderValue::from_static("evil.example"));
+        headers.insert("origin", HeaderValue::from_static("https://evil.example"));
+        assert!(keyed.check_request_origin(&headers).is_ok());
+    }
 
     #[test]
     fn keys_tokens_and_scopes() {

@@ -63,6 +63,10 @@ error_codes! {
     InvalidCredentials = (UNAUTHORIZED, "invalid_credentials"),
     /// A session token used for another session or an operator endpoint.
     Forbidden = (FORBIDDEN, "forbidden"),
+    /// An open server (no API keys) asked under a `Host` that is not loopback or allowed.
+    HostNotAllowed = (FORBIDDEN, "host_not_allowed"),
+    /// An open server asked by a page of another site (`Origin`).
+    OriginNotAllowed = (FORBIDDEN, "origin_not_allowed"),
     /// No such endpoint.
     NotFound = (NOT_FOUND, "not_found"),
     /// No such session.
@@ -115,6 +119,8 @@ error_codes! {
     BudgetExceeded = (TOO_MANY_REQUESTS, "budget_exceeded"),
     /// A WebSocket client that fell too far behind.
     TooSlow = (TOO_MANY_REQUESTS, "too_slow"),
+    /// A session already holds `server.max_websockets_per_session` WebSockets.
+    TooManyWebSockets = (TOO_MANY_REQUESTS, "too_many_websockets"),
     /// A bug or a database failure (details in the log only).
     Internal = (INTERNAL_SERVER_ERROR, "internal"),
     /// Every target of the route failed.
@@ -123,6 +129,8 @@ error_codes! {
     Unavailable = (SERVICE_UNAVAILABLE, "unavailable"),
     /// `/readyz` while the database does not answer.
     NotReady = (SERVICE_UNAVAILABLE, "not_ready"),
+    /// The server holds `server.max_connections` connections (answered on the raw socket).
+    Overloaded = (SERVICE_UNAVAILABLE, "overloaded"),
 }
 
 impl std::fmt::Display for ErrorCode {

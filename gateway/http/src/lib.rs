@@ -8,17 +8,18 @@
 //! arguments, so tests bind `127.0.0.1:0`.
 
 pub mod auth;
+mod edge;
 mod error;
 pub mod error_code;
 pub mod metrics;
 mod openai;
 pub mod openapi;
 mod rest;
+mod server;
 pub mod webui;
 pub mod wire;
 mod ws;
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,11 +29,12 @@ use axum::{Json, Router};
 use serde_json::{json, Value};
 use stead_actors::session::SessionRegistry;
 use stead_persistence::JournalStore;
-use tokio::net::TcpListener;
 
 pub use auth::{Auth, Principal};
 pub use error::{refusal_error, ApiError, ApiJson, ApiPath, ApiQuery};
 pub use error_code::ErrorCode;
+pub use server::{serve, ServeOptions};
+pub use ws::SessionSockets;
 
 /// Bounds on what one client may send or hold.
 #[derive(Debug, Clone)]
@@ -50,6 +52,8 @@ pub struct Limits {
     pub ws_resume_hold: Duration,
     /// Longest `?wait=true` on a message.
     pub wait: Duration,
+    /// WebSocket connections one session may hold at once.
+    pub ws_per_session: usize,
 }
 
 impl Default for Limits {
@@ -61,6 +65,7 @@ impl Default for Limits {
             ws_heartbeat: Duration::from_secs(20),
             ws_resume_hold: Duration::from_millis(250),
             wait: Duration::from_secs(300),
+            ws_per_session: 16,
         }
     }
 }
@@ -80,6 +85,8 @@ pub struct AppState {
     pub shutdown: tokio::sync::watch::Receiver<bool>,
     /// Open WebSocket connections (for a draining shutdown).
     pub connections: Arc<tokio::sync::Semaphore>,
+    /// Open WebSocket connections per session (`Limits::ws_per_session`).
+    pub session_sockets: Arc<ws::SessionSockets>,
     /// Request counters and latencies for `/metrics`.
     pub metrics: Arc<metrics::Metrics>,
     /// The model router behind `/v1/chat/completions` (the sessions use the same one).
@@ -133,19 +140,11 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             metrics::track,
         ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            edge::guard,
+        ))
         .with_state(state)
-}
-
-/// Serves `router` on `listener` until `shutdown` resolves, then stops accepting connections and
-/// lets requests in flight finish.
-pub async fn serve(
-    listener: TcpListener,
-    router: Router,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
 }
 
 /// Waits until every WebSocket connection has closed (they close on the shutdown signal after

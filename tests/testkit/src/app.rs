@@ -53,6 +53,24 @@ impl App {
     /// The app with `agents` answered by `model`, on route `default`; `api_keys` as
     /// `server.api_keys` (none: open, as on loopback).
     pub async fn start(agents: Vec<Agent>, model: Arc<dyn ModelClient>, api_keys: &[&str]) -> App {
+        Self::start_with(
+            agents,
+            model,
+            api_keys,
+            stead_http::Limits::default(),
+            stead_http::ServeOptions::default(),
+        )
+        .await
+    }
+
+    /// [`App::start`] with other limits for the router and the loopback server.
+    pub async fn start_with(
+        agents: Vec<Agent>,
+        model: Arc<dyn ModelClient>,
+        api_keys: &[&str],
+        limits: stead_http::Limits,
+        options: stead_http::ServeOptions,
+    ) -> App {
         let dir = tempfile::tempdir().unwrap();
         let url = DatabaseUrl::Sqlite(dir.path().join("stead.db"));
         let store = stead_persistence::open(StoreOptions::new(url))
@@ -73,19 +91,25 @@ impl App {
             sessions,
             auth: Arc::new(stead_http::Auth::new(&keys, vec![7; 32])),
             routes: Arc::new(vec!["default".into()]),
-            limits: stead_http::Limits::default(),
+            limits,
             version: "test",
             shutdown: stopped.clone(),
             connections: Arc::new(tokio::sync::Semaphore::new(1024)),
+            session_sockets: Default::default(),
             metrics: Default::default(),
             model_router: Arc::new(model_router),
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let mut until = stopped;
-        tokio::spawn(stead_http::serve(listener, router.clone(), async move {
-            let _ = until.wait_for(|stop| *stop).await;
-        }));
+        tokio::spawn(stead_http::serve(
+            listener,
+            router.clone(),
+            options,
+            async move {
+                let _ = until.wait_for(|stop| *stop).await;
+            },
+        ));
         App {
             router,
             base,
