@@ -9,6 +9,7 @@ use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::cache::cache_key;
+use crate::limits::Reservation;
 use crate::log::{AttemptRecord, LogRecord};
 use crate::metrics::Observation;
 use crate::provider::RouterRequest;
@@ -30,7 +31,8 @@ pub(crate) struct Execution {
 impl Router {
     /// Runs one chat completion. With `deltas`, the answer's text is streamed into it as it
     /// arrives (one continuous text even across failover). Dropping the future abandons the
-    /// call (its attempt is stopped); no record is written for an abandoned call.
+    /// call: its attempt is stopped, and what it may have cost is settled at once (see
+    /// [`Abandonment`]) with a log record of status `abandoned`.
     pub async fn call(
         &self,
         request: RouterRequest,
@@ -60,10 +62,47 @@ impl Router {
         if let Some(session) = options.session_id {
             span.record("gen_ai.conversation.id", session.to_string());
         }
-        let result = self
-            .run(id, request.clone(), &options, deltas, started)
-            .instrument(span.clone())
-            .await;
+        let ledger = Ledger::default();
+        let mut abandonment = Abandonment {
+            router: self,
+            id,
+            at,
+            started,
+            options: &options,
+            request: &request,
+            ledger: &ledger,
+            stream,
+            streamed_bytes: 0,
+            armed: true,
+        };
+        let run = self
+            .run(id, request.clone(), &options, deltas.is_some(), &ledger, started)
+            .instrument(span.clone());
+        let result = match deltas {
+            // The text passes through here, so that an abandoned call knows what it streamed.
+            Some(outer) => {
+                let (inner, mut texts) = tokio::sync::mpsc::unbounded_channel();
+                ledger.set_deltas(inner);
+                tokio::pin!(run);
+                let result = loop {
+                    tokio::select! {
+                        biased;
+                        Some(text) = texts.recv() => {
+                            abandonment.streamed_bytes += text.len();
+                            let _ = outer.send(text);
+                        }
+                        result = &mut run => break result,
+                    }
+                };
+                while let Ok(text) = texts.try_recv() {
+                    abandonment.streamed_bytes += text.len();
+                    let _ = outer.send(text);
+                }
+                result
+            }
+            None => run.await,
+        };
+        abandonment.armed = false;
         let latency = started.elapsed();
         // What every record of this call says; the outcome fills in the rest.
         let base = LogRecord {
@@ -185,9 +224,11 @@ impl Router {
         id: Uuid,
         mut request: RouterRequest,
         options: &CallOptions,
-        deltas: Option<UnboundedSender<String>>,
+        streamed: bool,
+        ledger: &Ledger,
         started: Instant,
     ) -> Result<RouterResponse, RouterError> {
+        let deltas = if streamed { ledger.deltas() } else { None };
         let refuse =
             |code: RouterErrorCode, message: String, retry_after: Option<Duration>| RouterError {
                 id,
@@ -272,6 +313,8 @@ impl Router {
             }
             _ => None,
         };
+        // From here on the upstream may bill: an abandoned call is charged.
+        ledger.admit(reservation);
         let outcome = match (&self.cache, cache) {
             (Some(store), CacheStatus::Miss) => {
                 let execution = Arc::new(Mutex::new(Execution::default()));
@@ -340,7 +383,7 @@ impl Router {
                         rate.consume("", tokens);
                     }
                 }
-                if let (Some(budgets), Some(reservation)) = (&self.budgets, reservation) {
+                if let (Some(budgets), Some(reservation)) = (&self.budgets, ledger.settle()) {
                     budgets.settle(reservation, cost);
                 }
                 Ok(RouterResponse {
@@ -360,7 +403,7 @@ impl Router {
                 })
             }
             Err((error, exec)) => {
-                if let (Some(budgets), Some(reservation)) = (&self.budgets, reservation) {
+                if let (Some(budgets), Some(reservation)) = (&self.budgets, ledger.settle()) {
                     budgets.settle(reservation, 0.0);
                 }
                 Err(RouterError {
@@ -372,6 +415,136 @@ impl Router {
                     ..error
                 })
             }
+        }
+    }
+}
+
+/// What a running call has committed to, shared by the call and its guard: whether it was
+/// admitted past the limits (from then on the upstream may bill), its budget reservation until
+/// it is settled, and the channel its text streams through.
+#[derive(Default)]
+pub(crate) struct Ledger {
+    state: Mutex<LedgerState>,
+}
+
+#[derive(Default)]
+struct LedgerState {
+    admitted: bool,
+    reservation: Option<Reservation>,
+    deltas: Option<UnboundedSender<String>>,
+}
+
+impl Ledger {
+    fn lock(&self) -> std::sync::MutexGuard<'_, LedgerState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn set_deltas(&self, deltas: UnboundedSender<String>) {
+        self.lock().deltas = Some(deltas);
+    }
+
+    fn deltas(&self) -> Option<UnboundedSender<String>> {
+        self.lock().deltas.take()
+    }
+
+    fn admit(&self, reservation: Option<Reservation>) {
+        let mut state = self.lock();
+        state.admitted = true;
+        state.reservation = reservation;
+    }
+
+    /// The reservation, for the call to settle with its real cost.
+    fn settle(&self) -> Option<Reservation> {
+        self.lock().reservation.take()
+    }
+}
+
+/// Settles a call whose caller went away (a client disconnected mid-stream, a cancelled
+/// turn): dropped while armed, it hands back the budget reservation charged with an estimate of
+/// what the upstream billed — the prompt at 4 bytes a token plus the text streamed so far, at
+/// the route's highest prices — charges the same tokens to the tokens-per-minute limits, and
+/// writes a log record of status `abandoned`. A call refused before admission is charged
+/// nothing.
+struct Abandonment<'a> {
+    router: &'a Router,
+    id: Uuid,
+    at: chrono::DateTime<chrono::Utc>,
+    started: Instant,
+    options: &'a CallOptions,
+    request: &'a RouterRequest,
+    ledger: &'a Ledger,
+    stream: bool,
+    streamed_bytes: usize,
+    armed: bool,
+}
+
+/// Bytes per token when a call's usage is unknown (the usual English average).
+const BYTES_PER_TOKEN: usize = 4;
+
+impl Drop for Abandonment<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let router = self.router;
+        let (admitted, reservation) = {
+            let mut state = self.ledger.lock();
+            (state.admitted, state.reservation.take())
+        };
+        let route = router.routes.get(&self.request.route);
+        let (tokens_in, tokens_out) = if admitted {
+            (
+                (prompt_bound(self.request) as usize).div_ceil(BYTES_PER_TOKEN) as u64,
+                self.streamed_bytes.div_ceil(BYTES_PER_TOKEN) as u64,
+            )
+        } else {
+            (0, 0)
+        };
+        let price = route.map(|r| r.most_expensive()).unwrap_or_default();
+        let cost = (price.input * tokens_in as f64 + price.output * tokens_out as f64) / 1e6;
+        if let (Some(budgets), Some(reservation)) = (&router.budgets, reservation) {
+            budgets.settle(reservation, cost);
+        }
+        if admitted {
+            let key = self.options.api_key.as_deref();
+            if let (Some(rate), Some(key)) = (&router.key_tokens, key) {
+                rate.consume(key, tokens_in + tokens_out);
+            }
+            if let Some(rate) = route.and_then(|r| r.tokens.as_ref()) {
+                rate.consume("", tokens_in + tokens_out);
+            }
+        }
+        tracing::info!(
+            request = %self.id,
+            route = %self.request.route,
+            streamed_bytes = self.streamed_bytes,
+            "the caller went away before the call ended"
+        );
+        if let Some(log) = &router.log {
+            log.record(LogRecord {
+                id: self.id,
+                at: self.at,
+                session_id: self.options.session_id,
+                api_key: self.options.api_key.clone(),
+                route: self.request.route.clone(),
+                provider: None,
+                model: None,
+                status: "abandoned".into(),
+                attempts: Vec::new(),
+                latency_ms: millis(self.started.elapsed()),
+                ttft_ms: None,
+                tokens_in,
+                tokens_out,
+                cost,
+                cache_hit: false,
+                stream: self.stream,
+                metadata: self.options.metadata.clone(),
+                error: Some(format!(
+                    "the caller went away before the answer ({} bytes streamed); tokens and \
+                     cost are estimates",
+                    self.streamed_bytes
+                )),
+            });
         }
     }
 }

@@ -533,3 +533,79 @@ async fn tool_calls_come_back_streamed_or_not_and_unknown_routes_are_refused() {
         .unwrap_err();
     assert_eq!(error.code, "unknown_route");
 }
+
+/// Callers that go away mid-call (a client disconnecting, a cancelled turn) hand their budget
+/// reservation back, are charged what was streamed, and leave a log record of their own.
+#[tokio::test]
+async fn abandoned_calls_release_their_reservation_and_are_logged() {
+    let words: String = (0..40).map(|i| format!("w{i} ")).collect();
+    let up = Upstream::start(
+        vec![],
+        Reply::Text {
+            text: words.clone(),
+            delay: Duration::from_millis(200),
+            chunk_delay: Duration::from_millis(50),
+            completion_tokens: 40,
+        },
+    )
+    .await;
+    // A call may cost up to 10 tokens at $1000 per million: $0.01; the budget fits ten.
+    let s = router(
+        &[("a", &up)],
+        json!([{ "name": "r", "targets": [{ "provider": "a", "model": "m", "max_tokens": 10 }] }]),
+        json!({
+            "limits": { "budget_usd": 0.1, "budget_window_secs": 3600, "tokens_per_min": 1000000 },
+            "prices": { "m": { "input": 0.0, "output": 1000.0 } },
+        }),
+    );
+    let options = || CallOptions {
+        api_key: Some("key-1".into()),
+        ..Default::default()
+    };
+    // Ten streamed calls, each dropped after its first piece of text: together they reserved
+    // the whole budget.
+    for i in 0..10 {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let call = s.router.call(ask("r", &format!("call {i}")), options(), Some(tx));
+        tokio::pin!(call);
+        tokio::select! {
+            _ = &mut call => panic!("the paced answer finished before its first piece"),
+            first = rx.recv() => assert!(first.is_some()),
+        }
+    }
+    // One more, not streamed, abandoned while it waits.
+    let quiet = tokio::time::timeout(
+        Duration::from_millis(100),
+        s.router.call(ask("r", "quiet"), options(), None),
+    )
+    .await;
+    assert!(quiet.is_err(), "the call should still have been running");
+
+    // The reservations are back: the budget has room for a whole call again.
+    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+    let served = tokio::time::timeout(
+        Duration::from_secs(10),
+        s.router.call(ask("r", "after"), options(), Some(tx)),
+    )
+    .await
+    .expect("the call ends");
+    assert!(served.is_ok(), "refused after abandoned calls: {served:?}");
+
+    let records = s.sink.records(12).await;
+    let abandoned: Vec<&LogRecord> = records
+        .iter()
+        .filter(|r| r.status == "abandoned")
+        .collect();
+    assert_eq!(abandoned.len(), 11, "{records:?}");
+    let streamed: Vec<&&LogRecord> = abandoned.iter().filter(|r| r.stream).collect();
+    assert_eq!(streamed.len(), 10);
+    // Charged for what was streamed: at least a token each, never more than reserved.
+    assert!(streamed
+        .iter()
+        .all(|r| r.tokens_out >= 1 && r.cost > 0.0 && r.cost <= 0.01));
+    assert!(abandoned
+        .iter()
+        .all(|r| r.api_key.as_deref() == Some("key-1") && r.error.is_some()));
+    let spent: f64 = records.iter().map(|r| r.cost).sum();
+    assert!(spent <= 0.1 + 1e-9, "{spent}");
+}
