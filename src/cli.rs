@@ -146,6 +146,12 @@ pub struct SessionsBenchArgs {
     /// Turns for the durable step latency.
     #[arg(long, default_value_t = 2_000)]
     pub turns: usize,
+    /// Session lengths (events) at which one decision's cost is timed.
+    #[arg(long, value_delimiter = ',', default_value = "100,10000,100000")]
+    pub step_lengths: Vec<usize>,
+    /// Run only the step-cost section.
+    #[arg(long)]
+    pub step_cost_only: bool,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -174,8 +174,12 @@ impl ModelClient for SessionModel {
         deltas: UnboundedSender<String>,
         cancel: Arc<AtomicBool>,
     ) -> Result<ModelOutput, ModelError> {
+        // Charged to whoever created the session, under the same per-key limits and budgets
+        // as their `/v1/chat/completions` calls; logged with the session's metadata.
         let options = CallOptions {
             session_id: Some(request.session_id),
+            api_key: Some(request.principal.clone()),
+            metadata: stead_router::log_metadata(&request.metadata),
             ..Default::default()
         };
         let call = self
@@ -185,7 +189,14 @@ impl ModelClient for SessionModel {
         let response = tokio::select! {
             biased;
             _ = stead_router::cancelled(&cancel) => return Err(ModelError::Cancelled),
-            response = call => response.map_err(|e| ModelError::Failed(e.message))?,
+            response = call => response.map_err(|e| {
+                // A refusal by a limit or budget names its code: the journal says why.
+                if e.code.is_limit() {
+                    ModelError::Failed(format!("{}: {}", e.code, e.message))
+                } else {
+                    ModelError::Failed(e.message)
+                }
+            })?,
         };
         Ok(ModelOutput {
             text: response.text,
@@ -262,6 +273,8 @@ mod tests {
                 description: "Current weather of a city.".into(),
                 parameters: json!({ "type": "object", "properties": { "city": { "type": "string" } } }),
             }],
+            principal: "local".into(),
+            metadata: Default::default(),
         };
         let tool_call = |id: &str, city: &str| {
             json!({

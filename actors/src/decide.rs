@@ -125,6 +125,8 @@ pub enum Refusal {
     NothingToCancel,
     /// The session failed or was closed: it takes no more input.
     Ended,
+    /// A user message while a turn runs and `max_queued_messages` are queued already.
+    QueueFull,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]

@@ -98,6 +98,11 @@ impl ApprovalOutcome {
 pub enum SessionEvent {
     SessionCreated {
         agent: String,
+        /// Who created the session, as the model router's limits and budgets name callers: an
+        /// API key's fingerprint or `local`. Every model call of the session is charged to it
+        /// (`null` in journals written before it existed: charged as `local`).
+        #[serde(default)]
+        principal: Option<String>,
     },
     UserMessage {
         text: String,
@@ -187,6 +192,9 @@ pub enum SessionEvent {
         at: i64,
         #[serde(default)]
         overrides: Overrides,
+        /// Who forked: the fork's model calls are charged to it from here on.
+        #[serde(default)]
+        principal: Option<String>,
     },
 }
 

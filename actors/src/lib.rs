@@ -20,4 +20,4 @@ pub use events::{
     SYSTEM_DECIDER,
 };
 pub use policy::{args_hash, ApprovalPolicy};
-pub use state::{CallState, CallStatus, SessionState, TranscriptEntry, Turn};
+pub use state::{CallState, CallStatus, SessionState, TranscriptEntry, Turn, LOCAL_PRINCIPAL};

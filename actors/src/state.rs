@@ -88,16 +88,20 @@ impl Turn {
 pub struct SessionState {
     pub last_seq: i64,
     pub agent: String,
-    pub transcript: Vec<TranscriptEntry>,
+    /// Who the session's model calls are charged to (`session_created`, `session_forked`).
+    pub principal: Option<String>,
+    /// Persistent collections (`imbl`): `decide` works on a copy of the state, which must cost
+    /// the same whatever the session's length (`stead bench sessions`, step cost).
+    pub transcript: imbl::Vector<TranscriptEntry>,
     pub turn: Option<Turn>,
     /// User messages that arrived during a turn, handled after it, in order.
     pub queued: VecDeque<String>,
-    pub client_ids: BTreeSet<String>,
+    pub client_ids: imbl::OrdSet<String>,
     /// Tools approved for the rest of the session.
     pub approved_tools: BTreeSet<String>,
     /// Calls whose approval was decided (so a late second decision is a conflict, even after
     /// the turn moved on).
-    pub decided_approvals: BTreeSet<String>,
+    pub decided_approvals: imbl::OrdSet<String>,
     pub usage: Usage,
     /// Counters that make generated ids deterministic under replay.
     pub model_calls_total: u64,
@@ -111,12 +115,23 @@ pub struct SessionState {
     pub overrides: Overrides,
 }
 
+/// The principal of sessions whose journal names none.
+pub const LOCAL_PRINCIPAL: &str = "local";
+
 impl SessionState {
+    /// Who this session's model calls are charged to.
+    pub fn principal(&self) -> &str {
+        self.principal.as_deref().unwrap_or(LOCAL_PRINCIPAL)
+    }
+
     /// Folds one committed event at `seq`.
     pub fn apply(&mut self, seq: i64, event: &SessionEvent) {
         self.last_seq = seq;
         match event {
-            SessionEvent::SessionCreated { agent } => self.agent = agent.clone(),
+            SessionEvent::SessionCreated { agent, principal } => {
+                self.agent = agent.clone();
+                self.principal = principal.clone();
+            }
             SessionEvent::UserMessage { text, client_id } => {
                 if let Some(id) = client_id {
                     self.client_ids.insert(id.clone());
@@ -143,7 +158,7 @@ impl SessionState {
             } => {
                 self.usage.prompt_tokens += usage.prompt_tokens;
                 self.usage.completion_tokens += usage.completion_tokens;
-                self.transcript.push(TranscriptEntry::Assistant {
+                self.transcript.push_back(TranscriptEntry::Assistant {
                     text: text.clone(),
                     tool_calls: tool_calls.clone(),
                 });
@@ -216,7 +231,7 @@ impl SessionState {
                 result,
             } => {
                 self.set_status(call_id, CallStatus::Finished);
-                self.transcript.push(TranscriptEntry::Tool {
+                self.transcript.push_back(TranscriptEntry::Tool {
                     call_id: call_id.clone(),
                     tool: tool.clone(),
                     content: result.clone(),
@@ -234,7 +249,7 @@ impl SessionState {
                         in_doubt: *in_doubt,
                     },
                 );
-                self.transcript.push(TranscriptEntry::Tool {
+                self.transcript.push_back(TranscriptEntry::Tool {
                     call_id: call_id.clone(),
                     tool: tool.clone(),
                     content: json!({ "error": error }),
@@ -250,8 +265,12 @@ impl SessionState {
                 from,
                 at,
                 overrides,
+                principal,
             } => {
                 self.forked_from = Some((from.clone(), *at));
+                if principal.is_some() {
+                    self.principal = principal.clone();
+                }
                 if overrides.route.is_some() {
                     self.overrides.route = overrides.route.clone();
                 }
@@ -288,7 +307,7 @@ impl SessionState {
     }
 
     fn start_turn(&mut self, text: String) {
-        self.transcript.push(TranscriptEntry::User { text });
+        self.transcript.push_back(TranscriptEntry::User { text });
         self.turn = Some(Turn::default());
     }
 

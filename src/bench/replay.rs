@@ -52,6 +52,7 @@ pub fn record(session_id: &str, rules: &AgentRules, min_events: usize) -> Vec<Se
         &mut events,
         SessionEvent::SessionCreated {
             agent: "demo".into(),
+            principal: None,
         },
     );
     let step = |state: &mut SessionState, events: &mut Vec<SessionEvent>, input: Input| {

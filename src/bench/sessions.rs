@@ -62,6 +62,101 @@ fn agent() -> Agent {
     }
 }
 
+/// One decision's cost against the session's length: `decide` for a user message (which
+/// starts a turn: two events) on a state folded from `length` events of whole turns, and, for
+/// comparison, a copy of the transcript as a `Vec` (what each decision cost when the state held
+/// plain collections and `decide` cloned it whole).
+fn step_cost(lengths: &[usize]) {
+    println!("step cost against session length (decide for a user message, in process)");
+    let rules = agent().rules;
+    for &length in lengths {
+        let mut state = stead_actors::SessionState::default();
+        let fold = |state: &mut stead_actors::SessionState, event: SessionEvent| {
+            let seq = state.last_seq + 1;
+            state.apply(seq, &event);
+        };
+        fold(
+            &mut state,
+            SessionEvent::SessionCreated {
+                agent: "bench".into(),
+                principal: None,
+            },
+        );
+        let mut turn = 0u64;
+        while (state.last_seq as usize) + 5 <= length.max(6) {
+            turn += 1;
+            fold(
+                &mut state,
+                SessionEvent::UserMessage {
+                    text: format!("question {turn} about the rows of last week"),
+                    client_id: Some(format!("c{turn}")),
+                },
+            );
+            fold(
+                &mut state,
+                SessionEvent::ModelCallStarted {
+                    call_id: format!("m{turn}"),
+                    route: "default".into(),
+                    model: "default".into(),
+                },
+            );
+            fold(
+                &mut state,
+                SessionEvent::ModelCallFinished {
+                    call_id: format!("m{turn}"),
+                    text: "an answer of a few words, as models give".into(),
+                    tool_calls: Vec::new(),
+                    usage: Usage {
+                        prompt_tokens: 40,
+                        completion_tokens: 12,
+                    },
+                    provider: "bench".into(),
+                    model: "instant".into(),
+                    latency_ms: 1.0,
+                    ttft_ms: 1.0,
+                    cost: 0.0,
+                },
+            );
+            fold(
+                &mut state,
+                SessionEvent::AssistantMessage {
+                    text: "an answer of a few words, as models give".into(),
+                },
+            );
+            fold(
+                &mut state,
+                SessionEvent::TurnFinished {
+                    reason: stead_actors::TurnEnd::Completed,
+                },
+            );
+        }
+        let input = || Input::UserMessage {
+            text: "one more question".into(),
+            client_id: Some("next".into()),
+        };
+        let reps = 2_000u32;
+        let started = Instant::now();
+        for _ in 0..reps {
+            let decision = stead_actors::decide(&state, "bench", input(), &rules);
+            std::hint::black_box(decision.ok());
+        }
+        let decide_us = started.elapsed().as_secs_f64() * 1e6 / reps as f64;
+        let copies = 20u32;
+        let started = Instant::now();
+        for _ in 0..copies {
+            let copy: Vec<stead_actors::TranscriptEntry> =
+                state.transcript.iter().cloned().collect();
+            std::hint::black_box(copy);
+        }
+        let copy_us = started.elapsed().as_secs_f64() * 1e6 / copies as f64;
+        println!(
+            "  {:>7} events ({:>6} transcript entries): decide {decide_us:>8.2} µs · a Vec copy of the transcript {copy_us:>10.1} µs",
+            state.last_seq,
+            state.transcript.len()
+        );
+    }
+}
+
 fn rss_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/statm")
         .ok()
@@ -126,6 +221,10 @@ fn parked_turn() -> Vec<NewEvent> {
 }
 
 pub async fn sessions(config: Config, args: SessionsBenchArgs) -> anyhow::Result<()> {
+    step_cost(&args.step_lengths);
+    if args.step_cost_only {
+        return Ok(());
+    }
     prepare_data_dir(&config.server.data_dir)?;
     let file = config.server.data_dir.join(format!(
         "bench-sessions-{}.db",

@@ -31,6 +31,8 @@ pub struct SessionsConfig {
     pub keep_journal_days: Option<u64>,
     /// How often the server looks for journals to compact (with `keep_journal_days` set).
     pub retention_sweep_secs: u64,
+    /// User messages a session holds while a turn runs; more get 429 `queue_full`.
+    pub max_queued_messages: usize,
 }
 
 impl Default for SessionsConfig {
@@ -46,6 +48,7 @@ impl Default for SessionsConfig {
             lease_ttl_secs: lifecycle.lease_ttl.as_secs(),
             keep_journal_days: None,
             retention_sweep_secs: 3600,
+            max_queued_messages: lifecycle.max_queued_messages,
         }
     }
 }
@@ -61,6 +64,7 @@ impl SessionsConfig {
             restart_backoff: Duration::from_millis(self.restart_backoff_ms),
             restart_backoff_max: Duration::from_millis(self.restart_backoff_max_ms),
             lease_ttl: Duration::from_secs(self.lease_ttl_secs),
+            max_queued_messages: self.max_queued_messages,
         }
     }
 }

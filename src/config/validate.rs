@@ -88,6 +88,7 @@ impl Config {
             ("restart_limit", sessions.restart_limit as u64),
             ("restart_window_secs", sessions.restart_window_secs),
             ("lease_ttl_secs", sessions.lease_ttl_secs),
+            ("max_queued_messages", sessions.max_queued_messages as u64),
         ] {
             if value == 0 {
                 return Err(bad(&format!("sessions.{name}"), "must be at least 1"));

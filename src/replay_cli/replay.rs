@@ -138,7 +138,14 @@ pub(super) async fn fork(
         route: args.route,
         system_prompt,
     };
-    let (row, last_seq) = replay::fork(store, &source, args.at, overrides).await?;
+    let (row, last_seq) = replay::fork(
+        store,
+        &source,
+        args.at,
+        overrides,
+        stead_actors::LOCAL_PRINCIPAL,
+    )
+    .await?;
     let status = replay::settle_status(store, row.id).await?.status;
     if args.json {
         print_json(&json!({

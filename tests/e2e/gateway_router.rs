@@ -375,3 +375,103 @@ route = "metered"
     }
     assert_eq!(up.requests().len(), 10);
 }
+
+/// A session's model calls are charged to the API key that created it: they count against the
+/// key's limits like its own `/v1/chat/completions` calls, a refusal fails the call in the
+/// journal with its code (the session stays usable), and every row carries the session's
+/// metadata.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sessions_model_calls_are_charged_to_the_key_that_created_it() {
+    use sha2::Digest;
+    let key = "operator-key-0123456789";
+    let fingerprint: String = sha2::Sha256::digest(key.as_bytes())[..4]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let up = Upstream::start(vec![], Reply::text("Fine.")).await;
+    let config = up.config(
+        "metered",
+        r#"model = "m""#,
+        &format!(
+            r#"[server]
+api_keys = ["{key}"]
+
+[gateway.limits]
+requests_per_min = 3
+
+[[agents]]
+name = "metered"
+route = "metered"
+"#
+        ),
+    );
+    let mut server = Stead::start(&config, None);
+    server.api_key = Some(key.into());
+    let (status, created) = server
+        .call(
+            "POST",
+            "/v1/sessions",
+            Some(json!({ "agent": "metered", "metadata": { "customer": "acme", "plan": { "tier": 2 } } })),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap().to_string();
+    let journal = server.journal(&id).await;
+    assert_eq!(
+        journal[0]["payload"],
+        json!({ "agent": "metered", "principal": fingerprint })
+    );
+    // Two turns fit the key's three requests a minute…
+    for text in ["one", "two"] {
+        let (status, body) = server.say(&id, text).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    // …and the key's own call takes the third.
+    let (status, _, body) = post(
+        &server,
+        json!({ "model": "metered", "messages": [{ "role": "user", "content": "direct" }] }),
+        &[("authorization", &format!("Bearer {key}"))],
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    // The session's next call is over the key's limit: it fails in the journal, with the code.
+    let (status, body) = server.say(&id, "three").await;
+    assert_eq!(status, 200, "{body}");
+    let journal = server.journal(&id).await;
+    let failed = journal
+        .iter()
+        .find(|e| e["kind"] == "model_call_failed")
+        .expect("a failed model call");
+    assert!(
+        failed["payload"]["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("rate_limited: "),
+        "{failed}"
+    );
+    assert_eq!(
+        journal.last().unwrap()["payload"],
+        json!({ "reason": "model_failed" })
+    );
+    let session = server.wait_for_status(&id, "idle").await;
+    assert_eq!(session["status"], "idle");
+    assert_eq!(
+        up.requests().len(),
+        3,
+        "the refused call never reached upstream"
+    );
+
+    // Every row of the session: charged to the key, with the session's flat metadata.
+    let rows = logs(&server, &format!("session_id={id}"), 3).await;
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    for row in &rows {
+        assert_eq!(row["api_key"], fingerprint.as_str(), "{row}");
+        assert_eq!(row["metadata"], json!({ "customer": "acme" }), "{row}");
+    }
+    let statuses: Vec<&str> = rows.iter().map(|r| r["status"].as_str().unwrap()).collect();
+    assert_eq!(
+        statuses.iter().filter(|s| **s == "rate_limited").count(),
+        1,
+        "{statuses:?}"
+    );
+}

@@ -13,13 +13,14 @@ use crate::events::{Overrides, SessionEvent};
 
 /// A new session whose journal is a copy of `source`'s up to `at` (same seqs, kinds, payloads
 /// and times) followed by `session_forked` with the overrides. Returns the new session's row
-/// and last seq. The fork is not activated here: whatever was in flight at `at` carries on
+/// and last seq. The fork's model calls are charged to `principal` (who forked). The fork is not activated here: whatever was in flight at `at` carries on
 /// when its actor starts.
 pub async fn fork(
     store: &Arc<dyn JournalStore>,
     source: &Session,
     at: i64,
     overrides: Overrides,
+    principal: &str,
 ) -> Result<(Session, i64), ReplayError> {
     if at < 1 || at > source.last_seq {
         return Err(ReplayError::SeqOutOfRange {
@@ -53,6 +54,7 @@ pub async fn fork(
         from: source.id.to_string(),
         at,
         overrides,
+        principal: Some(principal.to_string()),
     }
     .to_parts();
     let mut rows = new_events(&copied);

@@ -69,6 +69,8 @@ pub struct Live {
     pub(super) streaming: Option<(String, Arc<AtomicBool>, String)>,
     /// The status last written to the session's row (for listing and filtering).
     pub(super) synced_status: SessionStatus,
+    /// The session's metadata, for its model calls' request-log rows.
+    pub(super) metadata: serde_json::Map<String, serde_json::Value>,
     pub(super) lease_renewed: std::time::Instant,
     /// The `invoke_agent {agent}` span of the turn in progress (model and tool calls are its
     /// children); it ends when the session stops running (a turn's end, or parking).
@@ -96,7 +98,12 @@ impl Actor for SessionActor {
             }
         }
         let last_snapshot = state.last_seq;
-        let row_status = deps.store.get_session(deps.session_id).await?.status;
+        let row = deps.store.get_session(deps.session_id).await?;
+        let row_status = row.status;
+        let metadata = match row.metadata {
+            serde_json::Value::Object(map) => map,
+            _ => Default::default(),
+        };
         loop {
             let page = deps
                 .store
@@ -152,6 +159,7 @@ impl Actor for SessionActor {
             last_snapshot,
             streaming: None,
             synced_status: row_status,
+            metadata,
             lease_renewed: std::time::Instant::now(),
             turn_span: None,
         };

@@ -32,6 +32,9 @@ pub struct Lifecycle {
     /// How long an activation's lease lasts without renewal (renewed every third of it); a
     /// node that dies holds its sessions at most this long.
     pub lease_ttl: std::time::Duration,
+    /// User messages a session holds while a turn runs; more are refused (`queue_full`), so
+    /// that one token cannot queue unbounded work.
+    pub max_queued_messages: usize,
 }
 
 impl Default for Lifecycle {
@@ -44,6 +47,7 @@ impl Default for Lifecycle {
             restart_backoff: std::time::Duration::from_millis(100),
             restart_backoff_max: std::time::Duration::from_secs(5),
             lease_ttl: std::time::Duration::from_secs(30),
+            max_queued_messages: 32,
         }
     }
 }

@@ -33,6 +33,12 @@ impl Live {
         input: Input,
     ) -> Result<(i64, Vec<Action>), SessionError> {
         let session_id = self.deps.session_id.to_string();
+        if matches!(input, Input::UserMessage { .. })
+            && self.state.turn.is_some()
+            && self.state.queued.len() >= self.deps.lifecycle.max_queued_messages
+        {
+            return Err(SessionError::Refused(crate::Refusal::QueueFull));
+        }
         let decision = decide(&self.state, &session_id, input, &self.deps.agent.rules)
             .map_err(SessionError::Refused)?;
         if !decision.events.is_empty() {
@@ -187,7 +193,9 @@ impl Live {
                         .system_prompt
                         .clone()
                         .unwrap_or_else(|| agent.system_prompt.clone()),
-                    transcript: self.state.transcript.clone(),
+                    transcript: self.state.transcript.iter().cloned().collect(),
+                    principal: self.state.principal().to_string(),
+                    metadata: self.metadata.clone(),
                     tools: agent
                         .tools
                         .values()

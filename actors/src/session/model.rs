@@ -29,6 +29,11 @@ pub struct ModelRequest {
     pub system_prompt: String,
     pub transcript: Vec<TranscriptEntry>,
     pub tools: Vec<ToolSpec>,
+    /// Who the call is charged to: the API key (fingerprint) that created or forked the
+    /// session, or `local` (the router's per-key limits and budgets apply to it).
+    pub principal: String,
+    /// The session's metadata (its row's), kept with the call's request-log row.
+    pub metadata: serde_json::Map<String, serde_json::Value>,
 }
 
 /// Why a model call gave no answer. Its text is what `model_call_failed` journals.

@@ -46,6 +46,17 @@ impl Principal {
         }
     }
 
+    /// The name the model router's per-key limits and budgets know this caller by: the key's
+    /// fingerprint, or `local`. A session token has none (its session's calls are charged to
+    /// whoever created the session).
+    pub fn limits_key(&self) -> Option<String> {
+        match self {
+            Principal::Local => Some(stead_actors::LOCAL_PRINCIPAL.into()),
+            Principal::ApiKey(name) => Some(name.clone()),
+            Principal::Session(_) => None,
+        }
+    }
+
     /// Who decided, as journaled in `approval_decided`.
     pub fn name(&self) -> String {
         match self {

@@ -135,6 +135,11 @@ pub fn refusal_error(refusal: Refusal) -> ApiError {
             ErrorCode::SessionEnded,
             "the session is closed or failed and takes no more input",
         ),
+        Refusal::QueueFull => ApiError::new(
+            ErrorCode::QueueFull,
+            "the session holds as many queued messages as it may (sessions.max_queued_messages); \
+             send again when its turn has moved on",
+        ),
     }
 }
 

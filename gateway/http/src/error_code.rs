@@ -119,6 +119,8 @@ error_codes! {
     BudgetExceeded = (TOO_MANY_REQUESTS, "budget_exceeded"),
     /// A WebSocket client that fell too far behind.
     TooSlow = (TOO_MANY_REQUESTS, "too_slow"),
+    /// A message while a turn runs and `sessions.max_queued_messages` are queued.
+    QueueFull = (TOO_MANY_REQUESTS, "queue_full"),
     /// A session already holds `server.max_websockets_per_session` WebSockets.
     TooManyWebSockets = (TOO_MANY_REQUESTS, "too_many_websockets"),
     /// A bug or a database failure (details in the log only).

@@ -28,14 +28,6 @@ use crate::openapi::ErrorBody;
 use crate::{ApiError, ApiJson, ApiQuery, AppState, ErrorCode};
 
 /// The per-key name limits and budgets count against.
-fn key_name(principal: &Principal) -> Option<String> {
-    match principal {
-        Principal::Local => Some("local".into()),
-        Principal::ApiKey(name) => Some(name.clone()),
-        Principal::Session(_) => None,
-    }
-}
-
 fn router_error(error: &RouterError) -> Response {
     let mut response = ApiError::new(error.code.into(), error.message.clone()).into_response();
     let headers = response.headers_mut();
@@ -81,7 +73,7 @@ fn options(principal: &Principal, headers: &HeaderMap) -> Result<CallOptions, Ap
     Ok(CallOptions {
         request_id: Some(Uuid::now_v7()),
         session_id: None,
-        api_key: key_name(principal),
+        api_key: principal.limits_key(),
         metadata,
         cache: if bypass {
             CacheMode::Bypass

@@ -76,7 +76,14 @@ impl Router {
             armed: true,
         };
         let run = self
-            .run(id, request.clone(), &options, deltas.is_some(), &ledger, started)
+            .run(
+                id,
+                request.clone(),
+                &options,
+                deltas.is_some(),
+                &ledger,
+                started,
+            )
             .instrument(span.clone());
         let result = match deltas {
             // The text passes through here, so that an abandoned call knows what it streamed.

@@ -341,6 +341,29 @@ pub fn parse_metadata(text: &str) -> Result<Map<String, Value>, String> {
     Ok(map)
 }
 
+/// The entries of a session's metadata that a request-log row keeps: those `x-stead-metadata`
+/// would accept (a key of 1 to 64 characters; a string of up to 256 bytes, a number or a
+/// bool), the first 16 in key order. Nested values (e.g. a fork's `forked_from`) are left out.
+pub fn log_metadata(metadata: &Map<String, Value>) -> Map<String, Value> {
+    let mut entries: Vec<(&String, &Value)> = metadata
+        .iter()
+        .filter(|(key, value)| {
+            (1..=64).contains(&key.len())
+                && match value {
+                    Value::String(s) => s.len() <= 256,
+                    Value::Number(_) | Value::Bool(_) => true,
+                    _ => false,
+                }
+        })
+        .collect();
+    entries.sort_by(|a, b| a.0.cmp(b.0));
+    entries
+        .into_iter()
+        .take(16)
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
 /// Flags shared between a caller and a call it may abandon.
 pub type CancelFlag = Arc<AtomicBool>;
 

@@ -566,7 +566,9 @@ async fn abandoned_calls_release_their_reservation_and_are_logged() {
     // the whole budget.
     for i in 0..10 {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let call = s.router.call(ask("r", &format!("call {i}")), options(), Some(tx));
+        let call = s
+            .router
+            .call(ask("r", &format!("call {i}")), options(), Some(tx));
         tokio::pin!(call);
         tokio::select! {
             _ = &mut call => panic!("the paced answer finished before its first piece"),
@@ -592,10 +594,7 @@ async fn abandoned_calls_release_their_reservation_and_are_logged() {
     assert!(served.is_ok(), "refused after abandoned calls: {served:?}");
 
     let records = s.sink.records(12).await;
-    let abandoned: Vec<&LogRecord> = records
-        .iter()
-        .filter(|r| r.status == "abandoned")
-        .collect();
+    let abandoned: Vec<&LogRecord> = records.iter().filter(|r| r.status == "abandoned").collect();
     assert_eq!(abandoned.len(), 11, "{records:?}");
     let streamed: Vec<&&LogRecord> = abandoned.iter().filter(|r| r.stream).collect();
     assert_eq!(streamed.len(), 10);

@@ -111,7 +111,7 @@ async fn a_fork_copies_the_first_n_events_and_later_calls_use_the_override() {
     assert_eq!(journal[at as usize]["kind"], "session_forked");
     assert_eq!(
         journal[at as usize]["payload"],
-        json!({ "from": id, "at": at, "overrides": {
+        json!({ "from": id, "at": at, "principal": "local", "overrides": {
             "route": "alt", "system_prompt": "You are a terse pirate." } })
     );
 

@@ -35,11 +35,21 @@ route?: string | null, system_prompt?: string | null, };
 /**
  * One journaled step of a session.
  */
-export type SessionEvent = { "kind": "session_created", "payload": { agent: string, } } | { "kind": "user_message", "payload": { text: string, client_id: string | null, } } | { "kind": "model_call_started", "payload": { call_id: string, route: string, model: string, } } | { "kind": "model_call_finished", "payload": { call_id: string, text: string, tool_calls: Array<RequestedCall>, usage: Usage, provider: string, model: string, latency_ms: number, ttft_ms: number, cost: number, } } | { "kind": "model_call_failed", "payload": { call_id: string, error: string, } } | { "kind": "tool_call_requested", "payload": { call_id: string, tool: string, arguments: unknown, } } | { "kind": "approval_requested", "payload": { call_id: string, tool: string, arguments: unknown, args_hash: string, reason: string, } } | { "kind": "approval_decided", "payload": { call_id: string, approved: boolean, reason: string | null, decided_by: string, scope: ApprovalScope, } } | { "kind": "tool_call_started", "payload": { call_id: string, tool: string, idempotency_key: string, } } | { "kind": "tool_call_finished", "payload": { call_id: string, tool: string, result: unknown, } } | { "kind": "tool_call_failed", "payload": { call_id: string, tool: string, error: string, 
+export type SessionEvent = { "kind": "session_created", "payload": { agent: string, 
+/**
+ * Who created the session, as the model router's limits and budgets name callers: an
+ * API key's fingerprint or `local`. Every model call of the session is charged to it
+ * (`null` in journals written before it existed: charged as `local`).
+ */
+principal: string | null, } } | { "kind": "user_message", "payload": { text: string, client_id: string | null, } } | { "kind": "model_call_started", "payload": { call_id: string, route: string, model: string, } } | { "kind": "model_call_finished", "payload": { call_id: string, text: string, tool_calls: Array<RequestedCall>, usage: Usage, provider: string, model: string, latency_ms: number, ttft_ms: number, cost: number, } } | { "kind": "model_call_failed", "payload": { call_id: string, error: string, } } | { "kind": "tool_call_requested", "payload": { call_id: string, tool: string, arguments: unknown, } } | { "kind": "approval_requested", "payload": { call_id: string, tool: string, arguments: unknown, args_hash: string, reason: string, } } | { "kind": "approval_decided", "payload": { call_id: string, approved: boolean, reason: string | null, decided_by: string, scope: ApprovalScope, } } | { "kind": "tool_call_started", "payload": { call_id: string, tool: string, idempotency_key: string, } } | { "kind": "tool_call_finished", "payload": { call_id: string, tool: string, result: unknown, } } | { "kind": "tool_call_failed", "payload": { call_id: string, tool: string, error: string, 
 /**
  * The call may or may not have taken effect (started, not finished, not idempotent).
  */
-in_doubt: boolean, } } | { "kind": "assistant_message", "payload": { text: string, } } | { "kind": "turn_finished", "payload": { reason: TurnEnd, } } | { "kind": "turn_cancelled", "payload": { reason: string, } } | { "kind": "session_failed", "payload": { reason: string, } } | { "kind": "session_closed", "payload": { reason: string, } } | { "kind": "session_forked", "payload": { from: string, at: number, overrides: Overrides, } };
+in_doubt: boolean, } } | { "kind": "assistant_message", "payload": { text: string, } } | { "kind": "turn_finished", "payload": { reason: TurnEnd, } } | { "kind": "turn_cancelled", "payload": { reason: string, } } | { "kind": "session_failed", "payload": { reason: string, } } | { "kind": "session_closed", "payload": { reason: string, } } | { "kind": "session_forked", "payload": { from: string, at: number, overrides: Overrides, 
+/**
+ * Who forked: the fork's model calls are charged to it from here on.
+ */
+principal: string | null, } };
 
 /**
  * One journaled step, as `GET …/events` and the WebSocket `event` frame carry it.
@@ -50,7 +60,7 @@ export type EventView = { seq: number, kind: string, payload: unknown,
  */
 at: string, };
 
-export type ErrorCode = "agent_not_configured" | "already_decided" | "approval_not_found" | "args_hash_mismatch" | "budget_exceeded" | "compacted" | "duplicate_client_id" | "event_too_large" | "forbidden" | "frame_too_large" | "host_not_allowed" | "internal" | "invalid_body" | "invalid_credentials" | "invalid_frame" | "invalid_id" | "invalid_json" | "invalid_metadata" | "invalid_query" | "invalid_request" | "message_too_large" | "method_not_allowed" | "missing_credentials" | "model_not_found" | "not_found" | "not_ready" | "nothing_to_cancel" | "origin_not_allowed" | "overloaded" | "payload_too_large" | "rate_limited" | "seq_out_of_range" | "session_elsewhere" | "session_ended" | "session_not_found" | "stale" | "too_many_websockets" | "too_slow" | "unavailable" | "unknown_agent" | "unknown_frame_type" | "unknown_route" | "unsupported_frame" | "unsupported_media_type" | "upstream_failed" | "upstream_rejected";
+export type ErrorCode = "agent_not_configured" | "already_decided" | "approval_not_found" | "args_hash_mismatch" | "budget_exceeded" | "compacted" | "duplicate_client_id" | "event_too_large" | "forbidden" | "frame_too_large" | "host_not_allowed" | "internal" | "invalid_body" | "invalid_credentials" | "invalid_frame" | "invalid_id" | "invalid_json" | "invalid_metadata" | "invalid_query" | "invalid_request" | "message_too_large" | "method_not_allowed" | "missing_credentials" | "model_not_found" | "not_found" | "not_ready" | "nothing_to_cancel" | "origin_not_allowed" | "overloaded" | "payload_too_large" | "queue_full" | "rate_limited" | "seq_out_of_range" | "session_elsewhere" | "session_ended" | "session_not_found" | "stale" | "too_many_websockets" | "too_slow" | "unavailable" | "unknown_agent" | "unknown_frame_type" | "unknown_route" | "unsupported_frame" | "unsupported_media_type" | "upstream_failed" | "upstream_rejected";
 
 /**
  * A WebSocket frame from the server.

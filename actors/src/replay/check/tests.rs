@@ -53,7 +53,10 @@ impl Recorder {
             events: Vec::new(),
             inputs: 0,
         };
-        recorder.push(SessionEvent::SessionCreated { agent: "a".into() });
+        recorder.push(SessionEvent::SessionCreated {
+            agent: "a".into(),
+            principal: None,
+        });
         recorder
     }
 
@@ -301,6 +304,7 @@ fn a_fork_of_an_import_attributes_each_part_to_its_decider() {
         from: b.to_string(),
         at,
         overrides: Overrides::default(),
+        principal: None,
     });
     looks(&mut c, 1);
     let clipped = json!({ IMPORTED_FROM: [{ "session_id": a.id, "through_seq": at }] });

@@ -62,6 +62,7 @@ impl Session {
         };
         s.commit(vec![SessionEvent::SessionCreated {
             agent: "ops".into(),
+            principal: None,
         }]);
         s
     }

@@ -100,3 +100,11 @@ pub fn pending_view(folded: &SessionState) -> Vec<Value> {
 pub fn event_view(event: &Event) -> Value {
     json!(EventView::of(event))
 }
+
+/// Who a session's model calls are charged to when `caller` creates or forks it (operators
+/// only: a session token cannot).
+fn billed(caller: &crate::Principal) -> String {
+    caller
+        .limits_key()
+        .unwrap_or_else(|| stead_actors::LOCAL_PRINCIPAL.to_string())
+}

@@ -120,7 +120,8 @@ pub async fn fork(
         system_prompt: body.overrides.system_prompt,
     };
     let (row, last_seq) =
-        stead_actors::replay::fork(&state.store, &source, body.at, overrides).await?;
+        stead_actors::replay::fork(&state.store, &source, body.at, overrides, &billed(&caller))
+            .await?;
     // Activate it: whatever was in flight at `at` carries on in the fork (finished model and
     // tool calls are in the copied journal and are not run again).
     let folded = state.sessions.state(row.id).await?;

@@ -49,6 +49,7 @@ pub async fn create_session(
         .await?;
     let (kind, payload) = SessionEvent::SessionCreated {
         agent: body.agent.clone(),
+        principal: Some(billed(&caller)),
     }
     .to_parts();
     state

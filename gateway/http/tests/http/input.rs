@@ -535,3 +535,58 @@ async fn the_public_openapi_document_names_no_agents() {
         json!(["ops"])
     );
 }
+
+/// A session holds at most `max_queued_messages` user messages while a turn runs; one more is
+/// refused with 429 `queue_full` and journals nothing. Its model calls name who they are
+/// charged to (the key that created it) and carry its metadata.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_queues_at_most_its_allowance_and_its_calls_name_their_principal() {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = seen.clone();
+    let model = ScriptedModel::respond(move |request| {
+        record
+            .lock()
+            .unwrap()
+            .push((request.principal.clone(), request.metadata.clone()));
+        ("ok".to_string(), vec![])
+    })
+    .with_delay(std::time::Duration::from_secs(3));
+    let key = "operator-key-0123456789";
+    let mut server = App::start(vec![ops_agent()], Arc::new(model), &[key]).await;
+    server.api_key = Some(key.into());
+    let (status, created) = server
+        .call(
+            "POST",
+            "/v1/sessions",
+            Some(json!({ "agent": "ops", "metadata": { "customer": "acme" } })),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap();
+    let path = format!("/v1/sessions/{id}/messages");
+    let send = |text: String| server.call("POST", &path, Some(json!({ "text": text })));
+    // The first message starts a turn (its model call takes 3 s); 32 more queue behind it.
+    for i in 0..33 {
+        let (status, body) = send(format!("message {i}")).await;
+        assert_eq!(status, 202, "message {i}: {body}");
+    }
+    let journal = server.journal(id).await;
+    let (status, refused) = send("one too many".into()).await;
+    assert_eq!(
+        (status, refused["error"]["code"].as_str()),
+        (429, Some("queue_full")),
+        "{refused}"
+    );
+    assert_eq!(server.journal(id).await, journal, "nothing was journaled");
+
+    // The running call names the key's fingerprint and the session's metadata.
+    let started = std::time::Instant::now();
+    while seen.lock().unwrap().is_empty() && started.elapsed().as_secs() < 10 {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let (principal, metadata) = seen.lock().unwrap()[0].clone();
+    assert_eq!(principal.len(), 8, "{principal}");
+    assert!(principal.chars().all(|c| c.is_ascii_hexdigit()));
+    assert_eq!(Value::Object(metadata), json!({ "customer": "acme" }));
+    assert_eq!(journal[0]["payload"]["principal"], principal.as_str());
+}
