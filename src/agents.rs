@@ -16,10 +16,7 @@ use crate::config::{AgentConfig, Config, ToolConfig};
 
 /// Every configured agent, ready for the session registry.
 pub fn build(config: &Config, store: &Arc<dyn JournalStore>) -> anyhow::Result<Vec<Agent>> {
-    let client = reqwest::Client::builder()
-        .user_agent(concat!("stead/", env!("CARGO_PKG_VERSION")))
-        .build()
-        .context("cannot build the webhook HTTP client")?;
+    let client = webhook_client()?;
     config
         .agents
         .iter()
@@ -27,7 +24,8 @@ pub fn build(config: &Config, store: &Arc<dyn JournalStore>) -> anyhow::Result<V
         .collect()
 }
 
-fn build_agent(
+/// One agent with its tools; its rules carry each tool's compiled argument schema.
+pub(crate) fn build_agent(
     config: &AgentConfig,
     store: &Arc<dyn JournalStore>,
     client: &reqwest::Client,
@@ -38,15 +36,32 @@ fn build_agent(
             .with_context(|| format!("agent `{}`, tool `{}`", config.name, tool.name))?;
         tools.insert(tool.name.clone(), built);
     }
+    let mut rules = rules(config)?;
+    for (name, tool) in &tools {
+        if let Some(tool_rules) = rules.tools.get_mut(name) {
+            tool_rules.arguments = stead_actors::ArgumentSchema::compile(&tool.parameters())
+                .map_err(anyhow::Error::msg)
+                .with_context(|| format!("agent `{}`, tool `{name}`", config.name))?;
+        }
+    }
     Ok(Agent {
         name: config.name.clone(),
         system_prompt: config.system_prompt.clone(),
-        rules: rules(config)?,
+        rules,
         tools,
     })
 }
 
-/// The parts of an agent's configuration its decisions depend on (what `replay check` runs).
+/// The HTTP client webhook tools call through.
+pub(crate) fn webhook_client() -> anyhow::Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .user_agent(concat!("stead/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .context("cannot build the webhook HTTP client")
+}
+
+/// The parts of an agent's configuration its decisions depend on, without the tools' argument
+/// schemas ([`build_agent`] adds them from the built tools).
 pub fn rules(config: &AgentConfig) -> anyhow::Result<AgentRules> {
     let mut tools = BTreeMap::new();
     for tool in &config.tools {
@@ -58,6 +73,8 @@ pub fn rules(config: &AgentConfig) -> anyhow::Result<AgentRules> {
             ToolRules {
                 approval,
                 idempotent: tool.idempotent,
+                arguments: Default::default(),
+                approver: tool.approver,
             },
         );
     }

@@ -161,6 +161,13 @@ pub fn router_request(request: &ModelRequest) -> RouterRequest {
     }
 }
 
+/// A tool call's arguments as the model wrote them: the JSON they hold, or — when they do not
+/// parse — the raw text as a JSON string, which the argument check refuses back to the model
+/// (it used to become `{}` silently and run).
+pub fn tool_arguments(raw: &str) -> Value {
+    serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_string()))
+}
+
 /// The session actors' model client: every call goes through the router.
 pub struct SessionModel {
     pub router: Arc<Router>,
@@ -204,8 +211,7 @@ impl ModelClient for SessionModel {
                 .tool_calls
                 .into_iter()
                 .map(|c| {
-                    let arguments: Value = serde_json::from_str(&c.arguments)
-                        .unwrap_or_else(|_| serde_json::json!({}));
+                    let arguments = tool_arguments(&c.arguments);
                     (c.name, arguments)
                 })
                 .collect(),
@@ -237,6 +243,18 @@ mod tests {
             tool: "get_weather".into(),
             arguments: json!({ "city": city }),
         }
+    }
+
+    #[test]
+    fn unparseable_tool_arguments_stay_as_text_for_the_check_to_refuse() {
+        assert_eq!(
+            tool_arguments(r#"{"city":"Paris"}"#),
+            json!({ "city": "Paris" })
+        );
+        assert_eq!(tool_arguments("{city: Paris"), json!("{city: Paris"));
+        assert!(stead_actors::ArgumentSchema::default()
+            .check(&tool_arguments("{city: Paris"))
+            .is_some());
     }
 
     #[test]

@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::events::{
     ApprovalOutcome, ApprovalScope, RequestedCall, SessionEvent, TurnEnd, Usage, SYSTEM_DECIDER,
 };
-use crate::policy::{args_hash, ApprovalPolicy};
+use crate::policy::{args_hash, ApprovalPolicy, Approver, ArgumentSchema, SESSION_TOKEN_DECIDER};
 use crate::state::{CallStatus, SessionState};
 
 /// What an agent's loop needs to know about its tools.
@@ -19,6 +19,10 @@ use crate::state::{CallStatus, SessionState};
 pub struct ToolRules {
     pub approval: ApprovalPolicy,
     pub idempotent: bool,
+    /// Checked before anything else: invalid arguments fail the call back to the model.
+    pub arguments: ArgumentSchema,
+    /// Who may approve.
+    pub approver: Approver,
 }
 
 /// The parts of an agent's configuration that decisions depend on.
@@ -127,6 +131,8 @@ pub enum Refusal {
     Ended,
     /// A user message while a turn runs and `max_queued_messages` are queued already.
     QueueFull,
+    /// An approval by a session token's holder of a tool whose `approver` is `operator`.
+    OperatorRequired,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -257,6 +263,13 @@ pub fn decide(
             };
             if given_hash.is_some_and(|h| &h != args_hash) {
                 return Err(Refusal::ArgsHashMismatch);
+            }
+            let operator_only = agent
+                .tools
+                .get(&call.tool)
+                .is_some_and(|r| r.approver == Approver::Operator);
+            if approved && operator_only && decided_by.starts_with(SESSION_TOKEN_DECIDER) {
+                return Err(Refusal::OperatorRequired);
             }
             let tool = call.tool.clone();
             next.push(SessionEvent::ApprovalDecided {
@@ -439,6 +452,9 @@ impl Planner<'_> {
                 .iter()
                 .find(|c| c.status == CallStatus::Requested)
             {
+                let invalid = self
+                    .rules(&call.tool)
+                    .and_then(|rules| rules.arguments.check(&call.arguments));
                 let event = match self.rules(&call.tool) {
                     None => SessionEvent::ToolCallFailed {
                         call_id: call.call_id.clone(),
@@ -446,6 +462,15 @@ impl Planner<'_> {
                         error: format!("unknown tool `{}`", call.tool),
                         in_doubt: false,
                     },
+                    Some(_) if invalid.is_some() => {
+                        let problem = invalid.unwrap_or_default();
+                        SessionEvent::ToolCallFailed {
+                            call_id: call.call_id.clone(),
+                            tool: call.tool.clone(),
+                            error: format!("invalid arguments: {problem}"),
+                            in_doubt: false,
+                        }
+                    }
                     Some(rules) => {
                         let needs = if self.state.approved_tools.contains(&call.tool) {
                             None

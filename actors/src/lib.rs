@@ -19,5 +19,5 @@ pub use events::{
     ApprovalOutcome, ApprovalScope, Overrides, RequestedCall, SessionEvent, TurnEnd, Usage,
     SYSTEM_DECIDER,
 };
-pub use policy::{args_hash, ApprovalPolicy};
+pub use policy::{args_hash, ApprovalPolicy, Approver, ArgumentSchema, SESSION_TOKEN_DECIDER};
 pub use state::{CallState, CallStatus, SessionState, TranscriptEntry, Turn, LOCAL_PRINCIPAL};

@@ -3,6 +3,80 @@
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+/// Who may approve a tool's calls.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Approver {
+    /// Anyone with access to the session: its token's holder or an operator.
+    #[default]
+    Any,
+    /// Operators only (an API key, or a local caller of an open server): a session token's
+    /// holder may reject the call but not approve it, once or for the session.
+    Operator,
+}
+
+impl Approver {
+    pub fn is_any(&self) -> bool {
+        *self == Approver::Any
+    }
+}
+
+/// How `decided_by` names a session token's holder (`session_token:{id}`).
+pub const SESSION_TOKEN_DECIDER: &str = "session_token:";
+
+/// A tool's argument schema, compiled once: a call whose arguments are not a JSON object, or
+/// do not match the schema, fails back to the model before anything (approval included) is
+/// applied. The default accepts any object.
+#[derive(Clone, Default)]
+pub struct ArgumentSchema(Option<std::sync::Arc<jsonschema::Validator>>);
+
+impl std::fmt::Debug for ArgumentSchema {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "ArgumentSchema(compiled)"
+        } else {
+            "ArgumentSchema(any object)"
+        })
+    }
+}
+
+impl ArgumentSchema {
+    /// Compiles a JSON Schema; an invalid schema is a configuration error.
+    pub fn compile(schema: &Value) -> Result<Self, String> {
+        jsonschema::validator_for(schema)
+            .map(|v| ArgumentSchema(Some(std::sync::Arc::new(v))))
+            .map_err(|e| format!("invalid JSON Schema for the arguments: {e}"))
+    }
+
+    /// Why `arguments` are not acceptable (`None` when they are): at most three problems, each
+    /// with the path it concerns.
+    pub fn check(&self, arguments: &Value) -> Option<String> {
+        if !arguments.is_object() {
+            return Some(match arguments {
+                Value::String(raw) => format!(
+                    "the arguments are not a JSON object: {}",
+                    raw.chars().take(200).collect::<String>()
+                ),
+                other => format!("the arguments are not a JSON object: {other}"),
+            });
+        }
+        let validator = self.0.as_ref()?;
+        let problems: Vec<String> = validator
+            .iter_errors(arguments)
+            .take(3)
+            .map(|e| {
+                let path = e.instance_path.to_string();
+                if path.is_empty() {
+                    e.to_string()
+                } else {
+                    format!("{path}: {e}")
+                }
+            })
+            .collect();
+        (!problems.is_empty()).then(|| problems.join("; "))
+    }
+}
+
 /// When a tool call needs a person's approval.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ApprovalPolicy {
@@ -260,5 +334,40 @@ mod tests {
         assert_eq!(a, b);
         assert_eq!(a.len(), 64);
         assert_ne!(a, args_hash(&json!({"a": {"x": "s", "y": [2, 1]}, "b": 1})));
+    }
+}
+
+#[cfg(test)]
+mod schema_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn arguments_are_checked_against_the_schema() {
+        let schema = ArgumentSchema::compile(&json!({
+            "type": "object",
+            "properties": { "amount": { "type": "number" }, "to": { "type": "string" } },
+            "required": ["amount"],
+            "additionalProperties": false
+        }))
+        .unwrap();
+        assert_eq!(schema.check(&json!({ "amount": 5, "to": "x" })), None);
+        let missing = schema.check(&json!({ "to": "x" })).unwrap();
+        assert!(missing.contains("amount"), "{missing}");
+        let mistyped = schema.check(&json!({ "amount": "5000" })).unwrap();
+        assert!(mistyped.starts_with("/amount: "), "{mistyped}");
+        let extra = schema
+            .check(&json!({ "amount": 1, "sneaky": true }))
+            .unwrap();
+        assert!(extra.contains("sneaky"), "{extra}");
+        let raw = schema.check(&json!("{not json")).unwrap();
+        assert!(
+            raw.starts_with("the arguments are not a JSON object"),
+            "{raw}"
+        );
+        // Without a schema, any object passes and anything else fails.
+        assert_eq!(ArgumentSchema::default().check(&json!({})), None);
+        assert!(ArgumentSchema::default().check(&json!([1])).is_some());
+        assert!(ArgumentSchema::compile(&json!({ "type": 12 })).is_err());
     }
 }

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use stead_actors::Approver;
 
 use super::{DEFAULT_DATA_DIR, DEFAULT_LISTEN};
 
@@ -203,6 +204,9 @@ pub struct ToolConfig {
     pub approval: String,
     #[serde(default)]
     pub idempotent: bool,
+    /// Who may approve its calls: `any` (default) or `operator` (session tokens may not).
+    #[serde(default, skip_serializing_if = "Approver::is_any")]
+    pub approver: Approver,
     /// `webhook`: per-attempt timeout.
     #[serde(default = "default_tool_timeout")]
     pub timeout_secs: u64,
@@ -233,6 +237,7 @@ impl ToolConfig {
             parameters: None,
             approval: default_approval(),
             idempotent: true,
+            approver: Approver::Any,
             timeout_secs: default_tool_timeout(),
             attempts: default_tool_attempts(),
             ops: None,

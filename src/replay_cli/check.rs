@@ -45,11 +45,15 @@ pub(super) async fn check(
         bail!("name sessions, --all or --file FILE");
     }
     let started = Instant::now();
+    // The rules as the server runs them: with the tools' argument schemas.
+    let client = crate::agents::webhook_client()?;
     let mut rules: HashMap<String, Result<AgentRules, String>> = HashMap::new();
     for agent in &config.agents {
         rules.insert(
             agent.name.clone(),
-            crate::agents::rules(agent).map_err(|e| format!("{e:#}")),
+            crate::agents::build_agent(agent, store, &client)
+                .map(|built| built.rules)
+                .map_err(|e| format!("{e:#}")),
         );
     }
     let mut results: Vec<(String, Uuid, Outcome)> = Vec::new();

@@ -86,6 +86,8 @@ fn agent(endpoint: &str) -> Agent {
                     ToolRules {
                         approval: ApprovalPolicy::Never,
                         idempotent: t.idempotent(),
+                        arguments: Default::default(),
+                        approver: Default::default(),
                     },
                 )
             })

@@ -62,7 +62,7 @@ impl Principal {
         match self {
             Principal::Local => "local".into(),
             Principal::ApiKey(fingerprint) => format!("api_key:{fingerprint}"),
-            Principal::Session(id) => format!("session_token:{id}"),
+            Principal::Session(id) => format!("{}{id}", stead_actors::SESSION_TOKEN_DECIDER),
         }
     }
 

@@ -135,6 +135,11 @@ pub fn refusal_error(refusal: Refusal) -> ApiError {
             ErrorCode::SessionEnded,
             "the session is closed or failed and takes no more input",
         ),
+        Refusal::OperatorRequired => ApiError::new(
+            ErrorCode::OperatorRequired,
+            "only an operator may approve this tool's calls (approver = \"operator\"); a session \
+             token may reject them",
+        ),
         Refusal::QueueFull => ApiError::new(
             ErrorCode::QueueFull,
             "the session holds as many queued messages as it may (sessions.max_queued_messages); \

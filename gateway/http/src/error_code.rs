@@ -63,6 +63,8 @@ error_codes! {
     InvalidCredentials = (UNAUTHORIZED, "invalid_credentials"),
     /// A session token used for another session or an operator endpoint.
     Forbidden = (FORBIDDEN, "forbidden"),
+    /// A session token approving a call of a tool whose `approver` is `operator`.
+    OperatorRequired = (FORBIDDEN, "operator_required"),
     /// An open server (no API keys) asked under a `Host` that is not loopback or allowed.
     HostNotAllowed = (FORBIDDEN, "host_not_allowed"),
     /// An open server asked by a page of another site (`Origin`).

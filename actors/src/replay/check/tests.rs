@@ -17,6 +17,8 @@ fn rules(gated: ApprovalPolicy) -> AgentRules {
         ToolRules {
             approval: gated,
             idempotent: false,
+            arguments: Default::default(),
+            approver: Default::default(),
         },
     );
     tools.insert(
@@ -24,6 +26,8 @@ fn rules(gated: ApprovalPolicy) -> AgentRules {
         ToolRules {
             approval: ApprovalPolicy::Never,
             idempotent: true,
+            arguments: Default::default(),
+            approver: Default::default(),
         },
     );
     AgentRules {

@@ -27,6 +27,8 @@ impl Session {
             ToolRules {
                 approval: ApprovalPolicy::Never,
                 idempotent: true,
+                arguments: Default::default(),
+                approver: Default::default(),
             },
         );
         tools.insert(
@@ -34,6 +36,8 @@ impl Session {
             ToolRules {
                 approval: ApprovalPolicy::Always,
                 idempotent: true,
+                arguments: Default::default(),
+                approver: Default::default(),
             },
         );
         tools.insert(
@@ -41,6 +45,8 @@ impl Session {
             ToolRules {
                 approval: ApprovalPolicy::Never,
                 idempotent: false,
+                arguments: Default::default(),
+                approver: Default::default(),
             },
         );
         tools.insert(
@@ -48,6 +54,25 @@ impl Session {
             ToolRules {
                 approval: ApprovalPolicy::parse(r#"table == "users""#).unwrap(),
                 idempotent: true,
+                arguments: Default::default(),
+                approver: Default::default(),
+            },
+        );
+        // A payment: its arguments are checked against a schema, and only an operator may
+        // approve it.
+        tools.insert(
+            "pay".to_string(),
+            ToolRules {
+                approval: ApprovalPolicy::Always,
+                idempotent: false,
+                arguments: stead_actors::ArgumentSchema::compile(&json!({
+                    "type": "object",
+                    "properties": { "amount": { "type": "number" }, "to": { "type": "string" } },
+                    "required": ["amount", "to"],
+                    "additionalProperties": false
+                }))
+                .unwrap(),
+                approver: stead_actors::Approver::Operator,
             },
         );
         let mut s = Session {

@@ -316,3 +316,108 @@ fn cancel_aborts_the_model_call_and_ends_the_turn() {
         Err(Refusal::NothingToCancel)
     );
 }
+
+#[test]
+fn arguments_that_break_the_tools_schema_fail_back_to_the_model_before_any_approval() {
+    let mut s = Session::new();
+    s.send(user("pay bob")).unwrap();
+    let from = s.journal.len();
+    // Missing `to`, a string amount, and text that is not JSON at all (kept as a string).
+    let actions = s
+        .send(answer(
+            "m1",
+            "",
+            vec![
+                ("pay", json!({ "amount": 10 })),
+                ("pay", json!({ "amount": "5000", "to": "bob" })),
+                ("pay", json!("{amount: 10")),
+            ],
+        ))
+        .unwrap();
+    assert_eq!(
+        s.kinds_since(from),
+        vec![
+            "model_call_finished",
+            "tool_call_requested",
+            "tool_call_requested",
+            "tool_call_requested",
+            "tool_call_failed",
+            "tool_call_failed",
+            "tool_call_failed",
+            "model_call_started",
+        ]
+    );
+    let errors: Vec<String> = s.journal[from..]
+        .iter()
+        .filter_map(|e| match e {
+            SessionEvent::ToolCallFailed { error, .. } => Some(error.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        errors[0].starts_with("invalid arguments: ") && errors[0].contains("to"),
+        "{errors:?}"
+    );
+    assert!(errors[1].contains("/amount"), "{errors:?}");
+    assert!(errors[2].contains("not a JSON object"), "{errors:?}");
+    // Nothing parked, nothing ran: the model is asked again with the errors.
+    assert_eq!(
+        actions,
+        vec![Action::CallModel {
+            call_id: "m2".into()
+        }]
+    );
+}
+
+#[test]
+fn an_operator_only_tool_cannot_be_approved_with_a_session_token() {
+    let mut s = Session::new();
+    s.send(user("pay bob")).unwrap();
+    s.send(answer(
+        "m1",
+        "",
+        vec![("pay", json!({ "amount": 10, "to": "bob" }))],
+    ))
+    .unwrap();
+    let by = |who: &str, approved: bool, scope: ApprovalScope| Input::Decision {
+        call_id: "t1".into(),
+        approved,
+        reason: None,
+        decided_by: who.into(),
+        scope,
+        args_hash: None,
+    };
+    let parked = s.journal.len();
+    for scope in [ApprovalScope::Once, ApprovalScope::Session] {
+        assert_eq!(
+            s.send(by("session_token:0190", true, scope)),
+            Err(Refusal::OperatorRequired)
+        );
+    }
+    assert_eq!(
+        s.journal.len(),
+        parked,
+        "a refused approval journals nothing"
+    );
+    // An operator may approve it.
+    let actions = s
+        .send(by("api_key:1a2b3c4d", true, ApprovalScope::Once))
+        .unwrap();
+    assert!(matches!(actions[0], Action::RunTool { .. }), "{actions:?}");
+
+    // A session token's holder may still reject one.
+    let mut s = Session::new();
+    s.send(user("pay bob")).unwrap();
+    s.send(answer(
+        "m1",
+        "",
+        vec![("pay", json!({ "amount": 10, "to": "bob" }))],
+    ))
+    .unwrap();
+    s.send(by("session_token:0190", false, ApprovalScope::Once))
+        .unwrap();
+    assert!(matches!(
+        s.journal.last(),
+        Some(SessionEvent::ModelCallStarted { .. })
+    ));
+}

@@ -55,6 +55,8 @@ fn agent(url: &str) -> Agent {
                     ToolRules {
                         approval: t.approval().clone(),
                         idempotent: t.idempotent(),
+                        arguments: Default::default(),
+                        approver: Default::default(),
                     },
                 )
             })

@@ -80,6 +80,8 @@ async fn a_panicking_tool_is_contained_and_other_sessions_are_untouched() {
         ToolRules {
             approval: ApprovalPolicy::Never,
             idempotent: true,
+            arguments: Default::default(),
+            approver: Default::default(),
         },
     );
     let model = ScriptedModel::new(vec![
