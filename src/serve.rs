@@ -132,7 +132,11 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         sessions: sessions.clone(),
         auth: Arc::new(
             stead_http::Auth::new(&config.server.api_keys, secret)
-                .allowing_hosts(&config.server.allowed_hosts),
+                .allowing_hosts(&config.server.allowed_hosts)
+                .with_token_ttl(
+                    (config.sessions.token_ttl_secs > 0)
+                        .then(|| Duration::from_secs(config.sessions.token_ttl_secs)),
+                ),
         ),
         routes: Arc::new(model_router.route_names()),
         model_router: model_router.clone(),

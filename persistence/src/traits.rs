@@ -52,6 +52,10 @@ pub trait Sessions: Send + Sync {
     /// Marks the session closed; its journal is kept.
     async fn close_session(&self, id: Uuid) -> Result<Session>;
 
+    /// Moves the session's token to the next generation (every older token stops being
+    /// valid) and returns the session as it now is.
+    async fn rotate_token(&self, id: Uuid) -> Result<Session>;
+
     /// Deletes a session with its journal, snapshot, compaction and storage. Only for undoing
     /// a session that was never complete (an import or fork whose copy failed).
     async fn delete_session(&self, id: Uuid) -> Result<()>;

@@ -96,6 +96,9 @@ pub struct Session {
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub closed_at: Option<DateTime<Utc>>,
+    /// The generation of the session's token: only a token issued for it is valid (rotation
+    /// increments it).
+    pub token_generation: i64,
 }
 
 impl Session {
@@ -111,6 +114,7 @@ impl Session {
             created_at: now,
             updated_at: now,
             closed_at: None,
+            token_generation: 0,
         }
     }
 }

@@ -34,6 +34,8 @@ pub struct SessionsConfig {
     pub retention_sweep_secs: u64,
     /// User messages a session holds while a turn runs; more get 429 `queue_full`.
     pub max_queued_messages: usize,
+    /// How long a session token is valid from when it is minted (0: until rotated).
+    pub token_ttl_secs: u64,
 }
 
 impl Default for SessionsConfig {
@@ -50,6 +52,7 @@ impl Default for SessionsConfig {
             keep_journal_days: None,
             retention_sweep_secs: 3600,
             max_queued_messages: lifecycle.max_queued_messages,
+            token_ttl_secs: 30 * 24 * 3600,
         }
     }
 }

@@ -18,6 +18,8 @@ use crate::{ApiError, AppState, ErrorCode};
 pub struct Auth {
     keys: Vec<[u8; 32]>,
     secret: Vec<u8>,
+    /// How long a minted session token is valid (`None`: until rotated).
+    token_ttl: Option<std::time::Duration>,
     /// `server.allowed_hosts`: host names an open server answers besides loopback ones.
     allowed_hosts: Vec<String>,
 }
@@ -103,8 +105,15 @@ impl Auth {
         Auth {
             keys,
             secret,
+            token_ttl: None,
             allowed_hosts: Vec::new(),
         }
+    }
+
+    /// Session tokens minted from now on expire after `ttl` (`sessions.token_ttl_secs`).
+    pub fn with_token_ttl(mut self, ttl: Option<std::time::Duration>) -> Self {
+        self.token_ttl = ttl;
+        self
     }
 
     /// Host names (without port, compared case-insensitively) that an open server answers
@@ -165,21 +174,39 @@ impl Auth {
         self.keys.is_empty()
     }
 
-    /// The token that grants access to `session` only.
-    pub fn session_token(&self, session: Uuid) -> String {
-        format!("{}.{}", session.simple(), hex(&self.sign(session)))
+    /// A token for `session` at token generation `generation`: `{id}.{generation}.{expires}.{HMAC}`
+    /// (`expires` in Unix seconds, 0 for never), and when it expires.
+    pub fn session_token(
+        &self,
+        session: Uuid,
+        generation: i64,
+    ) -> (String, Option<chrono::DateTime<chrono::Utc>>) {
+        let expires = self.token_ttl.map(|ttl| {
+            chrono::Utc::now() + chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::MAX)
+        });
+        let expires_secs = expires.map_or(0, |at| at.timestamp());
+        let token = format!(
+            "{}.{generation}.{expires_secs}.{}",
+            session.simple(),
+            hex(&self.sign(session, generation, expires_secs))
+        );
+        (token, expires)
     }
 
-    fn sign(&self, session: Uuid) -> [u8; 32] {
+    fn sign(&self, session: Uuid, generation: i64, expires: i64) -> [u8; 32] {
         // HMAC accepts keys of any length; `new_from_slice` only fails for fixed-size MACs.
         #[allow(clippy::expect_used)]
         let mut mac = Hmac::<Sha256>::new_from_slice(&self.secret).expect("HMAC takes any key");
-        mac.update(b"stead-session-token:");
+        mac.update(b"stead-session-token:v2:");
         mac.update(session.as_bytes());
+        mac.update(&generation.to_be_bytes());
+        mac.update(&expires.to_be_bytes());
         mac.finalize().into_bytes().into()
     }
 
-    /// Who `credential` is, or `None` when it is neither a key nor a valid session token.
+    /// Who `credential` is, or `None` when it is neither a key nor a validly signed session
+    /// token. A session token's expiry and generation are checked by [`Auth::authenticate`]
+    /// and the extractor.
     pub fn identify(&self, credential: &str) -> Option<Principal> {
         let digest: [u8; 32] = Sha256::digest(credential.as_bytes()).into();
         let mut matched = subtle::Choice::from(0u8);
@@ -189,10 +216,25 @@ impl Auth {
         if bool::from(matched) {
             return Some(Principal::ApiKey(hex(&digest[..4])));
         }
-        let (id, signature) = credential.split_once('.')?;
-        let id = Uuid::try_parse(id).ok()?;
-        let signature = decode_hex(signature)?;
-        bool::from(self.sign(id).ct_eq(&signature)).then_some(Principal::Session(id))
+        self.session_claim(credential)
+            .map(|claim| Principal::Session(claim.session))
+    }
+
+    /// A session token's claims, when its signature verifies.
+    pub fn session_claim(&self, credential: &str) -> Option<TokenClaim> {
+        let mut parts = credential.split('.');
+        let id = Uuid::try_parse(parts.next()?).ok()?;
+        let generation: i64 = parts.next()?.parse().ok()?;
+        let expires: i64 = parts.next()?.parse().ok()?;
+        let signature = decode_hex(parts.next()?)?;
+        if parts.next().is_some() {
+            return None;
+        }
+        bool::from(self.sign(id, generation, expires).ct_eq(&signature)).then_some(TokenClaim {
+            session: id,
+            generation,
+            expires,
+        })
     }
 
     /// Authenticates a request's credential (`None` when it has none).
@@ -201,14 +243,35 @@ impl Auth {
     /// token is ignored: OpenAI SDKs always send some API key, and there is none to check it
     /// against. A session-shaped token must still verify.
     pub fn authenticate(&self, credential: Option<&str>) -> Result<Principal, ApiError> {
+        self.authenticate_at(credential, chrono::Utc::now().timestamp())
+    }
+
+    /// [`Auth::authenticate`] at `now` (Unix seconds).
+    pub fn authenticate_at(
+        &self,
+        credential: Option<&str>,
+        now: i64,
+    ) -> Result<Principal, ApiError> {
         let credential = credential.filter(|c| !self.is_open() || looks_like_session_token(c));
         match credential {
-            Some(credential) => self.identify(credential).ok_or_else(|| {
-                ApiError::new(
-                    ErrorCode::InvalidCredentials,
-                    "the API key or session token is not valid",
-                )
-            }),
+            Some(credential) => {
+                let principal = self.identify(credential).ok_or_else(|| {
+                    ApiError::new(
+                        ErrorCode::InvalidCredentials,
+                        "the API key or session token is not valid",
+                    )
+                })?;
+                if let Some(claim) = self.session_claim(credential) {
+                    if claim.expires != 0 && claim.expires <= now {
+                        return Err(ApiError::new(
+                            ErrorCode::TokenExpired,
+                            "this session token has expired; get a new one with POST \
+                             /v1/sessions/{id}/token (operator credentials)",
+                        ));
+                    }
+                }
+                Ok(principal)
+            }
             None if self.is_open() => Ok(Principal::Local),
             None => Err(ApiError::new(
                 ErrorCode::MissingCredentials,
@@ -254,7 +317,17 @@ fn is_loopback_name(name: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
-/// `{uuid}.{signature}`: a dot after something that parses as a UUID.
+/// What a valid session token says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenClaim {
+    pub session: Uuid,
+    /// The session's token generation it was issued for.
+    pub generation: i64,
+    /// Unix seconds; 0: never.
+    pub expires: i64,
+}
+
+/// `{uuid}.…`: a dot after something that parses as a UUID.
 fn looks_like_session_token(credential: &str) -> bool {
     credential
         .split_once('.')
@@ -309,7 +382,27 @@ impl FromRequestParts<AppState> for Caller {
                 .map(|(_, v)| v.to_string())
         });
         let credential = header.or(query);
-        state.auth.authenticate(credential.as_deref()).map(Caller)
+        let principal = state.auth.authenticate(credential.as_deref())?;
+        if let (Principal::Session(id), Some(claim)) = (
+            &principal,
+            credential
+                .as_deref()
+                .and_then(|c| state.auth.session_claim(c)),
+        ) {
+            // A rotated token is dead: only the newest generation's token is valid.
+            match state.store.get_session(*id).await {
+                Ok(session) if session.token_generation != claim.generation => {
+                    return Err(ApiError::new(
+                        ErrorCode::InvalidCredentials,
+                        "this session token was replaced by a newer one",
+                    ))
+                }
+                // A missing session is answered 404 by the handler.
+                Ok(_) | Err(stead_persistence::Error::SessionNotFound(_)) => {}
+                Err(error) => return Err(error.into()),
+            }
+        }
+        Ok(Caller(principal))
     }
 }
 
@@ -389,6 +482,51 @@ mod tests {
     }
 
     #[test]
+    fn session_tokens_carry_their_generation_and_expire() {
+        let auth =
+            Auth::new(&[], vec![7; 32]).with_token_ttl(Some(std::time::Duration::from_secs(60)));
+        let id = Uuid::now_v7();
+        let (token, expires) = auth.session_token(id, 3);
+        let expires = expires.unwrap().timestamp();
+        let claim = auth.session_claim(&token).unwrap();
+        assert_eq!(
+            claim,
+            TokenClaim {
+                session: id,
+                generation: 3,
+                expires
+            }
+        );
+        assert_eq!(
+            auth.authenticate_at(Some(&token), expires - 1),
+            Ok(Principal::Session(id))
+        );
+        assert_eq!(
+            auth.authenticate_at(Some(&token), expires)
+                .unwrap_err()
+                .code,
+            ErrorCode::TokenExpired
+        );
+        // The generation and the expiry are signed: changing either breaks the token.
+        let parts: Vec<&str> = token.split('.').collect();
+        let other_generation = format!("{}.4.{}.{}", parts[0], parts[2], parts[3]);
+        let later = format!("{}.3.{}.{}", parts[0], expires + 3600, parts[3]);
+        let never = format!("{}.3.0.{}", parts[0], parts[3]);
+        for forged in [other_generation, later, never] {
+            assert_eq!(auth.session_claim(&forged), None, "{forged}");
+            assert_eq!(
+                auth.authenticate_at(Some(&forged), expires - 1)
+                    .unwrap_err()
+                    .code,
+                ErrorCode::InvalidCredentials
+            );
+        }
+        // The old `{id}.{signature}` shape is no token.
+        let old = format!("{}.{}", parts[0], parts[3]);
+        assert_eq!(auth.session_claim(&old), None);
+    }
+
+    #[test]
     fn keys_tokens_and_scopes() {
         let hashed = format!("sha256:{}", hex(&Sha256::digest(b"second-key-0123456789")));
         let auth = Auth::new(&["first-key-0123456789".into(), hashed], vec![7; 32]);
@@ -405,7 +543,8 @@ mod tests {
 
         let a = Uuid::now_v7();
         let b = Uuid::now_v7();
-        let token = auth.session_token(a);
+        let (token, expires) = auth.session_token(a, 0);
+        assert_eq!(expires, None);
         assert_eq!(auth.identify(&token), Some(Principal::Session(a)));
         // Another session's id with this signature, or a tampered signature, is refused.
         let forged = format!("{}.{}", b.simple(), token.split_once('.').unwrap().1);

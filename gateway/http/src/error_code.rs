@@ -61,6 +61,8 @@ error_codes! {
     MissingCredentials = (UNAUTHORIZED, "missing_credentials"),
     /// The key or token is not valid.
     InvalidCredentials = (UNAUTHORIZED, "invalid_credentials"),
+    /// A session token past its expiry.
+    TokenExpired = (UNAUTHORIZED, "token_expired"),
     /// A session token used for another session or an operator endpoint.
     Forbidden = (FORBIDDEN, "forbidden"),
     /// A session token approving a call of a tool whose `approver` is `operator`.

@@ -118,6 +118,7 @@ pub fn router(state: AppState) -> Router {
             get(rest::get_session).delete(rest::close_session),
         )
         .route("/v1/sessions/{id}/messages", post(rest::post_message))
+        .route("/v1/sessions/{id}/token", post(rest::rotate_token))
         .route("/v1/sessions/{id}/events", get(rest::events))
         .route(
             "/v1/sessions/{id}/approvals/{call_id}",

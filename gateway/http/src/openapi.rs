@@ -30,6 +30,17 @@ pub struct SessionCreated {
     #[serde(flatten)]
     pub row: SessionRow,
     pub token: String,
+    /// When the token stops being valid (`null`: never; `sessions.token_ttl_secs`).
+    pub token_expires_at: Option<String>,
+}
+
+/// A new token for a session; every older token of the session stops being valid.
+#[derive(Serialize, ToSchema)]
+pub struct TokenIssued {
+    pub session_id: Uuid,
+    pub token: String,
+    /// When it stops being valid (`null`: never).
+    pub token_expires_at: Option<String>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -79,6 +90,8 @@ pub struct Forked {
     #[serde(flatten)]
     pub view: SessionView,
     pub token: String,
+    /// When the token stops being valid (`null`: never).
+    pub token_expires_at: Option<String>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -228,6 +241,7 @@ impl Modify for BearerAuth {
         rest::list_sessions,
         rest::get_session,
         rest::close_session,
+        rest::rotate_token,
         rest::post_message,
         rest::events,
         rest::decide_approval,

@@ -227,6 +227,13 @@ impl<D: Dialect> Sessions for SqlStore<D> {
         self.update_session(id, update).await
     }
 
+    async fn rotate_token(&self, id: Uuid) -> Result<Session> {
+        let mut update =
+            Sql::new("UPDATE sessions SET token_generation = token_generation + 1 WHERE id = ");
+        update.bind(id);
+        self.update_session(id, update).await
+    }
+
     async fn delete_session(&self, id: Uuid) -> Result<()> {
         let deleted = Sql::<D>::new("DELETE FROM sessions WHERE id = ")
             .bind(id)

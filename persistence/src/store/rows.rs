@@ -8,7 +8,7 @@ use crate::{Compaction, Event, KvEntry, Result, Session, Snapshot};
 
 /// The columns [`session`] reads.
 pub(crate) const SESSION_COLUMNS: &str =
-    "id, agent, status, metadata, last_seq, created_at, updated_at, closed_at";
+    "id, agent, status, metadata, last_seq, created_at, updated_at, closed_at, token_generation";
 
 /// The columns of a request-log row (in the order `request_log::log_values` binds them).
 pub(crate) const LOG_COLUMNS: &str = "id, at, session_id, api_key, route, provider, model, \
@@ -25,6 +25,7 @@ pub(crate) fn session(row: &impl Columns) -> Result<Session> {
         created_at: row.time("created_at")?,
         updated_at: row.time("updated_at")?,
         closed_at: row.opt_time("closed_at")?,
+        token_generation: row.int("token_generation")?,
     })
 }
 

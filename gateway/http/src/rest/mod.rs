@@ -19,7 +19,7 @@ use uuid::Uuid;
 use crate::auth::Caller;
 use crate::openapi::{
     AgentList, Committed, Decided, ErrorBody, EventsPage, Forked, Inbox, MessageAccepted,
-    MessageWaited, ModelList, SessionCreated, SessionList, SessionView, StateView,
+    MessageWaited, ModelList, SessionCreated, SessionList, SessionView, StateView, TokenIssued,
 };
 use crate::wire::{EventView, SessionRow};
 use crate::{ApiError, ApiJson, ApiPath, ApiQuery, AppState, ErrorCode};

@@ -127,7 +127,9 @@ pub async fn fork(
     let folded = state.sessions.state(row.id).await?;
     let row = state.store.get_session(row.id).await?;
     let mut view = session_view(&row, &folded);
-    view["token"] = json!(state.auth.session_token(row.id));
+    let (token, expires) = state.auth.session_token(row.id, row.token_generation);
+    view["token"] = json!(token);
+    view["token_expires_at"] = json!(expires);
     view["last_seq"] = json!(last_seq);
     Ok((StatusCode::CREATED, Json(view)).into_response())
 }

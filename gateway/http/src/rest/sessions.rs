@@ -58,7 +58,9 @@ pub async fn create_session(
         .await?;
     let mut view = row_view(&row);
     view["last_seq"] = json!(1);
-    view["token"] = json!(state.auth.session_token(row.id));
+    let (token, expires) = state.auth.session_token(row.id, row.token_generation);
+    view["token"] = json!(token);
+    view["token_expires_at"] = json!(expires);
     Ok((StatusCode::CREATED, Json(view)).into_response())
 }
 
@@ -140,6 +142,25 @@ pub async fn get_session(
     let row = state.store.get_session(id).await?;
     let folded = state.sessions.state(id).await?;
     Ok(Json(session_view(&row, &folded)))
+}
+
+/// Mints a new token for the session and invalidates every older one (rotation; also how a
+/// client renews a token before it expires). The session's own token may rotate itself.
+#[utoipa::path(post, path = "/v1/sessions/{id}/token", params(("id" = Uuid, Path, description = "Session id")), responses((status = 200, body = TokenIssued), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
+pub async fn rotate_token(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath(id): ApiPath<Uuid>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require_session(id)?;
+    let row = state.store.rotate_token(id).await?;
+    let (token, expires) = state.auth.session_token(id, row.token_generation);
+    tracing::info!(session = %id, generation = row.token_generation, by = %caller.name(), "session token rotated");
+    Ok(Json(json!({
+        "session_id": id,
+        "token": token,
+        "token_expires_at": expires,
+    })))
 }
 
 #[utoipa::path(delete, path = "/v1/sessions/{id}", params(("id" = Uuid, Path, description = "Session id")), responses((status = 200, body = SessionView), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]

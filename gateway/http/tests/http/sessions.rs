@@ -172,3 +172,62 @@ async fn a_finished_answer_is_not_streamed_again_to_a_later_client() {
     let extra = tokio::time::timeout(std::time::Duration::from_millis(600), ws.next()).await;
     assert!(extra.is_err(), "a frame after hello: {extra:?}");
 }
+
+/// A new token replaces the old one: after `POST /v1/sessions/{id}/token` the old token is
+/// refused everywhere (REST and WebSocket), the new one works; the session's own token may
+/// rotate itself, and an operator may rotate it (e.g. to revoke a leaked token).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotating_a_session_token_invalidates_the_old_one() {
+    let model = stead_testkit::model::ScriptedModel::respond(|_| ("ok".to_string(), vec![]));
+    let app = stead_testkit::app::App::start(
+        vec![stead_testkit::app::ops_agent()],
+        std::sync::Arc::new(model),
+        &[],
+    )
+    .await;
+    let (id, first) = app.create("ops").await;
+    let path = format!("/v1/sessions/{id}");
+    let rotate = format!("/v1/sessions/{id}/token");
+    assert_eq!(app.call_as("GET", &path, None, Some(&first)).await.0, 200);
+
+    let (status, issued) = app.call_as("POST", &rotate, None, Some(&first)).await;
+    assert_eq!(status, 200, "{issued}");
+    assert_eq!(issued["session_id"], id.as_str());
+    let second = issued["token"].as_str().unwrap().to_string();
+    assert_ne!(second, first);
+    let (status, refused) = app.call_as("GET", &path, None, Some(&first)).await;
+    assert_eq!(
+        (status, refused["error"]["code"].as_str()),
+        (401, Some("invalid_credentials")),
+        "{refused}"
+    );
+    assert_eq!(app.call_as("GET", &path, None, Some(&second)).await.0, 200);
+    let url = format!(
+        "{}/v1/sessions/{id}/ws?token={first}",
+        app.base.replace("http://", "ws://")
+    );
+    match tokio_tungstenite::connect_async(url.as_str()).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            assert_eq!(response.status(), 401)
+        }
+        other => panic!("an old token opened a WebSocket: {:?}", other.map(|_| ())),
+    }
+
+    // The operator (here: loopback without keys) revokes the current token by rotating.
+    let (status, issued) = app.call("POST", &rotate, None).await;
+    assert_eq!(status, 200, "{issued}");
+    let third = issued["token"].as_str().unwrap();
+    assert_eq!(app.call_as("GET", &path, None, Some(&second)).await.0, 401);
+    assert_eq!(app.call_as("GET", &path, None, Some(third)).await.0, 200);
+    // A token of this session cannot rotate another session's.
+    let (other, _) = app.create("ops").await;
+    let (status, _) = app
+        .call_as(
+            "POST",
+            &format!("/v1/sessions/{other}/token"),
+            None,
+            Some(third),
+        )
+        .await;
+    assert_eq!(status, 403);
+}
