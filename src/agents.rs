@@ -98,6 +98,40 @@ pub fn config_hash(config: &AgentConfig) -> String {
     format!("sha256:{hex}")
 }
 
+/// A webhook's headers: `headers` as given, `headers_env` read from the environment. A missing
+/// variable or a value that is not a valid header stops the start, naming the header and the
+/// variable — never the value.
+fn webhook_headers(config: &ToolConfig) -> anyhow::Result<reqwest::header::HeaderMap> {
+    use reqwest::header::{HeaderName, HeaderValue};
+    let mut headers = reqwest::header::HeaderMap::new();
+    let literal = config.headers.iter().map(|(n, v)| (n, v.clone(), None));
+    let from_env = config
+        .headers_env
+        .iter()
+        .map(|(name, variable)| {
+            let value = std::env::var(variable).map_err(|_| {
+                anyhow::anyhow!(
+                    "headers_env.{name}: the environment variable `{variable}` is not set"
+                )
+            })?;
+            Ok((name, value, Some(variable)))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    for (name, value, variable) in literal.chain(from_env) {
+        let header = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| anyhow::anyhow!("`{name}` is not a valid header name"))?;
+        let mut value = HeaderValue::from_str(&value).map_err(|_| match variable {
+            Some(v) => {
+                anyhow::anyhow!("headers_env.{name}: `{v}` does not hold a valid header value")
+            }
+            None => anyhow::anyhow!("headers.{name}: not a valid header value"),
+        })?;
+        value.set_sensitive(variable.is_some());
+        headers.insert(header, value);
+    }
+    Ok(headers)
+}
+
 fn build_tool(
     config: &ToolConfig,
     store: &Arc<dyn JournalStore>,
@@ -122,6 +156,7 @@ fn build_tool(
         "webhook" => Arc::new(WebhookTool {
             info,
             url: config.url.clone().context("a webhook tool needs `url`")?,
+            headers: webhook_headers(config)?,
             parameters: config
                 .parameters
                 .clone()

@@ -316,6 +316,9 @@ impl Tool for MemoryTool {
 pub struct WebhookTool {
     pub info: ToolInfo,
     pub url: String,
+    /// Sent with every request (e.g. credentials read from the environment at start, so they
+    /// need not live in the URL); values are never logged or shown.
+    pub headers: reqwest::header::HeaderMap,
     pub parameters: Value,
     pub timeout: Duration,
     pub attempts: u32,
@@ -350,6 +353,7 @@ impl Tool for WebhookTool {
             let response = self
                 .client
                 .post(&self.url)
+                .headers(self.headers.clone())
                 .header("Idempotency-Key", &context.idempotency_key)
                 .timeout(self.timeout)
                 .json(&body)

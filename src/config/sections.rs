@@ -1,6 +1,7 @@
 //! The configuration's sections: `[server]`, `[database]`, `[log]`, `[sessions]`, the
 //! providers and agents with their tools, each with its built-in defaults.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
@@ -200,6 +201,13 @@ pub struct ToolConfig {
     pub description: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
+    /// `webhook`: headers sent with every request, as given.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    /// `webhook`: headers whose values are read from environment variables at start
+    /// (`{"Authorization" = "HOOK_TOKEN"}`): the `_env` convention for secrets.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers_env: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parameters: Option<Value>,
     /// `never`, `always`, or a condition on the arguments.
@@ -237,6 +245,8 @@ impl ToolConfig {
             kind: kind.into(),
             description: String::new(),
             url: None,
+            headers: BTreeMap::new(),
+            headers_env: BTreeMap::new(),
             parameters: None,
             approval: default_approval(),
             idempotent: true,

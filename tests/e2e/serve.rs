@@ -109,3 +109,83 @@ fn refuses_a_short_or_shared_session_key() {
         );
     }
 }
+
+/// Webhook secrets need not live in URLs: `headers_env` names environment variables whose
+/// values become request headers. The value reaches the webhook, never `--dump-config`, and a
+/// variable that is not set stops the start with a line naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_headers_come_from_the_environment() {
+    use stead_testkit::upstream::{Reply, Upstream};
+    let hook = stead_testkit::webhook::Webhook::start().await;
+    let up = Upstream::start(
+        vec![Reply::tool("notify", json!({ "text": "hi" }))],
+        Reply::text("Done."),
+    )
+    .await;
+    let config = up.config(
+        "default",
+        r#"model = "m""#,
+        &format!(
+            r#"[[agents]]
+name = "ops"
+route = "default"
+
+[[agents.tools]]
+name = "notify"
+kind = "webhook"
+url = "{}"
+headers = {{ "X-Team" = "ops" }}
+headers_env = {{ "Authorization" = "TEST_HOOK_TOKEN" }}
+"#,
+            hook.url("/notify")
+        ),
+    );
+    let secret = "Bearer hook-secret-4242";
+    let server = Stead::start_with_env(
+        tempfile::tempdir().unwrap(),
+        &config,
+        None,
+        &[("TEST_HOOK_TOKEN", secret)],
+    );
+    let (id, _) = server.create("ops").await;
+    let (status, body) = server.say(&id, "notify the team").await;
+    assert_eq!(status, 200, "{body}");
+    let deliveries = hook.deliveries();
+    assert_eq!(deliveries.len(), 1, "{deliveries:?}");
+    assert_eq!(deliveries[0].authorization, secret);
+
+    // The configuration shows the variable's name, not its value.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("stead.toml"), &config).unwrap();
+    let dumped = stead_testkit::stead::command()
+        .current_dir(dir.path())
+        .env("TEST_HOOK_TOKEN", secret)
+        .args(["--config", "stead.toml", "--dump-config"])
+        .output()
+        .unwrap();
+    let dumped = String::from_utf8_lossy(&dumped.stdout);
+    assert!(dumped.contains("TEST_HOOK_TOKEN"), "{dumped}");
+    assert!(!dumped.contains("hook-secret-4242"), "{dumped}");
+
+    // Without the variable, the start fails naming it.
+    let output = stead_testkit::stead::command()
+        .current_dir(dir.path())
+        .env_remove("TEST_HOOK_TOKEN")
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--config",
+            "stead.toml",
+            "--data-dir",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("TEST_HOOK_TOKEN") && stderr.contains("not set"),
+        "{stderr}"
+    );
+}

@@ -68,6 +68,7 @@ fn agent(endpoint: &str) -> Agent {
                     idempotent,
                 },
                 url: format!("{endpoint}/{name}"),
+                headers: Default::default(),
                 parameters: json!({ "type": "object" }),
                 timeout: Duration::from_secs(5),
                 attempts: 3,

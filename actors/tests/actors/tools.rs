@@ -144,6 +144,7 @@ fn webhook(url: &str, idempotent: bool) -> WebhookTool {
     WebhookTool {
         info: info("delete_records", idempotent),
         url: url.into(),
+        headers: Default::default(),
         parameters: json!({"type": "object"}),
         timeout: Duration::from_millis(500),
         attempts: 3,

@@ -28,6 +28,8 @@ pub struct Delivery {
     pub key: String,
     /// The JSON body (`null` when the body is not JSON).
     pub body: Value,
+    /// The `Authorization` header (empty when absent).
+    pub authorization: String,
 }
 
 #[derive(Default)]
@@ -113,6 +115,11 @@ async fn deliver(
             path: uri.path().to_string(),
             key,
             body: body.clone(),
+            authorization: headers
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_string(),
         });
     let status = shared
         .statuses

@@ -38,6 +38,7 @@ fn agent(url: &str) -> Agent {
         Arc::new(WebhookTool {
             info: info("delete_records", ApprovalPolicy::Always),
             url: url.into(),
+            headers: Default::default(),
             parameters: json!({"type": "object", "properties": {"table": {"type": "string"}}}),
             timeout: Duration::from_secs(5),
             attempts: 3,
