@@ -22,8 +22,8 @@ function turn(): ServerFrame[] {
     ev("session_created", { agent: "ops" }),
     ev("user_message", { text: "forget note a", client_id: "c1" }),
     ev("model_call_started", { call_id: "m1", route: "default", model: "x" }),
-    { type: "delta", call_id: "m1", text: "Let me ", offset: 0 },
-    { type: "delta", call_id: "m1", text: "do that.", offset: 7 },
+    { type: "delta", call_id: "m1", attempt: 1, text: "Let me ", offset: 0 },
+    { type: "delta", call_id: "m1", attempt: 1, text: "do that.", offset: 7 },
     ev("model_call_finished", {
       call_id: "m1",
       text: "Let me do that.",
@@ -41,7 +41,7 @@ function turn(): ServerFrame[] {
     ev("tool_call_started", { call_id: "t1", tool: "forget", idempotency_key: "s1:t1" }),
     ev("tool_call_finished", { call_id: "t1", tool: "forget", result: { deleted: true } }),
     ev("model_call_started", { call_id: "m2", route: "default", model: "x" }),
-    { type: "delta", call_id: "m2", text: "Done.", offset: 0 },
+    { type: "delta", call_id: "m2", attempt: 1, text: "Done.", offset: 0 },
     ev("model_call_finished", {
       call_id: "m2",
       text: "Done.",
@@ -111,22 +111,33 @@ describe("the session reducer", () => {
     const start = run([
       ev("user_message", { text: "hi", client_id: null }),
       ev("model_call_started", { call_id: "m1", route: "r", model: "x" }),
-      { type: "delta", call_id: "m1", text: "Hello", offset: 0 },
-      { type: "delta", call_id: "m1", text: ", wor", offset: 5 },
+      { type: "delta", call_id: "m1", attempt: 1, text: "Hello", offset: 0 },
+      { type: "delta", call_id: "m1", attempt: 1, text: ", wor", offset: 5 },
     ]);
-    expect(start.streaming).toEqual({ callId: "m1", text: "Hello, wor" });
+    expect(start.streaming).toEqual({ callId: "m1", attempt: 1, text: "Hello, wor" });
     // After a reconnect the server sends the stream from the beginning, then goes on.
     const resumed = run(
       [
-        { type: "delta", call_id: "m1", text: "Hello, wor", offset: 0 },
-        { type: "delta", call_id: "m1", text: "ld!", offset: 10 },
-        { type: "delta", call_id: "m1", text: "ld!", offset: 10 },
+        { type: "delta", call_id: "m1", attempt: 1, text: "Hello, wor", offset: 0 },
+        { type: "delta", call_id: "m1", attempt: 1, text: "ld!", offset: 10 },
+        { type: "delta", call_id: "m1", attempt: 1, text: "ld!", offset: 10 },
       ],
       start,
     );
-    expect(resumed.streaming).toEqual({ callId: "m1", text: "Hello, world!" });
+    expect(resumed.streaming).toEqual({ callId: "m1", attempt: 1, text: "Hello, world!" });
+    // The call re-issued after a server restart streams a new text: it replaces the old one
+    // instead of being spliced onto it, and the old run's late deltas are dropped.
+    const rerun = run(
+      [
+        { type: "delta", call_id: "m1", attempt: 2, text: "Hi", offset: 0 },
+        { type: "delta", call_id: "m1", attempt: 1, text: "!!", offset: 13 },
+        { type: "delta", call_id: "m1", attempt: 2, text: " there", offset: 2 },
+      ],
+      resumed,
+    );
+    expect(rerun.streaming).toEqual({ callId: "m1", attempt: 2, text: "Hi there" });
     // A delta past a gap is ignored until the resend.
-    const gapped = run([{ type: "delta", call_id: "m1", text: "zzz", offset: 99 }], resumed);
+    const gapped = run([{ type: "delta", call_id: "m1", attempt: 1, text: "zzz", offset: 99 }], resumed);
     expect(gapped.streaming?.text).toBe("Hello, world!");
     // Deltas for a finished call are dropped.
     const finished = run(
@@ -135,7 +146,7 @@ describe("the session reducer", () => {
           call_id: "m1", text: "Hello, world!", tool_calls: [], usage: { prompt_tokens: 1, completion_tokens: 1 },
           provider: "p", model: "x", latency_ms: 1, ttft_ms: 1, cost: 0,
         }),
-        { type: "delta", call_id: "m1", text: "late", offset: 13 },
+        { type: "delta", call_id: "m1", attempt: 1, text: "late", offset: 13 },
       ],
       resumed,
     );

@@ -45,8 +45,8 @@ export interface SessionView {
   tools: Record<string, ToolCard>;
   /** Tool call ids in the order they were requested. */
   toolOrder: string[];
-  /** The model call streaming now, and its text so far. */
-  streaming: { callId: string; text: string } | null;
+  /** The model call streaming now, the run of it the text belongs to, and its text so far. */
+  streaming: { callId: string; attempt: number; text: string } | null;
   /** Events that arrived ahead of a gap, by seq, applied once the gap is filled. */
   ahead: Record<number, JournalEvent>;
   /** Model calls that finished (late deltas for them are dropped). */
@@ -94,7 +94,7 @@ export function reduce(view: SessionView, frame: ServerFrame): SessionView {
       return receive(view, event as JournalEvent);
     }
     case "delta":
-      return delta(view, frame.call_id, frame.text, frame.offset);
+      return delta(view, frame.call_id, frame.attempt, frame.text, frame.offset);
     case "error":
       return { ...view, lastError: { code: frame.code, message: frame.message } };
   }
@@ -119,11 +119,22 @@ export function receive(view: SessionView, event: JournalEvent): SessionView {
   return next;
 }
 
-function delta(view: SessionView, callId: string, text: string, offset?: number): SessionView {
+function delta(
+  view: SessionView,
+  callId: string,
+  attempt: number,
+  text: string,
+  offset?: number,
+): SessionView {
   if (view.finishedCalls.includes(callId)) {
     return view;
   }
-  const current = view.streaming?.callId === callId ? view.streaming.text : "";
+  const same = view.streaming?.callId === callId;
+  if (same && view.streaming!.attempt > attempt) {
+    return view; // an older run of the call
+  }
+  // A new run of the call (re-issued after a server restart) replaces the old partial text.
+  const current = same && view.streaming!.attempt === attempt ? view.streaming!.text : "";
   const at = offset ?? current.length;
   if (at > current.length) {
     // A gap (frames lost): wait for the resend from the start.
@@ -134,7 +145,7 @@ function delta(view: SessionView, callId: string, text: string, offset?: number)
     return view; // already have it
   }
   const merged = current.slice(0, at) + text;
-  return { ...view, streaming: { callId, text: merged } };
+  return { ...view, streaming: { callId, attempt, text: merged } };
 }
 
 function setTool(view: SessionView, callId: string, change: Partial<ToolCard>): SessionView {
@@ -159,7 +170,9 @@ function apply(view: SessionView, event: JournalEvent): SessionView {
       break;
     case "model_call_started":
       next.streaming =
-        view.streaming?.callId === p.call_id ? view.streaming : { callId: p.call_id, text: "" };
+        view.streaming?.callId === p.call_id
+          ? view.streaming
+          : { callId: p.call_id, attempt: 0, text: "" };
       next.status = "running";
       break;
     case "model_call_finished":

@@ -288,8 +288,10 @@ impl Actor for SessionActor {
                     if *current == call_id {
                         let offset = buffer.len();
                         buffer.push_str(&text);
+                        let attempt = live.deps.lease.epoch;
                         live.broadcast(Frame::Delta {
                             call_id,
+                            attempt,
                             text,
                             offset,
                         });
@@ -304,6 +306,7 @@ impl Actor for SessionActor {
                         .streaming
                         .as_ref()
                         .map(|(call_id, _, text)| (call_id.clone(), text.clone())),
+                    attempt: live.deps.lease.epoch,
                 };
                 live.subscribers.push(subscriber);
                 let _ = reply.send(attached);

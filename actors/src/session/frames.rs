@@ -23,6 +23,10 @@ pub enum Frame {
     /// client that got some of the stream another way can skip what it has.
     Delta {
         call_id: String,
+        /// Which run of the call this text belongs to: the activation's lease epoch. A call
+        /// re-issued after a restart streams a new text under a higher attempt, which replaces
+        /// the old partial text instead of continuing it.
+        attempt: i64,
         text: String,
         offset: usize,
     },
@@ -35,6 +39,8 @@ pub struct Attached {
     pub status: SessionStatus,
     /// The model call in flight and its text so far.
     pub streaming: Option<(String, String)>,
+    /// The attempt (activation epoch) the in-flight call's text belongs to.
+    pub attempt: i64,
 }
 
 /// A subscriber's end: frames in order, bounded. A subscriber that falls `capacity` frames

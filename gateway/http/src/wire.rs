@@ -68,9 +68,12 @@ pub enum ServerFrame {
     },
     /// A journaled step.
     Event(EventView),
-    /// Streamed model text (not journaled): `text` continues the call's text at `offset`.
+    /// Streamed model text (not journaled): `text` continues the call's text at `offset`. A
+    /// higher `attempt` for the same call is a new run of it (re-issued after a restart): its
+    /// text replaces what the client has.
     Delta {
         call_id: String,
+        attempt: i64,
         text: String,
         offset: usize,
     },
@@ -237,12 +240,13 @@ mod tests {
     fn server_frames_serialize_as_documented() {
         let frame = ServerFrame::Delta {
             call_id: "m1".into(),
+            attempt: 2,
             text: "Hi".into(),
             offset: 3,
         };
         assert_eq!(
             serde_json::to_value(&frame).unwrap(),
-            serde_json::json!({ "type": "delta", "call_id": "m1", "text": "Hi", "offset": 3 })
+            serde_json::json!({ "type": "delta", "call_id": "m1", "attempt": 2, "text": "Hi", "offset": 3 })
         );
         let event = ServerFrame::Event(EventView {
             seq: 2,

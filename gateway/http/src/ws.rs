@@ -143,6 +143,8 @@ impl Drop for SessionSocket {
 /// that the client has been sent.
 struct Stream {
     call_id: String,
+    /// The run of the call the text belongs to (see `Frame::Delta`).
+    attempt: i64,
     text: String,
     sent: usize,
 }
@@ -175,8 +177,10 @@ impl Connection {
         };
         let attached = &subscription.attached;
         self.sent_seq = attached.last_seq;
+        let attempt = attached.attempt;
         self.stream = attached.streaming.clone().map(|(call_id, text)| Stream {
             call_id,
+            attempt,
             text,
             sent: 0,
         });
@@ -431,6 +435,7 @@ impl Connection {
             }
             Frame::Delta {
                 call_id,
+                attempt,
                 text,
                 offset,
             } => {
@@ -438,9 +443,13 @@ impl Connection {
                     return Ok(()); // its final text was already sent in its event
                 }
                 let stream = match &mut self.stream {
-                    Some(stream) if stream.call_id == call_id => stream,
+                    Some(stream) if stream.call_id == call_id && stream.attempt == attempt => {
+                        stream
+                    }
+                    // Another call, or a new run of this one: its text starts over.
                     _ => self.stream.insert(Stream {
                         call_id,
+                        attempt,
                         text: String::new(),
                         sent: 0,
                     }),
@@ -493,6 +502,7 @@ impl Connection {
         }
         let frame = ServerFrame::Delta {
             call_id: stream.call_id.clone(),
+            attempt: stream.attempt,
             text: stream.text[stream.sent..].to_string(),
             offset: stream.sent,
         };

@@ -65,7 +65,7 @@ export type ErrorCode = "agent_not_configured" | "already_decided" | "approval_n
 /**
  * A WebSocket frame from the server.
  */
-export type ServerFrame = { "type": "hello", session_id: string, last_seq: number, status: SessionStatus, } | { "type": "event" } & EventView | { "type": "delta", call_id: string, text: string, offset: number, } | { "type": "error", code: ErrorCode, message: string, };
+export type ServerFrame = { "type": "hello", session_id: string, last_seq: number, status: SessionStatus, } | { "type": "event" } & EventView | { "type": "delta", call_id: string, attempt: number, text: string, offset: number, } | { "type": "error", code: ErrorCode, message: string, };
 
 /**
  * A WebSocket frame from a client.

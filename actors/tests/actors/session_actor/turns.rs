@@ -217,3 +217,41 @@ async fn an_undecided_approval_expires() {
     registry.stop_all();
     store.shutdown().await;
 }
+
+/// Stream text is keyed by the run that produced it: another activation of the session (after a
+/// restart, which re-issues an unfinished call) streams under a higher `attempt`, so clients
+/// replace a partial text instead of splicing the new run onto it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_activation_streams_under_a_higher_attempt() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(&dir).await;
+    let (url, _) = ops::webhook().await;
+    let attempts = |frames: &[Frame]| -> Vec<i64> {
+        frames
+            .iter()
+            .filter_map(|f| match f {
+                Frame::Delta { attempt, .. } => Some(*attempt),
+                _ => None,
+            })
+            .collect()
+    };
+    let id = new_session(&store).await;
+    let mut seen = Vec::new();
+    for round in 0..2 {
+        let model = ScriptedModel::new(vec![("Three short words.", vec![])]);
+        let registry = SessionRegistry::new(store.clone(), model, vec![agent(&url)]);
+        let mut frames = registry.subscribe(id).await.unwrap();
+        say(&registry, id, &format!("round {round}")).await;
+        let got = attempts(&wait_for(&mut frames, "turn_finished").await);
+        assert!(
+            !got.is_empty() && got.iter().all(|a| *a == got[0]),
+            "{got:?}"
+        );
+        seen.push(got[0]);
+        registry.stop_all();
+        // Let the stopped actor release its lease.
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert!(seen[1] > seen[0], "{seen:?}");
+    store.shutdown().await;
+}
