@@ -33,8 +33,8 @@ pub use error::{Error, Result};
 pub use group_commit::JournalStats;
 pub use traits::{Journal, JournalStore, Kv, Leases, RequestLog, Sessions, Snapshots};
 pub use types::{
-    Compaction, Event, KvEntry, Lease, NewEvent, NewSession, Session, SessionPage, SessionQuery,
-    SessionStatus, Snapshot, DEFAULT_PAGE, MAX_PAGE,
+    Compaction, Event, KvEntry, Lease, NewEvent, NewSession, Purged, Session, SessionPage,
+    SessionQuery, SessionStatus, Snapshot, DEFAULT_PAGE, MAX_PAGE,
 };
 
 /// Default limit on one event's serialized payload.

@@ -59,6 +59,10 @@ pub trait Sessions: Send + Sync {
     /// Deletes a session with its journal, snapshot, compaction and storage. Only for undoing
     /// a session that was never complete (an import or fork whose copy failed).
     async fn delete_session(&self, id: Uuid) -> Result<()>;
+
+    /// Hard delete, in one transaction: the session's row, journal, snapshots, compaction, KV
+    /// entries and request-log rows. Returns how many events and log rows went.
+    async fn purge_session(&self, id: Uuid) -> Result<crate::Purged>;
 }
 
 /// The write-ahead journal: fenced, atomic appends and ordered reads.

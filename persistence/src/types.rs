@@ -119,6 +119,13 @@ impl Session {
     }
 }
 
+/// What a purge removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Purged {
+    pub events: u64,
+    pub request_log_rows: u64,
+}
+
 /// Filter and page for [`crate::JournalStore::list_sessions`].
 #[derive(Debug, Clone, Default)]
 pub struct SessionQuery {

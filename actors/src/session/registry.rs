@@ -289,6 +289,25 @@ impl SessionRegistry {
         }
     }
 
+    /// Stops the session's live actor (if any) and waits until it has stopped, so nothing of
+    /// it writes afterwards (a purge).
+    pub async fn stop(&self, id: Uuid) {
+        let actor = self
+            .shared
+            .live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&id);
+        if let Some(actor) = actor {
+            let _ = actor
+                .stop_and_wait(
+                    Some("purged".into()),
+                    Some(std::time::Duration::from_secs(10)),
+                )
+                .await;
+        }
+    }
+
     /// Stops every live actor (what a process exit does to them).
     pub fn stop_all(&self) {
         for (_, actor) in self

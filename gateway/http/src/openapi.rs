@@ -34,6 +34,25 @@ pub struct SessionCreated {
     pub token_expires_at: Option<String>,
 }
 
+/// What `DELETE /v1/sessions/{id}` answers: the closed session, or with `purge=true` what
+/// was removed.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)] // a schema only: the handler answers one of the two shapes
+pub enum Closed {
+    Session(Box<SessionView>),
+    Purged(PurgedView),
+}
+
+/// A purged session: what went.
+#[derive(Serialize, ToSchema)]
+pub struct PurgedView {
+    pub session_id: Uuid,
+    pub purged: bool,
+    pub events: u64,
+    pub request_log_rows: u64,
+}
+
 /// A new token for a session; every older token of the session stops being valid.
 #[derive(Serialize, ToSchema)]
 pub struct TokenIssued {

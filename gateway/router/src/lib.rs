@@ -341,6 +341,15 @@ pub fn parse_metadata(text: &str) -> Result<Map<String, Value>, String> {
     Ok(map)
 }
 
+impl Router {
+    /// Waits until every request-log record queued so far is written.
+    pub async fn flush_log(&self) {
+        if let Some(log) = &self.log {
+            log.flush().await;
+        }
+    }
+}
+
 /// The entries of a session's metadata that a request-log row keeps: those `x-stead-metadata`
 /// would accept (a key of 1 to 64 characters; a string of up to 256 bytes, a number or a
 /// bool), the first 16 in key order. Nested values (e.g. a fork's `forked_from`) are left out.

@@ -87,6 +87,7 @@ impl std::error::Error for SinkError {}
 /// The queue in front of a sink.
 pub struct RequestLog {
     sender: mpsc::Sender<LogRecord>,
+    flushes: mpsc::UnboundedSender<tokio::sync::oneshot::Sender<()>>,
     dropped: AtomicU64,
     written: Arc<AtomicU64>,
 }
@@ -95,6 +96,8 @@ impl RequestLog {
     /// Starts the writer task (inside a tokio runtime).
     pub fn start(sink: Arc<dyn RequestLogSink>, config: &RequestLogConfig) -> Self {
         let (sender, mut receiver) = mpsc::channel::<LogRecord>(config.queue);
+        let (flushes, mut flush_requests) =
+            mpsc::unbounded_channel::<tokio::sync::oneshot::Sender<()>>();
         let batch_size = config.batch_size;
         let flush = Duration::from_millis(config.flush_ms.max(1));
         let written = Arc::new(AtomicU64::new(0));
@@ -103,14 +106,28 @@ impl RequestLog {
             let mut batch = Vec::with_capacity(batch_size);
             loop {
                 // Wait for the first record, then gather more until the batch is full or the
-                // flush interval has passed.
-                match receiver.recv().await {
-                    Some(record) => batch.push(record),
-                    None => break,
+                // flush interval has passed. A flush request writes what is queued at once and
+                // is answered after it is written.
+                let mut waiting = Vec::new();
+                tokio::select! {
+                    record = receiver.recv() => match record {
+                        Some(record) => batch.push(record),
+                        None => break,
+                    },
+                    Some(ack) = flush_requests.recv() => waiting.push(ack),
+                }
+                while let Ok(record) = receiver.try_recv() {
+                    batch.push(record);
+                }
+                if batch.is_empty() {
+                    for ack in waiting {
+                        let _ = ack.send(());
+                    }
+                    continue;
                 }
                 let deadline = tokio::time::sleep(flush);
                 tokio::pin!(deadline);
-                while batch.len() < batch_size {
+                while batch.len() < batch_size && waiting.is_empty() {
                     tokio::select! {
                         record = receiver.recv() => match record {
                             Some(record) => batch.push(record),
@@ -141,10 +158,14 @@ impl RequestLog {
                         tracing::warn!(%error, rows = n, "writing the request log failed")
                     }
                 }
+                for ack in waiting {
+                    let _ = ack.send(());
+                }
             }
         });
         RequestLog {
             sender,
+            flushes,
             dropped: AtomicU64::new(0),
             written,
         }
@@ -154,6 +175,14 @@ impl RequestLog {
     pub fn record(&self, record: LogRecord) {
         if self.sender.try_send(record).is_err() {
             self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Waits until every record queued before the call is written (or its write failed).
+    pub async fn flush(&self) {
+        let (ack, done) = tokio::sync::oneshot::channel();
+        if self.flushes.send(ack).is_ok() {
+            let _ = done.await;
         }
     }
 

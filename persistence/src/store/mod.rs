@@ -234,6 +234,33 @@ impl<D: Dialect> Sessions for SqlStore<D> {
         self.update_session(id, update).await
     }
 
+    async fn purge_session(&self, id: Uuid) -> Result<crate::Purged> {
+        let mut tx = self.db.writer().begin().await?;
+        // The journal and log rows, then the row, whose cascade removes snapshots, KV entries
+        // and the compaction (and any event an append committed meanwhile: the row's delete
+        // waits for that append's lock).
+        let events = Sql::<D>::new("DELETE FROM journal WHERE session_id = ")
+            .bind(id)
+            .execute(On::Tx(&mut tx))
+            .await?;
+        let request_log_rows = Sql::<D>::new("DELETE FROM request_log WHERE session_id = ")
+            .bind(id)
+            .execute(On::Tx(&mut tx))
+            .await?;
+        let sessions = Sql::<D>::new("DELETE FROM sessions WHERE id = ")
+            .bind(id)
+            .execute(On::Tx(&mut tx))
+            .await?;
+        if sessions == 0 {
+            return Err(Error::SessionNotFound(id)); // the transaction rolls back
+        }
+        tx.commit().await?;
+        Ok(crate::Purged {
+            events,
+            request_log_rows,
+        })
+    }
+
     async fn delete_session(&self, id: Uuid) -> Result<()> {
         let deleted = Sql::<D>::new("DELETE FROM sessions WHERE id = ")
             .bind(id)

@@ -7,7 +7,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::json;
 use stead_persistence::request_log::{RequestLogEntry, RequestLogQuery, StatsGroupBy};
-use stead_persistence::{Backend, Error, JournalStore, NewSession, SessionQuery};
+use stead_persistence::{Backend, Error, JournalStore, NewEvent, NewSession, SessionQuery};
 use stead_testkit::db;
 use uuid::Uuid;
 
@@ -17,6 +17,7 @@ stead_testkit::both_backends!(
     compaction_candidates_page_by_time_and_id,
     lease_conflicts_report_the_holder,
     sessions_page_with_filters_and_cursor,
+    a_purge_leaves_nothing_of_the_session,
 );
 
 fn micros(t: DateTime<Utc>) -> DateTime<Utc> {
@@ -546,4 +547,74 @@ async fn sessions_page_with_filters_and_cursor(backend: Backend) {
     }
     assert_eq!(seen, even);
     t.finish().await;
+}
+
+/// `purge_session` removes the row, journal, snapshot, KV entries, compaction and request-log
+/// rows of one session, in one transaction, and nothing of any other session.
+async fn a_purge_leaves_nothing_of_the_session(backend: Backend) {
+    let t = db::open(backend).await;
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let id = t
+            .store
+            .create_session(NewSession::for_agent("private"))
+            .await
+            .unwrap()
+            .id;
+        let events = (0..5)
+            .map(|i| NewEvent::new("user_message", json!({ "text": format!("secret {i}") })))
+            .collect();
+        t.store.append(id, 0, events).await.unwrap();
+        t.store
+            .put_snapshot(id, 5, json!({ "transcript": ["secret"] }))
+            .await
+            .unwrap();
+        t.store
+            .kv_set(id, "note", json!("a secret note"))
+            .await
+            .unwrap();
+        let rows: Vec<RequestLogEntry> = (0..3)
+            .map(|n| entry(n, "chat", Utc::now(), Some(id)))
+            .collect();
+        t.store.insert_request_log(&rows).await.unwrap();
+        ids.push(id);
+    }
+    let (gone, kept) = (ids[0], ids[1]);
+    let purged = t.store.purge_session(gone).await.unwrap();
+    assert_eq!((purged.events, purged.request_log_rows), (5, 3));
+
+    assert!(matches!(
+        t.store.get_session(gone).await,
+        Err(Error::SessionNotFound(_))
+    ));
+    assert!(t
+        .store
+        .read(gone, 0, 100)
+        .await
+        .map_or(true, |e| e.is_empty()));
+    assert!(t
+        .store
+        .latest_snapshot(gone)
+        .await
+        .map_or(true, |s| s.is_none()));
+    assert!(t
+        .store
+        .kv_list(gone, "")
+        .await
+        .map_or(true, |e| e.is_empty()));
+    let by_session = |id| RequestLogQuery {
+        session_id: Some(id),
+        limit: 100,
+        ..Default::default()
+    };
+    assert!(list(t.store.as_ref(), by_session(gone)).await.is_empty());
+    // A second purge finds nothing; the other session is whole.
+    assert!(matches!(
+        t.store.purge_session(gone).await,
+        Err(Error::SessionNotFound(_))
+    ));
+    assert_eq!(t.store.read(kept, 0, 100).await.unwrap().len(), 5);
+    assert!(t.store.latest_snapshot(kept).await.unwrap().is_some());
+    assert_eq!(t.store.kv_list(kept, "").await.unwrap().len(), 1);
+    assert_eq!(list(t.store.as_ref(), by_session(kept)).await.len(), 3);
 }

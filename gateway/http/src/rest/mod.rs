@@ -18,7 +18,7 @@ use uuid::Uuid;
 
 use crate::auth::Caller;
 use crate::openapi::{
-    AgentList, Committed, Decided, ErrorBody, EventsPage, Forked, Inbox, MessageAccepted,
+    AgentList, Closed, Committed, Decided, ErrorBody, EventsPage, Forked, Inbox, MessageAccepted,
     MessageWaited, ModelList, SessionCreated, SessionList, SessionView, StateView, TokenIssued,
 };
 use crate::wire::{EventView, SessionRow};

@@ -144,6 +144,42 @@ pub async fn get_session(
     Ok(Json(session_view(&row, &folded)))
 }
 
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct CloseQuery {
+    /// Hard delete (operators only): the session, its journal, snapshots, KV entries and
+    /// request-log rows are removed in one transaction. Not undoable.
+    purge: Option<bool>,
+}
+
+/// `DELETE …?purge=true`: stops the session's actor, writes out the request-log rows still
+/// queued, then removes everything of the session in one transaction.
+async fn purge(
+    state: &AppState,
+    caller: &crate::Principal,
+    id: Uuid,
+) -> Result<Json<Value>, ApiError> {
+    caller.require_operator()?;
+    state.store.get_session(id).await?;
+    state.sessions.stop(id).await;
+    state.model_router.flush_log().await;
+    let purged = state.store.purge_session(id).await?;
+    tracing::info!(
+        session = %id,
+        events = purged.events,
+        request_log_rows = purged.request_log_rows,
+        by = %caller.name(),
+        "session purged"
+    );
+    Ok(Json(json!({
+        "session_id": id,
+        "purged": true,
+        "events": purged.events,
+        "request_log_rows": purged.request_log_rows,
+    })))
+}
+
 /// Mints a new token for the session and invalidates every older one (rotation; also how a
 /// client renews a token before it expires). The session's own token may rotate itself.
 #[utoipa::path(post, path = "/v1/sessions/{id}/token", params(("id" = Uuid, Path, description = "Session id")), responses((status = 200, body = TokenIssued), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
@@ -163,13 +199,17 @@ pub async fn rotate_token(
     })))
 }
 
-#[utoipa::path(delete, path = "/v1/sessions/{id}", params(("id" = Uuid, Path, description = "Session id")), responses((status = 200, body = SessionView), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
+#[utoipa::path(delete, path = "/v1/sessions/{id}", params(("id" = Uuid, Path, description = "Session id"), CloseQuery), responses((status = 200, body = Closed), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
 pub async fn close_session(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiPath(id): ApiPath<Uuid>,
+    ApiQuery(query): ApiQuery<CloseQuery>,
 ) -> Result<Json<Value>, ApiError> {
     caller.require_session(id)?;
+    if query.purge == Some(true) {
+        return purge(&state, &caller, id).await;
+    }
     let result = state
         .sessions
         .send(

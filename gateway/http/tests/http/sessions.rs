@@ -231,3 +231,48 @@ async fn rotating_a_session_token_invalidates_the_old_one() {
         .await;
     assert_eq!(status, 403);
 }
+
+/// `DELETE /v1/sessions/{id}?purge=true`: operators only; the session's actor stops and the
+/// session is gone (404 afterwards), while a plain `DELETE` only closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_purges_a_session_for_good() {
+    let model = stead_testkit::model::ScriptedModel::respond(|_| ("ok".to_string(), vec![]));
+    let key = "operator-key-0123456789";
+    let mut app = stead_testkit::app::App::start(
+        vec![stead_testkit::app::ops_agent()],
+        std::sync::Arc::new(model),
+        &[key],
+    )
+    .await;
+    app.api_key = Some(key.into());
+    let (id, token) = app.create("ops").await;
+    let (status, _) = app.say(&id, "remember my card number").await;
+    assert_eq!(status, 200);
+    let events = app.journal(&id).await.len();
+    let purge = format!("/v1/sessions/{id}?purge=true");
+    let (status, refused) = app.call_as("DELETE", &purge, None, Some(&token)).await;
+    assert_eq!(
+        (status, refused["error"]["code"].as_str()),
+        (403, Some("forbidden"))
+    );
+    assert_eq!(
+        app.journal(&id).await.len(),
+        events,
+        "a refused purge removes nothing"
+    );
+
+    let (status, purged) = app.call("DELETE", &purge, None).await;
+    assert_eq!(status, 200, "{purged}");
+    assert_eq!(
+        purged,
+        serde_json::json!({ "session_id": id, "purged": true, "events": events, "request_log_rows": 0 })
+    );
+    let (status, _) = app.call("GET", &format!("/v1/sessions/{id}"), None).await;
+    assert_eq!(status, 404);
+    let (status, _) = app
+        .call("GET", &format!("/v1/sessions/{id}/events"), None)
+        .await;
+    assert_eq!(status, 404);
+    let (status, _) = app.call("DELETE", &purge, None).await;
+    assert_eq!(status, 404);
+}
