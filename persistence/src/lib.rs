@@ -137,6 +137,10 @@ pub struct StoreOptions {
     pub max_batch_events: usize,
     /// Run pending migrations while opening.
     pub run_migrations: bool,
+    /// How far this node's clock is off (zero in production). Only tests set it, to show that
+    /// leases on PostgreSQL are judged by the database's clock: a node whose clock runs ahead
+    /// must not take a live lease.
+    pub clock_skew: chrono::Duration,
 }
 
 impl StoreOptions {
@@ -148,6 +152,7 @@ impl StoreOptions {
             connect_timeout: Duration::from_secs(5),
             max_batch_events: 4096,
             run_migrations: true,
+            clock_skew: chrono::Duration::zero(),
         }
     }
 }

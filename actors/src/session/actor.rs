@@ -28,6 +28,10 @@ pub enum SessionError {
     UnknownAgent(String),
     #[error("journal: {0}")]
     Journal(String),
+    /// The actor is passivating: the input was not applied; send it again (the registry does,
+    /// to a fresh activation).
+    #[error("the session actor is passivating")]
+    Passivating,
     /// An event would be over the journal's size limit; nothing was written.
     #[error("{0}")]
     TooLarge(String),
@@ -72,6 +76,8 @@ pub struct Live {
     /// The session's metadata, for its model calls' request-log rows.
     pub(super) metadata: serde_json::Map<String, serde_json::Value>,
     pub(super) lease_renewed: std::time::Instant,
+    /// Set when the actor decided to passivate: it drains its mailbox without applying inputs.
+    pub(super) passivating: bool,
     /// The `invoke_agent {agent}` span of the turn in progress (model and tool calls are its
     /// children); it ends when the session stops running (a turn's end, or parking).
     pub(super) turn_span: Option<tracing::Span>,
@@ -161,6 +167,7 @@ impl Actor for SessionActor {
             synced_status: row_status,
             metadata,
             lease_renewed: std::time::Instant::now(),
+            passivating: false,
             turn_span: None,
         };
         // The row's status follows the journal; a crash between the two is mended here.
@@ -231,11 +238,23 @@ impl Actor for SessionActor {
                     && live.subscribers.is_empty()
                     && live.last_activity.elapsed() >= live.deps.lifecycle.passivate_after;
                 if idle {
-                    // Parked or idle sessions hold nothing: state is in the journal.
-                    myself.stop(Some("passivated".into()));
+                    // Parked or idle sessions hold nothing: state is in the journal. Draining
+                    // (not stopping) answers what is already queued — inputs with
+                    // `Passivating`, so their senders retry on a fresh activation instead of
+                    // losing them — and refuses what comes later the same way.
+                    live.passivating = true;
+                    let _ = myself.drain();
                 }
                 return Ok(());
             }
+            SessionMsg::Input(_, reply) if live.passivating => {
+                if let Some(reply) = reply {
+                    let _ = reply.send(Err(SessionError::Passivating));
+                }
+                return Ok(());
+            }
+            // A subscriber of a passivating actor would hear nothing: its caller retries.
+            SessionMsg::Subscribe(..) if live.passivating => return Ok(()),
             SessionMsg::Input(input, reply) => {
                 live.last_activity = std::time::Instant::now();
                 if matches!(

@@ -17,6 +17,9 @@ use super::{
 use crate::decide::Input;
 use crate::state::SessionState;
 
+/// How often a call that met a passivating actor is tried again on a fresh activation.
+const PASSIVATION_RETRIES: usize = 5;
+
 /// Keeps one live actor per session id on this node, activates sessions on demand, and
 /// supervises their actors: an actor that fails (a panic in its handler) is restarted from the
 /// journal after a backoff; one that fails `restart_limit` times within `restart_window` gets a
@@ -36,11 +39,28 @@ pub(super) struct Shared {
     /// Recent failures per session (pruned to the restart window), and when a restarting
     /// session may be activated again.
     pub(super) failures: Mutex<HashMap<Uuid, (Vec<std::time::Instant>, std::time::Instant)>>,
-    pub(super) activation: tokio::sync::Mutex<()>,
+    /// One lock per session being activated: two activations of one id never overlap, while
+    /// a slow activation (a database read, a lease wait) holds up no other session.
+    pub(super) activations: Mutex<HashMap<Uuid, std::sync::Weak<tokio::sync::Mutex<()>>>>,
     supervisor: tokio::sync::OnceCell<ActorRef<()>>,
 }
 
 impl Shared {
+    /// The activation lock of `id` (made on first use; forgotten once nobody holds it).
+    pub(super) fn activation_lock(&self, id: Uuid) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self
+            .activations
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(lock) = locks.get(&id).and_then(std::sync::Weak::upgrade) {
+            return lock;
+        }
+        locks.retain(|_, lock| lock.strong_count() > 0);
+        let lock = Arc::new(tokio::sync::Mutex::new(()));
+        locks.insert(id, Arc::downgrade(&lock));
+        lock
+    }
+
     fn live_actor(&self, id: Uuid) -> Option<ActorRef<SessionMsg>> {
         let mut live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
         // Right after spawn an actor may still be `Starting`: that one is live too. A stopping
@@ -48,7 +68,9 @@ impl Shared {
         let stopped = live.get(&id).is_some_and(|a| {
             matches!(
                 a.get_status(),
-                ractor::ActorStatus::Stopping | ractor::ActorStatus::Stopped
+                ractor::ActorStatus::Draining
+                    | ractor::ActorStatus::Stopping
+                    | ractor::ActorStatus::Stopped
             )
         });
         if stopped {
@@ -87,8 +109,10 @@ impl Shared {
             tokio::time::sleep_until(at.into()).await;
         }
         let supervisor = self.supervisor().await?;
-        // One activation at a time, re-checked under the lock: never two actors for one id.
-        let _guard = self.activation.lock().await;
+        // One activation per id at a time, re-checked under its lock: never two actors for one
+        // id. Other ids activate meanwhile.
+        let lock = self.activation_lock(id);
+        let _guard = lock.lock().await;
         if let Some(actor) = self.live_actor(id) {
             return Ok(actor);
         }
@@ -172,7 +196,7 @@ impl SessionRegistry {
                     .collect(),
                 live: Mutex::new(HashMap::new()),
                 failures: Mutex::new(HashMap::new()),
-                activation: tokio::sync::Mutex::new(()),
+                activations: Mutex::new(HashMap::new()),
                 supervisor: tokio::sync::OnceCell::new(),
             }),
         }
@@ -239,38 +263,75 @@ impl SessionRegistry {
         live.len()
     }
 
-    /// Sends an input and waits until its events are committed.
+    /// Sends an input and waits until its events are committed. An input that meets a
+    /// passivating actor (refused unapplied, or not delivered) goes to a fresh activation.
     pub async fn send(&self, id: Uuid, input: Input) -> Result<i64, SessionError> {
-        let actor = self.session(id).await?;
-        match actor
-            .call(|reply| SessionMsg::Input(input, Some(reply)), None)
-            .await
-        {
-            Ok(ractor::rpc::CallResult::Success(result)) => result,
-            _ => Err(SessionError::Journal("the session actor stopped".into())),
+        for _ in 0..PASSIVATION_RETRIES {
+            let actor = self.session(id).await?;
+            match actor
+                .call(|reply| SessionMsg::Input(input.clone(), Some(reply)), None)
+                .await
+            {
+                Ok(ractor::rpc::CallResult::Success(Err(SessionError::Passivating))) => {}
+                Ok(ractor::rpc::CallResult::Success(result)) => return result,
+                // Not delivered: the actor was draining or gone before it took the input.
+                Err(ractor::MessagingErr::SendErr(_))
+                | Err(ractor::MessagingErr::ChannelClosed) => {}
+                _ => return Err(SessionError::Journal("the session actor stopped".into())),
+            }
+            self.wait_until_stopped(id, &actor).await;
         }
+        Err(SessionError::Journal(
+            "the session actor kept passivating".into(),
+        ))
+    }
+
+    /// Waits (briefly) for a passivating actor to finish, so the next activation is a new one.
+    async fn wait_until_stopped(&self, id: Uuid, actor: &ActorRef<SessionMsg>) {
+        for _ in 0..200 {
+            if matches!(actor.get_status(), ractor::ActorStatus::Stopped) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        let _ = self.shared.live_actor(id); // forgets it once stopped
     }
 
     /// Attaches a subscriber that may fall `capacity` frames behind before it is dropped.
     pub async fn attach(&self, id: Uuid, capacity: usize) -> Result<Subscription, SessionError> {
-        let actor = self.session(id).await?;
-        let (sender, frames) = tokio::sync::mpsc::channel(capacity.max(1));
-        let lagged = Arc::new(AtomicBool::new(false));
-        let subscriber = Subscriber {
-            sender,
-            lagged: lagged.clone(),
-        };
-        match actor
-            .call(|reply| SessionMsg::Subscribe(subscriber, reply), None)
-            .await
-        {
-            Ok(ractor::rpc::CallResult::Success(attached)) => Ok(Subscription {
-                frames,
-                attached,
-                lagged,
-            }),
-            _ => Err(SessionError::Journal("the session actor stopped".into())),
+        for _ in 0..PASSIVATION_RETRIES {
+            let actor = self.session(id).await?;
+            let (sender, frames) = tokio::sync::mpsc::channel(capacity.max(1));
+            let lagged = Arc::new(AtomicBool::new(false));
+            let subscriber = Subscriber {
+                sender,
+                lagged: lagged.clone(),
+            };
+            match actor
+                .call(|reply| SessionMsg::Subscribe(subscriber, reply), None)
+                .await
+            {
+                Ok(ractor::rpc::CallResult::Success(attached)) => {
+                    return Ok(Subscription {
+                        frames,
+                        attached,
+                        lagged,
+                    })
+                }
+                // A passivating actor drops the request unanswered, or refuses delivery.
+                Ok(ractor::rpc::CallResult::SenderError)
+                | Err(ractor::MessagingErr::SendErr(_))
+                | Err(ractor::MessagingErr::ChannelClosed)
+                    if !matches!(actor.get_status(), ractor::ActorStatus::Running) =>
+                {
+                    self.wait_until_stopped(id, &actor).await
+                }
+                _ => return Err(SessionError::Journal("the session actor stopped".into())),
+            }
         }
+        Err(SessionError::Journal(
+            "the session actor kept passivating".into(),
+        ))
     }
 
     /// Frames from now on (a generous buffer, for in-process callers and tests).

@@ -106,7 +106,8 @@ impl Shared {
 
     /// Journals `session_failed` (no actor is live: activation is held off meanwhile).
     async fn fail(&self, id: Uuid, reason: &str, failures: u32) -> Result<(), SessionError> {
-        let _guard = self.activation.lock().await;
+        let lock = self.activation_lock(id);
+        let _guard = lock.lock().await;
         let journal = |e: stead_persistence::Error| SessionError::Journal(e.to_string());
         let lease = self.lease(id).await?;
         let row = self.store.get_session(id).await.map_err(journal)?;

@@ -61,6 +61,10 @@ impl From<SessionError> for ApiError {
     fn from(error: SessionError) -> Self {
         match error {
             SessionError::NotFound => ApiError::session_not_found(),
+            // Only after the registry's retries: nothing was applied.
+            SessionError::Passivating => {
+                ApiError::unavailable("the session is passivating; send again")
+            }
             // The owner (a node name, often a host name) goes to the log, not to the caller.
             SessionError::HeldElsewhere(owner) => {
                 tracing::info!(%owner, "a request for a session active on another node");

@@ -116,8 +116,12 @@ impl Router {
                     Err(error) => {
                         // Only failures that say something about the target's health count
                         // towards its cooldown: a request it refuses as invalid (a caller's
-                        // mistake) must not take it out for everyone.
-                        if error.counts_against_target() {
+                        // mistake) must not take it out for everyone, nor may a request that
+                        // was still streaming when its time ran out (the target was answering;
+                        // the request was long — e.g. a huge max_tokens).
+                        let progressing =
+                            produced.len() > before && matches!(error.kind, FailureKind::Timeout);
+                        if error.counts_against_target() && !progressing {
                             target
                                 .breaker
                                 .failure(self.gateway.cooldown_failures, cooldown);

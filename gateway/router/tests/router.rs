@@ -608,3 +608,60 @@ async fn abandoned_calls_release_their_reservation_and_are_logged() {
     let spent: f64 = records.iter().map(|r| r.cost).sum();
     assert!(spent <= 0.1 + 1e-9, "{spent}");
 }
+
+/// A request that times out while its target is still streaming was long, not the target
+/// unhealthy: such timeouts do not cool the target down for every other caller. A target that
+/// sends nothing before its deadline still counts.
+#[tokio::test]
+async fn long_requests_timing_out_mid_stream_do_not_cool_the_target_down() {
+    let words: String = (0..100).map(|i| format!("w{i} ")).collect();
+    let slow = Upstream::start(vec![], Reply::paced(&words, Duration::from_millis(20))).await;
+    let silent = Upstream::start(vec![], Reply::Hang).await;
+    let good = Upstream::start(vec![], Reply::text("Fine.")).await;
+    let route = |first: &str| {
+        json!([{ "name": "r", "targets": [
+            { "provider": first, "model": "m", "timeout_secs": 0.3, "retry": fast_retry(1) },
+            { "provider": "good", "model": "m" },
+        ] }])
+    };
+    let cooldown = json!({ "cooldown_failures": 2, "cooldown_secs": 60 });
+    let s = router(
+        &[("slow", &slow), ("good", &good)],
+        route("slow"),
+        cooldown.clone(),
+    );
+    for i in 0..4 {
+        let (_, result) = stream(
+            &s.router,
+            ask("r", &format!("long {i}")),
+            CallOptions::default(),
+        )
+        .await;
+        let answer = result.unwrap();
+        assert_eq!(answer.attempts[0].outcome, "error", "call {i}: {answer:?}");
+        assert!(answer.attempts[0].streamed_chars > 0);
+    }
+    // Every call reached the slow target: four timeouts mid-stream, no cooldown.
+    assert_eq!(slow.requests().len(), 4);
+
+    // A target that answers nothing in time is unhealthy: it cools down after two.
+    let s = router(
+        &[("silent", &silent), ("good", &good)],
+        route("silent"),
+        cooldown,
+    );
+    for i in 0..4 {
+        let (_, result) = stream(
+            &s.router,
+            ask("r", &format!("hang {i}")),
+            CallOptions::default(),
+        )
+        .await;
+        assert_eq!(result.unwrap().provider, "good");
+    }
+    assert_eq!(
+        silent.requests().len(),
+        2,
+        "later calls skipped it: cooling down"
+    );
+}

@@ -95,6 +95,9 @@ pub(crate) trait Dialect: Send + Sync + Sized + 'static {
     type Row: Columns + Send;
 
     const BACKEND: Backend;
+    /// Whether lease times are the database's clock (a server many nodes share) rather than
+    /// this node's (SQLite: the file is on this machine, so its clock is the node's).
+    const DATABASE_CLOCK: bool;
     /// Whether a JSON column can hold a NUL character (PostgreSQL's `jsonb` cannot, so values
     /// with one are refused before they reach it).
     const JSON_HOLDS_NUL: bool;

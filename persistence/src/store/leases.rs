@@ -17,32 +17,49 @@ fn expiry(now: DateTime<Utc>, ttl: Duration) -> DateTime<Utc> {
 }
 
 impl<D: Dialect> SqlStore<D> {
+    /// Now, as leases are judged: the database's clock on PostgreSQL (nodes' clocks may
+    /// disagree; the database is the one they share), this node's on SQLite.
+    fn push_now(&self, sql: &mut Sql<D>) {
+        if D::DATABASE_CLOCK {
+            sql.push("clock_timestamp()");
+        } else {
+            sql.bind(now_micros() + self.clock_skew);
+        }
+    }
+
+    /// Now plus `ttl`, on the same clock as [`Self::push_now`].
+    fn push_until(&self, sql: &mut Sql<D>, ttl: Duration) {
+        if D::DATABASE_CLOCK {
+            sql.push("clock_timestamp() + make_interval(secs => ")
+                .bind(ttl.as_secs_f64().min(1e9))
+                .push(")");
+        } else {
+            sql.bind(expiry(now_micros() + self.clock_skew, ttl));
+        }
+    }
+
     pub(super) async fn acquire(
         &self,
         session_id: Uuid,
         owner: &str,
         ttl: Duration,
     ) -> Result<Lease> {
-        let now = now_micros();
-        let until = expiry(now, ttl);
-        let taken = Sql::<D>::new("UPDATE sessions SET lease_owner = ")
-            .bind(owner)
-            .push(", lease_epoch = lease_epoch + 1, lease_expires_at = ")
-            .bind(until)
-            .push(" WHERE id = ")
+        let mut take = Sql::<D>::new("UPDATE sessions SET lease_owner = ");
+        take.bind(owner)
+            .push(", lease_epoch = lease_epoch + 1, lease_expires_at = ");
+        self.push_until(&mut take, ttl);
+        take.push(" WHERE id = ")
             .bind(session_id)
             .push(" AND (lease_owner IS NULL OR lease_owner = ")
             .bind(owner)
-            .push(" OR lease_expires_at < ")
-            .bind(now)
-            .push(") RETURNING lease_epoch")
-            .fetch_optional(self.on_write())
-            .await?;
-        if let Some(row) = taken {
+            .push(" OR lease_expires_at < ");
+        self.push_now(&mut take);
+        take.push(") RETURNING lease_epoch, lease_expires_at");
+        if let Some(row) = take.fetch_optional(self.on_write()).await? {
             return Ok(Lease {
                 owner: owner.to_string(),
                 epoch: row.int("lease_epoch")?,
-                expires_at: until,
+                expires_at: row.time("lease_expires_at")?,
             });
         }
         let holder =
@@ -67,22 +84,21 @@ impl<D: Dialect> SqlStore<D> {
         epoch: i64,
         ttl: Duration,
     ) -> Result<Lease> {
-        let until = expiry(now_micros(), ttl);
-        let renewed = Sql::<D>::new("UPDATE sessions SET lease_expires_at = ")
-            .bind(until)
+        let mut renew = Sql::<D>::new("UPDATE sessions SET lease_expires_at = ");
+        self.push_until(&mut renew, ttl);
+        renew
             .push(" WHERE id = ")
             .bind(session_id)
             .push(" AND lease_owner = ")
             .bind(owner)
             .push(" AND lease_epoch = ")
             .bind(epoch)
-            .execute(self.on_write())
-            .await?;
-        if renewed == 1 {
+            .push(" RETURNING lease_expires_at");
+        if let Some(row) = renew.fetch_optional(self.on_write()).await? {
             return Ok(Lease {
                 owner: owner.to_string(),
                 epoch,
-                expires_at: until,
+                expires_at: row.time("lease_expires_at")?,
             });
         }
         let current = Sql::<D>::new("SELECT lease_epoch FROM sessions WHERE id = ")

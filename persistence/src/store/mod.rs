@@ -37,11 +37,22 @@ use crate::{
 pub(crate) struct SqlStore<D: Dialect> {
     db: D,
     journal: GroupCommit,
+    /// Added to this node's clock where it judges leases (`StoreOptions::clock_skew`).
+    clock_skew: chrono::Duration,
 }
 
 impl<D: Dialect> SqlStore<D> {
     pub(crate) fn new(db: D, journal: GroupCommit) -> Self {
-        SqlStore { db, journal }
+        SqlStore {
+            db,
+            journal,
+            clock_skew: chrono::Duration::zero(),
+        }
+    }
+
+    pub(crate) fn with_clock_skew(mut self, skew: chrono::Duration) -> Self {
+        self.clock_skew = skew;
+        self
     }
 
     /// Statements that only read run on the readers.

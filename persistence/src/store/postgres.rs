@@ -94,7 +94,7 @@ pub(crate) async fn open(options: &StoreOptions) -> Result<SqlStore<Pg>> {
         options.max_event_bytes,
         options.max_batch_events,
     );
-    Ok(SqlStore::new(Pg { pool }, journal))
+    Ok(SqlStore::new(Pg { pool }, journal).with_clock_skew(options.clock_skew))
 }
 
 impl Columns for PgRow {
@@ -139,6 +139,7 @@ impl Dialect for Pg {
     type Row = PgRow;
 
     const BACKEND: Backend = Backend::Postgres;
+    const DATABASE_CLOCK: bool = true;
     const JSON_HOLDS_NUL: bool = false;
     const BYTE_ORDER: &'static str = " COLLATE \"C\"";
 

@@ -81,7 +81,7 @@ pub(crate) async fn open(options: &StoreOptions) -> Result<SqlStore<Lite>> {
         options.max_event_bytes,
         options.max_batch_events,
     );
-    Ok(SqlStore::new(Lite { writer, readers }, journal))
+    Ok(SqlStore::new(Lite { writer, readers }, journal).with_clock_skew(options.clock_skew))
 }
 
 fn parse_uuid(text: &str) -> Result<Uuid> {
@@ -137,6 +137,7 @@ impl Dialect for Lite {
     type Row = SqliteRow;
 
     const BACKEND: Backend = Backend::Sqlite;
+    const DATABASE_CLOCK: bool = false;
     const JSON_HOLDS_NUL: bool = true;
     const BYTE_ORDER: &'static str = "";
 

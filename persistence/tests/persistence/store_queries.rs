@@ -618,3 +618,38 @@ async fn a_purge_leaves_nothing_of_the_session(backend: Backend) {
     assert_eq!(t.store.kv_list(kept, "").await.unwrap().len(), 1);
     assert_eq!(list(t.store.as_ref(), by_session(kept)).await.len(), 3);
 }
+
+/// On PostgreSQL, leases are judged by the database's clock: a node whose clock runs an hour
+/// ahead does not see another node's live lease as expired (it would take the session, and two
+/// actors would run it until fencing caught the first).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_with_a_fast_clock_cannot_take_a_live_lease_on_postgres() {
+    let t = db::open(Backend::Postgres).await;
+    let mut options = stead_persistence::StoreOptions::new(t.url.clone());
+    options.run_migrations = false;
+    options.clock_skew = chrono::Duration::hours(1);
+    let ahead = stead_persistence::open(options).await.unwrap();
+    let id = t
+        .store
+        .create_session(NewSession::for_agent("leased"))
+        .await
+        .unwrap()
+        .id;
+    let ttl = Duration::from_secs(30);
+    let held = t.store.acquire_lease(id, "node-a", ttl).await.unwrap();
+    match ahead.acquire_lease(id, "node-b", ttl).await {
+        Err(Error::LeaseHeld { owner, .. }) => assert_eq!(owner, "node-a"),
+        other => panic!("the fast node took a live lease: {other:?}"),
+    }
+    // The expiry was set by the database, not by either node's clock.
+    let renewed = ahead.renew_lease(id, "node-b", held.epoch, ttl).await;
+    assert!(matches!(renewed, Err(Error::Fenced { .. })), "{renewed:?}");
+    let again = t
+        .store
+        .renew_lease(id, "node-a", held.epoch, ttl)
+        .await
+        .unwrap();
+    assert!(again.expires_at >= held.expires_at);
+    ahead.shutdown().await;
+    t.finish().await;
+}

@@ -3,6 +3,7 @@
 //! topic: turns and approvals (`turns`), supervision of crashing actors (`supervision`), and
 //! fencing of a stale actor on one node or across two (`fencing`).
 
+mod activation;
 mod fencing;
 mod supervision;
 mod turns;
