@@ -23,8 +23,12 @@ const shot = (page, name) => page.screenshot({ path: join(out, `${name}.png`), f
 let one;
 try {
   const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+  // Every WebSocket URL a page opens: none may carry a key or a long-lived token.
+  const sockets = [];
+  context.on("page", (page) => page.on("websocket", (ws) => sockets.push(ws.url())));
   one = await context.newPage();
   one.on("pageerror", (e) => console.error("page error:", e.message));
+  one.on("websocket", (ws) => sockets.push(ws.url()));
 
   await one.goto(`${base}/`);
   await one.getByRole("heading", { name: "Sessions" }).waitFor();
@@ -94,6 +98,33 @@ try {
   });
   await shot(one, "7-gateway-log");
   step(`gateway log lists ${await rows.count()} calls`);
+
+  // Credentials: WebSockets were opened with one-minute tickets only; the stored token of a
+  // session that closed is dropped.
+  if (sockets.length === 0) throw new Error("no WebSocket was opened");
+  for (const url of sockets) {
+    const token = new URL(url).searchParams.get("token") ?? "";
+    const expires = Number(token.split(".")[2]);
+    if (!(expires > 0 && expires - Date.now() / 1000 <= 120)) {
+      throw new Error(`a WebSocket URL carried a long-lived credential: ${url}`);
+    }
+  }
+  step(`${sockets.length} WebSockets opened with one-minute tickets`);
+  const sessionId = sessionUrl.split("/").pop();
+  const stored = () => one.evaluate(() => JSON.parse(localStorage.getItem("stead.sessionTokens") ?? "{}"));
+  const before_close = await stored();
+  if (!before_close[sessionId]?.token || !("expiresAt" in before_close[sessionId])) {
+    throw new Error(`the session's token should be stored with its expiry: ${JSON.stringify(before_close)}`);
+  }
+  await one.goto(`${base}/`);
+  await one.getByRole("heading", { name: "Sessions" }).waitFor();
+  await one.evaluate((id) => fetch(`/v1/sessions/${id}`, { method: "DELETE" }), sessionId);
+  await one.waitForFunction(
+    (id) => !(id in JSON.parse(localStorage.getItem("stead.sessionTokens") ?? "{}")),
+    sessionId,
+    { timeout: 15000 },
+  );
+  step("a closed session's token was dropped from storage");
 
   // A phone-width look at the session list.
   await one.setViewportSize({ width: 390, height: 844 });

@@ -54,7 +54,11 @@ export const api = {
       `/v1/sessions?${new URLSearchParams(Object.entries(q).filter(([, v]) => v) as [string, string][])}`,
     ),
   createSession: (c: Credentials, agent: string) =>
-    call<SessionRow & { token: string }>(c, "POST", "/v1/sessions", { agent }),
+    call<SessionRow & { token: string; token_expires_at: string | null }>(c, "POST", "/v1/sessions", {
+      agent,
+    }),
+  ticket: (c: Credentials, id: string) =>
+    call<{ session_id: string; ticket: string; expires_at: string }>(c, "POST", `/v1/sessions/${id}/ticket`),
   closeSession: (c: Credentials, id: string) => call<SessionRow>(c, "DELETE", `/v1/sessions/${id}`),
   events: (c: Credentials, id: string, after = 0, limit = 1000) =>
     call<{ events: JournalEvent[]; last_seq: number; compacted_through?: number }>(
@@ -69,7 +73,11 @@ export const api = {
     id: string,
     at: number,
     overrides: { route?: string; system_prompt?: string },
-  ) => call<SessionRow & { token: string }>(c, "POST", `/v1/sessions/${id}/fork`, { at, overrides }),
+  ) =>
+    call<SessionRow & { token: string; token_expires_at: string | null }>(c, "POST", `/v1/sessions/${id}/fork`, {
+      at,
+      overrides,
+    }),
   sendMessage: (c: Credentials, id: string, text: string) =>
     call<unknown>(c, "POST", `/v1/sessions/${id}/messages`, { text }),
   pendingApprovals: (c: Credentials) => call<{ approvals: unknown[] }>(c, "GET", "/v1/approvals?status=pending"),

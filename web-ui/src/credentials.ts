@@ -1,34 +1,70 @@
-// Credentials kept in the browser: an operator API key (when the server has keys) and the
-// token of each session this browser created or opened, so a session page can attach.
+// Credentials kept in the browser. The operator API key (when the server has keys) lives in
+// sessionStorage: this tab only, gone when it closes. The token of each session this browser
+// created or forked lives in localStorage with its expiry, and is dropped once it expired or
+// its session closed. Neither ever goes into a URL: a WebSocket gets a one-minute ticket
+// (`POST /v1/sessions/{id}/ticket`, see useSteadSession).
 
 import type { Credentials } from "./api";
 
 const KEY = "stead.apiKey";
 const TOKENS = "stead.sessionTokens";
 
+interface Stored {
+  token: string;
+  /** RFC 3339; null: until rotated. */
+  expiresAt: string | null;
+}
+
 export function operator(): Credentials {
-  const key = localStorage.getItem(KEY) ?? "";
+  // Keys stored by earlier versions in localStorage move to this tab's storage.
+  const legacy = localStorage.getItem(KEY);
+  if (legacy) {
+    sessionStorage.setItem(KEY, legacy);
+    localStorage.removeItem(KEY);
+  }
+  const key = sessionStorage.getItem(KEY) ?? "";
   return key ? { bearer: key } : {};
 }
 
 export function setApiKey(key: string) {
-  if (key) localStorage.setItem(KEY, key);
-  else localStorage.removeItem(KEY);
+  localStorage.removeItem(KEY);
+  if (key) sessionStorage.setItem(KEY, key);
+  else sessionStorage.removeItem(KEY);
 }
 
-function tokens(): Record<string, string> {
+function load(): Record<string, Stored> {
   try {
-    return JSON.parse(localStorage.getItem(TOKENS) ?? "{}");
+    const raw = JSON.parse(localStorage.getItem(TOKENS) ?? "{}") as Record<string, Stored | string>;
+    const now = Date.now();
+    const kept: Record<string, Stored> = {};
+    for (const [session, entry] of Object.entries(raw)) {
+      // Tokens of earlier versions (plain strings, an old format the server refuses) go.
+      if (typeof entry !== "object" || !entry?.token) continue;
+      if (entry.expiresAt && Date.parse(entry.expiresAt) <= now) continue;
+      kept[session] = entry;
+    }
+    return kept;
   } catch {
     return {};
   }
 }
 
-export function rememberToken(session: string, token: string) {
-  localStorage.setItem(TOKENS, JSON.stringify({ ...tokens(), [session]: token }));
+function save(tokens: Record<string, Stored>) {
+  localStorage.setItem(TOKENS, JSON.stringify(tokens));
+}
+
+export function rememberToken(session: string, token: string, expiresAt: string | null = null) {
+  save({ ...load(), [session]: { token, expiresAt } });
+}
+
+/** Forgets the tokens of these sessions (closed, failed or purged ones). */
+export function forgetTokens(sessions: string[]) {
+  const tokens = load();
+  for (const session of sessions) delete tokens[session];
+  save(tokens);
 }
 
 /** The session's own token, else the operator key (which may open any session). */
 export function sessionToken(session: string): string | undefined {
-  return tokens()[session] ?? (localStorage.getItem(KEY) || undefined);
+  return load()[session]?.token ?? operator().bearer;
 }

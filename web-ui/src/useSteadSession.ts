@@ -4,6 +4,7 @@
 
 import { useCallback, useEffect, useReducer, useRef, useState } from "react";
 
+import { api } from "./api";
 import type { ClientFrame, ServerFrame } from "./protocol";
 import { inDoubt, initialView, pendingApprovals, reduce } from "./reducer";
 
@@ -12,14 +13,17 @@ export type ConnectionState = "connecting" | "open" | "reconnecting" | "closed";
 export interface SteadSessionOptions {
   /** Origin of the Stead server (`http://host:port`); empty: the page's own. */
   baseUrl?: string;
-  /** The session's token (or an API key), sent as `?token=`. */
+  /** The session's token (or an operator API key). It is sent in a header only: each
+   * connection asks `POST /v1/sessions/{id}/ticket` for a one-minute ticket and puts that in
+   * the WebSocket URL (browsers cannot set headers on WebSockets), so no key or long-lived
+   * token ever lands in a URL or a proxy's log. */
   token?: string;
 }
 
-function socketUrl(baseUrl: string | undefined, id: string, token: string | undefined, afterSeq: number) {
+function socketUrl(baseUrl: string | undefined, id: string, ticket: string, afterSeq: number) {
   const origin = baseUrl || window.location.origin;
   const url = new URL(`/v1/sessions/${id}/ws`, origin.replace(/^http/, "ws"));
-  if (token) url.searchParams.set("token", token);
+  url.searchParams.set("token", ticket);
   // Always resume, from 0 on the first connection: without it the server sends live frames
   // only, and the view would wait forever for the history before them.
   url.searchParams.set("after_seq", String(afterSeq));
@@ -37,10 +41,25 @@ export function useSteadSession(id: string, options: SteadSessionOptions = {}) {
     let stopped = false;
     let failures = 0;
     let timer: ReturnType<typeof setTimeout> | undefined;
-    const connect = () => {
+    const retry = () => {
+      if (stopped) return;
+      setConnection("reconnecting");
+      const wait = Math.min(250 * 2 ** failures, 5000);
+      failures += 1;
+      timer = setTimeout(connect, wait);
+    };
+    const connect = async () => {
+      let ticket: string;
+      try {
+        ticket = (await api.ticket({ baseUrl: options.baseUrl, bearer: options.token }, id)).ticket;
+      } catch {
+        retry();
+        return;
+      }
+      if (stopped) return;
       // Resume after what this view already holds: the server sends the rest of the journal,
       // then the in-flight stream from its start (placed by offset), then live frames.
-      const ws = new WebSocket(socketUrl(options.baseUrl, id, options.token, lastSeq.current));
+      const ws = new WebSocket(socketUrl(options.baseUrl, id, ticket, lastSeq.current));
       socket.current = ws;
       ws.onopen = () => {
         failures = 0;
@@ -53,16 +72,10 @@ export function useSteadSession(id: string, options: SteadSessionOptions = {}) {
           // Not a frame of this protocol: ignore.
         }
       };
-      ws.onclose = () => {
-        if (stopped) return;
-        setConnection("reconnecting");
-        const wait = Math.min(250 * 2 ** failures, 5000);
-        failures += 1;
-        timer = setTimeout(connect, wait);
-      };
+      ws.onclose = retry;
     };
     setConnection("connecting");
-    connect();
+    void connect();
     return () => {
       stopped = true;
       clearTimeout(timer);

@@ -181,7 +181,17 @@ impl Auth {
         session: Uuid,
         generation: i64,
     ) -> (String, Option<chrono::DateTime<chrono::Utc>>) {
-        let expires = self.token_ttl.map(|ttl| {
+        self.session_token_valid_for(session, generation, self.token_ttl)
+    }
+
+    /// A token for `session` valid for `ttl` (`None`: until rotated).
+    pub fn session_token_valid_for(
+        &self,
+        session: Uuid,
+        generation: i64,
+        ttl: Option<std::time::Duration>,
+    ) -> (String, Option<chrono::DateTime<chrono::Utc>>) {
+        let expires = ttl.map(|ttl| {
             chrono::Utc::now() + chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::MAX)
         });
         let expires_secs = expires.map_or(0, |at| at.timestamp());

@@ -119,6 +119,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/sessions/{id}/messages", post(rest::post_message))
         .route("/v1/sessions/{id}/token", post(rest::rotate_token))
+        .route("/v1/sessions/{id}/ticket", post(rest::ticket))
         .route("/v1/sessions/{id}/events", get(rest::events))
         .route(
             "/v1/sessions/{id}/approvals/{call_id}",

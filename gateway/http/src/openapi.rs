@@ -53,6 +53,14 @@ pub struct PurgedView {
     pub request_log_rows: u64,
 }
 
+/// A one-minute token for opening a session's WebSocket (`?token=`).
+#[derive(Serialize, ToSchema)]
+pub struct Ticket {
+    pub session_id: Uuid,
+    pub ticket: String,
+    pub expires_at: String,
+}
+
 /// A new token for a session; every older token of the session stops being valid.
 #[derive(Serialize, ToSchema)]
 pub struct TokenIssued {
@@ -261,6 +269,7 @@ impl Modify for BearerAuth {
         rest::get_session,
         rest::close_session,
         rest::rotate_token,
+        rest::ticket,
         rest::post_message,
         rest::events,
         rest::decide_approval,

@@ -82,7 +82,7 @@ export function ReplayPage({ id }: { id: string }) {
       if (route) overrides.route = route;
       if (prompt) overrides.system_prompt = prompt;
       const forked = await api.fork(operator(), id, at, overrides);
-      rememberToken(forked.id, forked.token);
+      rememberToken(forked.id, forked.token, forked.token_expires_at);
       window.location.hash = `#/sessions/${forked.id}`;
     } catch (e) {
       setError(e instanceof ApiError ? `${e.code}: ${e.message}` : String(e));

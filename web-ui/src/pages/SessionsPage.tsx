@@ -4,7 +4,7 @@
 import { useCallback, useEffect, useState } from "react";
 
 import { api, ApiError } from "../api";
-import { operator, rememberToken } from "../credentials";
+import { forgetTokens, operator, rememberToken } from "../credentials";
 import type { SessionRow } from "../protocol";
 
 const STATUSES = ["", "idle", "running", "awaiting_approval", "failed", "closed"];
@@ -26,6 +26,8 @@ export function SessionsPage() {
         api.pendingApprovals(creds),
       ]);
       setSessions(page.sessions);
+      // A closed or failed session's token is of no more use: do not keep it.
+      forgetTokens(page.sessions.filter((s) => s.status === "closed" || s.status === "failed").map((s) => s.id));
       const counts: Record<string, number> = {};
       for (const a of inbox.approvals as { session_id: string }[]) {
         counts[a.session_id] = (counts[a.session_id] ?? 0) + 1;
@@ -56,7 +58,7 @@ export function SessionsPage() {
   const create = async () => {
     try {
       const created = await api.createSession(operator(), newAgent);
-      rememberToken(created.id, created.token);
+      rememberToken(created.id, created.token, created.token_expires_at);
       window.location.hash = `#/sessions/${created.id}`;
     } catch (e) {
       setError(e instanceof ApiError ? `${e.code}: ${e.message}` : String(e));
@@ -64,6 +66,7 @@ export function SessionsPage() {
   };
   const close = async (id: string) => {
     await api.closeSession(operator(), id).catch(() => undefined);
+    forgetTokens([id]);
     load();
   };
 

@@ -180,6 +180,29 @@ async fn purge(
     })))
 }
 
+/// How long a WebSocket ticket is valid.
+pub const TICKET_TTL: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A ticket for opening the session's WebSocket: a session token that expires in a minute, so
+/// that what goes into a URL (browsers cannot set headers on WebSockets) is never an operator
+/// key nor a long-lived token. Any credential that may access the session may ask for one.
+#[utoipa::path(post, path = "/v1/sessions/{id}/ticket", params(("id" = Uuid, Path, description = "Session id")), responses((status = 200, body = Ticket), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
+pub async fn ticket(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath(id): ApiPath<Uuid>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require_session(id)?;
+    let row = state.store.get_session(id).await?;
+    let (ticket, expires) =
+        state
+            .auth
+            .session_token_valid_for(id, row.token_generation, Some(TICKET_TTL));
+    Ok(Json(
+        json!({ "session_id": id, "ticket": ticket, "expires_at": expires }),
+    ))
+}
+
 /// Mints a new token for the session and invalidates every older one (rotation; also how a
 /// client renews a token before it expires). The session's own token may rotate itself.
 #[utoipa::path(post, path = "/v1/sessions/{id}/token", params(("id" = Uuid, Path, description = "Session id")), responses((status = 200, body = TokenIssued), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
