@@ -338,6 +338,44 @@ mod tests {
 }
 
 #[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+    use stead_testkit::arbitrary;
+
+    use super::ApprovalPolicy;
+
+    proptest! {
+        /// Any policy text parses or is refused with a message; a parsed condition judges any
+        /// arguments without a panic, and fails closed on what it cannot compare.
+        #[test]
+        fn any_condition_parses_or_is_refused_and_judges_any_arguments(
+            path in "[a-z_.]{0,12}",
+            op in arbitrary::one_of_or_any(&["==", "!=", ">", ">=", "<", "<="]),
+            literal in arbitrary::json(),
+            text in ".{0,60}",
+            arguments in arbitrary::json(),
+        ) {
+            let shaped = format!("{path} {op} {literal}");
+            for input in [shaped, text] {
+                match ApprovalPolicy::parse(&input) {
+                    Ok(policy) => {
+                        let _ = policy.requires_approval(&arguments);
+                        // Arguments without the path cannot satisfy "no approval needed" by
+                        // accident: a missing path fails closed.
+                        if let ApprovalPolicy::When(_) = policy {
+                            let empty = serde_json::Value::Object(Default::default());
+                            let closed = policy.requires_approval(&empty).is_some();
+                            prop_assert!(closed || input.contains("null"));
+                        }
+                    }
+                    Err(message) => prop_assert!(!message.is_empty()),
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
 mod schema_tests {
     use super::*;
     use serde_json::json;

@@ -93,3 +93,72 @@ fn dumped_configuration_hides_webhook_and_provider_secrets() {
     }
     assert!(dumped.contains("https://ops:***@hooks.example.com/delete?token=***&team=***"));
 }
+
+mod fuzz {
+    use proptest::prelude::*;
+    use stead_testkit::arbitrary;
+
+    use super::*;
+
+    /// A configuration file of the real sections whose values are of any kind.
+    fn shaped_file() -> impl Strategy<Value = String> {
+        (
+            arbitrary::object_with(&[
+                "listen",
+                "api_keys",
+                "allowed_hosts",
+                "max_connections",
+                "header_timeout_secs",
+            ]),
+            arbitrary::object_with(&["snapshot_every", "max_queued_messages", "token_ttl_secs"]),
+            prop::collection::vec(
+                arbitrary::object_with(&["name", "route", "system_prompt", "tools", "max_steps"]),
+                0..3,
+            ),
+            prop::collection::vec(
+                arbitrary::object_with(&["name", "kind", "base_url", "api_key_env"]),
+                0..3,
+            ),
+        )
+            .prop_filter_map(
+                "TOML has no null",
+                |(server, sessions, agents, providers)| {
+                    let doc = serde_json::json!({
+                        "server": server,
+                        "sessions": sessions,
+                        "agents": agents,
+                        "providers": providers,
+                    });
+                    toml::to_string(&doc).ok()
+                },
+            )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// Any file loads, or is refused with one line that starts with `invalid configuration`
+        /// — never a panic.
+        #[test]
+        fn any_config_file_loads_or_is_refused_in_one_line(
+            text in ".{0,200}",
+            shaped in shaped_file(),
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            for (i, content) in [text, shaped].into_iter().enumerate() {
+                let file = dir.path().join(format!("stead-{i}.toml"));
+                std::fs::write(&file, content).unwrap();
+                let overrides = Overrides {
+                    config_file: Some(file),
+                    listen: None,
+                    data_dir: Some(dir.path().to_path_buf()),
+                    database_url: None,
+                };
+                if let Err(ConfigError(message)) = Config::load(&overrides) {
+                    prop_assert!(message.starts_with("invalid configuration"), "{message}");
+                    prop_assert!(!message.contains('\n'));
+                }
+            }
+        }
+    }
+}

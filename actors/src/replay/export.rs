@@ -337,3 +337,40 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+    use stead_testkit::arbitrary;
+
+    use super::parse_export;
+
+    proptest! {
+        /// Any bytes, and files of header- and event-shaped lines with values of any kind:
+        /// read, or refused with a line number and a message — never a panic.
+        #[test]
+        fn any_export_file_reads_or_names_its_bad_line(
+            bytes in prop::collection::vec(any::<u8>(), 0..400),
+            header in arbitrary::object_with(&[
+                "format", "version", "session_id", "agent", "last_seq", "metadata", "exported_at",
+                "agent_config_hash",
+            ]),
+            events in prop::collection::vec(
+                arbitrary::object_with(&["seq", "kind", "payload", "at", "created_at"]),
+                0..6,
+            ),
+        ) {
+            let mut file = header.to_string();
+            for event in &events {
+                file.push('\n');
+                file.push_str(&event.to_string());
+            }
+            for input in [bytes, file.into_bytes()] {
+                if let Err(error) = parse_export(std::io::Cursor::new(input)) {
+                    prop_assert!(error.line >= 1);
+                    prop_assert!(!error.message.is_empty());
+                }
+            }
+        }
+    }
+}

@@ -572,6 +572,36 @@ fn parse(text: &str) -> Result<ClientFrame, ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+    use stead_testkit::arbitrary;
+
+    proptest! {
+        /// Any text, and any object shaped like a frame: parsed, or refused with one of the
+        /// frame error codes and a message — never a panic.
+        #[test]
+        fn any_frame_text_parses_or_is_refused_clearly(
+            text in ".{0,200}",
+            shaped in (
+                arbitrary::one_of_or_any(&["user_message", "approval", "cancel", "resume"]),
+                arbitrary::object_with(&[
+                    "text", "client_id", "call_id", "approved", "reason", "scope", "args_hash",
+                    "after_seq",
+                ]),
+            ),
+        ) {
+            let (kind, mut object) = shaped;
+            object["type"] = Value::String(kind);
+            for input in [text, object.to_string()] {
+                if let Err(error) = parse(&input) {
+                    prop_assert!(matches!(
+                        error.code,
+                        ErrorCode::InvalidJson | ErrorCode::InvalidFrame | ErrorCode::UnknownFrameType
+                    ));
+                    prop_assert!(!error.message.is_empty());
+                }
+            }
+        }
+    }
 
     #[test]
     fn frames_parse_or_name_what_is_wrong() {

@@ -22,6 +22,7 @@
 
 #[cfg(feature = "http")]
 pub mod app;
+pub mod arbitrary;
 pub mod client;
 pub mod crash;
 #[cfg(feature = "db")]

@@ -326,3 +326,36 @@ fn a_continuation_ends_with_the_partial_answer() {
     );
     assert!(body.get("max_tokens").is_none() && body.get("tools").is_none());
 }
+
+mod fuzz {
+    use proptest::prelude::*;
+    use stead_testkit::arbitrary;
+
+    use super::super::parse_request;
+
+    proptest! {
+        /// Any JSON body, and bodies shaped like a chat request with values of any kind: parsed,
+        /// or refused with a message — never a panic.
+        #[test]
+        fn any_chat_request_parses_or_is_refused_clearly(
+            body in arbitrary::json(),
+            shaped in arbitrary::object_with(&[
+                "model", "messages", "tools", "tool_choice", "temperature", "top_p",
+                "max_tokens", "max_completion_tokens", "stop", "seed", "stream", "stream_options",
+                "n",
+            ]),
+            messages in prop::collection::vec(
+                arbitrary::object_with(&["role", "content", "tool_calls", "tool_call_id", "name"]),
+                0..4,
+            ),
+        ) {
+            let mut with_messages = shaped.clone();
+            with_messages["messages"] = serde_json::Value::Array(messages);
+            for input in [body, shaped, with_messages] {
+                if let Err(message) = parse_request(&input) {
+                    prop_assert!(!message.is_empty());
+                }
+            }
+        }
+    }
+}
