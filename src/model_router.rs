@@ -98,6 +98,7 @@ impl RequestLogSink for StoreSink {
                 stream: r.stream,
                 metadata: Value::Object(r.metadata),
                 error: r.error,
+                bodies: r.bodies,
             })
             .collect();
         self.store

@@ -35,6 +35,9 @@ pub struct RequestLogEntry {
     #[ts(type = "Record<string, unknown>")]
     pub metadata: Value,
     pub error: Option<String>,
+    /// `{"request", "response"}` with `[gateway.log] bodies = "full"`, else null.
+    #[ts(type = "{ request: unknown; response: unknown } | null")]
+    pub bodies: Value,
 }
 
 /// Which rows: every set field must match.

@@ -8,7 +8,10 @@ use tokio::sync::mpsc::UnboundedSender;
 use tracing::Instrument;
 use uuid::Uuid;
 
+use serde_json::{Map, Value};
+
 use crate::cache::cache_key;
+use crate::config::LogBodies;
 use crate::limits::Reservation;
 use crate::log::{AttemptRecord, LogRecord};
 use crate::metrics::Observation;
@@ -129,8 +132,9 @@ impl Router {
             cost: 0.0,
             cache_hit: false,
             stream,
-            metadata: options.metadata.clone(),
+            metadata: self.logged_metadata(&options.metadata),
             error: None,
+            bodies: Value::Null,
         };
         let (record, observation_ok) = match &result {
             Ok(response) => {
@@ -169,6 +173,13 @@ impl Router {
                         },
                         cost: response.cost,
                         cache_hit: hit,
+                        bodies: self.logged_bodies(
+                            &request,
+                            Some(serde_json::json!({
+                                "text": response.text,
+                                "tool_calls": response.tool_calls,
+                            })),
+                        ),
                         ..base
                     },
                     !hit,
@@ -187,6 +198,7 @@ impl Router {
                         },
                         attempts: error.attempts.clone(),
                         error: Some(error.message.clone()),
+                        bodies: self.logged_bodies(&request, None),
                         ..base
                     },
                     false,
@@ -426,6 +438,31 @@ impl Router {
     }
 }
 
+impl Router {
+    /// The caller's metadata as its row keeps it: none with `bodies = "none"`.
+    fn logged_metadata(&self, metadata: &Map<String, Value>) -> Map<String, Value> {
+        match self.gateway.log.bodies {
+            LogBodies::None => Map::new(),
+            _ => metadata.clone(),
+        }
+    }
+
+    /// The call's bodies as its row keeps them: only with `bodies = "full"`.
+    fn logged_bodies(&self, request: &RouterRequest, response: Option<Value>) -> Value {
+        if self.gateway.log.bodies != LogBodies::Full {
+            return Value::Null;
+        }
+        serde_json::json!({
+            "request": {
+                "messages": request.messages,
+                "tools": request.tools,
+                "params": request.params,
+            },
+            "response": response.unwrap_or(Value::Null),
+        })
+    }
+}
+
 /// What a running call has committed to, shared by the call and its guard: whether it was
 /// admitted past the limits (from then on the upstream may bill), its budget reservation until
 /// it is settled, and the channel its text streams through.
@@ -545,7 +582,8 @@ impl Drop for Abandonment<'_> {
                 cost,
                 cache_hit: false,
                 stream: self.stream,
-                metadata: self.options.metadata.clone(),
+                metadata: router.logged_metadata(&self.options.metadata),
+                bodies: router.logged_bodies(self.request, None),
                 error: Some(format!(
                     "the caller went away before the answer ({} bytes streamed); tokens and \
                      cost are estimates",

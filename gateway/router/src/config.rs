@@ -186,6 +186,22 @@ pub struct RequestLogConfig {
     /// Rows waiting to be written at most; beyond it rows are dropped (and counted), never
     /// slowing a model call.
     pub queue: usize,
+    /// What of a call's content a row keeps.
+    pub bodies: LogBodies,
+}
+
+/// `[gateway.log] bodies`: what of a call's content its log row keeps.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogBodies {
+    /// Nothing a caller wrote: no bodies, and no caller metadata either.
+    None,
+    /// The call's facts and the caller's metadata, no message content (the default).
+    #[default]
+    Metadata,
+    /// Also the request (messages, tools, parameters) and the response (text, tool calls).
+    /// Never credentials: they travel in headers, which are not kept.
+    Full,
 }
 
 impl Default for RequestLogConfig {
@@ -195,6 +211,7 @@ impl Default for RequestLogConfig {
             batch_size: 512,
             flush_ms: 200,
             queue: 65_536,
+            bodies: LogBodies::Metadata,
         }
     }
 }

@@ -64,6 +64,8 @@ pub struct LogRecord {
     pub stream: bool,
     pub metadata: Map<String, Value>,
     pub error: Option<String>,
+    /// `{"request", "response"}` with `[gateway.log] bodies = "full"`, else null.
+    pub bodies: Value,
 }
 
 /// Where batches of records are written.

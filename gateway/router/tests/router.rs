@@ -665,3 +665,44 @@ async fn long_requests_timing_out_mid_stream_do_not_cool_the_target_down() {
         "later calls skipped it: cooling down"
     );
 }
+
+/// `[gateway.log] bodies`: `metadata` (the default) keeps the caller's metadata and no
+/// content; `full` adds the request and the response; `none` keeps neither.
+#[tokio::test]
+async fn the_log_keeps_bodies_only_when_asked() {
+    let up = Upstream::start(vec![], Reply::text("A private answer.")).await;
+    let options = || {
+        let mut metadata = serde_json::Map::new();
+        metadata.insert("customer".into(), json!("acme"));
+        CallOptions {
+            metadata,
+            ..Default::default()
+        }
+    };
+    let mut rows = Vec::new();
+    for bodies in ["metadata", "full", "none"] {
+        let s = router(
+            &[("a", &up)],
+            json!([{ "name": "r", "targets": [{ "provider": "a", "model": "m" }] }]),
+            json!({ "log": { "bodies": bodies, "flush_ms": 10 } }),
+        );
+        s.router
+            .call(ask("r", "a private question"), options(), None)
+            .await
+            .unwrap();
+        rows.push(s.sink.records(1).await.remove(0));
+    }
+    assert_eq!(rows[0].bodies, Value::Null);
+    assert_eq!(rows[0].metadata.get("customer"), Some(&json!("acme")));
+    assert_eq!(
+        rows[1].bodies["request"]["messages"][0]["content"],
+        "a private question"
+    );
+    assert_eq!(rows[1].bodies["response"]["text"], "A private answer.");
+    assert_eq!(rows[2].bodies, Value::Null);
+    assert!(rows[2].metadata.is_empty());
+    for row in &rows {
+        let text = serde_json::to_string(&row.bodies).unwrap();
+        assert!(!text.contains("test-key"), "no credential in a row: {text}");
+    }
+}

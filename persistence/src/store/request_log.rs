@@ -11,7 +11,7 @@ use crate::request_log::{
 use crate::Result;
 
 /// An entry's values, in the order of [`LOG_COLUMNS`].
-fn log_values(e: &RequestLogEntry) -> [Arg; 18] {
+fn log_values(e: &RequestLogEntry) -> [Arg; 19] {
     [
         e.id.into(),
         e.at.into(),
@@ -31,6 +31,7 @@ fn log_values(e: &RequestLogEntry) -> [Arg; 18] {
         e.stream.into(),
         (&e.metadata).into(),
         e.error.clone().into(),
+        (&e.bodies).into(),
     ]
 }
 

@@ -13,7 +13,7 @@ pub(crate) const SESSION_COLUMNS: &str =
 /// The columns of a request-log row (in the order `request_log::log_values` binds them).
 pub(crate) const LOG_COLUMNS: &str = "id, at, session_id, api_key, route, provider, model, \
      status, attempts, latency_ms, ttft_ms, tokens_in, tokens_out, cost, cache_hit, stream, \
-     metadata, error";
+     metadata, error, bodies";
 
 pub(crate) fn session(row: &impl Columns) -> Result<Session> {
     Ok(Session {
@@ -90,6 +90,7 @@ pub(crate) fn log_entry(row: &impl Columns) -> Result<RequestLogEntry> {
         stream: row.flag("stream")?,
         metadata: row.json("metadata")?,
         error: row.opt_text("error")?,
+        bodies: row.json("bodies")?,
     })
 }
 

@@ -44,6 +44,12 @@ fn entry(n: u32, route: &str, at: DateTime<Utc>, session: Option<Uuid>) -> Reque
         stream: n % 2 == 0,
         metadata: json!({ "team": if n < 3 { "ops" } else { "web" }, "n": n, "x_y": "lit" }),
         error: (n % 4 == 3).then(|| format!("failure {n}")),
+        bodies: if n % 2 == 0 {
+            json!({ "request": { "messages": [{ "role": "user", "content": format!("q{n}") }] },
+                    "response": { "text": format!("a{n}"), "tool_calls": [] } })
+        } else {
+            serde_json::Value::Null
+        },
     }
 }
 

@@ -96,4 +96,8 @@ export type RequestLogEntry = { id: string, at: string, session_id: string | nul
 /**
  * Every attempt at every target, in order.
  */
-attempts: unknown[], latency_ms: number, ttft_ms: number | null, tokens_in: number, tokens_out: number, cost: number, cache_hit: boolean, stream: boolean, metadata: Record<string, unknown>, error: string | null, };
+attempts: unknown[], latency_ms: number, ttft_ms: number | null, tokens_in: number, tokens_out: number, cost: number, cache_hit: boolean, stream: boolean, metadata: Record<string, unknown>, error: string | null, 
+/**
+ * `{"request", "response"}` with `[gateway.log] bodies = "full"`, else null.
+ */
+bodies: { request: unknown; response: unknown } | null, };
