@@ -213,6 +213,9 @@ pub struct JournalBenchArgs {
     /// Bytes of text in each event's payload.
     #[arg(long, default_value_t = 200)]
     pub payload_bytes: usize,
+    /// Skip the raw baseline (the same rows written straight into the engine).
+    #[arg(long)]
+    pub no_baseline: bool,
     /// Print the result as one JSON object.
     #[arg(long)]
     pub json: bool,

@@ -29,6 +29,11 @@ pub struct JournalBenchResult {
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub max_ms: f64,
+    /// The same rows written straight into the engine with perfect batching (rows/s), in the
+    /// same run; `None` with `--no-baseline`.
+    pub raw_rows_per_sec: Option<f64>,
+    /// `steps_per_sec / raw_rows_per_sec`.
+    pub share_of_raw: Option<f64>,
 }
 
 pub async fn journal(config: Config, args: JournalBenchArgs) -> anyhow::Result<()> {
@@ -46,7 +51,22 @@ pub async fn journal(config: Config, args: JournalBenchArgs) -> anyhow::Result<(
     }
     .await;
     database.remove().await?;
-    let result = outcome?;
+    let mut result = outcome?;
+    if !args.no_baseline {
+        eprintln!("  raw baseline: the same rows straight into the engine…");
+        let raw_db = BenchDatabase::create(&config, args.backend).await?;
+        let raw = super::journal_raw::raw_rows_per_sec(
+            &raw_db.url,
+            args.sessions,
+            args.events,
+            args.payload_bytes,
+        )
+        .await;
+        raw_db.remove().await?;
+        let raw = raw?;
+        result.raw_rows_per_sec = Some(raw);
+        result.share_of_raw = Some(result.steps_per_sec / raw);
+    }
     if args.json {
         println!("{}", serde_json::to_string(&result)?);
     } else {
@@ -62,6 +82,12 @@ pub async fn journal(config: Config, args: JournalBenchArgs) -> anyhow::Result<(
             "  append latency: p50 {:.3} ms · p99 {:.3} ms · max {:.3} ms",
             result.p50_ms, result.p99_ms, result.max_ms
         );
+        if let (Some(raw), Some(share)) = (result.raw_rows_per_sec, result.share_of_raw) {
+            println!(
+                "  raw baseline (same rows, one multi-row INSERT per commit): {raw:.0} rows/s · Stead reaches {:.0} % of it",
+                share * 100.0
+            );
+        }
     }
     Ok(())
 }
@@ -139,6 +165,8 @@ async fn run(
         p50_ms: ms(latencies.value_at_quantile(0.50)),
         p99_ms: ms(latencies.value_at_quantile(0.99)),
         max_ms: ms(latencies.max()),
+        raw_rows_per_sec: None,
+        share_of_raw: None,
     })
 }
 

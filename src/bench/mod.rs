@@ -10,6 +10,7 @@
 pub mod gateway;
 pub mod inference;
 pub mod journal;
+mod journal_raw;
 pub mod replay;
 pub mod sessions;
 pub mod ws;

@@ -1,0 +1,95 @@
+//! The raw baseline of `stead bench journal`: the same rows written straight into the storage
+//! engine with perfect batching — one transaction per round holding one row per session, as
+//! one multi-row `INSERT` — through the same driver (sqlx) and the same durability settings
+//! (SQLite: WAL, `synchronous = FULL`; PostgreSQL: its defaults, `synchronous_commit = on`).
+//! No Stead code runs in between: this is the most the storage can do for this workload, and
+//! the journal's figure is reported as a share of it.
+
+use std::time::Instant;
+
+use serde_json::json;
+use sqlx::{Connection, QueryBuilder};
+use stead_persistence::DatabaseUrl;
+
+/// Rows per second the engine took, `rounds × sessions` rows written in `rounds` commits.
+pub async fn raw_rows_per_sec(
+    url: &DatabaseUrl,
+    sessions: usize,
+    rounds: usize,
+    payload_bytes: usize,
+) -> anyhow::Result<f64> {
+    let text = "x".repeat(payload_bytes);
+    let ids: Vec<String> = (0..sessions)
+        .map(|_| uuid::Uuid::now_v7().to_string())
+        .collect();
+    let payload = |seq: usize| {
+        json!({ "call_id": format!("c{seq}"), "text": text, "usage": { "prompt_tokens": 37, "completion_tokens": 64 } })
+            .to_string()
+    };
+    match url {
+        DatabaseUrl::Sqlite(path) => {
+            let options = sqlx::sqlite::SqliteConnectOptions::new()
+                .filename(path)
+                .create_if_missing(true)
+                .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
+                .synchronous(sqlx::sqlite::SqliteSynchronous::Full);
+            let mut conn = sqlx::SqliteConnection::connect_with(&options).await?;
+            sqlx::query(
+                "CREATE TABLE raw_journal (session_id TEXT NOT NULL, seq INTEGER NOT NULL, \
+                 kind TEXT NOT NULL, payload TEXT NOT NULL, created_at INTEGER NOT NULL, \
+                 PRIMARY KEY (session_id, seq)) WITHOUT ROWID",
+            )
+            .execute(&mut conn)
+            .await?;
+            let started = Instant::now();
+            for seq in 1..=rounds {
+                let body = payload(seq);
+                let now = chrono::Utc::now().timestamp_micros();
+                let mut tx = conn.begin().await?;
+                let mut insert = QueryBuilder::new(
+                    "INSERT INTO raw_journal (session_id, seq, kind, payload, created_at) ",
+                );
+                insert.push_values(&ids, |mut row, id| {
+                    row.push_bind(id)
+                        .push_bind(seq as i64)
+                        .push_bind("model_call_finished")
+                        .push_bind(&body)
+                        .push_bind(now);
+                });
+                insert.build().execute(&mut *tx).await?;
+                tx.commit().await?;
+            }
+            Ok((rounds * sessions) as f64 / started.elapsed().as_secs_f64())
+        }
+        DatabaseUrl::Postgres(url) => {
+            let mut conn = sqlx::PgConnection::connect(url).await?;
+            sqlx::query(
+                "CREATE TABLE raw_journal (session_id uuid NOT NULL, seq BIGINT NOT NULL, \
+                 kind TEXT NOT NULL, payload jsonb NOT NULL, created_at TIMESTAMPTZ NOT NULL, \
+                 PRIMARY KEY (session_id, seq))",
+            )
+            .execute(&mut conn)
+            .await?;
+            let ids: Vec<uuid::Uuid> = ids.iter().filter_map(|i| i.parse().ok()).collect();
+            let started = Instant::now();
+            for seq in 1..=rounds {
+                let body: serde_json::Value = serde_json::from_str(&payload(seq))?;
+                let now = chrono::Utc::now();
+                let mut tx = conn.begin().await?;
+                let mut insert = QueryBuilder::new(
+                    "INSERT INTO raw_journal (session_id, seq, kind, payload, created_at) ",
+                );
+                insert.push_values(&ids, |mut row, id| {
+                    row.push_bind(*id)
+                        .push_bind(seq as i64)
+                        .push_bind("model_call_finished")
+                        .push_bind(&body)
+                        .push_bind(now);
+                });
+                insert.build().execute(&mut *tx).await?;
+                tx.commit().await?;
+            }
+            Ok((rounds * sessions) as f64 / started.elapsed().as_secs_f64())
+        }
+    }
+}
