@@ -103,9 +103,10 @@ try {
   // session that closed is dropped.
   if (sockets.length === 0) throw new Error("no WebSocket was opened");
   for (const url of sockets) {
-    const token = new URL(url).searchParams.get("token") ?? "";
-    const expires = Number(token.split(".")[2]);
-    if (!(expires > 0 && expires - Date.now() / 1000 <= 120)) {
+    const params = new URL(url).searchParams;
+    const ticket = params.get("ticket") ?? "";
+    const expires = Number(ticket.split(".")[2]);
+    if (params.has("token") || !(expires > 0 && expires - Date.now() / 1000 <= 120)) {
       throw new Error(`a WebSocket URL carried a long-lived credential: ${url}`);
     }
   }

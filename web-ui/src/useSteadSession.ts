@@ -4,7 +4,8 @@
 
 import { useCallback, useEffect, useReducer, useRef, useState } from "react";
 
-import { api } from "./api";
+import { api, ApiError } from "./api";
+import { forgetTokens } from "./credentials";
 import type { ClientFrame, ServerFrame } from "./protocol";
 import { inDoubt, initialView, pendingApprovals, reduce } from "./reducer";
 
@@ -23,7 +24,7 @@ export interface SteadSessionOptions {
 function socketUrl(baseUrl: string | undefined, id: string, ticket: string, afterSeq: number) {
   const origin = baseUrl || window.location.origin;
   const url = new URL(`/v1/sessions/${id}/ws`, origin.replace(/^http/, "ws"));
-  url.searchParams.set("token", ticket);
+  url.searchParams.set("ticket", ticket);
   // Always resume, from 0 on the first connection: without it the server sends live frames
   // only, and the view would wait forever for the history before them.
   url.searchParams.set("after_seq", String(afterSeq));
@@ -52,7 +53,14 @@ export function useSteadSession(id: string, options: SteadSessionOptions = {}) {
       let ticket: string;
       try {
         ticket = (await api.ticket({ baseUrl: options.baseUrl, bearer: options.token }, id)).ticket;
-      } catch {
+      } catch (e) {
+        // A credential that is refused, or a session that is gone, will not come back by
+        // retrying: stop, and drop the stored token.
+        if (e instanceof ApiError && [401, 403, 404].includes(e.status)) {
+          forgetTokens([id]);
+          setConnection("closed");
+          return;
+        }
         retry();
         return;
       }

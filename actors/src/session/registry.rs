@@ -42,6 +42,8 @@ pub(super) struct Shared {
     /// One lock per session being activated: two activations of one id never overlap, while
     /// a slow activation (a database read, a lease wait) holds up no other session.
     pub(super) activations: Mutex<HashMap<Uuid, std::sync::Weak<tokio::sync::Mutex<()>>>>,
+    /// Sessions retired for good (purged): never activated again by this registry.
+    pub(super) retired: Mutex<std::collections::HashSet<Uuid>>,
     supervisor: tokio::sync::OnceCell<ActorRef<()>>,
 }
 
@@ -115,6 +117,14 @@ impl Shared {
         let _guard = lock.lock().await;
         if let Some(actor) = self.live_actor(id) {
             return Ok(actor);
+        }
+        if self
+            .retired
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(&id)
+        {
+            return Err(SessionError::NotFound);
         }
         let row = self.store.get_session(id).await.map_err(|e| match e {
             stead_persistence::Error::SessionNotFound(_) => SessionError::NotFound,
@@ -197,6 +207,7 @@ impl SessionRegistry {
                 live: Mutex::new(HashMap::new()),
                 failures: Mutex::new(HashMap::new()),
                 activations: Mutex::new(HashMap::new()),
+                retired: Mutex::new(std::collections::HashSet::new()),
                 supervisor: tokio::sync::OnceCell::new(),
             }),
         }
@@ -343,15 +354,40 @@ impl SessionRegistry {
     }
 
     pub async fn state(&self, id: Uuid) -> Result<SessionState, SessionError> {
-        let actor = self.session(id).await?;
-        match actor.call(SessionMsg::State, None).await {
-            Ok(ractor::rpc::CallResult::Success(state)) => Ok(state),
-            _ => Err(SessionError::Journal("the session actor stopped".into())),
+        for _ in 0..PASSIVATION_RETRIES {
+            let actor = self.session(id).await?;
+            match actor.call(SessionMsg::State, None).await {
+                Ok(ractor::rpc::CallResult::Success(state)) => return Ok(state),
+                Ok(ractor::rpc::CallResult::SenderError)
+                | Err(ractor::MessagingErr::SendErr(_))
+                | Err(ractor::MessagingErr::ChannelClosed)
+                    if !matches!(actor.get_status(), ractor::ActorStatus::Running) =>
+                {
+                    self.wait_until_stopped(id, &actor).await
+                }
+                _ => return Err(SessionError::Journal("the session actor stopped".into())),
+            }
         }
+        Err(SessionError::Journal(
+            "the session actor kept passivating".into(),
+        ))
     }
 
-    /// Stops the session's live actor (if any) and waits until it has stopped, so nothing of
-    /// it writes afterwards (a purge).
+    /// Stops the session's live actor (if any) for good — no later access activates it again
+    /// (a purge: the session is about to be deleted) — and waits until it has stopped.
+    pub async fn retire(&self, id: Uuid) {
+        self.shared
+            .retired
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id);
+        // Under its activation lock: an activation in progress finishes first, none starts.
+        let lock = self.shared.activation_lock(id);
+        let _guard = lock.lock().await;
+        self.stop(id).await;
+    }
+
+    /// Stops the session's live actor (if any) and waits until it has stopped.
     pub async fn stop(&self, id: Uuid) {
         let actor = self
             .shared

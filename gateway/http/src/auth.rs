@@ -204,10 +204,16 @@ impl Auth {
     }
 
     fn sign(&self, session: Uuid, generation: i64, expires: i64) -> [u8; 32] {
+        self.sign_in(b"stead-session-token:v2:", session, generation, expires)
+    }
+
+    /// The HMAC of a token's fields under `domain`: session tokens and WebSocket tickets sign
+    /// under different domains, so neither verifies as the other.
+    fn sign_in(&self, domain: &[u8], session: Uuid, generation: i64, expires: i64) -> [u8; 32] {
         // HMAC accepts keys of any length; `new_from_slice` only fails for fixed-size MACs.
         #[allow(clippy::expect_used)]
         let mut mac = Hmac::<Sha256>::new_from_slice(&self.secret).expect("HMAC takes any key");
-        mac.update(b"stead-session-token:v2:");
+        mac.update(domain);
         mac.update(session.as_bytes());
         mac.update(&generation.to_be_bytes());
         mac.update(&expires.to_be_bytes());
@@ -228,6 +234,47 @@ impl Auth {
         }
         self.session_claim(credential)
             .map(|claim| Principal::Session(claim.session))
+    }
+
+    /// A WebSocket ticket for `session`: valid for `ttl`, and only for opening that session's
+    /// WebSocket (`?ticket=`); it is no session token anywhere else.
+    pub fn ticket(
+        &self,
+        session: Uuid,
+        generation: i64,
+        ttl: std::time::Duration,
+    ) -> (String, chrono::DateTime<chrono::Utc>) {
+        let expires =
+            chrono::Utc::now() + chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::MAX);
+        let secs = expires.timestamp();
+        let signature = self.sign_in(TICKET_DOMAIN, session, generation, secs);
+        let ticket = format!(
+            "{}.{generation}.{secs}.{}",
+            session.simple(),
+            hex(&signature)
+        );
+        (ticket, expires)
+    }
+
+    /// A ticket's claims when it verifies and has not expired at `now` (Unix seconds).
+    pub fn ticket_claim(&self, ticket: &str, now: i64) -> Option<TokenClaim> {
+        let mut parts = ticket.split('.');
+        let id = Uuid::try_parse(parts.next()?).ok()?;
+        let generation: i64 = parts.next()?.parse().ok()?;
+        let expires: i64 = parts.next()?.parse().ok()?;
+        let signature = decode_hex(parts.next()?)?;
+        if parts.next().is_some() || expires <= now {
+            return None;
+        }
+        bool::from(
+            self.sign_in(TICKET_DOMAIN, id, generation, expires)
+                .ct_eq(&signature),
+        )
+        .then_some(TokenClaim {
+            session: id,
+            generation,
+            expires,
+        })
     }
 
     /// A session token's claims, when its signature verifies.
@@ -326,6 +373,9 @@ fn is_loopback_name(name: &str) -> bool {
             .parse::<std::net::IpAddr>()
             .is_ok_and(|ip| ip.is_loopback())
 }
+
+/// The HMAC domain of WebSocket tickets.
+const TICKET_DOMAIN: &[u8] = b"stead-ws-ticket:v1:";
 
 /// What a valid session token says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -531,6 +581,13 @@ mod tests {
                 ErrorCode::InvalidCredentials
             );
         }
+        // A ticket opens the WebSocket only: it is no session token, and a token no ticket.
+        let (ticket, _) = auth.ticket(id, 3, std::time::Duration::from_secs(60));
+        let now = chrono::Utc::now().timestamp();
+        assert_eq!(auth.ticket_claim(&ticket, now).map(|c| c.session), Some(id));
+        assert_eq!(auth.session_claim(&ticket), None);
+        assert_eq!(auth.ticket_claim(&token, now), None);
+        assert_eq!(auth.ticket_claim(&ticket, now + 61), None, "expired");
         // The old `{id}.{signature}` shape is no token.
         let old = format!("{}.{}", parts[0], parts[3]);
         assert_eq!(auth.session_claim(&old), None);

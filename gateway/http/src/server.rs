@@ -132,9 +132,20 @@ pub async fn serve(
 }
 
 async fn refuse(mut stream: TcpStream) {
+    use tokio::io::AsyncReadExt;
     let _ = tokio::time::timeout(Duration::from_secs(1), async {
         let _ = stream.write_all(&overloaded()).await;
         let _ = stream.shutdown().await;
+        // Read what the client sent (bounded) before dropping the socket: closing with unread
+        // input makes the kernel send a reset, which can hide the answer from the client.
+        let mut sink = [0u8; 4096];
+        let mut left = 64 << 10;
+        while left > 0 {
+            match stream.read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left -= n.min(left),
+            }
+        }
     })
     .await;
 }

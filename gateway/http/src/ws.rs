@@ -38,18 +38,67 @@ const SEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 #[derive(Deserialize)]
 pub struct WsQuery {
-    #[allow(dead_code)] // read by the `Caller` extractor
+    /// A session token (read by the `Caller` extractor, and kept to re-check it while open).
     token: Option<String>,
+    /// A one-minute ticket from `POST /v1/sessions/{id}/ticket` (what browsers send).
+    ticket: Option<String>,
     after_seq: Option<i64>,
 }
 
 pub async fn upgrade(
     State(state): State<AppState>,
-    Caller(caller): Caller,
+    caller: Result<Caller, ApiError>,
     ApiPath(id): ApiPath<Uuid>,
     ApiQuery(query): ApiQuery<WsQuery>,
+    headers: axum::http::HeaderMap,
     upgrade: WebSocketUpgrade,
 ) -> Result<Response, ApiError> {
+    // The session-scoped credential's token generation and expiry, re-checked on every
+    // heartbeat: a rotation (or the token's expiry) closes the connection.
+    let mut credential: Option<(i64, Option<i64>)> = None;
+    let bearer = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(|t| t.trim().to_string());
+    let caller = match &query.ticket {
+        Some(ticket) => {
+            let now = chrono::Utc::now().timestamp();
+            let claim = state
+                .auth
+                .ticket_claim(ticket, now)
+                .filter(|claim| claim.session == id)
+                .ok_or_else(|| {
+                    ApiError::new(
+                        ErrorCode::InvalidCredentials,
+                        "the ticket is not valid for this session, or it expired (tickets last \
+                         a minute: ask POST /v1/sessions/{id}/ticket for a new one)",
+                    )
+                })?;
+            // A rotation since the ticket was issued revokes it too.
+            if state.store.get_session(id).await?.token_generation != claim.generation {
+                return Err(ApiError::new(
+                    ErrorCode::InvalidCredentials,
+                    "the session's token was rotated since this ticket was issued",
+                ));
+            }
+            credential = Some((claim.generation, None));
+            Principal::Session(id)
+        }
+        None => {
+            let caller = caller?.0;
+            if let Principal::Session(_) = caller {
+                // The token it came with (a header or `?token=`): checked again while open.
+                credential = query
+                    .token
+                    .as_deref()
+                    .or(bearer.as_deref())
+                    .and_then(|t| state.auth.session_claim(t))
+                    .map(|c| (c.generation, (c.expires != 0).then_some(c.expires)));
+            }
+            caller
+        }
+    };
     caller.require_session(id)?;
     state.store.get_session(id).await?;
     let per_session = state
@@ -80,6 +129,7 @@ pub async fn upgrade(
                 state,
                 id,
                 caller,
+                credential,
                 socket,
                 sent_seq: 0,
                 stream: None,
@@ -153,6 +203,8 @@ struct Connection {
     state: AppState,
     id: Uuid,
     caller: Principal,
+    /// A session token's (or ticket's) generation and the token's expiry (Unix seconds).
+    credential: Option<(i64, Option<i64>)>,
     socket: WebSocket,
     /// Highest event seq the client has been sent.
     sent_seq: i64,
@@ -165,6 +217,35 @@ struct Connection {
 }
 
 type Closed = String;
+
+impl Connection {
+    /// Why the session-scoped credential this connection was opened with no longer holds: the
+    /// token was rotated (a new generation) or it expired.
+    fn credential_revoked(&self) -> impl std::future::Future<Output = Option<&'static str>> + Send {
+        let credential = self.credential;
+        let store = self.state.store.clone();
+        let id = self.id;
+        async move { revoked(store, id, credential?).await }
+    }
+}
+
+/// Why a connection's credential (generation, expiry) no longer holds.
+async fn revoked(
+    store: std::sync::Arc<dyn stead_persistence::JournalStore>,
+    id: Uuid,
+    (generation, expires): (i64, Option<i64>),
+) -> Option<&'static str> {
+    {
+        if expires.is_some_and(|at| at <= chrono::Utc::now().timestamp()) {
+            return Some("the session token expired");
+        }
+        match store.get_session(id).await {
+            Ok(row) if row.token_generation != generation => Some("the session token was rotated"),
+            Err(stead_persistence::Error::SessionNotFound(_)) => Some("the session is gone"),
+            _ => None,
+        }
+    }
+}
 
 impl Connection {
     async fn run(&mut self, after_seq: Option<i64>) -> Result<(), Closed> {
@@ -262,6 +343,9 @@ impl Connection {
                 _ = heartbeat.tick() => {
                     if self.last_heard.elapsed() > limits.ws_heartbeat * 3 {
                         return self.close(1001, "no answer to pings").await;
+                    }
+                    if let Some(reason) = self.credential_revoked().await {
+                        return self.close(1008, reason).await;
                     }
                     self.send(Message::Ping(Vec::new().into())).await?;
                 }

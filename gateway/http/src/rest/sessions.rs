@@ -162,7 +162,8 @@ async fn purge(
 ) -> Result<Json<Value>, ApiError> {
     caller.require_operator()?;
     state.store.get_session(id).await?;
-    state.sessions.stop(id).await;
+    // Retired: its actor stops and no open WebSocket or request can activate it again.
+    state.sessions.retire(id).await;
     state.model_router.flush_log().await;
     let purged = state.store.purge_session(id).await?;
     tracing::info!(
@@ -183,9 +184,9 @@ async fn purge(
 /// How long a WebSocket ticket is valid.
 pub const TICKET_TTL: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// A ticket for opening the session's WebSocket: a session token that expires in a minute, so
-/// that what goes into a URL (browsers cannot set headers on WebSockets) is never an operator
-/// key nor a long-lived token. Any credential that may access the session may ask for one.
+/// A ticket for opening the session's WebSocket (`?ticket=`): valid one minute and for that
+/// only, so that what goes into a URL (browsers cannot set headers on WebSockets) is never an
+/// operator key nor a token. Any credential that may access the session may ask for one.
 #[utoipa::path(post, path = "/v1/sessions/{id}/ticket", params(("id" = Uuid, Path, description = "Session id")), responses((status = 200, body = Ticket), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
 pub async fn ticket(
     State(state): State<AppState>,
@@ -194,10 +195,7 @@ pub async fn ticket(
 ) -> Result<Json<Value>, ApiError> {
     caller.require_session(id)?;
     let row = state.store.get_session(id).await?;
-    let (ticket, expires) =
-        state
-            .auth
-            .session_token_valid_for(id, row.token_generation, Some(TICKET_TTL));
+    let (ticket, expires) = state.auth.ticket(id, row.token_generation, TICKET_TTL);
     Ok(Json(
         json!({ "session_id": id, "ticket": ticket, "expires_at": expires }),
     ))

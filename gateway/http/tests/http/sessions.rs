@@ -179,16 +179,48 @@ async fn a_finished_answer_is_not_streamed_again_to_a_later_client() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rotating_a_session_token_invalidates_the_old_one() {
     let model = stead_testkit::model::ScriptedModel::respond(|_| ("ok".to_string(), vec![]));
-    let app = stead_testkit::app::App::start(
+    let limits = stead_http::Limits {
+        ws_heartbeat: std::time::Duration::from_millis(200),
+        ..Default::default()
+    };
+    let app = stead_testkit::app::App::start_with(
         vec![stead_testkit::app::ops_agent()],
         std::sync::Arc::new(model),
         &[],
+        limits,
+        Default::default(),
     )
     .await;
     let (id, first) = app.create("ops").await;
     let path = format!("/v1/sessions/{id}");
     let rotate = format!("/v1/sessions/{id}/token");
     assert_eq!(app.call_as("GET", &path, None, Some(&first)).await.0, 200);
+    // A WebSocket opened with the token before the rotation, and one with a ticket.
+    let mut open_before = app.ws(&id, &first, "").await;
+    assert_eq!(open_before.next().await.unwrap()["type"], "hello");
+    let (status, issued) = app
+        .call_as(
+            "POST",
+            &format!("/v1/sessions/{id}/ticket"),
+            None,
+            Some(&first),
+        )
+        .await;
+    assert_eq!(status, 200, "{issued}");
+    let ticket = issued["ticket"].as_str().unwrap().to_string();
+    // A ticket opens the WebSocket only: it is no token for REST.
+    assert_eq!(app.call_as("GET", &path, None, Some(&ticket)).await.0, 401);
+    let ws_url = |query: &str| {
+        format!(
+            "{}/v1/sessions/{id}/ws?{query}",
+            app.base.replace("http://", "ws://")
+        )
+    };
+    let (stream, _) = tokio_tungstenite::connect_async(ws_url(&format!("ticket={ticket}")))
+        .await
+        .unwrap();
+    let mut by_ticket = stead_testkit::client::Ws { stream };
+    assert_eq!(by_ticket.next().await.unwrap()["type"], "hello");
 
     let (status, issued) = app.call_as("POST", &rotate, None, Some(&first)).await;
     assert_eq!(status, 200, "{issued}");
@@ -202,6 +234,20 @@ async fn rotating_a_session_token_invalidates_the_old_one() {
         "{refused}"
     );
     assert_eq!(app.call_as("GET", &path, None, Some(&second)).await.0, 200);
+    // Connections opened with the old token or its ticket are closed at their next heartbeat.
+    for ws in [&mut open_before, &mut by_ticket] {
+        let closed = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+            while ws.next().await.is_some() {}
+        })
+        .await;
+        assert!(closed.is_ok(), "a connection outlived its rotated token");
+    }
+    // The old ticket is refused too.
+    assert!(
+        tokio_tungstenite::connect_async(ws_url(&format!("ticket={ticket}")))
+            .await
+            .is_err()
+    );
     let url = format!(
         "{}/v1/sessions/{id}/ws?token={first}",
         app.base.replace("http://", "ws://")
