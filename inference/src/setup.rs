@@ -21,6 +21,8 @@ use crate::{Error, Result};
 
 /// The converter and its pinned requirements, shipped inside the binary.
 pub const CONVERT_SCRIPT: &str = include_str!("../setup/convert_gguf.py");
+/// The converter's tokenizer half, imported by `convert_gguf.py` from its own directory.
+pub const VOCAB_MODULE: &str = include_str!("../setup/gguf_vocab.py");
 pub const REQUIREMENTS: &str = include_str!("../setup/requirements.txt");
 /// The benchmark peer (Python onnxruntime-genai) and its pinned requirements.
 pub const PEER_SCRIPT: &str = include_str!("../setup/peer_genai_bench.py");
@@ -185,6 +187,8 @@ pub fn run(options: &SetupOptions, progress: &mut dyn FnMut(&str)) -> Result<Pre
     } else {
         let script = setup_dir.join("convert_gguf.py");
         std::fs::write(&script, CONVERT_SCRIPT).map_err(|e| io("write", &script, e))?;
+        let module = setup_dir.join("gguf_vocab.py");
+        std::fs::write(&module, VOCAB_MODULE).map_err(|e| io("write", &module, e))?;
         let staging = target.with_file_name(format!("{name}.partial"));
         let _ = std::fs::remove_dir_all(&staging);
         run_command(

@@ -97,3 +97,51 @@ fn the_http_edge_and_the_router_do_not_link_the_local_engine() {
         assert!(!router.contains(other), "the router depends on {other}");
     }
 }
+
+/// No source file grows past 600 lines (a file that long holds more than one responsibility:
+/// split it by what each part owns). Generated files, dependencies and build outputs aside.
+#[test]
+fn no_source_file_is_over_600_lines() {
+    fn walk(dir: &Path, long: &mut Vec<String>, seen: &mut usize) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if path.is_dir() {
+                if !name.starts_with('.')
+                    && ![
+                        "target",
+                        "node_modules",
+                        "dist",
+                        "generated",
+                        "test-results",
+                    ]
+                    .contains(&name.as_str())
+                {
+                    walk(&path, long, seen);
+                }
+                continue;
+            }
+            let source = ["rs", "py", "ts", "tsx", "sh", "mjs"]
+                .iter()
+                .any(|ext| name.ends_with(&format!(".{ext}")));
+            if !source || name.ends_with(".d.ts") {
+                continue;
+            }
+            *seen += 1;
+            let lines = std::fs::read_to_string(&path)
+                .map(|text| text.lines().count())
+                .unwrap_or(0);
+            if lines > 600 {
+                long.push(format!("{} ({lines} lines)", path.display()));
+            }
+        }
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let (mut long, mut seen) = (Vec::new(), 0);
+    walk(root, &mut long, &mut seen);
+    assert!(seen > 100, "only {seen} source files found");
+    assert!(long.is_empty(), "files over 600 lines: {long:#?}");
+}

@@ -8,10 +8,11 @@ use tokio::sync::mpsc::UnboundedSender;
 use uuid::Uuid;
 
 use crate::cache::Answer;
-use crate::call::{millis, Execution};
+use crate::call::Execution;
 use crate::log::AttemptRecord;
 use crate::provider::{FailureKind, ProviderError, RouterRequest};
 use crate::route::{backoff, Route};
+use crate::settle::millis;
 use crate::{Router, RouterError, RouterErrorCode};
 
 impl Router {

@@ -28,6 +28,7 @@ mod metrics;
 pub mod openai;
 pub mod provider;
 mod route;
+mod settle;
 pub mod wire;
 
 use std::collections::HashMap;

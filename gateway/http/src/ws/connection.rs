@@ -1,193 +1,18 @@
-//! The WebSocket protocol (docs/api.md) on `GET /v1/sessions/{id}/ws`.
-//!
-//! A connection attaches to the session's actor as a bounded subscriber and sends `hello`
-//! with the seq it attached at. Every frame then goes out in commit order, exactly once per
-//! connection: events are de-duplicated by seq (a gap is filled from the journal), stream
-//! deltas by their offset in the model call's text. `resume {after_seq}` replays the journal
-//! after that seq, then the in-flight stream so far, then live frames. So that a reconnecting
-//! client's `resume` is answered in order, live frames are held for a short while after `hello`
-//! (until the first client frame, or `ws_resume_hold`); `?after_seq=N` on the URL resumes at
-//! once. A client that falls `ws_queue` frames behind is dropped (close 1008), one that stops
-//! answering pings too; neither can stall the session or the other clients.
+//! One open WebSocket: attach, `hello`, resume, live frames in commit order, client frames,
+//! heartbeats and the credential re-check.
 
 use std::time::Instant;
 
-use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
-use axum::extract::State;
-use axum::response::Response;
-use serde::Deserialize;
-use serde_json::Value;
+use axum::extract::ws::{CloseFrame, Message, WebSocket};
 use stead_actors::session::{Frame, Subscription};
 use stead_actors::{Input, SessionEvent};
 use uuid::Uuid;
 
-use crate::auth::Caller;
+use super::frames::parse;
+use super::{REPLAY_PAGE, SEND_TIMEOUT};
 use crate::rest::{check_message, decision_input};
-use crate::wire::{ClientFrame, EventView, ServerFrame, CLIENT_FRAME_TYPES};
-use crate::{ApiError, ApiPath, ApiQuery, AppState, ErrorCode, Principal};
-
-/// Pages of journal replay.
-const REPLAY_PAGE: u32 = 1000;
-/// Bytes a frame may be on the wire before the transport closes the connection (1009); frames
-/// between `ws_frame_bytes` and this get an `error` frame and the connection stays.
-const TRANSPORT_MAX: usize = 1 << 20;
-/// Initial read buffer of a connection (tungstenite's default is 128 KiB).
-const READ_BUFFER: usize = 4 << 10;
-/// How long one send may wait on a client that does not read.
-const SEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-
-#[derive(Deserialize)]
-pub struct WsQuery {
-    /// A session token (read by the `Caller` extractor, and kept to re-check it while open).
-    token: Option<String>,
-    /// A one-minute ticket from `POST /v1/sessions/{id}/ticket` (what browsers send).
-    ticket: Option<String>,
-    after_seq: Option<i64>,
-}
-
-pub async fn upgrade(
-    State(state): State<AppState>,
-    caller: Result<Caller, ApiError>,
-    ApiPath(id): ApiPath<Uuid>,
-    ApiQuery(query): ApiQuery<WsQuery>,
-    headers: axum::http::HeaderMap,
-    upgrade: WebSocketUpgrade,
-) -> Result<Response, ApiError> {
-    // The session-scoped credential's token generation and expiry, re-checked on every
-    // heartbeat: a rotation (or the token's expiry) closes the connection.
-    let mut credential: Option<(i64, Option<i64>)> = None;
-    let bearer = headers
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(|t| t.trim().to_string());
-    let caller = match &query.ticket {
-        Some(ticket) => {
-            let now = chrono::Utc::now().timestamp();
-            let claim = state
-                .auth
-                .ticket_claim(ticket, now)
-                .filter(|claim| claim.session == id)
-                .ok_or_else(|| {
-                    ApiError::new(
-                        ErrorCode::InvalidCredentials,
-                        "the ticket is not valid for this session, or it expired (tickets last \
-                         a minute: ask POST /v1/sessions/{id}/ticket for a new one)",
-                    )
-                })?;
-            // A rotation since the ticket was issued revokes it too.
-            if state.store.get_session(id).await?.token_generation != claim.generation {
-                return Err(ApiError::new(
-                    ErrorCode::InvalidCredentials,
-                    "the session's token was rotated since this ticket was issued",
-                ));
-            }
-            credential = Some((claim.generation, None));
-            Principal::Session(id)
-        }
-        None => {
-            let caller = caller?.0;
-            if let Principal::Session(_) = caller {
-                // The token it came with (a header or `?token=`): checked again while open.
-                credential = query
-                    .token
-                    .as_deref()
-                    .or(bearer.as_deref())
-                    .and_then(|t| state.auth.session_claim(t))
-                    .map(|c| (c.generation, (c.expires != 0).then_some(c.expires)));
-            }
-            caller
-        }
-    };
-    caller.require_session(id)?;
-    state.store.get_session(id).await?;
-    let per_session = state
-        .session_sockets
-        .take(id, state.limits.ws_per_session)
-        .ok_or_else(|| {
-            ApiError::new(
-                ErrorCode::TooManyWebSockets,
-                format!(
-                    "this session already has {} WebSocket connections",
-                    state.limits.ws_per_session
-                ),
-            )
-        })?;
-    let permit = state
-        .connections
-        .clone()
-        .try_acquire_owned()
-        .map_err(|_| ApiError::unavailable("too many connections"))?;
-    Ok(upgrade
-        // Small buffers: tens of thousands of mostly idle clients; a big frame grows them.
-        .read_buffer_size(READ_BUFFER)
-        .write_buffer_size(0)
-        .max_message_size(TRANSPORT_MAX)
-        .max_frame_size(TRANSPORT_MAX)
-        .on_upgrade(move |socket| async move {
-            let mut connection = Connection {
-                state,
-                id,
-                caller,
-                credential,
-                socket,
-                sent_seq: 0,
-                stream: None,
-                ended_call: None,
-                held: None,
-                last_heard: Instant::now(),
-            };
-            if let Err(reason) = connection.run(query.after_seq).await {
-                tracing::debug!(session = %id, %reason, "websocket closed");
-            }
-            drop(permit);
-            drop(per_session);
-        }))
-}
-
-/// How many WebSockets each session holds.
-#[derive(Default)]
-pub struct SessionSockets(std::sync::Mutex<std::collections::HashMap<Uuid, usize>>);
-
-/// One session's WebSocket slot; released on drop.
-pub struct SessionSocket {
-    sockets: std::sync::Arc<SessionSockets>,
-    id: Uuid,
-}
-
-impl SessionSockets {
-    /// A slot for one more WebSocket of `id`, unless it holds `max` already.
-    fn take(self: &std::sync::Arc<Self>, id: Uuid, max: usize) -> Option<SessionSocket> {
-        let mut counts = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let count = counts.entry(id).or_default();
-        if *count >= max {
-            return None;
-        }
-        *count += 1;
-        Some(SessionSocket {
-            sockets: self.clone(),
-            id,
-        })
-    }
-
-    /// WebSockets `id` holds now.
-    pub fn count(&self, id: Uuid) -> usize {
-        let counts = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        counts.get(&id).copied().unwrap_or(0)
-    }
-}
-
-impl Drop for SessionSocket {
-    fn drop(&mut self) {
-        let mut counts = self.sockets.0.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(count) = counts.get_mut(&self.id) {
-            *count -= 1;
-            if *count == 0 {
-                counts.remove(&self.id);
-            }
-        }
-    }
-}
+use crate::wire::{ClientFrame, EventView, ServerFrame};
+use crate::{ApiError, AppState, ErrorCode, Principal};
 
 /// The in-flight model call as this connection knows it: its text so far, and how much of
 /// that the client has been sent.
@@ -199,7 +24,7 @@ struct Stream {
     sent: usize,
 }
 
-struct Connection {
+pub(super) struct Connection {
     state: AppState,
     id: Uuid,
     caller: Principal,
@@ -219,6 +44,29 @@ struct Connection {
 type Closed = String;
 
 impl Connection {
+    /// A connection of `caller` to session `id` over `socket`; `credential` is the session
+    /// token's (or ticket's) generation and expiry, re-checked on every heartbeat.
+    pub(super) fn new(
+        state: AppState,
+        id: Uuid,
+        caller: Principal,
+        credential: Option<(i64, Option<i64>)>,
+        socket: WebSocket,
+    ) -> Self {
+        Connection {
+            state,
+            id,
+            caller,
+            credential,
+            socket,
+            sent_seq: 0,
+            stream: None,
+            ended_call: None,
+            held: None,
+            last_heard: Instant::now(),
+        }
+    }
+
     /// Why the session-scoped credential this connection was opened with no longer holds: the
     /// token was rotated (a new generation) or it expired.
     fn credential_revoked(&self) -> impl std::future::Future<Output = Option<&'static str>> + Send {
@@ -235,20 +83,18 @@ async fn revoked(
     id: Uuid,
     (generation, expires): (i64, Option<i64>),
 ) -> Option<&'static str> {
-    {
-        if expires.is_some_and(|at| at <= chrono::Utc::now().timestamp()) {
-            return Some("the session token expired");
-        }
-        match store.get_session(id).await {
-            Ok(row) if row.token_generation != generation => Some("the session token was rotated"),
-            Err(stead_persistence::Error::SessionNotFound(_)) => Some("the session is gone"),
-            _ => None,
-        }
+    if expires.is_some_and(|at| at <= chrono::Utc::now().timestamp()) {
+        return Some("the session token expired");
+    }
+    match store.get_session(id).await {
+        Ok(row) if row.token_generation != generation => Some("the session token was rotated"),
+        Err(stead_persistence::Error::SessionNotFound(_)) => Some("the session is gone"),
+        _ => None,
     }
 }
 
 impl Connection {
-    async fn run(&mut self, after_seq: Option<i64>) -> Result<(), Closed> {
+    pub(super) async fn run(&mut self, after_seq: Option<i64>) -> Result<(), Closed> {
         let mut subscription = match self.attach().await {
             Ok(subscription) => subscription,
             Err(error) => {
@@ -623,98 +469,5 @@ impl Connection {
             })))
             .await;
         Err(reason.into())
-    }
-}
-
-/// A client frame, or the error frame it deserves.
-fn parse(text: &str) -> Result<ClientFrame, ApiError> {
-    let value: Value = serde_json::from_str(text)
-        .map_err(|e| ApiError::new(ErrorCode::InvalidJson, format!("not JSON: {e}")))?;
-    let Some(kind) = value
-        .get("type")
-        .and_then(Value::as_str)
-        .map(str::to_string)
-    else {
-        return Err(ApiError::new(
-            ErrorCode::InvalidFrame,
-            "a frame is a JSON object with a string `type`",
-        ));
-    };
-    if !CLIENT_FRAME_TYPES.contains(&kind.as_str()) {
-        return Err(ApiError::new(
-            ErrorCode::UnknownFrameType,
-            format!(
-                "`{kind}` is not a frame type ({})",
-                CLIENT_FRAME_TYPES.join(", ")
-            ),
-        ));
-    }
-    serde_json::from_value(value)
-        .map_err(|e| ApiError::new(ErrorCode::InvalidFrame, format!("bad `{kind}` frame: {e}")))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-    use stead_testkit::arbitrary;
-
-    proptest! {
-        /// Any text, and any object shaped like a frame: parsed, or refused with one of the
-        /// frame error codes and a message — never a panic.
-        #[test]
-        fn any_frame_text_parses_or_is_refused_clearly(
-            text in ".{0,200}",
-            shaped in (
-                arbitrary::one_of_or_any(&["user_message", "approval", "cancel", "resume"]),
-                arbitrary::object_with(&[
-                    "text", "client_id", "call_id", "approved", "reason", "scope", "args_hash",
-                    "after_seq",
-                ]),
-            ),
-        ) {
-            let (kind, mut object) = shaped;
-            object["type"] = Value::String(kind);
-            for input in [text, object.to_string()] {
-                if let Err(error) = parse(&input) {
-                    prop_assert!(matches!(
-                        error.code,
-                        ErrorCode::InvalidJson | ErrorCode::InvalidFrame | ErrorCode::UnknownFrameType
-                    ));
-                    prop_assert!(!error.message.is_empty());
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn frames_parse_or_name_what_is_wrong() {
-        assert!(matches!(
-            parse(r#"{"type":"user_message","text":"hi","client_id":"c1"}"#),
-            Ok(ClientFrame::UserMessage { .. })
-        ));
-        assert!(matches!(
-            parse(r#"{"type":"resume","after_seq":3}"#),
-            Ok(ClientFrame::Resume { after_seq: 3 })
-        ));
-        assert!(matches!(
-            parse(r#"{"type":"cancel"}"#),
-            Ok(ClientFrame::Cancel {})
-        ));
-        for (text, code) in [
-            ("{nope", "invalid_json"),
-            ("[1]", "invalid_frame"),
-            (r#"{"type":"shout"}"#, "unknown_frame_type"),
-            (r#"{"type":"user_message","text":5}"#, "invalid_frame"),
-            (r#"{"type":"approval","call_id":"t1"}"#, "invalid_frame"),
-            (r#"{"type":"resume","after_seq":"x"}"#, "invalid_frame"),
-            (r#"{"type":"cancel","extra":1}"#, "invalid_frame"),
-        ] {
-            assert_eq!(
-                parse(text).err().map(|e| e.code.as_str()),
-                Some(code),
-                "{text}"
-            );
-        }
     }
 }

@@ -1,0 +1,199 @@
+//! What a call leaves behind however it ends: the ledger of what it committed to (admission,
+//! its budget reservation, its stream), the guard that settles a call whose caller went away,
+//! and what its request-log row keeps of the caller's metadata and bodies.
+
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use serde_json::{Map, Value};
+use tokio::sync::mpsc::UnboundedSender;
+use uuid::Uuid;
+
+use crate::config::LogBodies;
+use crate::limits::Reservation;
+use crate::log::LogRecord;
+use crate::provider::RouterRequest;
+use crate::{CallOptions, Router};
+
+impl Router {
+    /// The caller's metadata as its row keeps it: none with `bodies = "none"`.
+    pub(crate) fn logged_metadata(&self, metadata: &Map<String, Value>) -> Map<String, Value> {
+        match self.gateway.log.bodies {
+            LogBodies::None => Map::new(),
+            _ => metadata.clone(),
+        }
+    }
+
+    /// The call's bodies as its row keeps them: only with `bodies = "full"`.
+    pub(crate) fn logged_bodies(&self, request: &RouterRequest, response: Option<Value>) -> Value {
+        if self.gateway.log.bodies != LogBodies::Full {
+            return Value::Null;
+        }
+        serde_json::json!({
+            "request": {
+                "messages": request.messages,
+                "tools": request.tools,
+                "params": request.params,
+            },
+            "response": response.unwrap_or(Value::Null),
+        })
+    }
+}
+
+/// What a running call has committed to, shared by the call and its guard: whether it was
+/// admitted past the limits (from then on the upstream may bill), its budget reservation until
+/// it is settled, and the channel its text streams through.
+#[derive(Default)]
+pub(crate) struct Ledger {
+    state: Mutex<LedgerState>,
+}
+
+#[derive(Default)]
+struct LedgerState {
+    admitted: bool,
+    reservation: Option<Reservation>,
+    deltas: Option<UnboundedSender<String>>,
+}
+
+impl Ledger {
+    fn lock(&self) -> std::sync::MutexGuard<'_, LedgerState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn set_deltas(&self, deltas: UnboundedSender<String>) {
+        self.lock().deltas = Some(deltas);
+    }
+
+    pub(crate) fn deltas(&self) -> Option<UnboundedSender<String>> {
+        self.lock().deltas.take()
+    }
+
+    pub(crate) fn admit(&self, reservation: Option<Reservation>) {
+        let mut state = self.lock();
+        state.admitted = true;
+        state.reservation = reservation;
+    }
+
+    /// The reservation, for the call to settle with its real cost.
+    pub(crate) fn settle(&self) -> Option<Reservation> {
+        self.lock().reservation.take()
+    }
+}
+
+/// Settles a call whose caller went away (a client disconnected mid-stream, a cancelled
+/// turn): dropped while armed, it hands back the budget reservation charged with an estimate of
+/// what the upstream billed — the prompt at 4 bytes a token plus the text streamed so far, at
+/// the route's highest prices — charges the same tokens to the tokens-per-minute limits, and
+/// writes a log record of status `abandoned`. A call refused before admission is charged
+/// nothing.
+pub(crate) struct Abandonment<'a> {
+    pub(crate) router: &'a Router,
+    pub(crate) id: Uuid,
+    pub(crate) at: chrono::DateTime<chrono::Utc>,
+    pub(crate) started: Instant,
+    pub(crate) options: &'a CallOptions,
+    pub(crate) request: &'a RouterRequest,
+    pub(crate) ledger: &'a Ledger,
+    pub(crate) stream: bool,
+    pub(crate) streamed_bytes: usize,
+    pub(crate) armed: bool,
+}
+
+/// Bytes per token when a call's usage is unknown (the usual English average).
+const BYTES_PER_TOKEN: usize = 4;
+
+impl Drop for Abandonment<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let router = self.router;
+        let (admitted, reservation) = {
+            let mut state = self.ledger.lock();
+            (state.admitted, state.reservation.take())
+        };
+        let route = router.routes.get(&self.request.route);
+        let (tokens_in, tokens_out) = if admitted {
+            (
+                (prompt_bound(self.request) as usize).div_ceil(BYTES_PER_TOKEN) as u64,
+                self.streamed_bytes.div_ceil(BYTES_PER_TOKEN) as u64,
+            )
+        } else {
+            (0, 0)
+        };
+        let price = route.map(|r| r.most_expensive()).unwrap_or_default();
+        let cost = (price.input * tokens_in as f64 + price.output * tokens_out as f64) / 1e6;
+        if let (Some(budgets), Some(reservation)) = (&router.budgets, reservation) {
+            budgets.settle(reservation, cost);
+        }
+        if admitted {
+            let key = self.options.api_key.as_deref();
+            if let (Some(rate), Some(key)) = (&router.key_tokens, key) {
+                rate.consume(key, tokens_in + tokens_out);
+            }
+            if let Some(rate) = route.and_then(|r| r.tokens.as_ref()) {
+                rate.consume("", tokens_in + tokens_out);
+            }
+        }
+        tracing::info!(
+            request = %self.id,
+            route = %self.request.route,
+            streamed_bytes = self.streamed_bytes,
+            "the caller went away before the call ended"
+        );
+        if let Some(log) = &router.log {
+            log.record(LogRecord {
+                id: self.id,
+                at: self.at,
+                session_id: self.options.session_id,
+                api_key: self.options.api_key.clone(),
+                route: self.request.route.clone(),
+                provider: None,
+                model: None,
+                status: "abandoned".into(),
+                attempts: Vec::new(),
+                latency_ms: millis(self.started.elapsed()),
+                ttft_ms: None,
+                tokens_in,
+                tokens_out,
+                cost,
+                cache_hit: false,
+                stream: self.stream,
+                metadata: router.logged_metadata(&self.options.metadata),
+                bodies: router.logged_bodies(self.request, None),
+                error: Some(format!(
+                    "the caller went away before the answer ({} bytes streamed); tokens and \
+                     cost are estimates",
+                    self.streamed_bytes
+                )),
+            });
+        }
+    }
+}
+
+/// An upper bound of the request's prompt tokens: every token is at least one byte, plus a
+/// margin per message for the chat template.
+pub(crate) fn prompt_bound(request: &RouterRequest) -> u64 {
+    let messages: usize = request
+        .messages
+        .iter()
+        .map(|m| {
+            m.content.len()
+                + m.tool_calls
+                    .iter()
+                    .map(|c| c.name.len() + c.arguments.len() + 16)
+                    .sum::<usize>()
+                + 16
+        })
+        .sum();
+    let tools: usize = request
+        .tools
+        .iter()
+        .map(|t| t.name.len() + t.description.len() + t.parameters.to_string().len() + 32)
+        .sum();
+    (messages + tools + 64) as u64
+}
+
+pub(crate) fn millis(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1000.0
+}
