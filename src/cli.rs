@@ -72,6 +72,37 @@ pub enum BenchCommand {
     Gateway(GatewayBenchArgs),
     /// `stead replay check --all` over many recorded sessions.
     Replay(ReplayBenchArgs),
+    /// SIGKILLs of `stead serve` under a mixed workload, each restart checked for loss,
+    /// duplicates and sessions that do not resume.
+    Chaos(ChaosBenchArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ChaosBenchArgs {
+    /// SIGKILLs in this run.
+    #[arg(long, default_value_t = 1_000)]
+    pub kills: usize,
+    /// Which database (PostgreSQL: --database-url / DATABASE_URL, in a scratch database
+    /// dropped afterwards).
+    #[arg(long, value_enum, default_value = "sqlite")]
+    pub backend: BenchBackend,
+    /// Concurrent clients of the workload.
+    #[arg(long, default_value_t = 6)]
+    pub clients: usize,
+    /// The server runs between this and --max-up-ms (uniformly at random) before each kill.
+    #[arg(long, default_value_t = 200)]
+    pub min_up_ms: u64,
+    #[arg(long, default_value_t = 2_000)]
+    pub max_up_ms: u64,
+    /// A JSON file the tallies are added to, so that many runs add up (created when missing).
+    #[arg(long)]
+    pub tally: Option<std::path::PathBuf>,
+    /// Seed of the random moments and actions (default: from the clock; printed).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Print the result as one JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -298,5 +329,6 @@ async fn run_command(config: Config, command: Command) -> anyhow::Result<ExitCod
         Command::Bench(BenchCommand::Replay(args)) => {
             done(crate::bench::replay::replay(config, args).await)
         }
+        Command::Bench(BenchCommand::Chaos(args)) => crate::bench::chaos::chaos(config, args).await,
     }
 }

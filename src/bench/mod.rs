@@ -1,5 +1,5 @@
-//! The benchmarks behind `stead bench …`, one module per subcommand (`journal`, `gateway`,
-//! `inference`, `replay`, `sessions`, `ws`), and what they share: a scratch database
+//! The benchmarks behind `stead bench …`, one module per subcommand (`chaos`, `journal`,
+//! `gateway`, `inference`, `replay`, `sessions`, `ws`), and what they share: a scratch database
 //! (`BenchDatabase`), a `stead serve` child process (`ServeProcess`) and a process's memory and
 //! CPU time read from `/proc`.
 //!
@@ -7,6 +7,7 @@
 //! scripted input the decisions refuse) makes the run meaningless, so they stop loudly there.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+pub mod chaos;
 pub mod gateway;
 pub mod inference;
 pub mod journal;

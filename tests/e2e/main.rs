@@ -2,7 +2,9 @@
 //! per concern; the models are test doubles from `stead-testkit`, so nothing here needs the
 //! local model — `tests/local_model/` has the tests that do):
 //!
-//! - `architecture`: the maps in the README and docs/architecture.md, the dependency rule;
+//! - `architecture`: the maps in the README and docs/architecture.md, the dependency rule, file
+//!   sizes;
+//! - `chaos`: the short run of `stead bench chaos` (SIGKILLs under a mixed workload);
 //! - `cli`: the command line, layered configuration, bad configuration;
 //! - `serve`, `serve_crash`: the server process (health, signals) and SIGKILL recovery;
 //! - `gateway`: WebSocket and REST end to end (bad input and auth: stead-http's own tests);
@@ -14,6 +16,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod architecture;
+mod chaos;
 mod cli;
 mod gateway;
 mod gateway_router;

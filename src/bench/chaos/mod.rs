@@ -1,0 +1,356 @@
+//! `stead bench chaos`: SIGKILLs of the real `stead serve` process at random moments of a
+//! mixed workload, on SQLite or PostgreSQL, each restart checked (docs/benchmarks.md).
+//!
+//! The server is this binary run as `stead serve` (a child process, killed with SIGKILL and
+//! started again on the same data directory, database and port). Its model and its webhooks are
+//! doubles inside the bench process, which is never killed, so the effects they counted
+//! survive every kill. Clients (`workload`) stream turns, call idempotent and non-idempotent
+//! webhooks, decide approvals over REST and WebSocket, cancel, fork and close; after each
+//! restart they pause and `check` judges every session they touched. With `--tally FILE` the
+//! counts of many runs add up, so that a thousand kills can be reached over several runs.
+
+mod check;
+mod doubles;
+mod workload;
+
+use std::path::Path;
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::bench::BenchDatabase;
+use crate::cli::{BenchBackend, ChaosBenchArgs};
+use crate::config::Config;
+use crate::serve::prepare_data_dir;
+use check::Checked;
+use workload::{Counts, Shared};
+
+/// Every this many kills, the check covers every session of the run, not only those touched.
+const FULL_CHECK_EVERY: usize = 25;
+/// Violations kept in the tally file (all are printed as they are found).
+const KEEP_VIOLATIONS: usize = 20;
+
+/// What runs add up to, per backend.
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+struct Totals {
+    runs: u64,
+    kills: u64,
+    acknowledged: Acknowledged,
+    checked: Checked,
+    violations: u64,
+    first_violations: Vec<String>,
+    /// Longest time from a restart to `/readyz` answering 200, milliseconds.
+    max_ready_ms: u64,
+}
+
+#[derive(Debug, Default, Clone, Copy, Serialize, Deserialize)]
+struct Acknowledged {
+    sessions: u64,
+    messages_rest: u64,
+    messages_ws: u64,
+    approvals_rest: u64,
+    approvals_ws: u64,
+    cancels: u64,
+    forks: u64,
+    closes: u64,
+    unanswered: u64,
+}
+
+impl Acknowledged {
+    fn add(&mut self, c: Counts) {
+        self.sessions += c.sessions;
+        self.messages_rest += c.messages_rest;
+        self.messages_ws += c.messages_ws;
+        self.approvals_rest += c.approvals_rest;
+        self.approvals_ws += c.approvals_ws;
+        self.cancels += c.cancels;
+        self.forks += c.forks;
+        self.closes += c.closes;
+        self.unanswered += c.unanswered;
+    }
+}
+
+impl Totals {
+    fn add(&mut self, run: &Totals) {
+        self.runs += run.runs;
+        self.kills += run.kills;
+        let a = run.acknowledged;
+        self.acknowledged.add(Counts {
+            sessions: a.sessions,
+            messages_rest: a.messages_rest,
+            messages_ws: a.messages_ws,
+            approvals_rest: a.approvals_rest,
+            approvals_ws: a.approvals_ws,
+            cancels: a.cancels,
+            forks: a.forks,
+            closes: a.closes,
+            unanswered: a.unanswered,
+        });
+        let (c, r) = (&mut self.checked, run.checked);
+        c.sessions += r.sessions;
+        c.events += r.events;
+        c.acks += r.acks;
+        c.idempotent_effects += r.idempotent_effects;
+        c.non_idempotent_effects += r.non_idempotent_effects;
+        c.in_doubt += r.in_doubt;
+        c.idempotent_reruns += r.idempotent_reruns;
+        self.violations += run.violations;
+        for v in &run.first_violations {
+            if self.first_violations.len() < KEEP_VIOLATIONS {
+                self.first_violations.push(v.clone());
+            }
+        }
+        self.max_ready_ms = self.max_ready_ms.max(run.max_ready_ms);
+    }
+}
+
+pub async fn chaos(config: Config, args: ChaosBenchArgs) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(args.kills > 0, "--kills must be at least 1");
+    anyhow::ensure!(args.clients > 0, "--clients must be at least 1");
+    anyhow::ensure!(
+        args.min_up_ms <= args.max_up_ms,
+        "--min-up-ms must not exceed --max-up-ms"
+    );
+    prepare_data_dir(&config.server.data_dir)?;
+    let database = BenchDatabase::create(&config, args.backend).await?;
+    let dir = config
+        .server
+        .data_dir
+        .join(format!("bench-chaos-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir)?;
+    let result = run(&dir, &database.url_text(), &args).await;
+    if result.as_ref().is_ok_and(|run| run.violations == 0) {
+        let _ = std::fs::remove_dir_all(&dir);
+    } else {
+        eprintln!(
+            "chaos: the server's data and log are kept in {}",
+            dir.display()
+        );
+    }
+    database.remove().await?;
+    let run = result?;
+    let backend = match args.backend {
+        BenchBackend::Sqlite => "sqlite",
+        BenchBackend::Postgres => "postgres",
+    };
+    let total = match &args.tally {
+        Some(file) => Some(add_to_tally(file, backend, &run)?),
+        None => None,
+    };
+    if args.json {
+        println!(
+            "{}",
+            json!({ "backend": backend, "run": run, "total": total })
+        );
+    } else {
+        print_totals(&format!("this run ({backend})"), &run);
+        if let Some(total) = &total {
+            print_totals(&format!("all runs in the tally ({backend})"), total);
+        }
+    }
+    Ok(if run.violations == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn print_totals(title: &str, t: &Totals) {
+    let (a, c) = (t.acknowledged, t.checked);
+    println!("{title}: {} runs, {} SIGKILLs", t.runs, t.kills);
+    println!(
+        "  acknowledged: {} sessions, {} messages over REST and {} over WebSocket, {} approvals \
+         over REST and {} over WebSocket, {} cancels, {} forks, {} closes ({} requests cut off \
+         by a kill)",
+        a.sessions,
+        a.messages_rest,
+        a.messages_ws,
+        a.approvals_rest,
+        a.approvals_ws,
+        a.cancels,
+        a.forks,
+        a.closes,
+        a.unanswered
+    );
+    println!(
+        "  checked: {} session checks, {} events, {} acknowledgements at their seq; effects: {} \
+         idempotent delivered with their key ({} ran again after a kill), {} non-idempotent \
+         exactly once, {} left in doubt; slowest restart to ready {} ms",
+        c.sessions,
+        c.events,
+        c.acks,
+        c.idempotent_effects,
+        c.idempotent_reruns,
+        c.non_idempotent_effects,
+        c.in_doubt,
+        t.max_ready_ms
+    );
+    println!("  violations: {}", t.violations);
+    for v in &t.first_violations {
+        println!("    {v}");
+    }
+}
+
+fn add_to_tally(file: &Path, backend: &str, run: &Totals) -> anyhow::Result<Totals> {
+    let mut all: std::collections::BTreeMap<String, Totals> = match std::fs::read(file) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .with_context(|| format!("{}: not a chaos tally", file.display()))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Default::default(),
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", file.display())),
+    };
+    let total = all.entry(backend.to_string()).or_default();
+    total.add(run);
+    let total = total.clone();
+    std::fs::write(file, serde_json::to_vec_pretty(&all)?)
+        .with_context(|| format!("cannot write {}", file.display()))?;
+    Ok(total)
+}
+
+/// `stead serve` on `port`, its stderr appended to `serve.log` in `dir`.
+fn start(dir: &Path, port: u16, database: &str) -> anyhow::Result<Child> {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("serve.log"))?;
+    Command::new(std::env::current_exe()?)
+        .arg("serve")
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .arg("--config")
+        .arg(dir.join("stead.toml"))
+        .arg("--data-dir")
+        .arg(dir)
+        .args(["--database-url", database])
+        .env_remove("DATABASE_URL")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .context("cannot start `stead serve`")
+}
+
+/// Waits until the server answers `/readyz` with 200; fails when it exits first.
+async fn ready(shared: &Shared, child: &mut Child, dir: &Path) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait()? {
+            anyhow::bail!(
+                "`stead serve` exited ({status}) before it was ready; see {}",
+                dir.join("serve.log").display()
+            );
+        }
+        if let Ok((200, _)) = shared.call(reqwest::Method::GET, "/readyz", None).await {
+            return Ok(started.elapsed());
+        }
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(60),
+            "the server was not ready 60 s after its start"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Prints and counts what a check found.
+fn report(run: &mut Totals, found: Vec<String>) {
+    for v in found {
+        eprintln!("chaos: VIOLATION {v}");
+        run.violations += 1;
+        if run.first_violations.len() < KEEP_VIOLATIONS {
+            run.first_violations.push(v);
+        }
+    }
+}
+
+async fn run(dir: &Path, database: &str, args: &ChaosBenchArgs) -> anyhow::Result<Totals> {
+    let seed = args.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+    });
+    let upstream = doubles::upstream().await?;
+    let (webhook, effects) = doubles::webhook().await?;
+    std::fs::write(dir.join("stead.toml"), doubles::config(&upstream, &webhook))?;
+    // A port free now, kept across restarts so that clients need not learn a new one.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let shared = Arc::new(Shared::new(format!("http://127.0.0.1:{port}")));
+    println!(
+        "chaos: {} SIGKILLs of stead serve, {} clients, up {}–{} ms between kills, seed {seed}",
+        args.kills, args.clients, args.min_up_ms, args.max_up_ms
+    );
+    let mut child = start(dir, port, database)?;
+    ready(&shared, &mut child, dir).await?;
+    let clients: Vec<_> = (0..args.clients)
+        .map(|i| {
+            tokio::spawn(workload::client(
+                shared.clone(),
+                i,
+                seed.wrapping_add(i as u64 + 1),
+            ))
+        })
+        .collect();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut run = Totals {
+        runs: 1,
+        ..Default::default()
+    };
+    let started = Instant::now();
+    for kill in 1..=args.kills {
+        let up = rng.random_range(args.min_up_ms..=args.max_up_ms);
+        tokio::time::sleep(Duration::from_millis(up)).await;
+        child.kill().context("SIGKILL")?;
+        child.wait()?;
+        run.kills += 1;
+        let paused = shared.gate.write().await;
+        child = start(dir, port, database)?;
+        let took = ready(&shared, &mut child, dir).await?;
+        run.max_ready_ms = run.max_ready_ms.max(took.as_millis() as u64);
+        let ids = if kill % FULL_CHECK_EVERY == 0 {
+            None
+        } else {
+            Some(shared.ledger().dirty.drain().collect::<Vec<_>>())
+        };
+        let checked_now = ids.as_ref().map_or(0, Vec::len);
+        let found = check::check(&shared, &effects, ids, &mut run.checked).await;
+        report(&mut run, found);
+        drop(paused);
+        if kill % 10 == 0 || kill == args.kills {
+            let sessions = shared.ledger().sessions.len();
+            println!(
+                "  kill {kill}/{}: {:.0} s, ready {} ms after the restart, {} sessions so far \
+                 ({} checked now), {} violations",
+                args.kills,
+                started.elapsed().as_secs_f64(),
+                took.as_millis(),
+                sessions,
+                if checked_now == 0 {
+                    sessions
+                } else {
+                    checked_now
+                },
+                run.violations
+            );
+        }
+    }
+    shared.stop.store(true, Ordering::Relaxed);
+    for client in clients {
+        let _ = client.await;
+    }
+    // The last word: every session of the run, once more.
+    let paused = shared.gate.write().await;
+    let found = check::check(&shared, &effects, None, &mut run.checked).await;
+    report(&mut run, found);
+    drop(paused);
+    run.acknowledged.add(shared.ledger().counts);
+    let _ = child.kill();
+    let _ = child.wait();
+    Ok(run)
+}
