@@ -79,9 +79,20 @@ pub enum BenchCommand {
 
 #[derive(Debug, Clone, Args)]
 pub struct ChaosBenchArgs {
-    /// SIGKILLs in this run.
+    /// Faults in this run (SIGKILLs, or disk-full episodes with --fault disk-full).
     #[arg(long, default_value_t = 1_000)]
     pub kills: usize,
+    /// What goes wrong: `kill` (SIGKILL and restart); `disk-full` (the data directory's
+    /// filesystem fills up for a while, then space returns; SQLite only — put --data-dir on a
+    /// small filesystem of its own, e.g. `mount -t tmpfs -o size=64m tmpfs DIR`); `db-restart`
+    /// (PostgreSQL is restarted by --db-restart-command); `none` (a soak: windows of
+    /// --min-up-ms..--max-up-ms with the server's memory, open files and request latency).
+    #[arg(long, value_enum, default_value = "kill")]
+    pub fault: ChaosFault,
+    /// With --fault db-restart: a shell command that restarts the database and returns once it
+    /// is back, e.g. `pg_ctl -D DATA -m immediate -w restart`.
+    #[arg(long)]
+    pub db_restart_command: Option<String>,
     /// Which database (PostgreSQL: --database-url / DATABASE_URL, in a scratch database
     /// dropped afterwards).
     #[arg(long, value_enum, default_value = "sqlite")]
@@ -221,6 +232,17 @@ pub struct InferenceBenchArgs {
     /// Print the result as one JSON object.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ChaosFault {
+    Kill,
+    DiskFull,
+    /// The database is restarted by --db-restart-command while the workload runs.
+    DbRestart,
+    /// Nothing goes wrong: a soak; each "fault" is a window whose memory, open files and
+    /// latency are printed.
+    None,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -141,6 +141,10 @@ pub struct StoreOptions {
     /// leases on PostgreSQL are judged by the database's clock: a node whose clock runs ahead
     /// must not take a live lease.
     pub clock_skew: chrono::Duration,
+    /// The most pages the SQLite database may grow to (`PRAGMA max_page_count` on the writer;
+    /// `None` in production). Tests set it to run a database out of space without a small
+    /// filesystem: writes beyond it fail as on a full disk (`SQLITE_FULL`).
+    pub sqlite_max_pages: Option<u32>,
 }
 
 impl StoreOptions {
@@ -153,6 +157,7 @@ impl StoreOptions {
             max_batch_events: 4096,
             run_migrations: true,
             clock_skew: chrono::Duration::zero(),
+            sqlite_max_pages: None,
         }
     }
 }

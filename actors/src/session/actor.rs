@@ -28,6 +28,10 @@ pub enum SessionError {
     UnknownAgent(String),
     #[error("journal: {0}")]
     Journal(String),
+    /// The database could not be used (full, down or failing): nothing of the input was
+    /// applied, and the session carries on once the database works again.
+    #[error("the database could not be used: {0}")]
+    Storage(String),
     /// The actor is passivating: the input was not applied; send it again (the registry does,
     /// to a fresh activation).
     #[error("the session actor is passivating")]
@@ -81,7 +85,15 @@ pub struct Live {
     /// The `invoke_agent {agent}` span of the turn in progress (model and tool calls are its
     /// children); it ends when the session stops running (a turn's end, or parking).
     pub(super) turn_span: Option<tracing::Span>,
+    /// Consecutive inputs of the actor's own tasks that could not be journaled (the backoff of
+    /// their next try).
+    pub(super) unwritten: u32,
 }
+
+/// The first wait before an own input that could not be journaled is tried again; it doubles
+/// up to [`UNWRITTEN_MAX_WAIT`].
+const UNWRITTEN_FIRST_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+const UNWRITTEN_MAX_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 const READ_PAGE: u32 = 1000;
 
@@ -169,6 +181,7 @@ impl Actor for SessionActor {
             lease_renewed: std::time::Instant::now(),
             passivating: false,
             turn_span: None,
+            unwritten: 0,
         };
         // The row's status follows the journal; a crash between the two is mended here.
         live.sync_status().await;
@@ -257,13 +270,7 @@ impl Actor for SessionActor {
             SessionMsg::Subscribe(..) if live.passivating => return Ok(()),
             SessionMsg::Input(input, reply) => {
                 live.last_activity = std::time::Instant::now();
-                if matches!(
-                    input,
-                    Input::ModelFinished { .. }
-                        | Input::ModelFailed { .. }
-                        | Input::ToolFinished { .. }
-                        | Input::ToolFailed { .. }
-                ) {
+                if is_task_outcome(&input) {
                     live.tasks_in_flight = live.tasks_in_flight.saturating_sub(1);
                 }
                 let retry = match &input {
@@ -271,7 +278,29 @@ impl Actor for SessionActor {
                     Input::ToolFinished { call_id, .. } => Some((call_id.clone(), false)),
                     _ => None,
                 };
+                // The actor's own inputs (a task's outcome, a timer) have no caller to retry
+                // them: kept for another try when the journal cannot take them now.
+                let own = reply.is_none().then(|| input.clone());
                 let mut result = live.process(&myself, input).await;
+                if let (Err(SessionError::Storage(error)), Some(input)) = (&result, own) {
+                    let wait = UNWRITTEN_FIRST_WAIT
+                        .saturating_mul(1 << live.unwritten.min(6))
+                        .min(UNWRITTEN_MAX_WAIT);
+                    live.unwritten += 1;
+                    tracing::warn!(
+                        session = %live.deps.session_id, %error, retry_in_ms = wait.as_millis() as u64,
+                        "an input of the session could not be journaled; trying again"
+                    );
+                    // Still in flight: the session must not passivate with it pending.
+                    if is_task_outcome(&input) {
+                        live.tasks_in_flight += 1;
+                    }
+                    myself.send_after(wait, move || SessionMsg::Input(input, None));
+                    return Ok(());
+                }
+                if result.is_ok() {
+                    live.unwritten = 0;
+                }
                 // A model answer or tool result too large to journal fails its call instead of
                 // wedging the turn.
                 if let (Err(SessionError::TooLarge(why)), Some((call_id, model))) = (&result, retry)
@@ -336,4 +365,15 @@ impl Actor for SessionActor {
         }
         Ok(())
     }
+}
+
+/// Whether `input` reports the end of one of the actor's model or tool tasks.
+fn is_task_outcome(input: &Input) -> bool {
+    matches!(
+        input,
+        Input::ModelFinished { .. }
+            | Input::ModelFailed { .. }
+            | Input::ToolFinished { .. }
+            | Input::ToolFailed { .. }
+    )
 }

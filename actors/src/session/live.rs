@@ -80,6 +80,11 @@ impl Live {
                 Err(error @ stead_persistence::Error::EventTooLarge { .. }) => {
                     return Err(SessionError::TooLarge(error.to_string()))
                 }
+                // Nothing was written (a failed commit, an unreachable database): the state is
+                // unchanged and the input may be tried again.
+                Err(error) if !error.is_permanent() => {
+                    return Err(SessionError::Storage(error.to_string()))
+                }
                 Err(error) => return Err(SessionError::Journal(error.to_string())),
             };
             if let Some(status) = decision.status {

@@ -128,6 +128,7 @@ impl Shared {
         }
         let row = self.store.get_session(id).await.map_err(|e| match e {
             stead_persistence::Error::SessionNotFound(_) => SessionError::NotFound,
+            other if !other.is_permanent() => SessionError::Storage(other.to_string()),
             other => SessionError::Journal(other.to_string()),
         })?;
         let agent = self
@@ -171,6 +172,8 @@ impl Shared {
                     SessionError::HeldElsewhere(owner)
                 }
                 stead_persistence::Error::SessionNotFound(_) => SessionError::NotFound,
+                // The database could not take the lease (down, full, failing): nothing changed.
+                other if !other.is_permanent() => SessionError::Storage(other.to_string()),
                 other => SessionError::Journal(other.to_string()),
             })
     }

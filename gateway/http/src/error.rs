@@ -80,6 +80,14 @@ impl From<SessionError> for ApiError {
             SessionError::Refused(refusal) => refusal_error(refusal),
             SessionError::TooLarge(message) => ApiError::new(ErrorCode::EventTooLarge, message),
             SessionError::Journal(message) => ApiError::internal("the session failed", message),
+            // Nothing was applied: the caller may send it again (the same `client_id` is safe).
+            SessionError::Storage(message) => {
+                tracing::error!(error = %message, "the database could not be used");
+                ApiError::unavailable(
+                    "the database is unavailable (full, down or failing): nothing of this \
+                     request was applied; send it again later",
+                )
+            }
         }
     }
 }
@@ -93,6 +101,14 @@ impl From<stead_persistence::Error> for ApiError {
                 ApiError::new(ErrorCode::EventTooLarge, error.to_string())
             }
             Error::InvalidInput(message) => ApiError::new(ErrorCode::MalformedRequest, message),
+            // A database that is down, full or failing: the request may be sent again.
+            other if !other.is_permanent() => {
+                tracing::error!(error = %other, "the database could not be used");
+                ApiError::unavailable(
+                    "the database is unavailable (full, down or failing): nothing of this \
+                     request was applied; send it again later",
+                )
+            }
             other => ApiError::internal("the database failed", other),
         }
     }

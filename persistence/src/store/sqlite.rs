@@ -14,7 +14,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
     SqliteSynchronous,
 };
-use sqlx::{Acquire, QueryBuilder, Row, Sqlite};
+use sqlx::{Acquire, Connection, QueryBuilder, Row, Sqlite};
 use uuid::Uuid;
 
 use super::dialect::{Arg, Columns, Dialect, On, Sql};
@@ -53,11 +53,22 @@ pub(crate) async fn open(options: &StoreOptions) -> Result<SqlStore<Lite>> {
         // Statement journals of multi-row writes stay in memory instead of temp files.
         .pragma("temp_store", "memory")
         .busy_timeout(std::time::Duration::from_secs(10));
+    let writer_connect = match options.sqlite_max_pages {
+        Some(pages) => connect.clone().pragma("max_page_count", pages.to_string()),
+        None => connect.clone(),
+    };
     let writer = SqlitePoolOptions::new()
         .max_connections(1)
         .min_connections(1)
         .acquire_timeout(std::time::Duration::from_secs(60))
-        .connect_with(connect.clone())
+        // A connection that comes back while a transaction is open on it — the transaction
+        // failed (SQLITE_FULL, an I/O error) and its rollback is still queued, failed, or only
+        // rolled back to a savepoint — is closed, never reused. Reused, sqlx's idea of the
+        // nesting and SQLite's can disagree: the next transaction becomes a savepoint inside
+        // the one left open, its "commit" only releases that savepoint, and every append
+        // acknowledged from then on is lost (found by `stead bench chaos --fault disk-full`).
+        .after_release(|conn, _| Box::pin(async move { Ok(!conn.is_in_transaction()) }))
+        .connect_with(writer_connect)
         .await
         .map_err(|e| {
             Error::Config(format!(

@@ -150,3 +150,67 @@ fn crash_child() {
         }
     });
 }
+
+/// A full database (SQLite's `max_page_count` standing in for a full disk): appends fail with
+/// an error that says a retry may work, and every append the store acknowledged — before,
+/// between and after the failures — is in the file, read by a fresh connection. (A full
+/// *disk* fails later, at the commit's WAL write; `tests/e2e/chaos.rs` fills a real tmpfs for
+/// that, the case that lost acknowledged appends before the writer's connections were closed
+/// after a failed transaction.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_sqlite_database_refuses_appends_and_keeps_every_acknowledged_one() {
+    let (url, _guard) = db::fresh_location(Backend::Sqlite).await;
+    let id = db::create_sessions(&url, "full", 1).await[0];
+    let pages = {
+        let store = open(&url).await;
+        let DatabaseUrl::Sqlite(path) = &url else {
+            unreachable!()
+        };
+        let size = std::fs::metadata(path).unwrap().len();
+        store.shutdown().await;
+        (size / 4096) as u32
+    };
+    let mut options = stead_persistence::StoreOptions::new(url.clone());
+    options.sqlite_max_pages = Some(pages + 24);
+    let store = stead_persistence::open(options).await.unwrap();
+    let (mut last, mut acked, mut refused) = (0i64, Vec::new(), 0);
+    for i in 0..200 {
+        // Big events fill the file; small ones may still fit between the failures.
+        let text = "x".repeat(if i % 3 == 0 { 100 } else { 9_000 });
+        match store
+            .append(
+                id,
+                last,
+                vec![NewEvent::new("e", json!({ "i": i, "text": text }))],
+            )
+            .await
+        {
+            Ok(seqs) => {
+                last = *seqs.last().unwrap();
+                acked.push((last, i));
+            }
+            Err(error) => {
+                assert!(!error.is_permanent(), "a full disk may clear: {error}");
+                refused += 1;
+            }
+        }
+    }
+    assert!(refused > 0, "the database never filled up");
+    assert!(
+        acked.len() > 3,
+        "only {} appends were acknowledged",
+        acked.len()
+    );
+    store.shutdown().await;
+    let fresh = open(&url).await;
+    let journal = fresh.read(id, 0, 1000).await.unwrap();
+    let found: Vec<(i64, i64)> = journal
+        .iter()
+        .map(|e| (e.seq, e.payload["i"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(
+        found, acked,
+        "acknowledged appends must be in the file, and only they"
+    );
+    fresh.shutdown().await;
+}

@@ -15,7 +15,7 @@ mod workload;
 
 use std::path::Path;
 use std::process::{Child, Command, ExitCode, Stdio};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::bench::BenchDatabase;
-use crate::cli::{BenchBackend, ChaosBenchArgs};
+use crate::cli::{BenchBackend, ChaosBenchArgs, ChaosFault};
 use crate::config::Config;
 use crate::serve::prepare_data_dir;
 use check::Checked;
@@ -42,38 +42,66 @@ const KEEP_VIOLATIONS: usize = 20;
 struct Totals {
     runs: u64,
     kills: u64,
-    acknowledged: Acknowledged,
+    acknowledged: Counts,
     checked: Checked,
     violations: u64,
     first_violations: Vec<String>,
     /// Longest time from a restart to `/readyz` answering 200, milliseconds.
     max_ready_ms: u64,
+    /// What clients were answered with 500 and above (see `workload::Ledger`).
+    #[serde(default)]
+    server_errors: std::collections::BTreeMap<String, u64>,
+    /// With `--fault none`: one row per window (not added up across runs).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    windows: Vec<Window>,
 }
 
-#[derive(Debug, Default, Clone, Copy, Serialize, Deserialize)]
-struct Acknowledged {
-    sessions: u64,
-    messages_rest: u64,
-    messages_ws: u64,
-    approvals_rest: u64,
-    approvals_ws: u64,
-    cancels: u64,
-    forks: u64,
-    closes: u64,
-    unanswered: u64,
+/// A soak window: the server process and the clients' requests in it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Window {
+    /// Seconds since the start of the run, at the end of the window.
+    at_s: u64,
+    rss_mib: f64,
+    open_files: usize,
+    requests: u64,
+    p50_ms: f64,
+    p99_ms: f64,
+    max_ms: f64,
 }
 
-impl Acknowledged {
-    fn add(&mut self, c: Counts) {
-        self.sessions += c.sessions;
-        self.messages_rest += c.messages_rest;
-        self.messages_ws += c.messages_ws;
-        self.approvals_rest += c.approvals_rest;
-        self.approvals_ws += c.approvals_ws;
-        self.cancels += c.cancels;
-        self.forks += c.forks;
-        self.closes += c.closes;
-        self.unanswered += c.unanswered;
+/// The window that just ended.
+fn window(shared: &Shared, child: &Child, elapsed: Duration) -> Window {
+    let (rss, _) = crate::bench::process_memory(child.id());
+    let open_files = std::fs::read_dir(format!("/proc/{}/fd", child.id()))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    let latency = shared.take_latency();
+    let ms = |q: f64| latency.value_at_quantile(q) as f64 / 1000.0;
+    Window {
+        at_s: elapsed.as_secs(),
+        rss_mib: rss as f64 / f64::from(1 << 20),
+        open_files,
+        requests: latency.len(),
+        p50_ms: ms(0.5),
+        p99_ms: ms(0.99),
+        max_ms: latency.max() as f64 / 1000.0,
+    }
+}
+
+/// Polls `/readyz` (not through the clients' tallies) and sets `seen` at its first 503.
+async fn watch_readiness(shared: Arc<Shared>, seen: Arc<AtomicBool>) {
+    loop {
+        // Longer than the server's own readiness timeout (2 s), so that its 503 is heard.
+        let answer = shared
+            .http
+            .get(format!("{}/readyz", shared.base))
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await;
+        if answer.is_ok_and(|r| r.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE) {
+            seen.store(true, Ordering::Relaxed);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -81,18 +109,7 @@ impl Totals {
     fn add(&mut self, run: &Totals) {
         self.runs += run.runs;
         self.kills += run.kills;
-        let a = run.acknowledged;
-        self.acknowledged.add(Counts {
-            sessions: a.sessions,
-            messages_rest: a.messages_rest,
-            messages_ws: a.messages_ws,
-            approvals_rest: a.approvals_rest,
-            approvals_ws: a.approvals_ws,
-            cancels: a.cancels,
-            forks: a.forks,
-            closes: a.closes,
-            unanswered: a.unanswered,
-        });
+        self.acknowledged.add(run.acknowledged);
         let (c, r) = (&mut self.checked, run.checked);
         c.sessions += r.sessions;
         c.events += r.events;
@@ -108,11 +125,23 @@ impl Totals {
             }
         }
         self.max_ready_ms = self.max_ready_ms.max(run.max_ready_ms);
+        for (key, n) in &run.server_errors {
+            *self.server_errors.entry(key.clone()).or_default() += n;
+        }
     }
 }
 
 pub async fn chaos(config: Config, args: ChaosBenchArgs) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(args.kills > 0, "--kills must be at least 1");
+    anyhow::ensure!(
+        args.fault != ChaosFault::DiskFull || args.backend == BenchBackend::Sqlite,
+        "--fault disk-full fills the data directory's filesystem: it needs --backend sqlite"
+    );
+    anyhow::ensure!(
+        args.fault != ChaosFault::DbRestart
+            || (args.backend == BenchBackend::Postgres && args.db_restart_command.is_some()),
+        "--fault db-restart needs --backend postgres and --db-restart-command"
+    );
     anyhow::ensure!(args.clients > 0, "--clients must be at least 1");
     anyhow::ensure!(
         args.min_up_ms <= args.max_up_ms,
@@ -125,20 +154,27 @@ pub async fn chaos(config: Config, args: ChaosBenchArgs) -> anyhow::Result<ExitC
         .data_dir
         .join(format!("bench-chaos-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir)?;
-    let result = run(&dir, &database.url_text(), &args).await;
+    let url = database.url_text();
+    let result = run(&dir, &url, &args).await;
     if result.as_ref().is_ok_and(|run| run.violations == 0) {
         let _ = std::fs::remove_dir_all(&dir);
+        database.remove().await?;
     } else {
+        // Kept for a post-mortem (`stead session show ID --database-url …`).
         eprintln!(
-            "chaos: the server's data and log are kept in {}",
-            dir.display()
+            "chaos: the server's data and log are kept in {}, its database at {}",
+            dir.display(),
+            database.url.redacted()
         );
     }
-    database.remove().await?;
     let run = result?;
-    let backend = match args.backend {
-        BenchBackend::Sqlite => "sqlite",
-        BenchBackend::Postgres => "postgres",
+    let backend = match (args.backend, args.fault) {
+        (BenchBackend::Sqlite, ChaosFault::Kill) => "sqlite",
+        (BenchBackend::Postgres, ChaosFault::Kill) => "postgres",
+        (_, ChaosFault::DiskFull) => "sqlite-disk-full",
+        (_, ChaosFault::DbRestart) => "postgres-restart",
+        (BenchBackend::Sqlite, ChaosFault::None) => "sqlite-soak",
+        (BenchBackend::Postgres, ChaosFault::None) => "postgres-soak",
     };
     let total = match &args.tally {
         Some(file) => Some(add_to_tally(file, backend, &run)?),
@@ -164,11 +200,11 @@ pub async fn chaos(config: Config, args: ChaosBenchArgs) -> anyhow::Result<ExitC
 
 fn print_totals(title: &str, t: &Totals) {
     let (a, c) = (t.acknowledged, t.checked);
-    println!("{title}: {} runs, {} SIGKILLs", t.runs, t.kills);
+    println!("{title}: {} runs, {} faults", t.runs, t.kills);
     println!(
         "  acknowledged: {} sessions, {} messages over REST and {} over WebSocket, {} approvals \
-         over REST and {} over WebSocket, {} cancels, {} forks, {} closes ({} requests cut off \
-         by a kill)",
+         over REST and {} over WebSocket, {} cancels, {} forks, {} closes ({} steps failed: no \
+         answer, or an error status)",
         a.sessions,
         a.messages_rest,
         a.messages_ws,
@@ -192,6 +228,21 @@ fn print_totals(title: &str, t: &Totals) {
         c.in_doubt,
         t.max_ready_ms
     );
+    if !t.server_errors.is_empty() {
+        let errors: Vec<String> = t
+            .server_errors
+            .iter()
+            .map(|(key, n)| format!("{n}× {key}"))
+            .collect();
+        println!("  server errors answered: {}", errors.join(", "));
+    }
+    for w in &t.windows {
+        println!(
+            "  at {:>5} s: RSS {:.1} MiB, {} open files, {} requests, p50 {:.2} ms, p99 {:.2} ms, \
+             max {:.1} ms",
+            w.at_s, w.rss_mib, w.open_files, w.requests, w.p50_ms, w.p99_ms, w.max_ms
+        );
+    }
     println!("  violations: {}", t.violations);
     for v in &t.first_violations {
         println!("    {v}");
@@ -246,7 +297,13 @@ async fn ready(shared: &Shared, child: &mut Child, dir: &Path) -> anyhow::Result
                 dir.join("serve.log").display()
             );
         }
-        if let Ok((200, _)) = shared.call(reqwest::Method::GET, "/readyz", None).await {
+        let answer = shared
+            .http
+            .get(format!("{}/readyz", shared.base))
+            .timeout(Duration::from_secs(2))
+            .send()
+            .await;
+        if answer.is_ok_and(|r| r.status().is_success()) {
             return Ok(started.elapsed());
         }
         anyhow::ensure!(
@@ -255,6 +312,31 @@ async fn ready(shared: &Shared, child: &mut Child, dir: &Path) -> anyhow::Result
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Fills the filesystem of `dir` with a ballast file until a write fails for lack of space;
+/// returns the file (removing it gives the space back).
+fn fill(dir: &Path) -> anyhow::Result<std::path::PathBuf> {
+    use std::io::Write;
+    let path = dir.join("ballast");
+    let mut file = std::fs::File::create(&path)?;
+    let chunk = vec![0u8; 1 << 16];
+    let mut written = 0u64;
+    loop {
+        match file.write(&chunk) {
+            Ok(0) => break,
+            Ok(n) => written += n as u64,
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
+            Err(e) => return Err(e).context("writing the ballast file"),
+        }
+        anyhow::ensure!(
+            written < 64 << 30,
+            "wrote 64 GiB of ballast and the disk is not full: put --data-dir on a small \
+             filesystem of its own"
+        );
+    }
+    let _ = file.sync_all();
+    Ok(path)
 }
 
 /// Prints and counts what a check found.
@@ -282,8 +364,14 @@ async fn run(dir: &Path, database: &str, args: &ChaosBenchArgs) -> anyhow::Resul
         .local_addr()?
         .port();
     let shared = Arc::new(Shared::new(format!("http://127.0.0.1:{port}")));
+    let fault = match args.fault {
+        ChaosFault::Kill => "SIGKILLs of stead serve",
+        ChaosFault::DiskFull => "disk-full episodes (as long as the time between them)",
+        ChaosFault::DbRestart => "restarts of the database",
+        ChaosFault::None => "soak windows (no fault)",
+    };
     println!(
-        "chaos: {} SIGKILLs of stead serve, {} clients, up {}–{} ms between kills, seed {seed}",
+        "chaos: {} {fault}, {} clients, up {}–{} ms between faults, seed {seed}",
         args.kills, args.clients, args.min_up_ms, args.max_up_ms
     );
     let mut child = start(dir, port, database)?;
@@ -306,13 +394,72 @@ async fn run(dir: &Path, database: &str, args: &ChaosBenchArgs) -> anyhow::Resul
     for kill in 1..=args.kills {
         let up = rng.random_range(args.min_up_ms..=args.max_up_ms);
         tokio::time::sleep(Duration::from_millis(up)).await;
-        child.kill().context("SIGKILL")?;
-        child.wait()?;
+        let paused = match args.fault {
+            ChaosFault::Kill => {
+                child.kill().context("SIGKILL")?;
+                child.wait()?;
+                let paused = shared.gate.write().await;
+                child = start(dir, port, database)?;
+                let took = ready(&shared, &mut child, dir).await?;
+                run.max_ready_ms = run.max_ready_ms.max(took.as_millis() as u64);
+                paused
+            }
+            ChaosFault::DiskFull => {
+                let full_for = rng.random_range(args.min_up_ms..=args.max_up_ms);
+                let ballast = fill(dir)?;
+                tokio::time::sleep(Duration::from_millis(full_for)).await;
+                std::fs::remove_file(&ballast)?;
+                let paused = shared.gate.write().await;
+                anyhow::ensure!(
+                    child.try_wait()?.is_none(),
+                    "`stead serve` exited while the disk was full; see {}",
+                    dir.join("serve.log").display()
+                );
+                let took = ready(&shared, &mut child, dir).await?;
+                run.max_ready_ms = run.max_ready_ms.max(took.as_millis() as u64);
+                paused
+            }
+            ChaosFault::DbRestart => {
+                let command = args.db_restart_command.as_deref().unwrap_or_default();
+                // Meanwhile /readyz is watched: it must turn 503 while the database is down.
+                let seen = Arc::new(AtomicBool::new(false));
+                let watch = tokio::spawn(watch_readiness(shared.clone(), seen.clone()));
+                let started = Instant::now();
+                let status = tokio::process::Command::new("sh")
+                    .args(["-c", command])
+                    .stdout(Stdio::null())
+                    .status()
+                    .await?;
+                anyhow::ensure!(status.success(), "--db-restart-command failed ({status})");
+                let down_for = started.elapsed();
+                let paused = shared.gate.write().await;
+                let took = ready(&shared, &mut child, dir).await?;
+                watch.abort();
+                let saw_503 = seen.load(Ordering::Relaxed);
+                run.max_ready_ms = run.max_ready_ms.max((down_for + took).as_millis() as u64);
+                if !saw_503 {
+                    report(
+                        &mut run,
+                        vec![format!(
+                            "/readyz never answered 503 while the database restarted ({} ms)",
+                            down_for.as_millis()
+                        )],
+                    );
+                }
+                anyhow::ensure!(
+                    child.try_wait()?.is_none(),
+                    "`stead serve` exited while the database restarted; see {}",
+                    dir.join("serve.log").display()
+                );
+                paused
+            }
+            ChaosFault::None => {
+                let paused = shared.gate.write().await;
+                run.windows.push(window(&shared, &child, started.elapsed()));
+                paused
+            }
+        };
         run.kills += 1;
-        let paused = shared.gate.write().await;
-        child = start(dir, port, database)?;
-        let took = ready(&shared, &mut child, dir).await?;
-        run.max_ready_ms = run.max_ready_ms.max(took.as_millis() as u64);
         let ids = if kill % FULL_CHECK_EVERY == 0 {
             None
         } else {
@@ -325,11 +472,9 @@ async fn run(dir: &Path, database: &str, args: &ChaosBenchArgs) -> anyhow::Resul
         if kill % 10 == 0 || kill == args.kills {
             let sessions = shared.ledger().sessions.len();
             println!(
-                "  kill {kill}/{}: {:.0} s, ready {} ms after the restart, {} sessions so far \
-                 ({} checked now), {} violations",
+                "  fault {kill}/{}: {:.0} s, {} sessions so far ({} checked now), {} violations",
                 args.kills,
                 started.elapsed().as_secs_f64(),
-                took.as_millis(),
                 sessions,
                 if checked_now == 0 {
                     sessions
@@ -350,6 +495,7 @@ async fn run(dir: &Path, database: &str, args: &ChaosBenchArgs) -> anyhow::Resul
     report(&mut run, found);
     drop(paused);
     run.acknowledged.add(shared.ledger().counts);
+    run.server_errors = shared.ledger().server_errors.clone();
     let _ = child.kill();
     let _ = child.wait();
     Ok(run)

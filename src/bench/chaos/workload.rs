@@ -13,6 +13,7 @@ use anyhow::Context;
 use futures_util::{SinkExt, StreamExt};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
 use uuid::Uuid;
@@ -52,7 +53,7 @@ pub struct Tracked {
 }
 
 /// Acknowledgements by kind, for the tallies.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone, Copy, Serialize, Deserialize)]
 pub struct Counts {
     pub sessions: u64,
     pub messages_rest: u64,
@@ -62,13 +63,31 @@ pub struct Counts {
     pub cancels: u64,
     pub forks: u64,
     pub closes: u64,
-    /// Requests that got no answer (the server was killed under them): unacknowledged.
+    /// Steps that failed — a request with no answer (the server was killed under it) or an
+    /// unexpected status: nothing of them is counted as acknowledged.
     pub unanswered: u64,
+}
+
+impl Counts {
+    pub fn add(&mut self, c: Counts) {
+        self.sessions += c.sessions;
+        self.messages_rest += c.messages_rest;
+        self.messages_ws += c.messages_ws;
+        self.approvals_rest += c.approvals_rest;
+        self.approvals_ws += c.approvals_ws;
+        self.cancels += c.cancels;
+        self.forks += c.forks;
+        self.closes += c.closes;
+        self.unanswered += c.unanswered;
+    }
 }
 
 #[derive(Default)]
 pub struct Ledger {
     pub sessions: HashMap<Uuid, Tracked>,
+    /// Answers of 500 and above, by `status code` (`code` from the JSON error body, or
+    /// `no-json-error` when it had none).
+    pub server_errors: BTreeMap<String, u64>,
     /// Sessions touched since the last check.
     pub dirty: HashSet<Uuid>,
     pub counts: Counts,
@@ -83,6 +102,8 @@ pub struct Shared {
     pub gate: tokio::sync::RwLock<()>,
     pub ledger: Mutex<Ledger>,
     pub stop: AtomicBool,
+    /// Latency of the clients' REST requests (microseconds) since the last `take_latency`.
+    latency: Mutex<hdrhistogram::Histogram<u64>>,
 }
 
 impl Shared {
@@ -97,7 +118,14 @@ impl Shared {
             gate: tokio::sync::RwLock::new(()),
             ledger: Mutex::new(Ledger::default()),
             stop: AtomicBool::new(false),
+            latency: Mutex::new(latency_histogram()),
         }
+    }
+
+    /// The latency recorded since the last call, and a fresh start.
+    pub fn take_latency(&self) -> hdrhistogram::Histogram<u64> {
+        let mut latency = self.latency.lock().unwrap_or_else(PoisonError::into_inner);
+        std::mem::replace(&mut *latency, latency_histogram())
     }
 
     pub fn ledger(&self) -> MutexGuard<'_, Ledger> {
@@ -116,9 +144,24 @@ impl Shared {
         if let Some(body) = body {
             request = request.json(&body);
         }
+        let started = std::time::Instant::now();
         let response = request.send().await?;
         let status = response.status().as_u16();
         let body = response.json::<Value>().await.unwrap_or(Value::Null);
+        let micros = started.elapsed().as_micros() as u64;
+        let _ = self
+            .latency
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .record(micros.clamp(1, 60_000_000));
+        if status >= 500 {
+            let code = body["error"]["code"].as_str().unwrap_or("no-json-error");
+            *self
+                .ledger()
+                .server_errors
+                .entry(format!("{status} {code}"))
+                .or_default() += 1;
+        }
         Ok((status, body))
     }
 
@@ -128,6 +171,11 @@ impl Shared {
         ledger.dirty.insert(id);
         update(ledger.sessions.entry(id).or_default(), &mut ledger.counts);
     }
+}
+
+/// 1 µs to 60 s, three significant figures.
+fn latency_histogram() -> hdrhistogram::Histogram<u64> {
+    hdrhistogram::Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds")
 }
 
 /// One client: acts on its session until told to stop.
