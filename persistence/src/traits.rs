@@ -144,8 +144,8 @@ pub trait Snapshots: Send + Sync {
     /// The session's compaction, if its journal was compacted.
     async fn compaction(&self, session_id: Uuid) -> Result<Option<Compaction>>;
 
-    /// Ended (closed or failed) sessions last changed before `before` with events not yet
-    /// compacted, oldest first by `(updated_at, id)`, after the position `after` (keyset
+    /// Ended (closed or failed) sessions that ended before `before` with events not yet
+    /// compacted, oldest first by `(ended_at, id)`, after the position `after` (keyset
     /// paging, so a caller can step past sessions it skipped).
     async fn compaction_candidates(
         &self,

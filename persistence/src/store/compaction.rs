@@ -85,24 +85,24 @@ impl<D: Dialect> SqlStore<D> {
         limit: u32,
     ) -> Result<Vec<(Uuid, DateTime<Utc>)>> {
         let mut sql = Sql::<D>::new(
-            "SELECT s.id, s.updated_at FROM sessions s \
+            "SELECT s.id, s.ended_at FROM sessions s \
              LEFT JOIN journal_compactions c ON c.session_id = s.id \
-             WHERE s.status IN ('closed', 'failed') AND s.updated_at < ",
+             WHERE s.status IN ('closed', 'failed') AND s.ended_at < ",
         );
         sql.bind(before)
             .push(" AND s.last_seq > 0 AND (c.through_seq IS NULL OR c.through_seq < s.last_seq)");
         if let Some((time, id)) = after {
-            sql.push(" AND (s.updated_at, s.id) > (")
+            sql.push(" AND (s.ended_at, s.id) > (")
                 .bind(time)
                 .push(", ")
                 .bind(id)
                 .push(")");
         }
-        sql.push(" ORDER BY s.updated_at, s.id LIMIT ")
+        sql.push(" ORDER BY s.ended_at, s.id LIMIT ")
             .bind(i64::from(limit));
         let rows = sql.fetch_all(self.on_read()).await?;
         rows.iter()
-            .map(|row| Ok((row.id("id")?, row.time("updated_at")?)))
+            .map(|row| Ok((row.id("id")?, row.time("ended_at")?)))
             .collect()
     }
 }

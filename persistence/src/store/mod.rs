@@ -207,13 +207,16 @@ impl<D: Dialect> Sessions for SqlStore<D> {
     }
 
     async fn update_status(&self, id: Uuid, status: SessionStatus) -> Result<Session> {
+        let now = now_micros();
         let mut update = Sql::new("UPDATE sessions SET status = ");
         update
             .bind(status.as_str())
             .push(", updated_at = ")
-            .bind(now_micros())
-            .push(" WHERE id = ")
-            .bind(id);
+            .bind(now);
+        if matches!(status, SessionStatus::Closed | SessionStatus::Failed) {
+            update.push(", ended_at = ").bind(now);
+        }
+        update.push(" WHERE id = ").bind(id);
         self.update_session(id, update).await
     }
 
@@ -232,6 +235,8 @@ impl<D: Dialect> Sessions for SqlStore<D> {
         update
             .bind(now)
             .push(", closed_at = COALESCE(closed_at, ")
+            .bind(now)
+            .push("), ended_at = COALESCE(ended_at, ")
             .bind(now)
             .push(") WHERE id = ")
             .bind(id);

@@ -33,7 +33,8 @@ WITH req AS (
 ), upd AS (
     UPDATE sessions s SET last_seq = req.new_last, updated_at = $4,
         status = COALESCE(req.status, s.status),
-        closed_at = CASE WHEN req.status = 'closed' THEN $4 ELSE s.closed_at END
+        closed_at = CASE WHEN req.status = 'closed' THEN $4 ELSE s.closed_at END,
+        ended_at = CASE WHEN req.status IN ('closed', 'failed') THEN $4 ELSE s.ended_at END
     FROM req WHERE s.id = req.session_id AND s.last_seq = req.expected
         AND (req.epoch < 0 OR s.lease_epoch = req.epoch)
     RETURNING s.id

@@ -287,7 +287,12 @@ impl BatchWriter for SqliteBatchWriter {
                          closed_at = CASE WHEN req.column5 = 'closed' THEN ",
                     )
                     .push_bind(now)
-                    .push(" ELSE sessions.closed_at END FROM (");
+                    .push(
+                        " ELSE sessions.closed_at END, \
+                         ended_at = CASE WHEN req.column5 IN ('closed', 'failed') THEN ",
+                    )
+                    .push_bind(now)
+                    .push(" ELSE sessions.ended_at END FROM (");
                 update.push_values(chunk, |mut row, &index| {
                     let request = &batch[index];
                     row.push_bind(request.session_id.to_string())

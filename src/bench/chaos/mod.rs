@@ -69,6 +69,22 @@ struct Window {
     max_ms: f64,
 }
 
+impl Window {
+    fn line(&self) -> String {
+        format!(
+            "at {:>5} s: RSS {:.1} MiB, {} open files, {} requests, p50 {:.2} ms, p99 {:.2} ms, \
+             max {:.1} ms",
+            self.at_s,
+            self.rss_mib,
+            self.open_files,
+            self.requests,
+            self.p50_ms,
+            self.p99_ms,
+            self.max_ms
+        )
+    }
+}
+
 /// The window that just ended.
 fn window(shared: &Shared, child: &Child, elapsed: Duration) -> Window {
     let (rss, _) = crate::bench::process_memory(child.id());
@@ -237,11 +253,7 @@ fn print_totals(title: &str, t: &Totals) {
         println!("  server errors answered: {}", errors.join(", "));
     }
     for w in &t.windows {
-        println!(
-            "  at {:>5} s: RSS {:.1} MiB, {} open files, {} requests, p50 {:.2} ms, p99 {:.2} ms, \
-             max {:.1} ms",
-            w.at_s, w.rss_mib, w.open_files, w.requests, w.p50_ms, w.p99_ms, w.max_ms
-        );
+        println!("  {}", w.line());
     }
     println!("  violations: {}", t.violations);
     for v in &t.first_violations {
@@ -455,7 +467,9 @@ async fn run(dir: &Path, database: &str, args: &ChaosBenchArgs) -> anyhow::Resul
             }
             ChaosFault::None => {
                 let paused = shared.gate.write().await;
-                run.windows.push(window(&shared, &child, started.elapsed()));
+                let w = window(&shared, &child, started.elapsed());
+                println!("  {}", w.line());
+                run.windows.push(w);
                 paused
             }
         };
