@@ -34,6 +34,10 @@ pub struct JournalBenchResult {
     pub raw_rows_per_sec: Option<f64>,
     /// `steps_per_sec / raw_rows_per_sec`.
     pub share_of_raw: Option<f64>,
+    /// Transactions the journal committed, and appends per commit (how well group commit
+    /// batched).
+    pub commits: u64,
+    pub appends_per_commit: f64,
 }
 
 pub async fn journal(config: Config, args: JournalBenchArgs) -> anyhow::Result<()> {
@@ -82,6 +86,10 @@ pub async fn journal(config: Config, args: JournalBenchArgs) -> anyhow::Result<(
             "  append latency: p50 {:.3} ms · p99 {:.3} ms · max {:.3} ms",
             result.p50_ms, result.p99_ms, result.max_ms
         );
+        println!(
+            "  group commit: {} commits, {:.1} appends per commit",
+            result.commits, result.appends_per_commit
+        );
         if let (Some(raw), Some(share)) = (result.raw_rows_per_sec, result.share_of_raw) {
             println!(
                 "  raw baseline (same rows, one multi-row INSERT per commit): {raw:.0} rows/s · Stead reaches {:.0} % of it",
@@ -108,6 +116,7 @@ async fn run(
     let text = "x".repeat(args.payload_bytes);
     let total = (args.sessions * args.events) as u64;
     let done = Arc::new(AtomicU64::new(0));
+    let before = store.journal_stats();
     let started = Instant::now();
     let progress = tokio::spawn(report_progress(done.clone(), total, started));
 
@@ -137,6 +146,8 @@ async fn run(
         latencies.add(task.await??)?;
     }
     let seconds = started.elapsed().as_secs_f64();
+    let after = store.journal_stats();
+    let commits = after.commits - before.commits;
     progress.abort();
     eprintln!();
 
@@ -167,6 +178,8 @@ async fn run(
         max_ms: ms(latencies.max()),
         raw_rows_per_sec: None,
         share_of_raw: None,
+        commits,
+        appends_per_commit: (after.appends - before.appends) as f64 / commits.max(1) as f64,
     })
 }
 

@@ -261,6 +261,16 @@ impl SessionRegistry {
         self.shared.activate(id).await
     }
 
+    /// Actors the registry holds now (without pruning: stopped actors are forgotten as the
+    /// supervisor hears of their end).
+    pub fn live_count(&self) -> usize {
+        self.shared
+            .live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
     /// Forgets every actor that has stopped (passivated sessions cost nothing here).
     pub fn prune(&self) -> usize {
         let mut live = self

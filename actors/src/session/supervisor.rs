@@ -32,11 +32,19 @@ impl Actor for Supervisor {
         event: ractor::SupervisionEvent,
         shared: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        let ractor::SupervisionEvent::ActorFailed(cell, error) = event else {
-            return Ok(());
-        };
         let Some(shared) = shared.upgrade() else {
             return Ok(());
+        };
+        let (cell, error) = match event {
+            ractor::SupervisionEvent::ActorFailed(cell, error) => (cell, error),
+            // Passivated, closed, fenced: forgotten at once, so that the registry holds live
+            // actors only (a session never asked for again would otherwise keep its entry —
+            // found by `stead bench chaos --fault none`, RSS growing over a soak).
+            ractor::SupervisionEvent::ActorTerminated(cell, ..) => {
+                shared.forget(cell.get_id());
+                return Ok(());
+            }
+            _ => return Ok(()),
         };
         let Some(id) = shared.forget(cell.get_id()) else {
             return Ok(());

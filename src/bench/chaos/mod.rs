@@ -233,7 +233,7 @@ fn print_totals(title: &str, t: &Totals) {
     );
     println!(
         "  checked: {} session checks, {} events, {} acknowledgements at their seq; effects: {} \
-         idempotent delivered with their key ({} ran again after a kill), {} non-idempotent \
+         idempotent delivered with their key ({} of them more than once: after a kill, or carried on in a fork made mid-call), {} non-idempotent \
          exactly once, {} left in doubt; slowest restart to ready {} ms",
         c.sessions,
         c.events,

@@ -101,3 +101,47 @@ async fn an_input_racing_a_passivation_is_applied() {
     registry.stop_all();
     store.shutdown().await;
 }
+
+/// A passivated actor leaves the registry by itself: twenty sessions that passivate and are
+/// never asked for again leave no entry behind, with nobody calling `prune` (before, only a
+/// `/metrics` scrape pruned, and a server nobody scraped grew by one entry per session).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passivated_actors_leave_the_registry_without_a_prune() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(&dir).await;
+    let (url, _) = ops::webhook().await;
+    let lifecycle = Lifecycle {
+        passivate_after: Duration::from_millis(20),
+        ..Lifecycle::default()
+    };
+    let replies: Vec<(&str, Vec<(&str, serde_json::Value)>)> = vec![("ok", vec![]); 20];
+    let registry = SessionRegistry::new(
+        store.clone(),
+        ScriptedModel::new(replies),
+        vec![agent(&url)],
+    )
+    .with_lifecycle(lifecycle);
+    for i in 0..20 {
+        let id = new_session(&store).await;
+        registry
+            .send(
+                id,
+                Input::UserMessage {
+                    text: format!("message {i}"),
+                    client_id: None,
+                },
+            )
+            .await
+            .unwrap();
+    }
+    assert!(registry.live_count() > 0, "no actor was live");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while registry.live_count() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} stopped actors are still held",
+            registry.live_count()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
