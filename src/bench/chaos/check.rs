@@ -32,6 +32,18 @@ pub struct Checked {
     pub idempotent_reruns: u64,
 }
 
+impl Checked {
+    pub fn add(&mut self, other: Checked) {
+        self.sessions += other.sessions;
+        self.events += other.events;
+        self.acks += other.acks;
+        self.idempotent_effects += other.idempotent_effects;
+        self.non_idempotent_effects += other.non_idempotent_effects;
+        self.in_doubt += other.in_doubt;
+        self.idempotent_reruns += other.idempotent_reruns;
+    }
+}
+
 /// How long a session may take to settle after a restart.
 const SETTLE: Duration = Duration::from_secs(60);
 

@@ -104,17 +104,22 @@ fn window(shared: &Shared, child: &Child, elapsed: Duration) -> Window {
     }
 }
 
+/// `/readyz`'s status, asked outside the clients' tallies; `None` when nothing answered.
+/// The wait is longer than the server's own readiness timeout (2 s), so that its 503 is heard.
+async fn readyz(shared: &Shared) -> Option<reqwest::StatusCode> {
+    let answer = shared
+        .http
+        .get(format!("{}/readyz", shared.base))
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await;
+    answer.ok().map(|r| r.status())
+}
+
 /// Polls `/readyz` (not through the clients' tallies) and sets `seen` at its first 503.
 async fn watch_readiness(shared: Arc<Shared>, seen: Arc<AtomicBool>) {
     loop {
-        // Longer than the server's own readiness timeout (2 s), so that its 503 is heard.
-        let answer = shared
-            .http
-            .get(format!("{}/readyz", shared.base))
-            .timeout(Duration::from_secs(5))
-            .send()
-            .await;
-        if answer.is_ok_and(|r| r.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE) {
+        if readyz(&shared).await == Some(reqwest::StatusCode::SERVICE_UNAVAILABLE) {
             seen.store(true, Ordering::Relaxed);
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -126,14 +131,7 @@ impl Totals {
         self.runs += run.runs;
         self.kills += run.kills;
         self.acknowledged.add(run.acknowledged);
-        let (c, r) = (&mut self.checked, run.checked);
-        c.sessions += r.sessions;
-        c.events += r.events;
-        c.acks += r.acks;
-        c.idempotent_effects += r.idempotent_effects;
-        c.non_idempotent_effects += r.non_idempotent_effects;
-        c.in_doubt += r.in_doubt;
-        c.idempotent_reruns += r.idempotent_reruns;
+        self.checked.add(run.checked);
         self.violations += run.violations;
         for v in &run.first_violations {
             if self.first_violations.len() < KEEP_VIOLATIONS {
@@ -309,13 +307,10 @@ async fn ready(shared: &Shared, child: &mut Child, dir: &Path) -> anyhow::Result
                 dir.join("serve.log").display()
             );
         }
-        let answer = shared
-            .http
-            .get(format!("{}/readyz", shared.base))
-            .timeout(Duration::from_secs(2))
-            .send()
-            .await;
-        if answer.is_ok_and(|r| r.status().is_success()) {
+        if readyz(shared)
+            .await
+            .is_some_and(|status| status.is_success())
+        {
             return Ok(started.elapsed());
         }
         anyhow::ensure!(
