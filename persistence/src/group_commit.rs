@@ -5,7 +5,11 @@
 //! everything else already queued (up to a batch limit), writes them all in one transaction, and
 //! only after the commit returns answers each caller. There is no timer: under light load a
 //! batch is one request and pays one commit; under heavy load requests pile up while the
-//! previous commit runs, and the next commit carries all of them. "Acknowledged means durable"
+//! previous commit runs, and the next commit carries all of them. After answering a batch the
+//! committer yields to the scheduler (while the queue keeps growing, a few times at most), so
+//! that the callers it just answered can queue their next appends before the next batch is cut:
+//! without that, busy writers split into two cohorts that alternate, each commit carrying half
+//! of them. "Acknowledged means durable"
 //! holds because no reply is sent before the commit that carries it has returned.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -215,6 +219,22 @@ async fn run_committer<W: BatchWriter>(
             }
         }
         answer(&mut batch, result);
+        let_answered_callers_queue(&receiver).await;
+    }
+}
+
+/// Yields while the queue keeps growing (at most a few times): the tasks woken by the answers
+/// run and queue their next appends, and join the next batch instead of the one after it.
+/// Costs one yield when nobody is coming.
+async fn let_answered_callers_queue(receiver: &mpsc::Receiver<AppendRequest>) {
+    let mut queued = receiver.len();
+    for _ in 0..4 {
+        tokio::task::yield_now().await;
+        let now = receiver.len();
+        if now == queued {
+            break;
+        }
+        queued = now;
     }
 }
 
@@ -253,6 +273,19 @@ fn answer(batch: &mut Vec<AppendRequest>, result: Result<Vec<Outcome>>) {
             }
         }
     }
+}
+
+/// A batch's outcomes once a writer has given every request one.
+///
+/// # Panics
+/// If a request was left without an outcome: a bug in the writer.
+pub fn settled(outcomes: Vec<Option<Outcome>>) -> Vec<Outcome> {
+    // Writers give every request an outcome: appended, or rejected after the fenced update.
+    #[allow(clippy::expect_used)]
+    outcomes
+        .into_iter()
+        .map(|o| o.expect("every request of a batch gets an outcome"))
+        .collect()
 }
 
 /// Splits batch indices into rounds in which each session appears at most once, keeping the

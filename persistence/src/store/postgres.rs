@@ -1,10 +1,11 @@
 //! The PostgreSQL dialect: ids as `uuid`, times as `timestamptz`, JSON as `jsonb`, one pool for
-//! reads and writes.
+//! reads and writes, and one connection of its own for the journal's committer.
 //!
 //! A group commit writes each round of a batch (each session at most once per round) with one
 //! set-based statement: a fenced `UPDATE sessions … WHERE last_seq = expected` whose returned
-//! ids gate the `INSERT INTO journal`, all rounds inside one transaction, so a batch costs one
-//! commit (one WAL flush) whatever its size. The conditional update also fences writers in
+//! ids gate the `INSERT INTO journal`. A batch of one round (the usual case) is that one
+//! statement in its implicit transaction — one round trip; several rounds share one
+//! `BEGIN … COMMIT`. Either way a batch costs one commit (one WAL flush) whatever its size. The conditional update also fences writers in
 //! other processes: a concurrent transaction blocks on the row lock, re-checks `last_seq` after
 //! the first commits and updates nothing.
 
@@ -14,13 +15,13 @@ use std::str::FromStr;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
 use sqlx::{ConnectOptions, Connection, Postgres, QueryBuilder, Row};
 use uuid::Uuid;
 
 use super::dialect::{Arg, Columns, Dialect, On, Sql};
 use super::SqlStore;
-use crate::group_commit::{rounds, AppendRequest, BatchWriter, GroupCommit, Outcome};
+use crate::group_commit::{rounds, settled, AppendRequest, BatchWriter, GroupCommit, Outcome};
 use crate::types::now_micros;
 use crate::{redact_url, Backend, DatabaseUrl, Error, Result, StoreOptions};
 
@@ -88,10 +89,15 @@ pub(crate) async fn open(options: &StoreOptions) -> Result<SqlStore<Pg>> {
                 .connect_timeout
                 .max(std::time::Duration::from_secs(30)),
         )
-        .connect_with(connect)
+        .connect_with(connect.clone())
         .await?;
     let journal = GroupCommit::start(
-        PgBatchWriter { pool: pool.clone() },
+        PgBatchWriter {
+            connect: connect.clone(),
+            connect_timeout: options.connect_timeout,
+            conn: None,
+            last_used: std::time::Instant::now(),
+        },
         options.max_event_bytes,
         options.max_batch_events,
     );
@@ -247,90 +253,166 @@ impl Dialect for Pg {
     }
 }
 
+/// A committer connection idle this long is pinged before its next batch (and replaced when
+/// the ping fails), so that a server restarted while the journal was quiet costs no failed
+/// append.
+const PING_WHEN_IDLE_FOR: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The committer's own connection: not taken from the pool, whose every acquire first pings
+/// the server (one more round trip per batch); pinged only after [`PING_WHEN_IDLE_FOR`].
+/// Dropped on any error, so that the next batch starts on a fresh connection (a restarted
+/// server, a broken socket).
 struct PgBatchWriter {
-    pool: PgPool,
+    connect: PgConnectOptions,
+    connect_timeout: std::time::Duration,
+    conn: Option<PgConnection>,
+    last_used: std::time::Instant,
 }
 
 #[async_trait]
 impl BatchWriter for PgBatchWriter {
     async fn write_batch(&mut self, batch: &[AppendRequest]) -> Result<Vec<Outcome>> {
-        let mut tx = self.pool.begin().await?;
-        let now = now_micros();
-        let mut outcomes: Vec<Option<Outcome>> = vec![None; batch.len()];
-        let mut rejected: Vec<usize> = Vec::new();
-        for round in rounds(batch) {
-            let mut req_ids = Vec::with_capacity(round.len());
-            let mut req_expected = Vec::with_capacity(round.len());
-            let mut req_new_last = Vec::with_capacity(round.len());
-            let mut req_epochs = Vec::with_capacity(round.len());
-            let mut req_statuses: Vec<Option<&str>> = Vec::with_capacity(round.len());
-            let mut ev_ids = Vec::new();
-            let mut ev_seqs = Vec::new();
-            let mut ev_kinds = Vec::new();
-            let mut ev_payloads = Vec::new();
-            let mut ev_times = Vec::new();
-            for &index in &round {
-                let request = &batch[index];
-                req_ids.push(request.session_id);
-                req_expected.push(request.expected_last_seq);
-                req_new_last.push(request.expected_last_seq + request.events.len() as i64);
-                req_epochs.push(request.epoch.unwrap_or(-1));
-                req_statuses.push(request.status.map(|s| s.as_str()));
-                for (offset, event) in request.events.iter().enumerate() {
-                    ev_ids.push(request.session_id);
-                    ev_seqs.push(request.expected_last_seq + 1 + offset as i64);
-                    ev_kinds.push(event.kind.as_str());
-                    ev_payloads.push(event.payload.as_str());
-                    ev_times.push(event.created_at);
-                }
-            }
-            let updated: HashSet<Uuid> = sqlx::query_scalar::<_, Uuid>(FENCED_APPEND)
-                .bind(&req_ids)
-                .bind(&req_expected)
-                .bind(&req_new_last)
-                .bind(now)
-                .bind(&ev_ids)
-                .bind(&ev_seqs)
-                .bind(&ev_kinds)
-                .bind(&ev_payloads)
-                .bind(&ev_times)
-                .bind(&req_epochs)
-                .bind(&req_statuses)
-                .fetch_all(&mut *tx)
-                .await?
-                .into_iter()
-                .collect();
-            for &index in &round {
-                if updated.contains(&batch[index].session_id) {
-                    outcomes[index] = Some(Outcome::Appended);
-                } else {
-                    rejected.push(index);
+        if self.last_used.elapsed() >= PING_WHEN_IDLE_FOR {
+            if let Some(conn) = &mut self.conn {
+                if conn.ping().await.is_err() {
+                    self.conn = None;
                 }
             }
         }
-        if !rejected.is_empty() {
-            let ids: Vec<Uuid> = rejected.iter().map(|&i| batch[i].session_id).collect();
-            let rows: Vec<(Uuid, i64, i64)> =
-                sqlx::query_as("SELECT id, last_seq, lease_epoch FROM sessions WHERE id = ANY($1)")
-                    .bind(&ids)
-                    .fetch_all(&mut *tx)
-                    .await?;
-            for index in rejected {
-                let request = &batch[index];
-                let found = rows
-                    .iter()
-                    .find(|(id, _, _)| *id == request.session_id)
-                    .map(|(_, last, epoch)| (*last, *epoch));
-                outcomes[index] = Some(super::rejected(request, found));
+        let conn = match &mut self.conn {
+            Some(conn) => conn,
+            None => {
+                let conn = tokio::time::timeout(self.connect_timeout, self.connect.connect())
+                    .await
+                    .map_err(|_| Error::CommitFailed("no connection to PostgreSQL".into()))??;
+                self.conn.insert(conn)
             }
+        };
+        let written = write_batch(conn, batch).await;
+        self.last_used = std::time::Instant::now();
+        if written.is_err() {
+            self.conn = None;
         }
-        tx.commit().await?;
-        // Every request was given its outcome above: appended, or rejected by `rejected`.
-        #[allow(clippy::expect_used)]
-        let outcomes = outcomes
-            .into_iter()
-            .map(|o| o.expect("every request of a batch gets an outcome"))
-            .collect();
-        Ok(outcomes)
+        written
     }
+}
+
+/// Writes `batch`: a batch of one round (each session once, the usual case) as one statement
+/// in its own implicit transaction — one round trip, one commit; several rounds inside
+/// `BEGIN … COMMIT`.
+async fn write_batch(conn: &mut PgConnection, batch: &[AppendRequest]) -> Result<Vec<Outcome>> {
+    let now = now_micros();
+    let rounds = rounds(batch);
+    let mut outcomes: Vec<Option<Outcome>> = vec![None; batch.len()];
+    let mut rejected: Vec<usize> = Vec::new();
+    if let [round] = rounds.as_slice() {
+        let updated = append_round(&mut *conn, batch, round, now).await?;
+        admit(batch, round, &updated, &mut outcomes, &mut rejected);
+        // The statement has committed; the state of a rejected session is read afterwards
+        // (it only names why the append was refused).
+        reject(&mut *conn, batch, rejected, &mut outcomes).await?;
+    } else {
+        let mut tx = conn.begin().await?;
+        for round in &rounds {
+            let updated = append_round(&mut tx, batch, round, now).await?;
+            admit(batch, round, &updated, &mut outcomes, &mut rejected);
+        }
+        reject(&mut tx, batch, rejected, &mut outcomes).await?;
+        tx.commit().await?;
+    }
+    Ok(settled(outcomes))
+}
+
+/// Runs the fenced append of one round; returns the sessions it advanced.
+async fn append_round(
+    conn: &mut PgConnection,
+    batch: &[AppendRequest],
+    round: &[usize],
+    now: DateTime<Utc>,
+) -> Result<HashSet<Uuid>> {
+    let mut req_ids = Vec::with_capacity(round.len());
+    let mut req_expected = Vec::with_capacity(round.len());
+    let mut req_new_last = Vec::with_capacity(round.len());
+    let mut req_epochs = Vec::with_capacity(round.len());
+    let mut req_statuses: Vec<Option<&str>> = Vec::with_capacity(round.len());
+    let mut ev_ids = Vec::new();
+    let mut ev_seqs = Vec::new();
+    let mut ev_kinds = Vec::new();
+    let mut ev_payloads = Vec::new();
+    let mut ev_times = Vec::new();
+    for &index in round {
+        let request = &batch[index];
+        req_ids.push(request.session_id);
+        req_expected.push(request.expected_last_seq);
+        req_new_last.push(request.expected_last_seq + request.events.len() as i64);
+        req_epochs.push(request.epoch.unwrap_or(-1));
+        req_statuses.push(request.status.map(|s| s.as_str()));
+        for (offset, event) in request.events.iter().enumerate() {
+            ev_ids.push(request.session_id);
+            ev_seqs.push(request.expected_last_seq + 1 + offset as i64);
+            ev_kinds.push(event.kind.as_str());
+            ev_payloads.push(event.payload.as_str());
+            ev_times.push(event.created_at);
+        }
+    }
+    Ok(sqlx::query_scalar::<_, Uuid>(FENCED_APPEND)
+        .bind(&req_ids)
+        .bind(&req_expected)
+        .bind(&req_new_last)
+        .bind(now)
+        .bind(&ev_ids)
+        .bind(&ev_seqs)
+        .bind(&ev_kinds)
+        .bind(&ev_payloads)
+        .bind(&ev_times)
+        .bind(&req_epochs)
+        .bind(&req_statuses)
+        .fetch_all(conn)
+        .await?
+        .into_iter()
+        .collect())
+}
+
+/// Marks the round's requests that `updated` admitted as appended, the others as rejected.
+fn admit(
+    batch: &[AppendRequest],
+    round: &[usize],
+    updated: &HashSet<Uuid>,
+    outcomes: &mut [Option<Outcome>],
+    rejected: &mut Vec<usize>,
+) {
+    for &index in round {
+        if updated.contains(&batch[index].session_id) {
+            outcomes[index] = Some(Outcome::Appended);
+        } else {
+            rejected.push(index);
+        }
+    }
+}
+
+/// Gives each rejected request its outcome from its session's current row.
+async fn reject(
+    conn: &mut PgConnection,
+    batch: &[AppendRequest],
+    rejected: Vec<usize>,
+    outcomes: &mut [Option<Outcome>],
+) -> Result<()> {
+    if rejected.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<Uuid> = rejected.iter().map(|&i| batch[i].session_id).collect();
+    let rows: Vec<(Uuid, i64, i64)> =
+        sqlx::query_as("SELECT id, last_seq, lease_epoch FROM sessions WHERE id = ANY($1)")
+            .bind(&ids)
+            .fetch_all(conn)
+            .await?;
+    for index in rejected {
+        let request = &batch[index];
+        let found = rows
+            .iter()
+            .find(|(id, _, _)| *id == request.session_id)
+            .map(|(_, last, epoch)| (*last, *epoch));
+        outcomes[index] = Some(super::rejected(request, found));
+    }
+    Ok(())
 }

@@ -20,7 +20,7 @@ use uuid::Uuid;
 use super::dialect::{Arg, Columns, Dialect, On, Sql};
 use super::SqlStore;
 use crate::group_commit::{
-    rounds, AppendRequest, BatchWriter, GroupCommit, Outcome, PreparedEvent,
+    rounds, settled, AppendRequest, BatchWriter, GroupCommit, Outcome, PreparedEvent,
 };
 use crate::types::{micros_to_time, now_micros};
 use crate::{Backend, DatabaseUrl, Error, Result, StoreOptions};
@@ -353,12 +353,6 @@ impl BatchWriter for SqliteBatchWriter {
             insert.build().execute(&mut *tx).await?;
         }
         tx.commit().await?;
-        // Every request was given its outcome above: appended, or rejected by `rejected`.
-        #[allow(clippy::expect_used)]
-        let outcomes = outcomes
-            .into_iter()
-            .map(|o| o.expect("every request of a batch gets an outcome"))
-            .collect();
-        Ok(outcomes)
+        Ok(settled(outcomes))
     }
 }

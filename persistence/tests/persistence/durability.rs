@@ -1,6 +1,7 @@
 //! Crash durability: a child process appends and acknowledges events and is killed with SIGKILL
 //! at random moments; after reopening, every acknowledged event must be there, in order,
-//! gapless. The child is this test binary itself, re-run with `crash_child` selected.
+//! gapless. The child is this test binary itself, re-run with `crash_child` selected. Beside
+//! it: a full SQLite disk, and PostgreSQL dropping the journal committer's connection.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
@@ -9,7 +10,8 @@ use std::time::Duration;
 
 use rand::Rng;
 use serde_json::json;
-use stead_persistence::{Backend, DatabaseUrl, Error, NewEvent};
+use sqlx::Connection;
+use stead_persistence::{Backend, DatabaseUrl, Error, NewEvent, NewSession};
 use stead_testkit::crash::{child_process, child_runtime, join_list, sigkill, split_list};
 use stead_testkit::db::{self, open_url as open};
 use uuid::Uuid;
@@ -28,6 +30,53 @@ async fn sqlite_keeps_every_acknowledged_event_across_sigkill() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_keeps_every_acknowledged_event_across_sigkill() {
     crash_trials(Backend::Postgres).await;
+}
+
+/// The journal's committer holds a PostgreSQL connection of its own. When the server drops
+/// every connection while the journal is quiet (a restart, terminated backends), the next
+/// append must go through on a fresh connection, not fail once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_appends_go_on_after_the_server_drops_every_connection() {
+    let t = db::open(Backend::Postgres).await;
+    let DatabaseUrl::Postgres(url) = &t.url else {
+        panic!("not a PostgreSQL URL")
+    };
+    let id = t
+        .store
+        .create_session(NewSession::for_agent("test"))
+        .await
+        .unwrap()
+        .id;
+    let event = |n: i64| NewEvent::new("user_message", json!({ "n": n }));
+    assert_eq!(
+        t.store.append(id, 0, vec![event(1)]).await.unwrap(),
+        vec![1]
+    );
+    let mut admin = sqlx::PgConnection::connect(url).await.unwrap();
+    let dropped: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = current_database() AND pid <> pg_backend_pid()) AS t",
+    )
+    .fetch_one(&mut admin)
+    .await
+    .unwrap();
+    assert!(dropped >= 1, "the store's connections were not found");
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    assert_eq!(
+        t.store.append(id, 1, vec![event(2)]).await.unwrap(),
+        vec![2]
+    );
+    let seqs: Vec<i64> = t
+        .store
+        .read(id, 0, 10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(seqs, vec![1, 2]);
+    let _ = admin.close().await;
+    t.finish().await;
 }
 
 async fn crash_trials(backend: Backend) {
