@@ -9,9 +9,10 @@
 //! committer yields to the scheduler (while the queue keeps growing, a few times at most), so
 //! that the callers it just answered can queue their next appends before the next batch is cut:
 //! without that, busy writers split into two cohorts that alternate, each commit carrying half
-//! of them. "Acknowledged means durable"
-//! holds because no reply is sent before the commit that carries it has returned.
+//! of them. "Acknowledged means durable" holds because no reply is sent before the commit that
+//! carries it has returned.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError};
 
@@ -271,6 +272,24 @@ fn answer(batch: &mut Vec<AppendRequest>, result: Result<Vec<Outcome>>) {
                     .reply
                     .send(Err(Error::CommitFailed(message.clone())));
             }
+        }
+    }
+}
+
+/// Marks the requests of `round` whose session is in `updated` (the ids a fenced update
+/// returned) as appended, and queues the others in `rejected`.
+pub fn admit(
+    batch: &[AppendRequest],
+    round: &[usize],
+    updated: &HashSet<Uuid>,
+    outcomes: &mut [Option<Outcome>],
+    rejected: &mut Vec<usize>,
+) {
+    for &index in round {
+        if updated.contains(&batch[index].session_id) {
+            outcomes[index] = Some(Outcome::Appended);
+        } else {
+            rejected.push(index);
         }
     }
 }

@@ -5,9 +5,9 @@
 //! set-based statement: a fenced `UPDATE sessions … WHERE last_seq = expected` whose returned
 //! ids gate the `INSERT INTO journal`. A batch of one round (the usual case) is that one
 //! statement in its implicit transaction — one round trip; several rounds share one
-//! `BEGIN … COMMIT`. Either way a batch costs one commit (one WAL flush) whatever its size. The conditional update also fences writers in
-//! other processes: a concurrent transaction blocks on the row lock, re-checks `last_seq` after
-//! the first commits and updates nothing.
+//! `BEGIN … COMMIT`. Either way a batch costs one commit (one WAL flush) whatever its size.
+//! The conditional update also fences writers in other processes: a concurrent transaction
+//! blocks on the row lock, re-checks `last_seq` after the first commits and updates nothing.
 
 use std::collections::HashSet;
 use std::str::FromStr;
@@ -21,7 +21,9 @@ use uuid::Uuid;
 
 use super::dialect::{Arg, Columns, Dialect, On, Sql};
 use super::SqlStore;
-use crate::group_commit::{rounds, settled, AppendRequest, BatchWriter, GroupCommit, Outcome};
+use crate::group_commit::{
+    admit, rounds, settled, AppendRequest, BatchWriter, GroupCommit, Outcome,
+};
 use crate::types::now_micros;
 use crate::{redact_url, Backend, DatabaseUrl, Error, Result, StoreOptions};
 
@@ -371,23 +373,6 @@ async fn append_round(
         .await?
         .into_iter()
         .collect())
-}
-
-/// Marks the round's requests that `updated` admitted as appended, the others as rejected.
-fn admit(
-    batch: &[AppendRequest],
-    round: &[usize],
-    updated: &HashSet<Uuid>,
-    outcomes: &mut [Option<Outcome>],
-    rejected: &mut Vec<usize>,
-) {
-    for &index in round {
-        if updated.contains(&batch[index].session_id) {
-            outcomes[index] = Some(Outcome::Appended);
-        } else {
-            rejected.push(index);
-        }
-    }
 }
 
 /// Gives each rejected request its outcome from its session's current row.

@@ -20,7 +20,7 @@ use uuid::Uuid;
 use super::dialect::{Arg, Columns, Dialect, On, Sql};
 use super::SqlStore;
 use crate::group_commit::{
-    rounds, settled, AppendRequest, BatchWriter, GroupCommit, Outcome, PreparedEvent,
+    admit, rounds, settled, AppendRequest, BatchWriter, GroupCommit, Outcome, PreparedEvent,
 };
 use crate::types::{micros_to_time, now_micros};
 use crate::{Backend, DatabaseUrl, Error, Result, StoreOptions};
@@ -311,13 +311,7 @@ impl BatchWriter for SqliteBatchWriter {
                     .iter()
                     .map(|id| parse_uuid(id))
                     .collect::<Result<_>>()?;
-                for &index in chunk {
-                    if admitted.contains(&batch[index].session_id) {
-                        outcomes[index] = Some(Outcome::Appended);
-                    } else {
-                        rejected.push(index);
-                    }
-                }
+                admit(batch, chunk, &admitted, &mut outcomes, &mut rejected);
             }
         }
         for index in rejected {
