@@ -42,7 +42,9 @@ pub enum SessionError {
 }
 
 pub enum SessionMsg {
-    Input(Input, Option<RpcReplyPort<Result<i64, SessionError>>>),
+    /// An input, with its caller when one waits for the answer (the actor's own inputs — a
+    /// task's outcome, a timer — have none).
+    Input(Input, Option<Caller>),
     /// Periodic: passivate when idle.
     Tick,
     Delta {
@@ -51,6 +53,28 @@ pub enum SessionMsg {
     },
     Subscribe(Subscriber, RpcReplyPort<Attached>),
     State(RpcReplyPort<SessionState>),
+}
+
+/// The caller of an input: where its answer goes, and a mark the actor sets as it takes the
+/// input. ractor drops whatever is queued behind a drain marker when the actor stops (a send can
+/// pass the mailbox's status check just before passivation begins and land behind the marker),
+/// and a stopped actor drops its whole mailbox; a caller whose answer never comes must know
+/// whether its input was ever handled. Untaken, nothing of it was applied and it may be sent
+/// again; taken, the actor ended mid-input and the outcome is unknown.
+pub struct Caller {
+    reply: RpcReplyPort<Result<i64, SessionError>>,
+    taken: Arc<AtomicBool>,
+}
+
+impl Caller {
+    /// A caller answering on `reply`; `taken` is set once the actor takes the input.
+    pub fn new(reply: RpcReplyPort<Result<i64, SessionError>>, taken: Arc<AtomicBool>) -> Self {
+        Self { reply, taken }
+    }
+
+    fn answer(self, answer: Result<i64, SessionError>) {
+        let _ = self.reply.send(answer);
+    }
 }
 
 pub struct SessionDeps {
@@ -260,15 +284,20 @@ impl Actor for SessionActor {
                 }
                 return Ok(());
             }
-            SessionMsg::Input(_, reply) if live.passivating => {
-                if let Some(reply) = reply {
-                    let _ = reply.send(Err(SessionError::Passivating));
+            SessionMsg::Input(_, caller) if live.passivating => {
+                if let Some(caller) = caller {
+                    caller.answer(Err(SessionError::Passivating));
                 }
                 return Ok(());
             }
             // A subscriber of a passivating actor would hear nothing: its caller retries.
             SessionMsg::Subscribe(..) if live.passivating => return Ok(()),
-            SessionMsg::Input(input, reply) => {
+            SessionMsg::Input(input, caller) => {
+                if let Some(caller) = &caller {
+                    caller
+                        .taken
+                        .store(true, std::sync::atomic::Ordering::SeqCst);
+                }
                 live.last_activity = std::time::Instant::now();
                 if is_task_outcome(&input) {
                     live.tasks_in_flight = live.tasks_in_flight.saturating_sub(1);
@@ -280,7 +309,7 @@ impl Actor for SessionActor {
                 };
                 // The actor's own inputs (a task's outcome, a timer) have no caller to retry
                 // them: kept for another try when the journal cannot take them now.
-                let own = reply.is_none().then(|| input.clone());
+                let own = caller.is_none().then(|| input.clone());
                 let mut result = live.process(&myself, input).await;
                 if let (Err(SessionError::Storage(error)), Some(input)) = (&result, own) {
                     let wait = UNWRITTEN_FIRST_WAIT
@@ -319,8 +348,8 @@ impl Actor for SessionActor {
                     Ok((seq, actions)) => (Ok(seq), actions),
                     Err(error) => (Err(error), Vec::new()),
                 };
-                if let Some(reply) = reply {
-                    let _ = reply.send(answer);
+                if let Some(caller) = caller {
+                    caller.answer(answer);
                 }
                 for action in actions {
                     live.start(&myself, action);

@@ -12,7 +12,7 @@ mod model;
 mod registry;
 mod supervisor;
 
-pub use actor::{Live, SessionActor, SessionDeps, SessionError, SessionMsg};
+pub use actor::{Caller, Live, SessionActor, SessionDeps, SessionError, SessionMsg};
 pub use config::{Agent, Lifecycle};
 pub use frames::{Attached, Frame, Subscriber, Subscription};
 pub use model::{ModelClient, ModelError, ModelRequest, ToolSpec};

@@ -2,7 +2,7 @@
 //! under the session's lease, and the API (send, attach, subscribe, state) callers use.
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use ractor::{Actor, ActorRef};
@@ -11,8 +11,8 @@ use uuid::Uuid;
 
 use super::supervisor::Supervisor;
 use super::{
-    Agent, Frame, Lifecycle, ModelClient, SessionActor, SessionDeps, SessionError, SessionMsg,
-    Subscriber, Subscription,
+    Agent, Caller, Frame, Lifecycle, ModelClient, SessionActor, SessionDeps, SessionError,
+    SessionMsg, Subscriber, Subscription,
 };
 use crate::decide::Input;
 use crate::state::SessionState;
@@ -288,19 +288,24 @@ impl SessionRegistry {
     }
 
     /// Sends an input and waits until its events are committed. An input that meets a
-    /// passivating actor (refused unapplied, or not delivered) goes to a fresh activation.
+    /// passivating or stopping actor and is not applied (refused, not delivered, or dropped
+    /// from the mailbox untaken as the actor ended) goes to a fresh activation.
     pub async fn send(&self, id: Uuid, input: Input) -> Result<i64, SessionError> {
         for _ in 0..PASSIVATION_RETRIES {
             let actor = self.session(id).await?;
-            match actor
-                .call(|reply| SessionMsg::Input(input.clone(), Some(reply)), None)
-                .await
-            {
+            let taken = Arc::new(AtomicBool::new(false));
+            let call =
+                |reply| SessionMsg::Input(input.clone(), Some(Caller::new(reply, taken.clone())));
+            match actor.call(call, None).await {
                 Ok(ractor::rpc::CallResult::Success(Err(SessionError::Passivating))) => {}
                 Ok(ractor::rpc::CallResult::Success(result)) => return result,
                 // Not delivered: the actor was draining or gone before it took the input.
                 Err(ractor::MessagingErr::SendErr(_))
                 | Err(ractor::MessagingErr::ChannelClosed) => {}
+                // Delivered but dropped with the mailbox as the actor ended, never taken.
+                Ok(ractor::rpc::CallResult::SenderError) if !taken.load(Ordering::SeqCst) => {}
+                // Taken, and the actor ended before answering: whether it was applied is
+                // unknown (its events may be committed), so it is not sent again.
                 _ => return Err(SessionError::Journal("the session actor stopped".into())),
             }
             self.wait_until_stopped(id, &actor).await;

@@ -102,6 +102,79 @@ async fn an_input_racing_a_passivation_is_applied() {
     store.shutdown().await;
 }
 
+/// An input left in the mailbox when the actor ends is sent again to a fresh activation, not
+/// failed: ractor drops what is queued behind the end (a stop, or a passivation's drain marker
+/// that a send passed just before it was placed). The session row is locked so the first
+/// input's commit waits; the second queues behind it; the actor is stopped meanwhile. Before the
+/// fix the second send failed with "the session actor stopped".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_input_queued_when_the_actor_ends_goes_to_a_fresh_activation() {
+    use sqlx::{Connection, Executor};
+    let t = db::open(Backend::Postgres).await;
+    let store = t.store.clone();
+    let (url, _) = ops::webhook().await;
+    let replies: Vec<(&str, Vec<(&str, serde_json::Value)>)> = vec![("ok", vec![]); 4];
+    let registry = Arc::new(SessionRegistry::new(
+        store.clone(),
+        ScriptedModel::new(replies),
+        vec![agent(&url)],
+    ));
+    let id = new_session(&store).await;
+    let first_actor = registry.session(id).await.unwrap();
+    let mut conn = sqlx::PgConnection::connect(&db::url_string(&t.url))
+        .await
+        .unwrap();
+    let mut lock = conn.begin().await.unwrap();
+    lock.execute(sqlx::query("SELECT id FROM sessions WHERE id = $1 FOR UPDATE").bind(id))
+        .await
+        .unwrap();
+    let send = |n: usize| {
+        let registry = registry.clone();
+        tokio::spawn(async move {
+            let input = Input::UserMessage {
+                text: format!("message {n}"),
+                client_id: Some(format!("c{n}")),
+            };
+            registry.send(id, input).await
+        })
+    };
+    let first = send(1);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !first.is_finished(),
+        "the first input's commit should wait on the row lock"
+    );
+    let second = send(2);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!second.is_finished());
+    // Ends after the input it is handling: the queued one is dropped with the mailbox.
+    first_actor.stop(Some("test: the actor ends".into()));
+    lock.rollback().await.unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(20), first).await;
+    let second = tokio::time::timeout(Duration::from_secs(20), second).await;
+    assert!(matches!(first, Ok(Ok(Ok(_)))), "first: {first:?}");
+    assert!(matches!(second, Ok(Ok(Ok(_)))), "second: {second:?}");
+    assert!(matches!(
+        first_actor.get_status(),
+        ractor::ActorStatus::Stopped
+    ));
+    let events = store.read(id, 0, 1000).await.unwrap();
+    let texts: Vec<_> = events
+        .iter()
+        .filter(|e| e.kind == "user_message")
+        .map(|e| e.payload["text"].clone())
+        .collect();
+    assert_eq!(
+        texts,
+        vec![
+            serde_json::json!("message 1"),
+            serde_json::json!("message 2")
+        ]
+    );
+    registry.stop_all();
+    t.finish().await;
+}
+
 /// A passivated actor leaves the registry by itself: twenty sessions that passivate and are
 /// never asked for again leave no entry behind, with nobody calling `prune` (before, only a
 /// `/metrics` scrape pruned, and a server nobody scraped grew by one entry per session).
