@@ -229,6 +229,10 @@ pub struct InferenceBenchArgs {
     /// ONNX Runtime library (default: the one `stead setup` prepared).
     #[arg(long, value_name = "FILE")]
     pub runtime_library: Option<PathBuf>,
+    /// Steps of the agent turn whose time to first token is measured with and without the
+    /// prefix cache (the demo agent's prompt and tools, history growing every step); 0 skips it.
+    #[arg(long, default_value_t = 10)]
+    pub agent_steps: usize,
     /// Print the result as one JSON object.
     #[arg(long)]
     pub json: bool,

@@ -410,6 +410,8 @@ async fn start_local_models(
         pool.threads_per_worker = engine.threads_per_worker;
         pool.max_batch = engine.max_batch;
         pool.queue_capacity = engine.queue_capacity;
+        pool.prefix_cache_bytes = engine.prefix_cache_bytes;
+        pool.prefix_cache_min_tokens = engine.prefix_cache_min_tokens;
         let started = InferencePool::start(pool)
             .await
             .map_err(|e| anyhow::anyhow!("providers[{index}] (`{}`): {e}", provider.name))?;

@@ -15,6 +15,7 @@ use ort::session::{Session, SessionInputValue};
 use ort::value::{DynValue, Tensor};
 
 use crate::model_dir::{ModelConfig, ModelDir};
+use crate::prefix_cache::{KvShape, KvSource, PrefixHit};
 use crate::{Error, Result};
 
 /// Which hardware runs the model.
@@ -102,22 +103,61 @@ impl Engine {
             .collect()
     }
 
-    /// One long prompt in pieces of `prefill_chunk` tokens, each continuing the cache of the
-    /// previous one.
-    fn prefill_chunked(&mut self, prompt: &[u32]) -> Result<(Vec<Vec<f32>>, KvCache)> {
-        let mut cache = self.empty_cache(1)?;
+    /// The geometry of one token's keys and values (what the prefix cache stores).
+    pub fn kv_shape(&self) -> KvShape {
+        KvShape {
+            layers: self.config.num_layers,
+            heads: self.config.num_kv_heads,
+            head_dim: self.config.head_dim,
+        }
+    }
+
+    /// A batch-1 past (`[1, kv_heads, len, head_dim]` per layer) from a cached prefix.
+    pub fn past_from(&self, hit: PrefixHit) -> Result<KvCache> {
+        let shape = [1, self.config.num_kv_heads, hit.len, self.config.head_dim];
+        hit.layers
+            .into_iter()
+            .map(|(keys, values)| {
+                Ok((
+                    Tensor::<f32>::from_array((shape, keys))?.into_dyn(),
+                    Tensor::<f32>::from_array((shape, values))?.into_dyn(),
+                ))
+            })
+            .collect()
+    }
+
+    /// Continues a batch-1 cache of `done` positions with `rest` (one row only: the graph takes
+    /// a past plus several new tokens at batch 1), in pieces of at most `prefill_chunk` tokens.
+    /// No piece is a single token (unless `rest` is): a one-token pass with a past runs the
+    /// decode kernels, which round differently from the prefill's, so a prompt continued from a
+    /// cached prefix computes exactly what its full prefill would.
+    pub fn prefill_continue(
+        &mut self,
+        past: KvCache,
+        done: usize,
+        rest: &[u32],
+    ) -> Result<(Vec<Vec<f32>>, KvCache)> {
+        let mut cache = past;
         let mut last = Vec::new();
-        let mut done = 0;
-        for chunk in prompt.chunks(self.prefill_chunk.max(1)) {
-            let ids: Vec<i64> = chunk.iter().map(|&t| i64::from(t)).collect();
-            let total = done + chunk.len();
+        let mut done = done;
+        let chunk = self.prefill_chunk.max(2);
+        let mut at = 0;
+        while at < rest.len() {
+            let mut end = (at + chunk).min(rest.len());
+            if rest.len() - end == 1 && end - at > 1 {
+                end -= 1;
+            }
+            let piece = &rest[at..end];
+            let ids: Vec<i64> = piece.iter().map(|&t| i64::from(t)).collect();
+            let total = done + piece.len();
             let (logits, present) =
-                self.run_prompt(ids, 1, chunk.len(), vec![1; total], total, cache, |_| {
-                    chunk.len() - 1
+                self.run_prompt(ids, 1, piece.len(), vec![1; total], total, cache, |_| {
+                    piece.len() - 1
                 })?;
             last = logits;
             cache = present;
             done = total;
+            at = end;
         }
         Ok((last, cache))
     }
@@ -128,7 +168,8 @@ impl Engine {
     pub fn prefill(&mut self, prompts: &[&[u32]]) -> Result<(Vec<Vec<f32>>, KvCache)> {
         if let [prompt] = prompts {
             if prompt.len() > self.prefill_chunk {
-                return self.prefill_chunked(prompt);
+                let past = self.empty_cache(1)?;
+                return self.prefill_continue(past, 0, prompt);
             }
         }
         let batch = prompts.len();
@@ -298,9 +339,9 @@ pub enum CacheRef<'a> {
     Batch(&'a SharedCache),
 }
 
-impl CacheRef<'_> {
-    fn data(&self, layer: usize, value: bool) -> Result<(usize, &[f32])> {
-        let (shape, data) = match self {
+impl<'a> CacheRef<'a> {
+    fn data(&self, layer: usize, value: bool) -> Result<(usize, &'a [f32])> {
+        let (shape, data) = match *self {
             CacheRef::Prefill(cache) => {
                 let (k, v) = &cache[layer];
                 if value { v } else { k }.try_extract_tensor::<f32>()?
@@ -308,6 +349,54 @@ impl CacheRef<'_> {
             CacheRef::Batch(cache) => cache.layer(layer, value).try_extract_tensor::<f32>()?,
         };
         Ok((shape[2] as usize, data))
+    }
+}
+
+/// One row of a prefill's cache, as the prefix cache reads it.
+pub struct KvRows<'a> {
+    keys: Vec<&'a [f32]>,
+    values: Vec<&'a [f32]>,
+    /// Positions the buffers hold (the pass's longest prompt).
+    len: usize,
+    row: usize,
+    heads: usize,
+    head_dim: usize,
+}
+
+impl<'a> KvRows<'a> {
+    /// Row `row` of `cache` (a prefill's `present`, `[rows, kv_heads, len, head_dim]`).
+    pub fn new(engine: &Engine, cache: &'a KvCache, row: usize) -> Result<Self> {
+        let source = CacheRef::Prefill(cache);
+        let mut keys = Vec::with_capacity(cache.len());
+        let mut values = Vec::with_capacity(cache.len());
+        let mut len = 0;
+        for layer in 0..cache.len() {
+            let (k_len, k) = source.data(layer, false)?;
+            let (_, v) = source.data(layer, true)?;
+            len = k_len;
+            keys.push(k);
+            values.push(v);
+        }
+        Ok(KvRows {
+            keys,
+            values,
+            len,
+            row,
+            heads: engine.config.num_kv_heads,
+            head_dim: engine.config.head_dim,
+        })
+    }
+}
+
+impl KvSource for KvRows<'_> {
+    fn slice(&self, layer: usize, value: bool, head: usize, pos: usize) -> &[f32] {
+        let data = if value {
+            self.values[layer]
+        } else {
+            self.keys[layer]
+        };
+        let at = ((self.row * self.heads + head) * self.len + pos) * self.head_dim;
+        &data[at..at + self.head_dim]
     }
 }
 

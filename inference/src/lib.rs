@@ -11,6 +11,7 @@ pub mod engine;
 mod error;
 pub mod model_dir;
 pub mod pool;
+pub mod prefix_cache;
 pub mod provider;
 pub mod sampling;
 pub mod scheduler;

@@ -19,6 +19,7 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use crate::constrained::ToolGrammar;
 use crate::engine::{init_runtime, Engine, ExecutionProvider};
 use crate::model_dir::{ModelConfig, ModelDir};
+use crate::prefix_cache::{PrefixCache, PrefixStats, PrefixStatsSnapshot};
 use crate::scheduler::{run_worker, Job, ModelShared, ToolMode, WorkQueue, WorkerSettings};
 use crate::template::{ChatTemplate, TOOL_CALL_OPEN};
 use crate::{ChatRequest, Completion, Error, Result, StreamEvent, ToolChoice};
@@ -42,7 +43,15 @@ pub struct PoolConfig {
     pub queue_capacity: usize,
     /// Longest prompt piece prefilled in one pass (longer prompts continue in chunks).
     pub prefill_chunk: usize,
+    /// Memory for the KV of recent prompt prefixes, all workers together; 0 = no prefix cache.
+    pub prefix_cache_bytes: usize,
+    /// Shortest cached prefix reused; shorter matches are prefilled.
+    pub prefix_cache_min_tokens: usize,
 }
+
+/// 256 MiB: about 5,800 tokens of SmolLM2-135M's KV (45 KiB a token).
+pub const DEFAULT_PREFIX_CACHE_BYTES: usize = 256 << 20;
+pub const DEFAULT_PREFIX_CACHE_MIN_TOKENS: usize = 32;
 
 impl PoolConfig {
     pub fn new(
@@ -60,6 +69,8 @@ impl PoolConfig {
             max_batch: 8,
             queue_capacity: 64,
             prefill_chunk: crate::engine::DEFAULT_PREFILL_CHUNK,
+            prefix_cache_bytes: DEFAULT_PREFIX_CACHE_BYTES,
+            prefix_cache_min_tokens: DEFAULT_PREFIX_CACHE_MIN_TOKENS,
         }
     }
 }
@@ -73,6 +84,7 @@ pub struct PoolStats {
     pub refused: u64,
     /// Most rows decoded together in one step so far.
     pub peak_batch: usize,
+    pub prefix_cache: PrefixStatsSnapshot,
 }
 
 enum PoolMsg {
@@ -84,6 +96,7 @@ struct PoolActor;
 
 struct PoolState {
     queue: Arc<WorkQueue>,
+    prefix: Arc<PrefixStats>,
     admitted: u64,
     refused: u64,
 }
@@ -91,15 +104,16 @@ struct PoolState {
 impl Actor for PoolActor {
     type Msg = PoolMsg;
     type State = PoolState;
-    type Arguments = Arc<WorkQueue>;
+    type Arguments = (Arc<WorkQueue>, Arc<PrefixStats>);
 
     async fn pre_start(
         &self,
         _myself: ActorRef<Self::Msg>,
-        queue: Self::Arguments,
+        (queue, prefix): Self::Arguments,
     ) -> std::result::Result<Self::State, ActorProcessingErr> {
         Ok(PoolState {
             queue,
+            prefix,
             admitted: 0,
             refused: 0,
         })
@@ -127,6 +141,7 @@ impl Actor for PoolActor {
                     admitted: state.admitted,
                     refused: state.refused,
                     peak_batch: state.queue.peak_batch.load(Ordering::Relaxed),
+                    prefix_cache: state.prefix.snapshot(),
                 });
             }
         }
@@ -141,6 +156,7 @@ pub struct InferencePool {
     template: ChatTemplate,
     shared: Arc<ModelShared>,
     queue: Arc<WorkQueue>,
+    prefix: Arc<PrefixStats>,
     actor: ActorRef<PoolMsg>,
     workers: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// Whether the sessions run on CUDA.
@@ -153,10 +169,11 @@ impl InferencePool {
     /// Loads the model (once per worker) and starts the workers and the pool actor.
     pub async fn start(config: PoolConfig) -> Result<Self> {
         let loading = config.clone();
-        let (model, engines, shared) =
-            tokio::task::spawn_blocking(move || load(&loading))
-                .await
-                .map_err(|e| Error::Runtime(format!("model loading panicked: {e}")))??;
+        let prefix = Arc::new(PrefixStats::default());
+        let stats = prefix.clone();
+        let (model, engines, shared) = tokio::task::spawn_blocking(move || load(&loading, stats))
+            .await
+            .map_err(|e| Error::Runtime(format!("model loading panicked: {e}")))??;
         let on_cuda = engines.iter().any(|e| e.on_cuda);
         let template = ChatTemplate::new(
             &model.chat_template,
@@ -210,19 +227,21 @@ impl InferencePool {
             config.model_name,
             POOL_IDS.fetch_add(1, Ordering::Relaxed)
         );
-        let (actor, _) = match Actor::spawn(Some(name), PoolActor, queue.clone()).await {
-            Ok(spawned) => spawned,
-            Err(e) => {
-                queue.close();
-                return Err(Error::Runtime(format!("cannot start the pool actor: {e}")));
-            }
-        };
+        let (actor, _) =
+            match Actor::spawn(Some(name), PoolActor, (queue.clone(), prefix.clone())).await {
+                Ok(spawned) => spawned,
+                Err(e) => {
+                    queue.close();
+                    return Err(Error::Runtime(format!("cannot start the pool actor: {e}")));
+                }
+            };
         Ok(InferencePool {
             model_name: config.model_name,
             config: model.config,
             template,
             shared,
             queue,
+            prefix,
             actor,
             workers: std::sync::Mutex::new(workers),
             on_cuda,
@@ -262,6 +281,11 @@ impl InferencePool {
     /// Generates to the end and returns the completion.
     pub async fn complete(&self, request: ChatRequest) -> Result<Completion> {
         self.generate(request).await?.collect().await
+    }
+
+    /// The prefix cache's counters now (all zero, capacity 0, when it is off).
+    pub fn prefix_stats(&self) -> PrefixStatsSnapshot {
+        self.prefix.snapshot()
     }
 
     pub async fn stats(&self) -> PoolStats {
@@ -373,7 +397,10 @@ impl InferencePool {
     }
 }
 
-fn load(config: &PoolConfig) -> Result<(ModelDir, Vec<Engine>, Arc<ModelShared>)> {
+fn load(
+    config: &PoolConfig,
+    prefix_stats: Arc<PrefixStats>,
+) -> Result<(ModelDir, Vec<Engine>, Arc<ModelShared>)> {
     let model = ModelDir::open(&config.model_dir)?;
     let env = init_runtime(&config.runtime_library)?;
     let workers = config.workers.max(1);
@@ -397,10 +424,20 @@ fn load(config: &PoolConfig) -> Result<(ModelDir, Vec<Engine>, Arc<ModelShared>)
         &model.config.eos_token_ids,
         model.config.vocab_size,
     )?;
+    let prefix = match (config.prefix_cache_bytes, engines.first()) {
+        (0, _) | (_, None) => None,
+        (bytes, Some(engine)) => Some(std::sync::Mutex::new(PrefixCache::new(
+            bytes,
+            config.prefix_cache_min_tokens,
+            engine.kv_shape(),
+            prefix_stats,
+        ))),
+    };
     let shared = Arc::new(ModelShared {
         tokenizer,
         grammar,
         eos_ids: model.config.eos_token_ids.clone(),
+        prefix,
     });
     Ok((model, engines, shared))
 }

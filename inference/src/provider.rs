@@ -5,7 +5,9 @@ use async_trait::async_trait;
 
 use crate::pool::InferencePool;
 use crate::{ChatRequest, Error, SamplingParams, StreamEvent};
-use stead_router::{Chunk, FailureKind, Provider, ProviderCall, ProviderError, ProviderReply};
+use stead_router::{
+    Chunk, FailureKind, Provider, ProviderCall, ProviderError, ProviderMetric, ProviderReply,
+};
 
 /// `max_tokens` of a local call when neither the caller nor the target sets one.
 pub const DEFAULT_MAX_TOKENS: u32 = 512;
@@ -54,6 +56,62 @@ impl Provider for OnnxProvider {
 
     fn system(&self) -> &str {
         "onnx"
+    }
+
+    fn metrics(&self) -> Vec<ProviderMetric> {
+        let s = self.pool.prefix_stats();
+        let model = self.pool.model_name().to_string();
+        let figure = |name, help, counter, value: f64| ProviderMetric {
+            name,
+            help,
+            counter,
+            model: model.clone(),
+            value,
+        };
+        vec![
+            figure(
+                "stead_inference_prefix_cache_hits_total",
+                "Local prompts that continued a cached prefix",
+                true,
+                s.hits as f64,
+            ),
+            figure(
+                "stead_inference_prefix_cache_misses_total",
+                "Local prompts prefilled in full (no cached prefix long enough)",
+                true,
+                s.misses as f64,
+            ),
+            figure(
+                "stead_inference_prefix_cache_hit_tokens_total",
+                "Prompt tokens taken from the prefix cache instead of prefilled",
+                true,
+                s.hit_tokens as f64,
+            ),
+            figure(
+                "stead_inference_prefix_cache_evictions_total",
+                "Cached prompt pieces evicted to make room",
+                true,
+                s.evictions as f64,
+            ),
+            figure(
+                "stead_inference_prefix_cache_evicted_tokens_total",
+                "Tokens of the cached prompt pieces evicted",
+                true,
+                s.evicted_tokens as f64,
+            ),
+            figure(
+                "stead_inference_prefix_cache_bytes",
+                "Memory the prefix cache holds now",
+                false,
+                s.bytes as f64,
+            ),
+            figure(
+                "stead_inference_prefix_cache_capacity_bytes",
+                "The prefix cache's budget (0 = off)",
+                false,
+                s.capacity as f64,
+            ),
+        ]
     }
 
     async fn chat(&self, call: ProviderCall<'_>) -> Result<ProviderReply, ProviderError> {

@@ -68,6 +68,9 @@ pub struct Completion {
     pub tool_calls: Vec<ToolCall>,
     pub finish_reason: FinishReason,
     pub usage: Usage,
+    /// Prompt tokens whose KV came from the prefix cache (not prefilled).
+    #[serde(default)]
+    pub cached_prompt_tokens: usize,
     pub timings: Timings,
 }
 

@@ -15,6 +15,9 @@ use stead_inference::{
     ToolSpec,
 };
 
+#[path = "local_model/prefix_cache.rs"]
+mod prefix_cache;
+
 const MODEL: &str = "smollm2-135m-instruct";
 
 fn data_dir() -> PathBuf {

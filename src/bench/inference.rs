@@ -74,6 +74,10 @@ pub async fn inference(config: Config, args: InferenceBenchArgs) -> anyhow::Resu
     };
     pool_config.max_batch = 8;
     pool_config.queue_capacity = 64;
+    // Every figure but the agent turn's is of cold prompts, as the peer sees them (its runs
+    // repeat one prompt, which a prefix cache would serve).
+    let agent_pool = pool_config.clone();
+    pool_config.prefix_cache_bytes = 0;
     let threads = physical_cores();
     eprintln!(
         "loading {} ({threads} intra-op threads)…",
@@ -155,6 +159,11 @@ pub async fn inference(config: Config, args: InferenceBenchArgs) -> anyhow::Resu
         }
     }
     pool.shutdown().await;
+    let agent_turn = if args.agent_steps > 0 {
+        super::agent_turn::agent_turn(&config, &agent_pool, args.agent_steps).await?
+    } else {
+        Value::Null
+    };
 
     let stead = json!({
         "ttft_ms_p50": percentile(&mut ttft.clone(), 50.0),
@@ -163,6 +172,7 @@ pub async fn inference(config: Config, args: InferenceBenchArgs) -> anyhow::Resu
         "aggregate_tok_s": aggregate.iter().map(|(c, t)| json!({ "streams": c, "tok_s": t })).collect::<Vec<_>>(),
         "cancel_to_stop_ms_p50": percentile(&mut cancel_ms.clone(), 50.0),
         "cancel_to_stop_ms_p95": percentile(&mut cancel_ms, 95.0),
+        "agent_turn": agent_turn,
     });
     let peer = if args.no_peer {
         Value::Null
@@ -242,6 +252,33 @@ fn print_report(result: &Value) {
         f(&s["cancel_to_stop_ms_p50"]),
         f(&s["cancel_to_stop_ms_p95"])
     );
+    let turn = &s["agent_turn"];
+    if !turn.is_null() {
+        println!(
+            "  agent turn, {} steps (prompt {} → {} tokens): TTFT p50 of steps 2+ {} ms cached, \
+             {} ms uncached ({:.0} %)",
+            turn["steps"],
+            turn["prompt_tokens"][0],
+            turn["prompt_tokens"]
+                .as_array()
+                .and_then(|a| a.last())
+                .unwrap_or(&Value::Null),
+            f(&turn["later_steps_ttft_ms_p50_on"]),
+            f(&turn["later_steps_ttft_ms_p50_off"]),
+            turn["later_steps_on_over_off"].as_f64().unwrap_or(0.0) * 100.0
+        );
+        println!(
+            "    per step, uncached/cached TTFT (ms): {}",
+            turn["ttft_ms_off"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .zip(turn["ttft_ms_on"].as_array().into_iter().flatten())
+                .map(|(a, b)| format!("{}/{}", f(a), f(b)))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+    }
     if let Some(error) = p["error"].as_str() {
         println!("  peer: {error}");
     } else if let Some(name) = p["peer"].as_str() {

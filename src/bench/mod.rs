@@ -7,6 +7,7 @@
 //! scripted input the decisions refuse) makes the run meaningless, so they stop loudly there.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+mod agent_turn;
 pub mod chaos;
 pub mod gateway;
 pub mod inference;

@@ -161,6 +161,10 @@ pub struct EngineConfig {
     pub max_batch: usize,
     /// Most requests waiting for a worker; more are refused as overloaded.
     pub queue_capacity: usize,
+    /// Memory for the KV of recent prompt prefixes (all workers together); 0 = off.
+    pub prefix_cache_bytes: usize,
+    /// Shortest cached prefix reused; shorter matches are prefilled.
+    pub prefix_cache_min_tokens: usize,
 }
 
 impl Default for EngineConfig {
@@ -171,6 +175,8 @@ impl Default for EngineConfig {
             threads_per_worker: 0,
             max_batch: 8,
             queue_capacity: 64,
+            prefix_cache_bytes: stead_inference::pool::DEFAULT_PREFIX_CACHE_BYTES,
+            prefix_cache_min_tokens: stead_inference::pool::DEFAULT_PREFIX_CACHE_MIN_TOKENS,
         }
     }
 }

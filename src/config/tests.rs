@@ -33,6 +33,41 @@ fn api_keys_are_checked_and_allow_listening_off_loopback() {
     assert!(invalid(|c| c.server.api_keys = vec!["sha256:abc".into()]).contains("64 hex"));
 }
 
+/// The prefix cache's keys: on by default (256 MiB, 32 tokens), set per `onnx` provider in
+/// TOML, and a minimum of 0 refused with the key named.
+#[test]
+fn the_prefix_cache_is_configured_per_local_provider() {
+    let engine = &Config::default().providers[0].engine;
+    assert_eq!(
+        (engine.prefix_cache_bytes, engine.prefix_cache_min_tokens),
+        (256 << 20, 32)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("stead.toml");
+    std::fs::write(
+        &file,
+        "[[providers]]\nname = \"local\"\nkind = \"onnx\"\nprefix_cache_bytes = 0\n\
+         prefix_cache_min_tokens = 64\n",
+    )
+    .unwrap();
+    let overrides = Overrides {
+        config_file: Some(file),
+        listen: None,
+        data_dir: Some(dir.path().to_path_buf()),
+        database_url: None,
+    };
+    let config = Config::load(&overrides).unwrap();
+    let engine = &config.providers[0].engine;
+    assert_eq!(
+        (engine.prefix_cache_bytes, engine.prefix_cache_min_tokens),
+        (0, 64)
+    );
+    assert!(
+        invalid(|c| c.providers[0].engine.prefix_cache_min_tokens = 0)
+            .contains("providers[0].prefix_cache_min_tokens")
+    );
+}
+
 #[test]
 fn cross_references_and_duplicates_are_named() {
     assert!(invalid(|c| c.routes[0].targets[0].provider = "nope".into())

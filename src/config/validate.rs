@@ -116,6 +116,12 @@ impl Config {
                         "required for kind \"onnx\"",
                     ));
                 }
+                ProviderKind::Onnx if provider.engine.prefix_cache_min_tokens == 0 => {
+                    return Err(bad(
+                        &format!("{key}.prefix_cache_min_tokens"),
+                        "must be at least 1",
+                    ));
+                }
                 ProviderKind::Openai => {
                     let base = provider.base_url.as_deref().ok_or_else(|| {
                         bad(&format!("{key}.base_url"), "required for kind \"openai\"")

@@ -36,4 +36,31 @@ async fn a_streamed_chat_with_the_real_model() {
             > 0
     );
     assert_eq!(events(&frames), journal[1..].to_vec());
+
+    // The second turn's prompt starts with the first one's: the engine prefills only the rest.
+    ws.send(json!({ "type": "user_message", "text": "And of Italy?" }))
+        .await;
+    ws.until_event("turn_finished").await;
+    let metrics = reqwest::get(format!("{}/metrics", server.base))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let figure = |name: &str| -> f64 {
+        let prefix = format!("{name}{{provider=\"local\",model=\"smollm2-135m-instruct\"}} ");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .unwrap_or_else(|| panic!("no {name} in /metrics:\n{metrics}"))
+            .parse()
+            .unwrap()
+    };
+    assert!(figure("stead_inference_prefix_cache_hits_total") >= 1.0);
+    assert!(figure("stead_inference_prefix_cache_hit_tokens_total") >= 32.0);
+    let bytes = figure("stead_inference_prefix_cache_bytes");
+    assert!(bytes > 0.0 && bytes <= figure("stead_inference_prefix_cache_capacity_bytes"));
+    for series in ["misses_total", "evictions_total", "evicted_tokens_total"] {
+        figure(&format!("stead_inference_prefix_cache_{series}"));
+    }
 }

@@ -46,7 +46,8 @@ use self::limits::{Budgets, RequestRate, TokenRate};
 use self::log::{AttemptRecord, RequestLog, RequestLogSink};
 use self::metrics::RouterMetrics;
 pub use self::provider::{
-    Chunk, FailureKind, Params, Provider, ProviderCall, ProviderError, ProviderReply, RouterRequest,
+    Chunk, FailureKind, Params, Provider, ProviderCall, ProviderError, ProviderMetric,
+    ProviderReply, RouterRequest,
 };
 use self::route::{Route, Target};
 use crate::chat::{FinishReason, ToolCall, Usage};
@@ -204,6 +205,8 @@ pub struct Router {
     budgets: Option<Budgets>,
     log: Option<RequestLog>,
     metrics: RouterMetrics,
+    /// Every available provider, by name (for their own figures on `/metrics`).
+    providers: Vec<(String, Arc<dyn Provider>)>,
 }
 
 /// A route's targets, by provider name, as the router is built from configuration.
@@ -287,6 +290,14 @@ impl Router {
                 _ => None,
             },
             metrics: RouterMetrics::default(),
+            providers: {
+                let mut available: Vec<(String, Arc<dyn Provider>)> = providers
+                    .iter()
+                    .filter_map(|(name, p)| p.clone().map(|p| (name.clone(), p)))
+                    .collect();
+                available.sort_by(|a, b| a.0.cmp(&b.0));
+                available
+            },
             gateway,
         })
     }
@@ -298,9 +309,16 @@ impl Router {
         names
     }
 
-    /// The router's Prometheus histograms, plus the request log's counters.
+    /// The router's Prometheus histograms, the request log's counters and the providers' own
+    /// figures.
     pub fn render_metrics(&self) -> String {
         let mut out = self.metrics.render();
+        let figures: Vec<(String, ProviderMetric)> = self
+            .providers
+            .iter()
+            .flat_map(|(name, p)| p.metrics().into_iter().map(|m| (name.clone(), m)))
+            .collect();
+        metrics::render_provider_metrics(&mut out, &figures);
         if let Some(log) = &self.log {
             out.push_str(&format!(
                 "# HELP stead_gateway_log_records_total Request-log records by fate\n\

@@ -147,3 +147,29 @@ impl RouterMetrics {
         out
     }
 }
+
+/// Providers' own figures in the Prometheus text format, grouped by family.
+pub(crate) fn render_provider_metrics(
+    out: &mut String,
+    figures: &[(String, crate::provider::ProviderMetric)],
+) {
+    let mut families: BTreeMap<&'static str, Vec<&(String, crate::provider::ProviderMetric)>> =
+        BTreeMap::new();
+    for figure in figures {
+        families.entry(figure.1.name).or_default().push(figure);
+    }
+    for (name, series) in families {
+        let first = &series[0].1;
+        let kind = if first.counter { "counter" } else { "gauge" };
+        let _ = writeln!(out, "# HELP {name} {}\n# TYPE {name} {kind}", first.help);
+        for (provider, metric) in series {
+            let _ = writeln!(
+                out,
+                "{name}{{provider=\"{}\",model=\"{}\"}} {}",
+                escape(provider),
+                escape(&metric.model),
+                metric.value
+            );
+        }
+    }
+}

@@ -165,4 +165,21 @@ pub trait Provider: Send + Sync + 'static {
     fn system(&self) -> &str;
     /// Runs one attempt. Dropping the future abandons it (the provider stops its work).
     async fn chat(&self, call: ProviderCall<'_>) -> Result<ProviderReply, ProviderError>;
+    /// Figures of the provider's own for `/metrics` (the local engine's prefix cache); none
+    /// by default.
+    fn metrics(&self) -> Vec<ProviderMetric> {
+        Vec::new()
+    }
+}
+
+/// One figure a provider reports: the router writes each family's `HELP` and `TYPE` once and
+/// labels every series with the provider's name and `model`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProviderMetric {
+    pub name: &'static str,
+    pub help: &'static str,
+    /// A counter (else a gauge).
+    pub counter: bool,
+    pub model: String,
+    pub value: f64,
 }

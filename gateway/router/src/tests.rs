@@ -1,5 +1,5 @@
 //! Unit tests of the router's parts: continuation trimming, backoff, cache keys, metadata,
-//! cooldown accounting and breakers.
+//! cooldown accounting, breakers and the providers' own figures.
 
 use serde_json::{json, Value};
 
@@ -127,4 +127,58 @@ async fn breakers_open_after_the_threshold_and_let_one_trial_through() {
     assert!(breaker.allow());
     breaker.success();
     assert!(breaker.allow() && breaker.allow());
+}
+
+/// Test double: a provider that only reports figures.
+struct FiguresProvider(&'static str, f64);
+
+#[async_trait::async_trait]
+impl Provider for FiguresProvider {
+    fn name(&self) -> &str {
+        self.0
+    }
+    fn system(&self) -> &str {
+        "double"
+    }
+    async fn chat(&self, _call: ProviderCall<'_>) -> Result<ProviderReply, ProviderError> {
+        Err(ProviderError::new(FailureKind::Unavailable, "a double"))
+    }
+    fn metrics(&self) -> Vec<ProviderMetric> {
+        ["stead_x_hits_total", "stead_x_bytes"]
+            .into_iter()
+            .map(|name| ProviderMetric {
+                name,
+                help: "A figure",
+                counter: name.ends_with("_total"),
+                model: "m\"1".into(),
+                value: self.1,
+            })
+            .collect()
+    }
+}
+
+/// Providers' own figures reach `/metrics` once per family, labelled by provider and model
+/// (escaped), and unavailable providers report nothing.
+#[tokio::test]
+async fn providers_report_their_own_figures_once_per_family() {
+    let mut providers = Providers::new();
+    for (name, value) in [("b", 2.0), ("a", 1.5)] {
+        let provider = Arc::new(FiguresProvider(name, value)) as Arc<dyn Provider>;
+        providers.insert(name.to_string(), Some(provider));
+    }
+    providers.insert("gone".into(), None);
+    let router = Router::new(&[], GatewayConfig::default(), &providers, None).unwrap();
+    let text = router.render_metrics();
+    let lines: Vec<&str> = text.lines().collect();
+    let expected = [
+        "# HELP stead_x_bytes A figure",
+        "# TYPE stead_x_bytes gauge",
+        "stead_x_bytes{provider=\"a\",model=\"m\\\"1\"} 1.5",
+        "stead_x_bytes{provider=\"b\",model=\"m\\\"1\"} 2",
+        "# HELP stead_x_hits_total A figure",
+        "# TYPE stead_x_hits_total counter",
+        "stead_x_hits_total{provider=\"a\",model=\"m\\\"1\"} 1.5",
+        "stead_x_hits_total{provider=\"b\",model=\"m\\\"1\"} 2",
+    ];
+    assert_eq!(lines, expected, "{text}");
 }

@@ -10,12 +10,13 @@ mod queue;
 mod sequence;
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use tokenizers::Tokenizer;
 
 use crate::constrained::ToolGrammar;
-use crate::engine::{CacheRef, Engine, KvCache, RowSource, SharedCache};
+use crate::engine::{CacheRef, Engine, KvCache, KvRows, RowSource, SharedCache};
+use crate::prefix_cache::PrefixCache;
 use crate::{Error, FinishReason, StreamEvent};
 
 pub use self::queue::{Job, ToolMode, WorkQueue};
@@ -24,11 +25,46 @@ use self::sequence::Sequence;
 /// Most prompt positions (rows × longest prompt) one batched prefill pass may hold.
 const PREFILL_TOKEN_BUDGET: usize = 2048;
 
+/// Prompt tokens always prefilled, never taken from the prefix cache: the last one gives the
+/// logits, and two keep the pass on the prefill kernels (a one-token pass with a past runs the
+/// decode kernels, which round differently), so a hit computes what a full prefill would.
+pub const MIN_SUFFIX: usize = 2;
+
 /// What every worker of one model shares.
 pub struct ModelShared {
     pub tokenizer: Tokenizer,
     pub grammar: ToolGrammar,
     pub eos_ids: Vec<u32>,
+    /// The KV of recent prompts, shared by the workers (their queue is shared, so a
+    /// conversation's next step may land on either); `None` when the cache is off.
+    pub prefix: Option<Mutex<PrefixCache>>,
+}
+
+impl ModelShared {
+    fn prefix_cache(&self) -> Option<std::sync::MutexGuard<'_, PrefixCache>> {
+        self.prefix
+            .as_ref()
+            .map(|cache| cache.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Stores row `row` of a prefill's cache as `prompt`'s KV.
+    fn remember(&self, engine: &Engine, prompt: &[u32], kv: &KvCache, row: usize) {
+        let Some(mut cache) = self.prefix_cache() else {
+            return;
+        };
+        match KvRows::new(engine, kv, row) {
+            Ok(rows) => cache.insert(prompt, &rows),
+            Err(error) => tracing::warn!(%error, "cannot read a prefill's KV for the prefix cache"),
+        }
+    }
+
+    /// Forgets the prefix cache after an engine error (a precaution: what it holds was
+    /// computed before, by passes that succeeded).
+    fn forget_prefixes(&self) {
+        if let Some(mut cache) = self.prefix_cache() {
+            cache.clear();
+        }
+    }
 }
 
 /// Settings of one worker.
@@ -78,12 +114,47 @@ pub fn run_worker(
                 }
             }
         }
-        // Newcomers are prefilled together, in groups small enough that the pass's logits
+        queue.active.fetch_add(newcomers.len(), Ordering::Relaxed);
+        let mut prefill_caches: Vec<KvCache> = Vec::new();
+        let mut placement: Vec<Option<(usize, usize)>> = vec![None; newcomers.len()];
+        // A newcomer whose prompt starts with a cached prefix continues it in a pass of its own
+        // (a past plus several new tokens works at batch 1 only); one hit's copy at a time.
+        let mut misses = Vec::new();
+        for (index, sequence) in newcomers.iter_mut().enumerate() {
+            let prompt = &sequence.job.prompt;
+            let hit = shared.prefix_cache().and_then(|mut cache| {
+                cache.lookup(prompt, prompt.len().saturating_sub(MIN_SUFFIX))
+            });
+            let Some(hit) = hit else {
+                misses.push(index);
+                continue;
+            };
+            let done = hit.len;
+            let continued = engine
+                .past_from(hit)
+                .and_then(|past| engine.prefill_continue(past, done, &prompt[done..]));
+            match continued {
+                Ok((logits, kv)) => {
+                    shared.remember(&engine, &sequence.job.prompt, &kv, 0);
+                    sequence.cached_prompt_tokens = done;
+                    if let Err(error) = sequence.step(&logits[0], &shared) {
+                        sequence.fail(error);
+                    }
+                    placement[index] = Some((prefill_caches.len(), 0));
+                    prefill_caches.push(kv);
+                }
+                Err(error) => {
+                    shared.forget_prefixes();
+                    sequence.fail(error);
+                }
+            }
+        }
+        // The others are prefilled together, in groups small enough that the pass's logits
         // (one row per prompt position) stay bounded.
         let mut groups: Vec<Vec<usize>> = Vec::new();
         let mut longest = 0;
-        for (index, sequence) in newcomers.iter().enumerate() {
-            let len = sequence.job.prompt.len();
+        for &index in &misses {
+            let len = newcomers[index].job.prompt.len();
             let grown = longest.max(len);
             match groups.last_mut() {
                 Some(group) if grown * (group.len() + 1) <= PREFILL_TOKEN_BUDGET => {
@@ -96,9 +167,6 @@ pub fn run_worker(
                 }
             }
         }
-        queue.active.fetch_add(newcomers.len(), Ordering::Relaxed);
-        let mut prefill_caches: Vec<KvCache> = Vec::new();
-        let mut placement: Vec<Option<(usize, usize)>> = vec![None; newcomers.len()];
         for group in groups {
             let prompts: Vec<Vec<u32>> = group
                 .iter()
@@ -108,15 +176,17 @@ pub fn run_worker(
             match engine.prefill(&prompts) {
                 Ok((logits, kv)) => {
                     let cache_index = prefill_caches.len();
-                    prefill_caches.push(kv);
                     for (row, &i) in group.iter().enumerate() {
+                        shared.remember(&engine, prompts[row], &kv, row);
                         if let Err(error) = newcomers[i].step(&logits[row], &shared) {
                             newcomers[i].fail(error);
                         }
                         placement[i] = Some((cache_index, row));
                     }
+                    prefill_caches.push(kv);
                 }
                 Err(error) => {
+                    shared.forget_prefixes();
                     for &i in &group {
                         newcomers[i].fail(error.clone());
                     }

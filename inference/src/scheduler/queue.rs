@@ -53,6 +53,7 @@ impl Job {
                 prompt_tokens: self.prompt.len(),
                 completion_tokens: 0,
             },
+            cached_prompt_tokens: 0,
             timings: Timings::default(),
         }));
     }

@@ -29,6 +29,8 @@ pub(super) struct Sequence {
     pub(super) last_token: u32,
     /// Positions of this row in the KV cache.
     pub(super) valid_len: usize,
+    /// Prompt tokens taken from the prefix cache instead of prefilled.
+    pub(super) cached_prompt_tokens: usize,
     pub(super) first_token_at: Option<Instant>,
     pub(super) last_token_at: Option<Instant>,
     pub(super) done: bool,
@@ -73,6 +75,7 @@ impl Sequence {
             generated: 0,
             last_token: 0,
             valid_len: job.prompt.len(),
+            cached_prompt_tokens: 0,
             first_token_at: None,
             last_token_at: None,
             done: false,
@@ -217,6 +220,7 @@ impl Sequence {
                 prompt_tokens: self.job.prompt.len(),
                 completion_tokens: self.generated,
             },
+            cached_prompt_tokens: self.cached_prompt_tokens,
             timings,
         };
         let _ = self.job.events.send(StreamEvent::Done(completion));
