@@ -306,22 +306,27 @@ impl PrefixCache {
             last_used: self.clock,
             live: true,
         };
-        let index = match self.free.pop() {
-            Some(index) => {
-                self.nodes[index] = node;
-                index
-            }
-            None => {
-                self.nodes.push(node);
-                self.nodes.len() - 1
-            }
-        };
+        let index = self.place(node);
         self.nodes[at].children.insert(prompt[matched], index);
         self.bytes += tail * token_bytes;
         self.stats
             .inserted_tokens
             .fetch_add(tail as u64, Ordering::Relaxed);
         self.publish();
+    }
+
+    /// Puts a node in a free slot of the arena, or a new one; returns its index.
+    fn place(&mut self, node: Node) -> usize {
+        match self.free.pop() {
+            Some(slot) => {
+                self.nodes[slot] = node;
+                slot
+            }
+            None => {
+                self.nodes.push(node);
+                self.nodes.len() - 1
+            }
+        }
     }
 
     /// Splits node `index` after its first `at` tokens (0 < at < len): the rest becomes its
@@ -341,16 +346,7 @@ impl PrefixCache {
             kv,
         };
         let first = rest.tokens[0];
-        let child = match self.free.pop() {
-            Some(slot) => {
-                self.nodes[slot] = rest;
-                slot
-            }
-            None => {
-                self.nodes.push(rest);
-                self.nodes.len() - 1
-            }
-        };
+        let child = self.place(rest);
         let grandchildren: Vec<usize> = self.nodes[child].children.values().copied().collect();
         for grandchild in grandchildren {
             self.nodes[grandchild].parent = child;

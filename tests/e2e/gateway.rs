@@ -335,12 +335,7 @@ async fn metrics_count_sessions_clients_events_and_requests() {
     ws.next().await.unwrap();
     let (_, done) = server.say(&id, "hi").await;
     assert_eq!(done["status"], "idle");
-    let metrics = reqwest::get(format!("{}/metrics", server.base))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = server.metrics().await;
     assert_eq!(sample(&metrics, "stead_sessions{status=\"idle\"}"), 1.0);
     assert_eq!(sample(&metrics, "stead_sessions{status=\"running\"}"), 0.0);
     assert_eq!(sample(&metrics, "stead_websocket_clients"), 1.0);
@@ -436,12 +431,7 @@ async fn a_client_that_does_not_read_is_dropped_and_stalls_no_one() {
     if let Some(error) = got.iter().find(|f| f["type"] == "error") {
         assert_eq!(error["code"], "too_slow");
     }
-    let metrics = reqwest::get(format!("{}/metrics", server.base))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = server.metrics().await;
     assert_eq!(sample(&metrics, "stead_websocket_clients"), 1.0);
 }
 

@@ -295,12 +295,7 @@ async fn the_router_story(database_url: Option<&str>) {
     assert_eq!(filtered["logs"].as_array().unwrap().len(), 1);
 
     // The histograms.
-    let metrics = reqwest::get(format!("{}/metrics", server.base))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = server.metrics().await;
     assert!(metrics.contains("stead_gen_ai_client_operation_duration_seconds_count{route=\"flaky\",provider=\"a\",model=\"m-a\",outcome=\"ok\"}"), "{metrics}");
     assert!(metrics.contains("stead_gen_ai_client_token_usage_bucket"));
     assert!(metrics.contains("stead_gen_ai_server_time_to_first_token_seconds_bucket"));

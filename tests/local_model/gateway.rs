@@ -41,12 +41,7 @@ async fn a_streamed_chat_with_the_real_model() {
     ws.send(json!({ "type": "user_message", "text": "And of Italy?" }))
         .await;
     ws.until_event("turn_finished").await;
-    let metrics = reqwest::get(format!("{}/metrics", server.base))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = server.metrics().await;
     let figure = |name: &str| -> f64 {
         let prefix = format!("{name}{{provider=\"local\",model=\"smollm2-135m-instruct\"}} ");
         metrics

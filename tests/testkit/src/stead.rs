@@ -80,6 +80,12 @@ pub struct Stead {
 }
 
 impl Stead {
+    /// The `/metrics` text (loopback, no key).
+    pub async fn metrics(&self) -> String {
+        let url = format!("{}/metrics", self.base);
+        reqwest::get(url).await.unwrap().text().await.unwrap()
+    }
+
     /// Starts `stead serve` with `config` as its `stead.toml` in a fresh data directory.
     pub fn start(config: &str, database_url: Option<&str>) -> Stead {
         let data = tempfile::tempdir().unwrap();
