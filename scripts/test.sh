@@ -99,11 +99,12 @@ if [ -z "${CHROMIUM:-}" ]; then
   export CHROMIUM=/usr/bin/chromium
 fi
 
-step "stead setup (ONNX Runtime and the local model, cached under the target dir)"
+step "stead setup (ONNX Runtime, the default model and SmolLM2 for the quick tests, cached under the target dir)"
 source scripts/ensure-python-venv.sh
 cargo build --locked --bin stead
 export STEAD_DATA_DIR="$CARGO_TARGET_DIR/stead-data"
 "$CARGO_TARGET_DIR/debug/stead" setup --data-dir "$STEAD_DATA_DIR"
+"$CARGO_TARGET_DIR/debug/stead" setup --data-dir "$STEAD_DATA_DIR" --model smollm2-135m-instruct
 
 step "Schemathesis (PyPI) for the API property tests, cached under the target dir"
 schemathesis_venv="$CARGO_TARGET_DIR/schemathesis-venv"
@@ -124,6 +125,18 @@ if [ "$("$clients_venv/bin/python" -c 'import openai; print(openai.__version__)'
   "$clients_venv/bin/pip" install --quiet --disable-pip-version-check "openai==$openai_version"
 fi
 export OPENAI_PYTHON="$clients_venv/bin/python"
+
+step "llama.cpp (llama-cpp-python, built from source once; pip caches the wheel), for the converter check"
+llama_venv="$CARGO_TARGET_DIR/llama-venv"
+if ! cmp -s inference/setup/llama-requirements.txt "$llama_venv/requirements.txt" 2>/dev/null; then
+  rm -rf "$llama_venv"
+  python3 -m venv "$llama_venv"
+  # Portable AVX2 build: the native one (AVX-512/AMX detected) crashes on some EPYC machines.
+  CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_OPENMP=OFF" \
+    "$llama_venv/bin/pip" install --quiet --disable-pip-version-check --no-deps -r inference/setup/llama-requirements.txt
+  cp inference/setup/llama-requirements.txt "$llama_venv/requirements.txt"
+fi
+export LLAMA_PYTHON="$llama_venv/bin/python"
 
 step "cargo fmt --check"
 cargo fmt --all -- --check

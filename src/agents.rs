@@ -187,7 +187,7 @@ mod tests {
         let demo = &agents[0];
         assert_eq!(demo.name, "demo");
         let names: Vec<&str> = demo.tools.keys().map(String::as_str).collect();
-        assert_eq!(names, ["clock", "forget", "remember"]);
+        assert_eq!(names, ["calculator", "clock", "forget", "remember"]);
         assert_eq!(demo.rules.tools["forget"].approval, ApprovalPolicy::Always);
         assert_eq!(demo.rules.tools["remember"].approval, ApprovalPolicy::Never);
         assert_eq!(

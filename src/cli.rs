@@ -56,6 +56,26 @@ pub enum Command {
     /// Measure Stead's own components.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Evaluate the local model's behaviour for agents.
+    #[command(subcommand)]
+    Eval(EvalCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EvalCommand {
+    /// Forty fixed prompts to the demo agent: how often the right tool is called when one is
+    /// asked for, and how often a tool is called unasked.
+    Tools(EvalToolsArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct EvalToolsArgs {
+    /// Use only the first N prompts of each half (a quick check).
+    #[arg(long, value_name = "N")]
+    pub limit: Option<usize>,
+    /// Print the result (with every prompt's outcome) as one JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -201,10 +221,14 @@ pub struct SetupArgs {
     /// Weight precision of the converted model.
     #[arg(long, default_value = "int4", value_parser = ["int4", "int8", "fp32"])]
     pub precision: String,
-    /// Convert this llama-architecture GGUF instead of the bundled SmolLM2-135M-Instruct.
+    /// The bundled model to prepare: qwen2.5-coder-0.5b-instruct (the default; calls tools) or
+    /// smollm2-135m-instruct (small and fast; does not call tools).
+    #[arg(long, value_name = "NAME", conflicts_with = "gguf")]
+    pub model: Option<String>,
+    /// Convert this GGUF (llama, qwen2 or qwen3 architecture) instead of a bundled model.
     #[arg(long, value_name = "FILE")]
     pub gguf: Option<PathBuf>,
-    /// Directory name under {data_dir}/models (default: the GGUF's file stem).
+    /// Directory name under {data_dir}/models (default: the model's name, or the GGUF's stem).
     #[arg(long)]
     pub name: Option<String>,
     /// Python interpreter for the converter's virtual environment.
@@ -214,6 +238,9 @@ pub struct SetupArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct InferenceBenchArgs {
+    /// The prepared model to measure (a directory name under {data_dir}/models).
+    #[arg(long, default_value = stead_inference::setup::DEFAULT_MODEL)]
+    pub model: String,
     /// Sequential runs for TTFT and single-stream figures.
     #[arg(long, default_value_t = 10)]
     pub runs: usize,
@@ -339,6 +366,7 @@ async fn run_command(config: Config, command: Command) -> anyhow::Result<ExitCod
         Command::Serve => done(crate::serve::serve(config).await),
         Command::Migrate => done(crate::serve::migrate(config).await),
         Command::Setup(args) => done(crate::serve::setup(config, args).await),
+        Command::Eval(EvalCommand::Tools(args)) => done(crate::eval::tools(config, args).await),
         Command::Bench(BenchCommand::Journal(args)) => {
             done(crate::bench::journal::journal(config, args).await)
         }

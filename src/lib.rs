@@ -3,7 +3,8 @@
 //! agents built from configuration (`agents`), the model router's providers, request log and
 //! the sessions' `ModelClient` over it (`model_router`), journal retention (`retention`), plus
 //! the operator commands (`setup`, `migrate`, `session` and `replay` in `replay_cli`, and the
-//! benchmarks of `stead bench …` in `bench`). Behaviour lives in the crates it wires:
+//! benchmarks of `stead bench …` in `bench`, the model evaluation of `stead eval` in `eval`).
+//! Behaviour lives in the crates it wires:
 //! `stead-persistence` (journal), `stead-actors` (sessions), `stead-inference` (local engine
 //! and model router) and `stead-gateway` (HTTP).
 
@@ -11,6 +12,7 @@ pub mod agents;
 pub mod bench;
 pub mod cli;
 pub mod config;
+pub mod eval;
 pub mod model_router;
 pub mod replay_cli;
 pub mod retention;

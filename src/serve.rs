@@ -353,6 +353,7 @@ pub async fn setup(config: Config, args: crate::cli::SetupArgs) -> anyhow::Resul
     let options = stead_inference::setup::SetupOptions {
         data_dir: config.server.data_dir.clone(),
         precision: args.precision.parse().map_err(anyhow::Error::msg)?,
+        model: args.model,
         gguf: args.gguf,
         model_name: args.name,
         python: args.python,
@@ -412,6 +413,7 @@ async fn start_local_models(
         pool.queue_capacity = engine.queue_capacity;
         pool.prefix_cache_bytes = engine.prefix_cache_bytes;
         pool.prefix_cache_min_tokens = engine.prefix_cache_min_tokens;
+        pool.block_repeated_calls = engine.block_repeated_calls;
         let started = InferencePool::start(pool)
             .await
             .map_err(|e| anyhow::anyhow!("providers[{index}] (`{}`): {e}", provider.name))?;

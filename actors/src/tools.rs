@@ -252,10 +252,20 @@ impl Tool for MemoryTool {
             "type": "object",
             "properties": {
                 "op": { "type": "string", "enum": self.ops },
-                "key": { "type": "string", "maxLength": 100 },
-                "value": { "type": "string", "maxLength": 2000 }
+                "key": {
+                    "type": "string",
+                    "maxLength": 100,
+                    "description": "the note's name (for list: a prefix, empty for all)"
+                },
+                "value": {
+                    "type": "string",
+                    "maxLength": 2000,
+                    "description": "the note's text (for set)"
+                }
             },
-            "required": ["op"],
+            // The key is required even for `list` (empty lists all): a small model left free
+            // to omit it writes `set` calls without one.
+            "required": ["op", "key"],
             "additionalProperties": false
         })
     }

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Convert a llama-architecture GGUF into the model directory Stead's inference engine loads.
+"""Convert a decoder GGUF (llama, qwen2, qwen3) into the model directory Stead's inference engine loads.
 
     python convert_gguf.py --gguf PATH --out DIR [--precision int4|int8|fp32]
 
@@ -62,8 +62,34 @@ def progress(step, message):
 # GGUF metadata and weights
 # ---------------------------------------------------------------------------------------
 
+# Decoder families the converter writes, by GGUF `general.architecture`. All are pre-norm
+# RMSNorm decoders with SwiGLU feed-forward blocks and grouped-query attention; they differ in
+# what the attention carries:
+#   permuted_qk  llama.cpp reorders Q/K rows for its interleaved rope (llama); the rest use the
+#                rotate-half (NEOX) layout already
+#   qkv_bias     additive q/k/v projection biases (qwen2)
+#   qk_norm      an RMSNorm over each head of Q and K before the rotary embedding (qwen3)
+ARCHITECTURES = {
+    "llama": {"permuted_qk": True, "qkv_bias": False, "qk_norm": False},
+    "qwen2": {"permuted_qk": False, "qkv_bias": True, "qk_norm": False},
+    "qwen3": {"permuted_qk": False, "qkv_bias": False, "qk_norm": True},
+}
+# Families seen in GGUF files that need graph features this converter does not write, with the
+# reason given to the user.
+UNSUPPORTED = {
+    "gemma3": "its sliding-window attention layers, extra post-norms and GeGLU blocks are not written by this converter",
+    "gemma2": "its logit soft-capping and sliding-window layers are not written by this converter",
+    "gemma": "its GeGLU blocks are not written by this converter",
+    "phi3": "its fused projections and su/longrope scaling are not written by this converter",
+    "mistral3": "vision towers are not supported",
+    "qwen2moe": "mixture-of-experts models are not supported",
+    "qwen3moe": "mixture-of-experts models are not supported",
+}
+
+
 @dataclass
-class LlamaConfig:
+class DecoderConfig:
+    arch: str
     name: str
     num_layers: int
     hidden_size: int
@@ -76,46 +102,58 @@ class LlamaConfig:
     rope_linear_factor: float
     rms_eps: float
     tied_embeddings: bool
+    permuted_qk: bool
+    qkv_bias: bool
+    qk_norm: bool
 
 
 def read_config(reader):
     arch = field(reader, "general.architecture")
-    if arch != "llama":
-        raise ConvertError(f"unsupported architecture {arch!r} (only 'llama' is supported)")
+    if arch not in ARCHITECTURES:
+        why = UNSUPPORTED.get(arch, "the converter does not know its graph")
+        raise ConvertError(
+            f"unsupported architecture {arch!r}: {why} (supported: {', '.join(sorted(ARCHITECTURES))})"
+        )
+    traits = ARCHITECTURES[arch]
 
-    hidden = int(field(reader, "llama.embedding_length"))
-    heads = int(field(reader, "llama.attention.head_count"))
-    head_dim = int(field(reader, "llama.attention.key_length", hidden // heads))
-    if int(field(reader, "llama.attention.value_length", head_dim)) != head_dim:
+    def key(name, default=None):
+        return field(reader, f"{arch}.{name}") if default is None else field(reader, f"{arch}.{name}", default)
+
+    hidden = int(key("embedding_length"))
+    heads = int(key("attention.head_count"))
+    head_dim = int(key("attention.key_length", hidden // heads))
+    if int(key("attention.value_length", head_dim)) != head_dim:
         raise ConvertError("different key and value head sizes are not supported")
-    if int(field(reader, "llama.rope.dimension_count", head_dim)) != head_dim:
+    if int(key("rope.dimension_count", head_dim)) != head_dim:
         raise ConvertError("partial rotary embeddings are not supported")
-    if "llama.expert_count" in reader.fields:
-        raise ConvertError("mixture-of-experts llama models are not supported")
+    if f"{arch}.expert_count" in reader.fields:
+        raise ConvertError(f"mixture-of-experts {arch} models are not supported")
 
-    scaling = field(reader, "llama.rope.scaling.type", "none")
+    scaling = key("rope.scaling.type", "none")
     if scaling not in ("none", "linear"):
         raise ConvertError(f"unsupported rope scaling {scaling!r}")
-    linear_factor = float(field(reader, "llama.rope.scaling.factor", 1.0)) if scaling == "linear" else 1.0
+    linear_factor = float(key("rope.scaling.factor", 1.0)) if scaling == "linear" else 1.0
 
     tensor_names = {t.name for t in reader.tensors}
-    vocab = field(reader, "llama.vocab_size", None)
+    vocab = key("vocab_size", 0) or None
     if vocab is None:
         vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
 
-    return LlamaConfig(
+    return DecoderConfig(
+        arch=arch,
         name=str(field(reader, "general.name", "model")),
-        num_layers=int(field(reader, "llama.block_count")),
+        num_layers=int(key("block_count")),
         hidden_size=hidden,
         num_heads=heads,
-        num_kv_heads=int(field(reader, "llama.attention.head_count_kv", heads)),
+        num_kv_heads=int(key("attention.head_count_kv", heads)),
         head_dim=head_dim,
         vocab_size=int(vocab),
-        context_length=int(field(reader, "llama.context_length")),
-        rope_theta=float(field(reader, "llama.rope.freq_base", 10000.0)),
+        context_length=int(key("context_length")),
+        rope_theta=float(key("rope.freq_base", 10000.0)),
         rope_linear_factor=linear_factor,
-        rms_eps=float(field(reader, "llama.attention.layer_norm_rms_epsilon")),
+        rms_eps=float(key("attention.layer_norm_rms_epsilon")),
         tied_embeddings="output.weight" not in tensor_names,
+        **traits,
     )
 
 
@@ -135,17 +173,19 @@ def load_weights(reader, cfg, step):
     expected = {"token_embd.weight", "output_norm.weight"}
     if not cfg.tied_embeddings:
         expected.add("output.weight")
+    parts = ["attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"]
+    if cfg.qk_norm:
+        parts += ["attn_q_norm", "attn_k_norm"]
     for i in range(cfg.num_layers):
-        expected.update(
-            f"blk.{i}.{part}.weight"
-            for part in ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")
-        )
+        expected.update(f"blk.{i}.{part}.weight" for part in parts)
+        if cfg.qkv_bias:
+            expected.update(f"blk.{i}.attn_{x}.bias" for x in "qkv")
     optional = {"rope_freqs.weight"}
     present = {t.name for t in reader.tensors}
     if missing := sorted(expected - present):
         raise ConvertError(f"GGUF lacks tensor {missing[0]} ({len(missing)} missing)")
     if unexpected := sorted(present - expected - optional):
-        raise ConvertError(f"unsupported tensor {unexpected[0]} (not a plain llama model)")
+        raise ConvertError(f"unsupported tensor {unexpected[0]} (not a plain {cfg.arch} model)")
 
     weights = {}
     total = len(reader.tensors)
@@ -156,9 +196,9 @@ def load_weights(reader, cfg, step):
         except NotImplementedError as e:
             raise ConvertError(f"cannot dequantize {tensor.name} ({tensor.tensor_type.name}): {e}") from None
         data = np.ascontiguousarray(data, dtype=np.float32)
-        if tensor.name.endswith("attn_q.weight"):
+        if cfg.permuted_qk and tensor.name.endswith("attn_q.weight"):
             data = unpermute_rotary(data, cfg.num_heads)
-        elif tensor.name.endswith("attn_k.weight"):
+        elif cfg.permuted_qk and tensor.name.endswith("attn_k.weight"):
             data = unpermute_rotary(data, cfg.num_kv_heads)
         weights[tensor.name] = data
         if n % report_every == 0 or n == total:
@@ -211,6 +251,28 @@ def rotary_caches(cfg, rope_freqs):
     positions = np.arange(cfg.context_length, dtype=np.float64) / cfg.rope_linear_factor
     freqs = np.outer(positions, inv_freq)
     return np.cos(freqs).astype(np.float32), np.sin(freqs).astype(np.float32)
+
+
+def head_norms(g, cfg, b, qkv, q_norm, k_norm):
+    """Splits packed Q|K|V and RMS-normalizes each head of Q and K (qwen3's QK-norm).
+
+    Returns the three inputs GroupQueryAttention takes when key and value come separately;
+    the rotary embedding is still applied inside the op, after the norm, as in the model.
+    """
+    q_dim, kv_dim = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+    q, k, v = g.node("Split", [qkv, g.const_i64([q_dim, kv_dim, kv_dim])], f"/{b}/attn/Split", outputs=3, axis=-1)
+
+    def per_head(x, heads, weight, what):
+        # [batch, seq, heads * D] -> [batch, seq, heads, D], normalized over D, and back.
+        split = g.node("Reshape", [x, g.const_i64([0, 0, heads, cfg.head_dim])], f"/{b}/attn/{what}_norm/Reshape")
+        normed = g.node(
+            "SimplifiedLayerNormalization",
+            [split, g.initializer(f"{b}.attn_{what}_norm.weight", weight)],
+            f"/{b}/attn/{what}_norm/SimplifiedLayerNorm", axis=-1, epsilon=cfg.rms_eps, stash_type=1,
+        )
+        return g.node("Reshape", [normed, g.const_i64([0, 0, heads * cfg.head_dim])], f"/{b}/attn/{what}_norm/Reshape_1")
+
+    return [per_head(q, cfg.num_heads, q_norm, "q"), per_head(k, cfg.num_kv_heads, k_norm, "k"), v]
 
 
 def build_model(cfg, weights):
@@ -271,9 +333,15 @@ def build_model(cfg, weights):
         if qkv_weight.shape != (cfg.num_heads * cfg.head_dim + 2 * kv_dim, H):
             raise ConvertError(f"unexpected attention weight shapes in layer {i}")
         qkv = linear(f"{b}.attn_qkv", normed, qkv_weight)
+        if cfg.qkv_bias:
+            bias = np.concatenate([weights[p + f"attn_{x}.bias"] for x in "qkv"])
+            qkv = g.node("Add", [qkv, g.initializer(f"{b}.attn_qkv.bias", bias)], f"/{b}/attn_qkv/Add")
+        q_k_v = [qkv, "", ""]
+        if cfg.qk_norm:
+            q_k_v = head_norms(g, cfg, b, qkv, weights[p + "attn_q_norm.weight"], weights[p + "attn_k_norm.weight"])
         attn = g.node(
             "GroupQueryAttention",
-            [qkv, "", "", f"past_key_values.{i}.key", f"past_key_values.{i}.value", seqlens_k, total_seq_len, "cos_cache", "sin_cache"],
+            [*q_k_v, f"past_key_values.{i}.key", f"past_key_values.{i}.value", seqlens_k, total_seq_len, "cos_cache", "sin_cache"],
             f"/{b}/attn/GroupQueryAttention",
             outputs=[f"/{b}/attn/GroupQueryAttention/output_0", f"present.{i}.key", f"present.{i}.value"],
             domain="com.microsoft",
@@ -440,7 +508,7 @@ def convert(gguf_path, out_dir, precision):
     cfg = read_config(reader)
     progress(
         1,
-        f"llama: {cfg.num_layers} layers, hidden {cfg.hidden_size}, heads {cfg.num_heads}/{cfg.num_kv_heads} (kv), "
+        f"{cfg.arch}: {cfg.num_layers} layers, hidden {cfg.hidden_size}, heads {cfg.num_heads}/{cfg.num_kv_heads} (kv), "
         f"head dim {cfg.head_dim}, vocab {cfg.vocab_size}, context {cfg.context_length}, "
         f"{'tied' if cfg.tied_embeddings else 'separate'} output weights",
     )
@@ -485,7 +553,7 @@ def convert(gguf_path, out_dir, precision):
         os.path.join(out_dir, "stead_model.json"),
         {
             "format": 1,
-            "architecture": "llama",
+            "architecture": cfg.arch,
             "name": cfg.name,
             "precision": precision,
             "vocab_size": cfg.vocab_size,
@@ -509,7 +577,7 @@ def convert(gguf_path, out_dir, precision):
 
 
 def main():
-    parser = argparse.ArgumentParser(description="Convert a llama-architecture GGUF into an ONNX model directory.")
+    parser = argparse.ArgumentParser(description="Convert a decoder GGUF (llama, qwen2, qwen3) into an ONNX model directory.")
     parser.add_argument("--gguf", required=True, help="path of the .gguf file")
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--precision", choices=("int4", "int8", "fp32"), default="int4")

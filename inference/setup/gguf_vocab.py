@@ -20,6 +20,11 @@ LLAMA3_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 
+# Qwen2's split (also Qwen3's): llama 3's, with single digits.
+QWEN2_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
 
 def byte_level(use_regex):
     return {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": use_regex}
@@ -40,7 +45,13 @@ PRE_TOKENIZERS = {
         ]
         for name in ("llama-bpe", "llama3", "llama-v3")
     },
+    "qwen2": [
+        {"type": "Split", "pattern": {"Regex": QWEN2_SPLIT}, "behavior": "Isolated", "invert": False},
+        byte_level(False),
+    ],
 }
+# Vocabularies whose Hugging Face tokenizer normalizes its input first.
+NORMALIZERS = {"qwen2": {"type": "NFC"}}
 
 
 class ConvertError(Exception):
@@ -104,7 +115,7 @@ def build_tokenizer(reader):
         "truncation": None,
         "padding": None,
         "added_tokens": added,
-        "normalizer": None,
+        "normalizer": NORMALIZERS.get(pre),
         "pre_tokenizer": {"type": "Sequence", "pretokenizers": PRE_TOKENIZERS[pre]},
         "post_processor": post_processor,
         "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
@@ -199,7 +210,7 @@ def genai_config(cfg, special):
             },
             "eos_token_id": special.eos,
             "pad_token_id": special.pad,
-            "type": "llama",
+            "type": cfg.arch,
             "vocab_size": cfg.vocab_size,
         },
         "search": {

@@ -47,6 +47,9 @@ pub struct PoolConfig {
     pub prefix_cache_bytes: usize,
     /// Shortest cached prefix reused; shorter matches are prefilled.
     pub prefix_cache_min_tokens: usize,
+    /// In `auto` tool mode, a reply that only repeats the call whose result the model was just
+    /// given is decoded again as text (small models otherwise loop on a tool).
+    pub block_repeated_calls: bool,
 }
 
 /// 256 MiB: about 5,800 tokens of SmolLM2-135M's KV (45 KiB a token).
@@ -71,6 +74,7 @@ impl PoolConfig {
             prefill_chunk: crate::engine::DEFAULT_PREFILL_CHUNK,
             prefix_cache_bytes: DEFAULT_PREFIX_CACHE_BYTES,
             prefix_cache_min_tokens: DEFAULT_PREFIX_CACHE_MIN_TOKENS,
+            block_repeated_calls: true,
         }
     }
 }
@@ -153,6 +157,8 @@ impl Actor for PoolActor {
 pub struct InferencePool {
     model_name: String,
     config: ModelConfig,
+    /// See [`PoolConfig::block_repeated_calls`].
+    block_repeated_calls: bool,
     template: ChatTemplate,
     shared: Arc<ModelShared>,
     queue: Arc<WorkQueue>,
@@ -237,6 +243,7 @@ impl InferencePool {
             };
         Ok(InferencePool {
             model_name: config.model_name,
+            block_repeated_calls: config.block_repeated_calls,
             config: model.config,
             template,
             shared,
@@ -276,6 +283,20 @@ impl InferencePool {
             cancel,
             progress,
         })
+    }
+
+    /// The prompt `request` would be decoded from, as token ids: its conversation rendered with
+    /// the model's chat template and tokenized (benchmarks hand it to peers, so that both sides
+    /// start from the very same tokens).
+    pub fn prompt_tokens(&self, request: ChatRequest) -> Result<Vec<u32>> {
+        let (events, _) = unbounded_channel();
+        let job = self.prepare(
+            request,
+            events,
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicUsize::new(0)),
+        )?;
+        Ok(job.prompt)
     }
 
     /// Generates to the end and returns the completion.
@@ -363,6 +384,12 @@ impl InferencePool {
             }
             (None, false) => ToolMode::Auto {
                 schema: ToolGrammar::call_schema(&tools, None),
+                names: tools.iter().map(|t| t.name.clone()).collect(),
+                answered: if self.block_repeated_calls {
+                    answered_calls(&request.messages)
+                } else {
+                    Vec::new()
+                },
             },
             (None, true) => ToolMode::None,
         };
@@ -433,13 +460,69 @@ fn load(
             prefix_stats,
         ))),
     };
+    let call_opener = tokenizer
+        .encode(TOOL_CALL_OPEN, false)
+        .map_err(|e| Error::ModelDir {
+            dir: model.path.display().to_string(),
+            message: format!("cannot tokenize {TOOL_CALL_OPEN}: {e}"),
+        })?
+        .get_ids()
+        .to_vec();
+    let json_openers = json_openers(&tokenizer);
     let shared = Arc::new(ModelShared {
         tokenizer,
         grammar,
         eos_ids: model.config.eos_token_ids.clone(),
+        call_opener,
+        json_openers,
         prefix,
     });
     Ok((model, engines, shared))
+}
+
+/// The calls of the assistant message whose results end the conversation (the messages after
+/// it are all tool results), as `(name, arguments)`.
+fn answered_calls(messages: &[crate::ChatMessage]) -> Vec<(String, serde_json::Value)> {
+    let results = messages
+        .iter()
+        .rev()
+        .take_while(|m| m.role == crate::Role::Tool)
+        .count();
+    if results == 0 {
+        return Vec::new();
+    }
+    let Some(asked) = messages
+        .len()
+        .checked_sub(results + 1)
+        .map(|i| &messages[i])
+    else {
+        return Vec::new();
+    };
+    asked
+        .tool_calls
+        .iter()
+        .map(|c| {
+            let arguments = serde_json::from_str(&c.arguments).unwrap_or(serde_json::Value::Null);
+            (c.name.clone(), arguments)
+        })
+        .collect()
+}
+
+/// Tokens whose text, leading whitespace aside, opens a JSON object or a code fence.
+fn json_openers(tokenizer: &Tokenizer) -> Vec<u32> {
+    (0..tokenizer.get_vocab_size(true) as u32)
+        .filter(|&id| {
+            // The raw (byte-level) form is a cheap first filter: only pieces holding a brace
+            // or a backtick are decoded.
+            tokenizer
+                .id_to_token(id)
+                .is_some_and(|raw| raw.contains(['{', '`']))
+                && tokenizer.decode(&[id], false).is_ok_and(|text| {
+                    let text = text.trim_start();
+                    text.starts_with('{') || text.starts_with('`')
+                })
+        })
+        .collect()
 }
 
 fn token_text(tokenizer: &Tokenizer, id: Option<u32>) -> String {

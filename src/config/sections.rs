@@ -165,6 +165,9 @@ pub struct EngineConfig {
     pub prefix_cache_bytes: usize,
     /// Shortest cached prefix reused; shorter matches are prefilled.
     pub prefix_cache_min_tokens: usize,
+    /// In `auto` tool mode, a reply that only repeats the call whose result the model was just
+    /// given is decoded again as text (small models otherwise call the same tool in a loop).
+    pub block_repeated_calls: bool,
 }
 
 impl Default for EngineConfig {
@@ -177,6 +180,7 @@ impl Default for EngineConfig {
             queue_capacity: 64,
             prefix_cache_bytes: stead_inference::pool::DEFAULT_PREFIX_CACHE_BYTES,
             prefix_cache_min_tokens: stead_inference::pool::DEFAULT_PREFIX_CACHE_MIN_TOKENS,
+            block_repeated_calls: true,
         }
     }
 }

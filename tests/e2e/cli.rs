@@ -129,7 +129,7 @@ fn layers_apply_in_order_file_env_flags() {
     // The local model follows the data dir.
     assert_eq!(
         from_flags["providers"][0]["model_dir"].as_str(),
-        Some("/tmp/from-flag/models/smollm2-135m-instruct")
+        Some("/tmp/from-flag/models/qwen2.5-coder-0.5b-instruct")
     );
 }
 

@@ -1,5 +1,5 @@
 //! A streamed chat over the WebSocket with the real local model: `stead serve` with its
-//! built-in configuration (the demo agent on SmolLM2-135M-Instruct, prepared by `stead setup`
+//! built-in configuration (the demo agent on Qwen2.5-Coder-0.5B-Instruct, prepared by `stead setup`
 //! into `$STEAD_DATA_DIR`; the test links the prepared model and runtime into its own data
 //! directory).
 
@@ -43,7 +43,7 @@ async fn a_streamed_chat_with_the_real_model() {
     ws.until_event("turn_finished").await;
     let metrics = server.metrics().await;
     let figure = |name: &str| -> f64 {
-        let prefix = format!("{name}{{provider=\"local\",model=\"smollm2-135m-instruct\"}} ");
+        let prefix = format!("{name}{{provider=\"local\",model=\"qwen2.5-coder-0.5b-instruct\"}} ");
         metrics
             .lines()
             .find_map(|l| l.strip_prefix(prefix.as_str()))

@@ -1,12 +1,17 @@
-//! End-to-end tests on the real local model (SmolLM2-135M-Instruct, prepared by `stead setup`
-//! into `$STEAD_DATA_DIR`; scripts/test.sh does that first), one binary:
+//! End-to-end tests on the real local models (the default Qwen2.5-Coder-0.5B-Instruct and
+//! SmolLM2-135M-Instruct, prepared by `stead setup` into `$STEAD_DATA_DIR`; scripts/test.sh does
+//! that first), one binary:
 //!
-//! - `agent`: a session actor through the `ModelClient` the binary wires;
-//! - `gateway`: a streamed chat over the WebSocket of `stead serve`;
-//! - `openai_client`: the official `openai` Python client against the OpenAI-compatible API.
+//! - `agent`: a session actor through the `ModelClient` the binary wires (SmolLM2);
+//! - `converter`: both conversions against llama.cpp, and an architecture it refuses;
+//! - `gateway`: a streamed chat over the WebSocket of `stead serve` (the default model);
+//! - `openai_client`: the official `openai` Python client against the OpenAI-compatible API;
+//! - `web_demo`: the demo flow (remember, forget after approval) in a real browser.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod agent;
+mod converter;
 mod gateway;
 mod openai_client;
+mod web_demo;

@@ -35,6 +35,11 @@ pub struct ModelShared {
     pub tokenizer: Tokenizer,
     pub grammar: ToolGrammar,
     pub eos_ids: Vec<u32>,
+    /// `<tool_call>` as the model's tokens: fed in place of a call the model began as bare JSON.
+    pub call_opener: Vec<u32>,
+    /// Tokens that open a JSON object or code fence: banned at the start of a reply that is
+    /// decoded again as text (see `Sequence::answer_in_text`).
+    pub json_openers: Vec<u32>,
     /// The KV of recent prompts, shared by the workers (their queue is shared, so a
     /// conversation's next step may land on either); `None` when the cache is off.
     pub prefix: Option<Mutex<PrefixCache>>,

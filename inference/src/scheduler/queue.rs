@@ -14,9 +14,14 @@ use crate::{Completion, Error, FinishReason, Result, SamplingParams, StreamEvent
 #[derive(Debug, Clone)]
 pub enum ToolMode {
     None,
-    /// Free text until the model writes `<tool_call>`, then constrained to `schema`.
+    /// Free text until the model writes `<tool_call>` (or begins its reply with a bare JSON
+    /// call to one of `names`), then constrained to `schema`.
     Auto {
         schema: Value,
+        names: Vec<String>,
+        /// The calls whose results end the conversation, as `(name, arguments)`: a reply that
+        /// only repeats one of them is decoded again as text (empty: no guard).
+        answered: Vec<(String, Value)>,
     },
     /// The prompt already ends with `<tool_call>`: constrained from the first token.
     Forced {

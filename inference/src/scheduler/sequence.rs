@@ -1,6 +1,7 @@
 //! One row of a worker's running batch: its sampler, detokenizer, stop filter and tool-call
 //! grammar, one decode step at a time.
 
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -24,6 +25,18 @@ pub(super) struct Sequence {
     /// Set while writing a tool call.
     pub(super) matcher: Option<Matcher>,
     pub(super) call_text: String,
+    /// Auto mode, at the start of the reply: text held back while it may still be the start of
+    /// a bare JSON call (`{"name"…`, fenced or not). `None` once the reply is known to be text.
+    pub(super) leading: Option<String>,
+    /// Tokens fed to the model before sampling resumes (the call opener after a bare call was
+    /// recognised), next first.
+    pub(super) forced: VecDeque<u32>,
+    /// Positions of this row in the KV cache when its reply began.
+    reply_start: usize,
+    /// The logits of the reply's first token, while the start of the reply is held back.
+    first_logits: Option<Vec<f32>>,
+    /// Set when a reply that began as JSON for no tool is decoded again as text.
+    text_only: bool,
     pub(super) text: String,
     pub(super) generated: usize,
     pub(super) last_token: u32,
@@ -43,7 +56,8 @@ impl Sequence {
         grammar_budget: usize,
     ) -> std::result::Result<Self, (Box<Job>, Error)> {
         let mut stops = job.sampling.stop.clone();
-        if matches!(job.tools, ToolMode::Auto { .. }) {
+        let auto = matches!(job.tools, ToolMode::Auto { .. });
+        if auto {
             stops.push(TOOL_CALL_OPEN.to_string());
         }
         let matcher = match &job.tools {
@@ -71,6 +85,11 @@ impl Sequence {
             stops: StopFilter::new(&stops),
             matcher,
             call_text: String::new(),
+            leading: auto.then(String::new),
+            forced: VecDeque::new(),
+            reply_start: job.prompt.len(),
+            first_logits: None,
+            text_only: false,
             text: String::new(),
             generated: 0,
             last_token: 0,
@@ -103,28 +122,71 @@ impl Sequence {
         if self.job.abandoned() {
             return self.finish(FinishReason::Cancelled, shared);
         }
+        if let Some(token) = self.forced.pop_front() {
+            // The logits are those of a token the reply no longer holds: feed the opener on.
+            self.last_token = token;
+            self.generated += 1;
+            self.job.progress.store(self.generated, Ordering::Relaxed);
+            if self.generated >= self.job.sampling.max_tokens {
+                return self.finish(FinishReason::Length, shared);
+            }
+            return Ok(());
+        }
         let token = match &mut self.matcher {
             Some(matcher) => {
                 let mut masked = logits.to_vec();
                 mask_logits(matcher, &mut masked)?;
                 self.sampler.sample(&masked)
             }
-            None if self.job.sampling.ignore_eos => {
-                let mut masked = logits.to_vec();
-                for &eos in &shared.eos_ids {
-                    masked[eos as usize] = f32::NEG_INFINITY;
+            None => {
+                if self.generated == 0 && (self.leading.is_some() || self.guards_repeats()) {
+                    // Kept in case the reply turns out to be JSON for a tool that does not
+                    // exist, or a repeat of the call just answered: it is then decoded again
+                    // from here, as text.
+                    self.first_logits = Some(logits.to_vec());
                 }
-                self.sampler.sample(&masked)
+                let ban_eos = self.job.sampling.ignore_eos;
+                let ban_openers = self.text_only && self.text.trim().is_empty();
+                if ban_eos || ban_openers {
+                    let mut masked = logits.to_vec();
+                    self.ban(&mut masked, shared, ban_eos, ban_openers);
+                    self.sampler.sample(&masked)
+                } else {
+                    self.sampler.sample(logits)
+                }
             }
-            None => self.sampler.sample(logits),
         };
         let now = Instant::now();
         self.first_token_at.get_or_insert(now);
         self.last_token_at = Some(now);
         self.generated += 1;
         self.job.progress.store(self.generated, Ordering::Relaxed);
-        self.last_token = token;
+        self.accept(token, shared)
+    }
 
+    /// Sets the logits of end-of-sequence tokens and/or of tokens that open a JSON object, a
+    /// code fence or (when it is one token) a tagged call to −∞.
+    fn ban(&self, logits: &mut [f32], shared: &ModelShared, eos: bool, openers: bool) {
+        let one_token_opener = match shared.call_opener.as_slice() {
+            [opener] => std::slice::from_ref(opener),
+            _ => &[],
+        };
+        let banned = eos
+            .then_some(shared.eos_ids.as_slice())
+            .into_iter()
+            .chain(openers.then_some(shared.json_openers.as_slice()))
+            .chain(openers.then_some(one_token_opener))
+            .flatten();
+        for &token in banned {
+            if let Some(logit) = logits.get_mut(token as usize) {
+                *logit = f32::NEG_INFINITY;
+            }
+        }
+    }
+
+    /// Acts on the token just chosen for this row.
+    fn accept(&mut self, token: u32, shared: &ModelShared) -> Result<()> {
+        self.last_token = token;
         if let Some(matcher) = &mut self.matcher {
             let eos = shared.eos_ids.contains(&token);
             if !eos {
@@ -137,17 +199,44 @@ impl Sequence {
             if eos || matcher.is_stopped() {
                 let rest = self.decoder.finish(&shared.tokenizer);
                 self.call_text.push_str(&rest);
+                if self.repeats_an_answered_call() {
+                    self.matcher = None;
+                    self.call_text.clear();
+                    return self.answer_in_text(shared);
+                }
                 return self.finish(FinishReason::ToolCalls, shared);
             }
         } else if shared.eos_ids.contains(&token) {
             return self.finish(FinishReason::Stop, shared);
         } else {
-            let piece = self.decoder.push(&shared.tokenizer, token);
+            let mut piece = self.decoder.push(&shared.tokenizer, token);
+            if let Some(held) = &mut self.leading {
+                held.push_str(&piece);
+                let ToolMode::Auto { names, .. } = &self.job.tools else {
+                    unreachable!("the start of a reply is held back only in auto mode")
+                };
+                match leading_call(held, names) {
+                    Lead::Undecided => piece.clear(),
+                    Lead::Call => {
+                        self.start_bare_call(shared)?;
+                        return self.check_budget(shared);
+                    }
+                    Lead::NotATool => return self.answer_in_text(shared),
+                    Lead::Text => {
+                        self.first_logits = None;
+                        piece = self.leading.take().unwrap_or_default();
+                    }
+                }
+            }
             let filtered = self.stops.push(&piece);
             self.emit(filtered.emit);
             match filtered.stopped {
+                // A reply decoded again as text ends where it would open a call.
+                Some(stop) if stop == TOOL_CALL_OPEN && self.text_only => {
+                    return self.finish(FinishReason::Stop, shared)
+                }
                 Some(stop) if stop == TOOL_CALL_OPEN => {
-                    let ToolMode::Auto { schema } = &self.job.tools else {
+                    let ToolMode::Auto { schema, .. } = &self.job.tools else {
                         unreachable!("the tool-call opener is a stop only in auto mode")
                     };
                     let budget = self.job.sampling.max_tokens.saturating_sub(self.generated);
@@ -167,9 +256,89 @@ impl Sequence {
                 None => {}
             }
         }
+        self.check_budget(shared)
+    }
+
+    fn guards_repeats(&self) -> bool {
+        matches!(&self.job.tools, ToolMode::Auto { answered, .. } if !answered.is_empty())
+    }
+
+    /// Whether the call just decoded names a tool whose call was just answered, with every
+    /// argument of that call unchanged (added optional arguments do not make it new).
+    fn repeats_an_answered_call(&self) -> bool {
+        let ToolMode::Auto { answered, .. } = &self.job.tools else {
+            return false;
+        };
+        let Ok(call) = serde_json::from_str::<Value>(self.call_text.trim()) else {
+            return false;
+        };
+        answered.iter().any(|(name, before)| {
+            call["name"].as_str() == Some(name.as_str())
+                && match (before.as_object(), call["arguments"].as_object()) {
+                    (Some(before), Some(now)) => before.iter().all(|(k, v)| now.get(k) == Some(v)),
+                    _ => before == &call["arguments"],
+                }
+        })
+    }
+
+    fn check_budget(&mut self, shared: &ModelShared) -> Result<()> {
         if self.generated >= self.job.sampling.max_tokens {
             return self.finish(FinishReason::Length, shared);
         }
+        Ok(())
+    }
+
+    /// The reply began as a JSON object named after no tool (the model meant to answer in JSON,
+    /// not to call), or was a call that only repeats one just answered. The row's cache goes
+    /// back to where the reply began and the first token is chosen again from the logits kept
+    /// then, with JSON and fence openers (and a one-token call opener) banned until the reply
+    /// holds some text; should it open a call later, it ends there.
+    fn answer_in_text(&mut self, shared: &ModelShared) -> Result<()> {
+        self.leading = None;
+        self.text_only = true;
+        self.decoder = IncrementalDecoder::new();
+        self.valid_len = self.reply_start;
+        let Some(mut logits) = self.first_logits.take() else {
+            return Err(Error::Inference(
+                "the reply's first logits were not kept".into(),
+            ));
+        };
+        self.ban(&mut logits, shared, self.job.sampling.ignore_eos, true);
+        let token = self.sampler.sample(&logits);
+        self.accept(token, shared)
+    }
+
+    /// The reply so far is the start of a call written as bare JSON (how Qwen models often
+    /// write them, although their template asks for `<tool_call>` tags). The row's cache goes
+    /// back to where the reply began, the opener is fed instead, and the call is then decoded
+    /// under the grammar like any tagged one: the model continues the canonical form, and the
+    /// held-back text never reaches the caller.
+    fn start_bare_call(&mut self, shared: &ModelShared) -> Result<()> {
+        let ToolMode::Auto { schema, .. } = &self.job.tools else {
+            unreachable!("bare calls are looked for only in auto mode")
+        };
+        let budget = self.job.sampling.max_tokens.saturating_sub(self.generated);
+        let matcher = shared
+            .grammar
+            .matcher(schema.clone(), budget)
+            .map_err(|e| Error::InvalidToolSchema {
+                tool: "*".into(),
+                message: e,
+            })?;
+        self.matcher = Some(matcher);
+        self.leading = None;
+        self.decoder = IncrementalDecoder::new();
+        self.valid_len = self.reply_start;
+        if !self.guards_repeats() {
+            self.first_logits = None;
+        }
+        self.forced = shared.call_opener.iter().copied().collect();
+        let Some(first) = self.forced.pop_front() else {
+            return Err(Error::Inference(
+                "the tool-call opener has no tokens".into(),
+            ));
+        };
+        self.last_token = first;
         Ok(())
     }
 
@@ -179,7 +348,8 @@ impl Sequence {
         let mut tool_calls = Vec::new();
         match reason {
             FinishReason::Stop | FinishReason::Length if self.matcher.is_none() => {
-                let tail = self.decoder.finish(&shared.tokenizer);
+                let mut tail = self.leading.take().unwrap_or_default();
+                tail.push_str(&self.decoder.finish(&shared.tokenizer));
                 let mut filtered = self.stops.push(&tail);
                 if filtered.stopped.is_none() {
                     filtered.emit.push_str(&self.stops.finish());
@@ -233,6 +403,69 @@ impl Sequence {
     }
 }
 
+/// What the start of an auto-mode reply is.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Lead {
+    /// Still a prefix of a bare call: hold it back.
+    Undecided,
+    /// `{"name": "TOOL"`, optionally inside a ```` ``` ```` or ```` ```json ```` fence, for one
+    /// of the tools: a call.
+    Call,
+    /// The same shape, named after no tool.
+    NotATool,
+    /// Anything else: the reply is text.
+    Text,
+}
+
+pub(super) fn leading_call(text: &str, tools: &[String]) -> Lead {
+    let mut rest = text.trim_start();
+    if rest.is_empty() {
+        return Lead::Undecided;
+    }
+    if let Some(after) = rest.strip_prefix("```") {
+        let word_len = after
+            .find(|c: char| !c.is_ascii_alphanumeric())
+            .unwrap_or(after.len());
+        let (word, tail) = after.split_at(word_len);
+        if !"json".starts_with(word) {
+            return Lead::Text;
+        }
+        if tail.is_empty() {
+            return Lead::Undecided;
+        }
+        if word != "json" && !word.is_empty() {
+            return Lead::Text;
+        }
+        rest = tail.trim_start();
+        if rest.is_empty() {
+            return Lead::Undecided;
+        }
+    } else if "```".starts_with(rest) {
+        return Lead::Undecided;
+    }
+    let Some(object) = rest.strip_prefix('{') else {
+        return Lead::Text;
+    };
+    // `"name"`, then `:` and the opening quote of the name, whitespace allowed between.
+    let mut rest = object;
+    for part in ["\"name\"", ":", "\""] {
+        rest = rest.trim_start();
+        if let Some(after) = rest.strip_prefix(part) {
+            rest = after;
+        } else if part.starts_with(rest) {
+            return Lead::Undecided;
+        } else {
+            return Lead::Text;
+        }
+    }
+    match rest.split_once('"') {
+        Some((name, _)) if tools.iter().any(|t| t == name) => Lead::Call,
+        Some(_) => Lead::NotATool,
+        None if tools.iter().any(|t| t.starts_with(rest)) => Lead::Undecided,
+        None => Lead::NotATool,
+    }
+}
+
 pub(super) fn parse_call(text: &str) -> Option<ToolCall> {
     let value: Value = serde_json::from_str(text.trim()).ok()?;
     let name = value.get("name")?.as_str()?.to_string();
@@ -242,4 +475,77 @@ pub(super) fn parse_call(text: &str) -> Option<ToolCall> {
         name,
         arguments,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{leading_call, Lead};
+
+    fn tools() -> Vec<String> {
+        vec!["clock".into(), "remember".into()]
+    }
+
+    #[test]
+    fn a_bare_or_fenced_json_call_is_recognised_once_its_tool_is_named() {
+        for text in [
+            "{\"name\": \"clock\"",
+            "  {\"name\": \"clock\", \"arguments\"",
+            "{ \"name\" : \"remember\"",
+            "```json\n{\"name\": \"clock\"",
+            "```\n{\n  \"name\": \"remember\"",
+            "\n```json {\"name\":\"clock\"",
+        ] {
+            assert_eq!(leading_call(text, &tools()), Lead::Call, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn prefixes_of_a_call_are_held_back() {
+        for text in [
+            "",
+            " \n",
+            "`",
+            "``",
+            "```",
+            "```js",
+            "```json",
+            "```json\n",
+            "{",
+            "{\"na",
+            "{\"name\"",
+            "{\"name\": ",
+            "{\"name\": \"",
+            "{\"name\": \"rem",
+        ] {
+            assert_eq!(leading_call(text, &tools()), Lead::Undecided, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn json_named_after_no_tool_is_told_apart() {
+        for text in [
+            "{\"name\": \"Joke\"",
+            "{\"name\": \"clocks\"",
+            "```json\n{\"name\": \"x",
+        ] {
+            assert_eq!(leading_call(text, &tools()), Lead::NotATool, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn anything_else_is_text() {
+        for text in [
+            "Hello",
+            "<tool_call>",
+            "```python\n",
+            "```jsonl\n{",
+            "{\"note\": 1}",
+            "{\"names\"",
+            "{\"name\" 1",
+            "[1, 2]",
+            "`code`",
+        ] {
+            assert_eq!(leading_call(text, &tools()), Lead::Text, "{text:?}");
+        }
+    }
 }

@@ -1,0 +1,64 @@
+// The demo flow on the real default model, in a real browser (Debian's Chromium through
+// playwright-core): a new demo session; "remember" a note (no approval needed); ask the agent
+// to forget it → an approval card for `forget` appears → approve it → the tool's result says
+// the note was deleted. A screenshot of each step goes to OUT_DIR. Run by
+// tests/local_model/web_demo.rs as `node demo.mjs BASE_URL OUT_DIR`.
+
+import { mkdirSync } from "node:fs";
+import { join } from "node:path";
+
+import { chromium } from "playwright-core";
+
+const [base, out] = process.argv.slice(2);
+mkdirSync(out, { recursive: true });
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
+  args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--no-first-run"],
+});
+const step = (name) => console.log(JSON.stringify({ step: name }));
+const shot = (page, name) => page.screenshot({ path: join(out, `${name}.png`), fullPage: true });
+// A real model on two cores: a turn takes seconds, not milliseconds.
+const turn = { timeout: 120000 };
+
+let page;
+try {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  page = await context.newPage();
+  page.on("pageerror", (e) => console.error("page error:", e.message));
+  await page.goto(`${base}/`);
+  await page.getByRole("heading", { name: "Sessions" }).waitFor();
+  await page.getByRole("button", { name: "Create session" }).click();
+  await page.waitForURL(/#\/sessions\/[0-9a-f-]{36}$/);
+  await page.getByTestId("connection").filter({ hasText: "connected" }).waitFor();
+  step("demo session created");
+
+  await page.getByLabel("Message").fill("Remember that my wifi password is hunter2.");
+  await page.getByRole("button", { name: "Send" }).click();
+  await page.locator(".result", { hasText: "hunter2" }).waitFor(turn);
+  await page.getByTestId("session-status").filter({ hasText: "idle" }).waitFor(turn);
+  await shot(page, "demo-1-remembered");
+  step("the note was stored (remember needs no approval)");
+
+  await page.getByLabel("Message").fill("Forget the note about my wifi password.");
+  await page.getByRole("button", { name: "Send" }).click();
+  const card = page.getByRole("group", { name: "Approval for forget" });
+  await card.waitFor(turn);
+  await shot(page, "demo-2-approval-card");
+  step("an approval card for forget appeared");
+
+  await card.getByRole("button", { name: "Approve", exact: true }).click();
+  await page.locator(".decision", { hasText: "Approved by" }).waitFor(turn);
+  await page.locator(".result", { hasText: /"deleted":\s*true/ }).waitFor(turn);
+  await page.getByTestId("session-status").filter({ hasText: "idle" }).waitFor(turn);
+  await shot(page, "demo-3-forgotten");
+  step("approved: the note is gone");
+  console.log(JSON.stringify({ done: true, session: page.url().split("/").pop() }));
+} catch (error) {
+  if (page) {
+    await shot(page, "demo-failure").catch(() => undefined);
+    console.error("page text at the failure:\n" + (await page.innerText("body").catch(() => "?")));
+  }
+  throw error;
+} finally {
+  await browser.close();
+}
