@@ -101,11 +101,14 @@ def agreement(args):
     }), flush=True)
 
 
-def first_token_ms(llm, ids, reset):
-    if reset:
+def first_token_ms(llm, ids, cached):
+    """Time to the first token of `ids`: from an empty context, or (cached) reusing the longest
+    prefix shared with the previous prompt, which llama-cpp-python's generate(reset=True) keeps
+    in the context and does not evaluate again."""
+    if not cached:
         llm.reset()
     started = time.perf_counter()
-    generator = llm.generate(ids, top_k=1, temp=0.0, reset=reset)
+    generator = llm.generate(ids, top_k=1, temp=0.0, reset=True)
     next(generator)
     elapsed = (time.perf_counter() - started) * 1e3
     generator.close()
@@ -149,10 +152,10 @@ def turn(args):
     with open(args.steps_ids) as f:
         steps = json.load(f)
     llm = load_llama(args.gguf, args.threads, n_ctx=max(len(s) for s in steps) + 16)
-    first_token_ms(llm, steps[0][:16], reset=True)  # warm-up
-    off = [first_token_ms(llm, ids, reset=True) for ids in steps]
+    first_token_ms(llm, steps[0][:16], cached=False)  # warm-up
+    off = [first_token_ms(llm, ids, cached=False) for ids in steps]
     llm.reset()
-    on = [first_token_ms(llm, ids, reset=False) for ids in steps]
+    on = [first_token_ms(llm, ids, cached=True) for ids in steps]
     later = lambda values: statistics.median(values[1:]) if len(values) > 1 else 0.0
     print(json.dumps({
         "ttft_ms_off": off,
