@@ -1,5 +1,7 @@
 //! Tool calls that always parse: once a call starts, every token is masked by an llguidance
-//! grammar compiled from the tool's JSON schema, so the model can only write a valid call.
+//! grammar compiled from the tool's JSON schema, so the model can only write a valid call. Also
+//! what auto mode needs to tell calls from text: the tokens that open JSON, and the calls a
+//! conversation has just had answered.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -114,6 +116,51 @@ fn closed(schema: &Value) -> Value {
     schema
 }
 
+/// The calls of the assistant message whose results end the conversation (the messages after
+/// it are all tool results), as `(name, arguments)`.
+pub(crate) fn answered_calls(messages: &[crate::ChatMessage]) -> Vec<(String, serde_json::Value)> {
+    let results = messages
+        .iter()
+        .rev()
+        .take_while(|m| m.role == crate::Role::Tool)
+        .count();
+    if results == 0 {
+        return Vec::new();
+    }
+    let Some(asked) = messages
+        .len()
+        .checked_sub(results + 1)
+        .map(|i| &messages[i])
+    else {
+        return Vec::new();
+    };
+    asked
+        .tool_calls
+        .iter()
+        .map(|c| {
+            let arguments = serde_json::from_str(&c.arguments).unwrap_or(serde_json::Value::Null);
+            (c.name.clone(), arguments)
+        })
+        .collect()
+}
+
+/// Tokens whose text, leading whitespace aside, opens a JSON object or a code fence.
+pub(crate) fn json_openers(tokenizer: &tokenizers::Tokenizer) -> Vec<u32> {
+    (0..tokenizer.get_vocab_size(true) as u32)
+        .filter(|&id| {
+            // The raw (byte-level) form is a cheap first filter: only pieces holding a brace
+            // or a backtick are decoded.
+            tokenizer
+                .id_to_token(id)
+                .is_some_and(|raw| raw.contains(['{', '`']))
+                && tokenizer.decode(&[id], false).is_ok_and(|text| {
+                    let text = text.trim_start();
+                    text.starts_with('{') || text.starts_with('`')
+                })
+        })
+        .collect()
+}
+
 /// Sets every token the grammar forbids to −∞.
 pub fn mask_logits(matcher: &mut Matcher, logits: &mut [f32]) -> Result<()> {
     let mask = matcher
@@ -126,4 +173,34 @@ pub fn mask_logits(matcher: &mut Matcher, logits: &mut [f32]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::answered_calls;
+    use crate::{ChatMessage, Role, ToolCall};
+    use serde_json::json;
+
+    #[test]
+    fn the_answered_calls_are_those_whose_results_end_the_conversation() {
+        let mut asked = ChatMessage::new(Role::Assistant, String::new());
+        asked.tool_calls = vec![ToolCall {
+            id: "c1".into(),
+            name: "clock".into(),
+            arguments: "{}".into(),
+        }];
+        let result = ChatMessage::new(Role::Tool, "{\"utc\":\"now\"}");
+        let conversation = vec![ChatMessage::user("time?"), asked, result];
+        assert_eq!(
+            answered_calls(&conversation),
+            vec![("clock".to_string(), json!({}))]
+        );
+        let mut later = conversation.clone();
+        later.push(ChatMessage::user("and now?"));
+        assert!(
+            answered_calls(&later).is_empty(),
+            "a new user message ends the guard"
+        );
+        assert!(answered_calls(&[ChatMessage::user("hi")]).is_empty());
+    }
 }

@@ -386,7 +386,7 @@ impl InferencePool {
                 schema: ToolGrammar::call_schema(&tools, None),
                 names: tools.iter().map(|t| t.name.clone()).collect(),
                 answered: if self.block_repeated_calls {
-                    answered_calls(&request.messages)
+                    crate::constrained::answered_calls(&request.messages)
                 } else {
                     Vec::new()
                 },
@@ -468,7 +468,7 @@ fn load(
         })?
         .get_ids()
         .to_vec();
-    let json_openers = json_openers(&tokenizer);
+    let json_openers = crate::constrained::json_openers(&tokenizer);
     let shared = Arc::new(ModelShared {
         tokenizer,
         grammar,
@@ -478,51 +478,6 @@ fn load(
         prefix,
     });
     Ok((model, engines, shared))
-}
-
-/// The calls of the assistant message whose results end the conversation (the messages after
-/// it are all tool results), as `(name, arguments)`.
-fn answered_calls(messages: &[crate::ChatMessage]) -> Vec<(String, serde_json::Value)> {
-    let results = messages
-        .iter()
-        .rev()
-        .take_while(|m| m.role == crate::Role::Tool)
-        .count();
-    if results == 0 {
-        return Vec::new();
-    }
-    let Some(asked) = messages
-        .len()
-        .checked_sub(results + 1)
-        .map(|i| &messages[i])
-    else {
-        return Vec::new();
-    };
-    asked
-        .tool_calls
-        .iter()
-        .map(|c| {
-            let arguments = serde_json::from_str(&c.arguments).unwrap_or(serde_json::Value::Null);
-            (c.name.clone(), arguments)
-        })
-        .collect()
-}
-
-/// Tokens whose text, leading whitespace aside, opens a JSON object or a code fence.
-fn json_openers(tokenizer: &Tokenizer) -> Vec<u32> {
-    (0..tokenizer.get_vocab_size(true) as u32)
-        .filter(|&id| {
-            // The raw (byte-level) form is a cheap first filter: only pieces holding a brace
-            // or a backtick are decoded.
-            tokenizer
-                .id_to_token(id)
-                .is_some_and(|raw| raw.contains(['{', '`']))
-                && tokenizer.decode(&[id], false).is_ok_and(|text| {
-                    let text = text.trim_start();
-                    text.starts_with('{') || text.starts_with('`')
-                })
-        })
-        .collect()
 }
 
 fn token_text(tokenizer: &Tokenizer, id: Option<u32>) -> String {
