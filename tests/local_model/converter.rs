@@ -60,16 +60,17 @@ fn prepared_model(name: &str) -> (PathBuf, PathBuf) {
 const MIN_QWEN_INT4: f64 = 0.85;
 const MIN_LLAMA_FP32: f64 = 0.95;
 
+/// The check ran on `architecture`, over the whole passage, and agreed at least `min`.
+fn agrees(result: &Value, architecture: &str, min: f64) {
+    assert_eq!(result["architecture"], architecture, "{result}");
+    assert!(result["positions"].as_u64().unwrap() >= 250, "{result}");
+    assert!(result["agreement"].as_f64().unwrap() >= min, "{result}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_qwen2_conversion_agrees_with_llama_cpp() {
     let (dir, gguf) = prepared_model(stead_inference::setup::QWEN_CODER_05B.name);
-    let result = agreement(&gguf, &dir).await;
-    assert_eq!(result["architecture"], "qwen2", "{result}");
-    assert!(result["positions"].as_u64().unwrap() >= 250, "{result}");
-    assert!(
-        result["agreement"].as_f64().unwrap() >= MIN_QWEN_INT4,
-        "{result}"
-    );
+    agrees(&agreement(&gguf, &dir).await, "qwen2", MIN_QWEN_INT4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -95,13 +96,7 @@ async fn the_llama_conversion_agrees_with_llama_cpp() {
         "the fp32 conversion failed",
     )
     .await;
-    let result = agreement(&gguf, &fp32).await;
-    assert_eq!(result["architecture"], "llama", "{result}");
-    assert!(result["positions"].as_u64().unwrap() >= 250, "{result}");
-    assert!(
-        result["agreement"].as_f64().unwrap() >= MIN_LLAMA_FP32,
-        "{result}"
-    );
+    agrees(&agreement(&gguf, &fp32).await, "llama", MIN_LLAMA_FP32);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

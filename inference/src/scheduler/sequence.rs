@@ -235,28 +235,33 @@ impl Sequence {
                 Some(stop) if stop == TOOL_CALL_OPEN && self.text_only => {
                     return self.finish(FinishReason::Stop, shared)
                 }
-                Some(stop) if stop == TOOL_CALL_OPEN => {
-                    let ToolMode::Auto { schema, .. } = &self.job.tools else {
-                        unreachable!("the tool-call opener is a stop only in auto mode")
-                    };
-                    let budget = self.job.sampling.max_tokens.saturating_sub(self.generated);
-                    let matcher = shared
-                        .grammar
-                        .matcher(schema.clone(), budget)
-                        .map_err(|e| Error::InvalidToolSchema {
-                            tool: "*".into(),
-                            message: e,
-                        })?;
-                    self.matcher = Some(matcher);
-                    // Text the opener's last token carried after `<tool_call>` is dropped: the
-                    // grammar starts on the next token.
-                    self.decoder = IncrementalDecoder::new();
-                }
+                // Text the opener's last token carried after `<tool_call>` is dropped: the
+                // grammar starts on the next token.
+                Some(stop) if stop == TOOL_CALL_OPEN => self.open_call(shared)?,
                 Some(_) => return self.finish(FinishReason::Stop, shared),
                 None => {}
             }
         }
         self.check_budget(shared)
+    }
+
+    /// Starts decoding an auto-mode call under the grammar, from the next token, within what
+    /// is left of the token budget.
+    fn open_call(&mut self, shared: &ModelShared) -> Result<()> {
+        let ToolMode::Auto { schema, .. } = &self.job.tools else {
+            unreachable!("calls are opened by the model only in auto mode")
+        };
+        let budget = self.job.sampling.max_tokens.saturating_sub(self.generated);
+        let matcher = shared
+            .grammar
+            .matcher(schema.clone(), budget)
+            .map_err(|e| Error::InvalidToolSchema {
+                tool: "*".into(),
+                message: e,
+            })?;
+        self.matcher = Some(matcher);
+        self.decoder = IncrementalDecoder::new();
+        Ok(())
     }
 
     fn guards_repeats(&self) -> bool {
@@ -314,20 +319,8 @@ impl Sequence {
     /// under the grammar like any tagged one: the model continues the canonical form, and the
     /// held-back text never reaches the caller.
     fn start_bare_call(&mut self, shared: &ModelShared) -> Result<()> {
-        let ToolMode::Auto { schema, .. } = &self.job.tools else {
-            unreachable!("bare calls are looked for only in auto mode")
-        };
-        let budget = self.job.sampling.max_tokens.saturating_sub(self.generated);
-        let matcher = shared
-            .grammar
-            .matcher(schema.clone(), budget)
-            .map_err(|e| Error::InvalidToolSchema {
-                tool: "*".into(),
-                message: e,
-            })?;
-        self.matcher = Some(matcher);
+        self.open_call(shared)?;
         self.leading = None;
-        self.decoder = IncrementalDecoder::new();
         self.valid_len = self.reply_start;
         if !self.guards_repeats() {
             self.first_logits = None;
