@@ -128,6 +128,14 @@ export OPENAI_PYTHON="$clients_venv/bin/python"
 
 step "llama.cpp (llama-cpp-python, built from source once; pip caches the wheel), for the converter check"
 llama_venv="$CARGO_TARGET_DIR/llama-venv"
+if ! command -v g++ >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq g++ >/dev/null
+  else
+    die "a C++ compiler is needed to build llama-cpp-python: sudo apt-get install g++"
+  fi
+fi
 if ! cmp -s inference/setup/llama-requirements.txt "$llama_venv/requirements.txt" 2>/dev/null; then
   rm -rf "$llama_venv"
   python3 -m venv "$llama_venv"
