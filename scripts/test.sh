@@ -99,12 +99,13 @@ if [ -z "${CHROMIUM:-}" ]; then
   export CHROMIUM=/usr/bin/chromium
 fi
 
-step "stead setup (ONNX Runtime, the default model and SmolLM2 for the quick tests, cached under the target dir)"
+step "stead setup (ONNX Runtime, the default model, SmolLM2 for the quick tests and Gemma 3 at fp32 for the converter check, cached under the target dir)"
 source scripts/ensure-python-venv.sh
 cargo build --locked --bin stead
 export STEAD_DATA_DIR="$CARGO_TARGET_DIR/stead-data"
 "$CARGO_TARGET_DIR/debug/stead" setup --data-dir "$STEAD_DATA_DIR"
 "$CARGO_TARGET_DIR/debug/stead" setup --data-dir "$STEAD_DATA_DIR" --model smollm2-135m-instruct
+"$CARGO_TARGET_DIR/debug/stead" setup --data-dir "$STEAD_DATA_DIR" --model gemma3-270m --precision fp32
 
 step "Schemathesis (PyPI) for the API property tests, cached under the target dir"
 schemathesis_venv="$CARGO_TARGET_DIR/schemathesis-venv"

@@ -221,11 +221,12 @@ pub struct SetupArgs {
     /// Weight precision of the converted model.
     #[arg(long, default_value = "int4", value_parser = ["int4", "int8", "fp32"])]
     pub precision: String,
-    /// The bundled model to prepare: qwen2.5-coder-0.5b-instruct (the default; calls tools) or
-    /// smollm2-135m-instruct (small and fast; does not call tools).
+    /// The bundled model to prepare: qwen2.5-coder-0.5b-instruct (the default; calls tools),
+    /// smollm2-135m-instruct (small and fast; does not call tools) or gemma3-270m (a base model
+    /// with no chat template, for converter checks).
     #[arg(long, value_name = "NAME", conflicts_with = "gguf")]
     pub model: Option<String>,
-    /// Convert this GGUF (llama, qwen2 or qwen3 architecture) instead of a bundled model.
+    /// Convert this GGUF (llama, qwen2, qwen3 or gemma3 architecture) instead of a bundled model.
     #[arg(long, value_name = "FILE")]
     pub gguf: Option<PathBuf>,
     /// Directory name under {data_dir}/models (default: the model's name, or the GGUF's stem).

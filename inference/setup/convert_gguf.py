@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Convert a decoder GGUF (llama, qwen2, qwen3) into the model directory Stead's inference engine loads.
+"""Convert a decoder GGUF (llama, qwen2, qwen3, gemma3) into the model directory Stead's inference engine loads.
 
     python convert_gguf.py --gguf PATH --out DIR [--precision int4|int8|fp32]
 
@@ -22,7 +22,6 @@ import argparse
 import hashlib
 import json
 import logging
-import math
 import os
 import sys
 import time
@@ -30,9 +29,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
 
 import gguf
+from gguf_graph import Graph, build_model
 from gguf_vocab import (
     ConvertError,
     build_tokenizer,
@@ -43,8 +43,6 @@ from gguf_vocab import (
 )
 
 STEPS = 7
-OPSET = 21  # first opset with int4 tensor types, which the quantizer may emit
-IR_VERSION = 10
 BLOCK_SIZE = 32
 # MatMulNBits accuracy level 4 computes with int8 activations: the fastest CPU kernels,
 # and what the onnxruntime-genai builder uses on CPU.
@@ -68,16 +66,28 @@ def progress(step, message):
 #   permuted_qk  llama.cpp reorders Q/K rows for its interleaved rope (llama); the rest use the
 #                rotate-half (NEOX) layout already
 #   qkv_bias     additive q/k/v projection biases (qwen2)
-#   qk_norm      an RMSNorm over each head of Q and K before the rotary embedding (qwen3)
+#   qk_norm      an RMSNorm over each head of Q and K before the rotary embedding (qwen3, gemma3)
+# and Gemma 3 in more (llama.cpp's build_gemma3 is the reference, since agreement is checked
+# against it):
+#   gemma        embeddings scaled by sqrt(hidden); an RMSNorm after attention and after the
+#                feed-forward block, before each joins the residual stream; GeGLU (tanh GELU)
+#                instead of SwiGLU
+#   swa_period   every period-th layer attends globally, the others within
+#                `{arch}.attention.sliding_window` positions, with their own rope base
+#                (`rope_theta_local`; llama.cpp hard-codes 10,000 for gemma3, as does the
+#                Hugging Face config's rope_local_base_freq)
+# The GGUF stores Gemma's RMSNorm weights with their +1 already added, so every norm is the
+# same op.
+PLAIN = {"permuted_qk": False, "qkv_bias": False, "qk_norm": False, "gemma": False, "swa_period": 0, "rope_theta_local": 0.0}
 ARCHITECTURES = {
-    "llama": {"permuted_qk": True, "qkv_bias": False, "qk_norm": False},
-    "qwen2": {"permuted_qk": False, "qkv_bias": True, "qk_norm": False},
-    "qwen3": {"permuted_qk": False, "qkv_bias": False, "qk_norm": True},
+    "llama": {**PLAIN, "permuted_qk": True},
+    "qwen2": {**PLAIN, "qkv_bias": True},
+    "qwen3": {**PLAIN, "qk_norm": True},
+    "gemma3": {**PLAIN, "qk_norm": True, "gemma": True, "swa_period": 6, "rope_theta_local": 10000.0},
 }
 # Families seen in GGUF files that need graph features this converter does not write, with the
 # reason given to the user.
 UNSUPPORTED = {
-    "gemma3": "its sliding-window attention layers, extra post-norms and GeGLU blocks are not written by this converter",
     "gemma2": "its logit soft-capping and sliding-window layers are not written by this converter",
     "gemma": "its GeGLU blocks are not written by this converter",
     "phi3": "its fused projections and su/longrope scaling are not written by this converter",
@@ -105,6 +115,10 @@ class DecoderConfig:
     permuted_qk: bool
     qkv_bias: bool
     qk_norm: bool
+    gemma: bool
+    swa_period: int
+    rope_theta_local: float
+    sliding_window: int
 
 
 def read_config(reader):
@@ -153,6 +167,7 @@ def read_config(reader):
         rope_linear_factor=linear_factor,
         rms_eps=float(key("attention.layer_norm_rms_epsilon")),
         tied_embeddings="output.weight" not in tensor_names,
+        sliding_window=int(key("attention.sliding_window", 0)) if traits["swa_period"] else 0,
         **traits,
     )
 
@@ -176,6 +191,8 @@ def load_weights(reader, cfg, step):
     parts = ["attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"]
     if cfg.qk_norm:
         parts += ["attn_q_norm", "attn_k_norm"]
+    if cfg.gemma:
+        parts += ["post_attention_norm", "post_ffw_norm"]
     for i in range(cfg.num_layers):
         expected.update(f"blk.{i}.{part}.weight" for part in parts)
         if cfg.qkv_bias:
@@ -208,181 +225,6 @@ def load_weights(reader, cfg, step):
     if embed.shape != (cfg.vocab_size, cfg.hidden_size):
         raise ConvertError(f"token_embd.weight has shape {embed.shape}, expected {(cfg.vocab_size, cfg.hidden_size)}")
     return weights
-
-
-# ---------------------------------------------------------------------------------------
-# ONNX graph
-# ---------------------------------------------------------------------------------------
-
-
-class Graph:
-    """Collects nodes, initializers and constants for the decoder graph."""
-
-    def __init__(self):
-        self.nodes = []
-        self.initializers = []
-        self._constants = {}
-
-    def node(self, op, inputs, name, outputs=1, domain="", **attrs):
-        names = [f"{name}/output_{i}" for i in range(outputs)] if isinstance(outputs, int) else outputs
-        self.nodes.append(helper.make_node(op, inputs, names, name=name, domain=domain, **attrs))
-        return names[0] if len(names) == 1 else names
-
-    def initializer(self, name, array):
-        self.initializers.append(numpy_helper.from_array(array, name))
-        return name
-
-    def const_i64(self, values, scalar=False):
-        """An int64 constant shared by every node that needs the same value."""
-        key = (tuple(values), scalar)
-        if key not in self._constants:
-            name = f"/constants/int64/{'scalar' if scalar else 'vector'}/{'_'.join(map(str, values))}"
-            array = np.array(values[0] if scalar else values, dtype=np.int64)
-            self._constants[key] = self.initializer(name, array)
-        return self._constants[key]
-
-
-def rotary_caches(cfg, rope_freqs):
-    """cos/sin tables [context_length, head_dim/2] for GroupQueryAttention."""
-    inv_freq = 1.0 / (cfg.rope_theta ** (np.arange(0, cfg.head_dim, 2, dtype=np.float64) / cfg.head_dim))
-    if rope_freqs is not None:
-        # llama 3.x stores its long-context frequency factors as a tensor; llama.cpp divides by them.
-        inv_freq = inv_freq / rope_freqs.astype(np.float64)
-    positions = np.arange(cfg.context_length, dtype=np.float64) / cfg.rope_linear_factor
-    freqs = np.outer(positions, inv_freq)
-    return np.cos(freqs).astype(np.float32), np.sin(freqs).astype(np.float32)
-
-
-def head_norms(g, cfg, b, qkv, q_norm, k_norm):
-    """Splits packed Q|K|V and RMS-normalizes each head of Q and K (qwen3's QK-norm).
-
-    Returns the three inputs GroupQueryAttention takes when key and value come separately;
-    the rotary embedding is still applied inside the op, after the norm, as in the model.
-    """
-    q_dim, kv_dim = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
-    q, k, v = g.node("Split", [qkv, g.const_i64([q_dim, kv_dim, kv_dim])], f"/{b}/attn/Split", outputs=3, axis=-1)
-
-    def per_head(x, heads, weight, what):
-        # [batch, seq, heads * D] -> [batch, seq, heads, D], normalized over D, and back.
-        split = g.node("Reshape", [x, g.const_i64([0, 0, heads, cfg.head_dim])], f"/{b}/attn/{what}_norm/Reshape")
-        normed = g.node(
-            "SimplifiedLayerNormalization",
-            [split, g.initializer(f"{b}.attn_{what}_norm.weight", weight)],
-            f"/{b}/attn/{what}_norm/SimplifiedLayerNorm", axis=-1, epsilon=cfg.rms_eps, stash_type=1,
-        )
-        return g.node("Reshape", [normed, g.const_i64([0, 0, heads * cfg.head_dim])], f"/{b}/attn/{what}_norm/Reshape_1")
-
-    return [per_head(q, cfg.num_heads, q_norm, "q"), per_head(k, cfg.num_kv_heads, k_norm, "k"), v]
-
-
-def build_model(cfg, weights):
-    """The float32 decoder graph. MatMul weights are [in, out] initializers, quantized later."""
-    g = Graph()
-    H, V = cfg.hidden_size, cfg.vocab_size
-    kv_dim = cfg.num_kv_heads * cfg.head_dim
-
-    def linear(name, x, weight):
-        return g.node("MatMul", [x, g.initializer(f"{name}.weight", np.ascontiguousarray(weight.T))], f"/{name}/MatMul")
-
-    # A tied model has one table for both ends: the lm_head weight, which tie_embedding later
-    # shares with the quantized embedding lookup.
-    lm_head_source = weights["token_embd.weight" if cfg.tied_embeddings else "output.weight"]
-    lm_head_weight = g.initializer("lm_head.weight", np.ascontiguousarray(lm_head_source.T))
-    if cfg.tied_embeddings:
-        # Float graphs gather from the transposed lm_head weight (onnxruntime folds the
-        # Transpose at load); quantized graphs replace this pair with GatherBlockQuantized.
-        table = g.node("Transpose", [lm_head_weight], "/embed_tokens/Transpose", perm=[1, 0])
-    else:
-        table = g.initializer("embed_tokens.weight", weights["token_embd.weight"])
-    hidden = g.node("Gather", [table, "input_ids"], "/embed_tokens/Gather")
-
-    # GroupQueryAttention takes each row's length from the attention mask: seqlens_k is the
-    # row's total length minus one, total_sequence_length the mask width. This is what lets
-    # right-padded rows of different lengths decode in one batch.
-    mask_sum = g.node("ReduceSum", ["attention_mask", g.const_i64([1])], "/attn_mask/ReduceSum", keepdims=0)
-    seqlens = g.node("Sub", [mask_sum, g.const_i64([1], scalar=True)], "/attn_mask/Sub")
-    seqlens_k = g.node("Cast", [seqlens], "/attn_mask/Sub/Cast", to=TensorProto.INT32)
-    mask_shape = g.node("Shape", ["attention_mask"], "/attn_mask/Shape")
-    total_len = g.node("Gather", [mask_shape, g.const_i64([1], scalar=True)], "/attn_mask/Gather", axis=0)
-    total_seq_len = g.node("Cast", [total_len], "/attn_mask/Gather/Cast", to=TensorProto.INT32)
-
-    cos, sin = rotary_caches(cfg, weights.get("rope_freqs.weight"))
-    g.initializer("cos_cache", cos)
-    g.initializer("sin_cache", sin)
-
-    residual = None
-    for i in range(cfg.num_layers):
-        p, b = f"blk.{i}.", f"layers.{i}"
-        if residual is None:
-            normed = g.node(
-                "SimplifiedLayerNormalization",
-                [hidden, g.initializer(f"{b}.attn_norm.weight", weights[p + "attn_norm.weight"])],
-                f"/{b}/attn_norm/SimplifiedLayerNorm", axis=-1, epsilon=cfg.rms_eps, stash_type=1,
-            )
-            residual = hidden
-        else:
-            # Adds the previous block's output to the residual stream and normalizes, in one op.
-            normed, _, _, residual = g.node(
-                "SkipSimplifiedLayerNormalization",
-                [hidden, residual, g.initializer(f"{b}.attn_norm.weight", weights[p + "attn_norm.weight"])],
-                f"/{b}/attn_norm/SkipLayerNorm", outputs=4, domain="com.microsoft", epsilon=cfg.rms_eps,
-            )
-
-        # One packed Q|K|V MatMul; GroupQueryAttention splits it when key and value are empty.
-        qkv_weight = np.concatenate([weights[p + "attn_q.weight"], weights[p + "attn_k.weight"], weights[p + "attn_v.weight"]])
-        if qkv_weight.shape != (cfg.num_heads * cfg.head_dim + 2 * kv_dim, H):
-            raise ConvertError(f"unexpected attention weight shapes in layer {i}")
-        qkv = linear(f"{b}.attn_qkv", normed, qkv_weight)
-        if cfg.qkv_bias:
-            bias = np.concatenate([weights[p + f"attn_{x}.bias"] for x in "qkv"])
-            qkv = g.node("Add", [qkv, g.initializer(f"{b}.attn_qkv.bias", bias)], f"/{b}/attn_qkv/Add")
-        q_k_v = [qkv, "", ""]
-        if cfg.qk_norm:
-            q_k_v = head_norms(g, cfg, b, qkv, weights[p + "attn_q_norm.weight"], weights[p + "attn_k_norm.weight"])
-        attn = g.node(
-            "GroupQueryAttention",
-            [*q_k_v, f"past_key_values.{i}.key", f"past_key_values.{i}.value", seqlens_k, total_seq_len, "cos_cache", "sin_cache"],
-            f"/{b}/attn/GroupQueryAttention",
-            outputs=[f"/{b}/attn/GroupQueryAttention/output_0", f"present.{i}.key", f"present.{i}.value"],
-            domain="com.microsoft",
-            num_heads=cfg.num_heads, kv_num_heads=cfg.num_kv_heads,
-            scale=1.0 / math.sqrt(cfg.head_dim), do_rotary=1, rotary_interleaved=0,
-            local_window_size=-1, softcap=0.0,
-        )[0]
-        attn_out = linear(f"{b}.attn_output", attn, weights[p + "attn_output.weight"])
-
-        normed, _, _, residual = g.node(
-            "SkipSimplifiedLayerNormalization",
-            [attn_out, residual, g.initializer(f"{b}.ffn_norm.weight", weights[p + "ffn_norm.weight"])],
-            f"/{b}/ffn_norm/SkipLayerNorm", outputs=4, domain="com.microsoft", epsilon=cfg.rms_eps,
-        )
-        gate = linear(f"{b}.ffn_gate", normed, weights[p + "ffn_gate.weight"])
-        up = linear(f"{b}.ffn_up", normed, weights[p + "ffn_up.weight"])
-        silu = g.node("Mul", [gate, g.node("Sigmoid", [gate], f"/{b}/ffn/Sigmoid")], f"/{b}/ffn/SiLU")
-        hidden = linear(f"{b}.ffn_down", g.node("Mul", [silu, up], f"/{b}/ffn/Mul"), weights[p + "ffn_down.weight"])
-
-    final, _, _, _ = g.node(
-        "SkipSimplifiedLayerNormalization",
-        [hidden, residual, g.initializer("output_norm.weight", weights["output_norm.weight"])],
-        "/output_norm/SkipLayerNorm", outputs=4, domain="com.microsoft", epsilon=cfg.rms_eps,
-    )
-    g.node("MatMul", [final, lm_head_weight], "/lm_head/MatMul", outputs=["logits"])
-
-    kv_shape = ["batch_size", cfg.num_kv_heads, "past_sequence_length", cfg.head_dim]
-    present_shape = ["batch_size", cfg.num_kv_heads, "total_sequence_length", cfg.head_dim]
-    inputs = [
-        helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch_size", "sequence_length"]),
-        helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch_size", "total_sequence_length"]),
-    ]
-    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch_size", "sequence_length", V])]
-    for i in range(cfg.num_layers):
-        for kind in ("key", "value"):
-            inputs.append(helper.make_tensor_value_info(f"past_key_values.{i}.{kind}", TensorProto.FLOAT, kv_shape))
-            outputs.append(helper.make_tensor_value_info(f"present.{i}.{kind}", TensorProto.FLOAT, present_shape))
-
-    graph = helper.make_graph(g.nodes, "decoder", inputs, outputs, g.initializers)
-    opsets = [helper.make_opsetid("", OPSET), helper.make_opsetid("com.microsoft", 1)]
-    return helper.make_model(graph, opset_imports=opsets, ir_version=IR_VERSION, producer_name="stead-convert-gguf")
 
 
 # ---------------------------------------------------------------------------------------
@@ -577,7 +419,7 @@ def convert(gguf_path, out_dir, precision):
 
 
 def main():
-    parser = argparse.ArgumentParser(description="Convert a decoder GGUF (llama, qwen2, qwen3) into an ONNX model directory.")
+    parser = argparse.ArgumentParser(description="Convert a decoder GGUF (llama, qwen2, qwen3, gemma3) into an ONNX model directory.")
     parser.add_argument("--gguf", required=True, help="path of the .gguf file")
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--precision", choices=("int4", "int8", "fp32"), default="int4")

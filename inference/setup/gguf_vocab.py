@@ -7,6 +7,7 @@ the error that ends a conversion with a one-line message (`ConvertError`).
 from dataclasses import dataclass
 
 # llama.cpp token types (tokenizer.ggml.token_type)
+TOKEN_NORMAL = 1
 TOKEN_CONTROL = 3
 TOKEN_USER_DEFINED = 4
 
@@ -76,10 +77,13 @@ def field(reader, key, default=_MISSING):
 
 
 def build_tokenizer(reader):
-    """A Hugging Face tokenizer.json for the GGUF's byte-level BPE vocabulary."""
+    """A Hugging Face tokenizer.json for the GGUF's vocabulary: byte-level BPE ('gpt2') or
+    SentencePiece BPE ('llama', with byte fallback)."""
     kind = field(reader, "tokenizer.ggml.model")
+    if kind == "llama":
+        return sentencepiece_tokenizer(reader)
     if kind != "gpt2":
-        raise ConvertError(f"unsupported tokenizer model {kind!r} (only byte-level BPE 'gpt2' is supported)")
+        raise ConvertError(f"unsupported tokenizer model {kind!r} (supported: byte-level BPE 'gpt2', SentencePiece 'llama')")
     pre = field(reader, "tokenizer.ggml.pre", "default")
     if pre not in PRE_TOKENIZERS:
         raise ConvertError(f"unsupported pre-tokenizer {pre!r} (supported: {', '.join(sorted(PRE_TOKENIZERS))})")
@@ -88,27 +92,9 @@ def build_tokenizer(reader):
     types = field(reader, "tokenizer.ggml.token_type", [1] * len(tokens))
     merges = field(reader, "tokenizer.ggml.merges")
 
-    added = [
-        {
-            "id": i, "content": tok, "single_word": False, "lstrip": False, "rstrip": False,
-            "normalized": False, "special": ty == TOKEN_CONTROL,
-        }
-        for i, (tok, ty) in enumerate(zip(tokens, types))
-        if ty in (TOKEN_CONTROL, TOKEN_USER_DEFINED)
-    ]
-
-    post_processor = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True}
-    if field(reader, "tokenizer.ggml.add_bos_token", False):
-        bos_id = int(field(reader, "tokenizer.ggml.bos_token_id"))
-        bos = {"SpecialToken": {"id": tokens[bos_id], "type_id": 0}}
-        seq = {"Sequence": {"id": "A", "type_id": 0}}
-        seq_b = {"Sequence": {"id": "B", "type_id": 1}}
-        post_processor = {
-            "type": "TemplateProcessing",
-            "single": [bos, seq],
-            "pair": [bos, seq, {"SpecialToken": {"id": tokens[bos_id], "type_id": 1}}, seq_b],
-            "special_tokens": {tokens[bos_id]: {"id": tokens[bos_id], "ids": [bos_id], "tokens": [tokens[bos_id]]}},
-        }
+    added = added_tokens(tokens, types)
+    byte_level_post = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True}
+    post_processor = bos_post_processor(reader, tokens) or byte_level_post
 
     return {
         "version": "1.0",
@@ -130,6 +116,93 @@ def build_tokenizer(reader):
             "ignore_merges": False,
             "vocab": {tok: i for i, tok in enumerate(tokens)},
             "merges": list(merges),
+        },
+    }
+
+
+def added_tokens(tokens, types):
+    """Control and user-defined tokens, matched whole before the model runs (as llama.cpp does)."""
+    return [
+        {
+            "id": i, "content": tok, "single_word": False, "lstrip": False, "rstrip": False,
+            "normalized": False, "special": ty == TOKEN_CONTROL,
+        }
+        for i, (tok, ty) in enumerate(zip(tokens, types))
+        if ty in (TOKEN_CONTROL, TOKEN_USER_DEFINED)
+    ]
+
+
+def bos_post_processor(reader, tokens):
+    """Prepends the BOS token when the GGUF says to; None otherwise."""
+    if not field(reader, "tokenizer.ggml.add_bos_token", False):
+        return None
+    bos_id = int(field(reader, "tokenizer.ggml.bos_token_id"))
+    bos = {"SpecialToken": {"id": tokens[bos_id], "type_id": 0}}
+    seq = {"Sequence": {"id": "A", "type_id": 0}}
+    seq_b = {"Sequence": {"id": "B", "type_id": 1}}
+    return {
+        "type": "TemplateProcessing",
+        "single": [bos, seq],
+        "pair": [bos, seq, {"SpecialToken": {"id": tokens[bos_id], "type_id": 1}}, seq_b],
+        "special_tokens": {tokens[bos_id]: {"id": tokens[bos_id], "ids": [bos_id], "tokens": [tokens[bos_id]]}},
+    }
+
+
+def sentencepiece_tokenizer(reader):
+    """SentencePiece BPE (llama.cpp's 'llama' vocabularies: Gemma, Llama 2) as Hugging Face BPE.
+
+    llama.cpp's SPM tokenizer starts from characters and repeatedly merges the adjacent pair
+    whose merged piece scores highest. The same as BPE merges: every way of writing a normal
+    token as two normal tokens, ranked by the merged token's score (ties by the pieces' ids),
+    which is how Hugging Face's own SentencePiece converter derives them. Spaces become '▁'
+    (no '▁' is prepended unless the GGUF asks for it); characters outside the vocabulary fall
+    back to their UTF-8 bytes (<0xNN> tokens).
+    """
+    tokens = field(reader, "tokenizer.ggml.tokens")
+    types = field(reader, "tokenizer.ggml.token_type", [TOKEN_NORMAL] * len(tokens))
+    scores = field(reader, "tokenizer.ggml.scores")
+    ids = {tok: i for i, tok in enumerate(tokens)}
+    normal = [ty == TOKEN_NORMAL for ty in types]
+    merges = []
+    for i, tok in enumerate(tokens):
+        if not normal[i] or len(tok) < 2:
+            continue
+        for cut in range(1, len(tok)):
+            left, right = ids.get(tok[:cut]), ids.get(tok[cut:])
+            if left is not None and right is not None and normal[left] and normal[right]:
+                merges.append((-scores[i], left, right))
+    merges.sort()
+    normalizers = [{"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]
+    if field(reader, "tokenizer.ggml.add_space_prefix", True):
+        normalizers.insert(0, {"type": "Prepend", "prepend": "\u2581"})
+    unk = field(reader, "tokenizer.ggml.unknown_token_id", None)
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added_tokens(tokens, types),
+        "normalizer": {"type": "Sequence", "normalizers": normalizers},
+        "pre_tokenizer": None,
+        "post_processor": bos_post_processor(reader, tokens),
+        "decoder": {
+            "type": "Sequence",
+            "decoders": [
+                {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+                {"type": "ByteFallback"},
+                {"type": "Fuse"},
+            ],
+        },
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None if unk is None else tokens[int(unk)],
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": True,
+            "byte_fallback": True,
+            "ignore_merges": False,
+            "vocab": ids,
+            "merges": [[tokens[left], tokens[right]] for _, left, right in merges],
         },
     }
 

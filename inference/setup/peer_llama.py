@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """llama.cpp (llama-cpp-python) beside Stead's converted model, on the same GGUF.
 
-    python peer_llama.py agreement --gguf FILE --model-dir DIR [--threads T]
+    python peer_llama.py agreement --gguf FILE --model-dir DIR [--repeat N] [--threads T]
     python peer_llama.py bench --gguf FILE --prompt-ids JSON --max-tokens N --runs R [--threads T]
     python peer_llama.py turn --gguf FILE --steps-ids JSON [--threads T]
 
@@ -13,7 +13,8 @@ agreement: teacher-forced top-1 agreement between llama.cpp and the converted mo
   the model's chat format, tokenized with the model directory's tokenizer.json. Quantization
   differs (llama.cpp runs the GGUF's own blocks; the ONNX model re-quantizes dequantized
   weights to int4 k-quant), so equal free-running text is not expected: the share of
-  positions whose most likely next token is the same is the measure.
+  positions whose most likely next token is the same is the measure. --repeat N runs the
+  passage N times in a row (a longer context: past a sliding window, for instance).
 
 bench: the single-stream figures of `stead bench inference` for llama.cpp: TTFT p50/p99 of a
   cold prompt (the context is reset before each run) and decode tok/s (median of
@@ -71,7 +72,8 @@ def agreement(args):
     tokenizer = Tokenizer.from_file(f"{args.model_dir}/tokenizer.json")
     with open(f"{args.model_dir}/stead_model.json") as f:
         config = json.load(f)
-    ids = tokenizer.encode(chatml(PASSAGE), add_special_tokens=False).ids
+    text = chatml(PASSAGE) * args.repeat
+    ids = tokenizer.encode(text, add_special_tokens=False).ids
 
     llm = load_llama(args.gguf, args.threads, n_ctx=len(ids) + 8, logits_all=True)
     llm.eval(ids)
@@ -92,9 +94,12 @@ def agreement(args):
     ours = logits.argmax(axis=-1)
 
     same = ours == reference
+    # The tokenizer check: llama.cpp's own split of the same text (special tokens parsed).
+    theirs = llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
     print(json.dumps({
         "architecture": config.get("architecture"),
         "model": config.get("name"),
+        "same_tokens": list(theirs) == list(ids),
         "positions": int(len(ids)),
         "agreement": float(same.mean()),
         "disagreements": int((~same).sum()),
@@ -171,6 +176,7 @@ def main():
     a = commands.add_parser("agreement")
     a.add_argument("--gguf", required=True)
     a.add_argument("--model-dir", required=True)
+    a.add_argument("--repeat", type=int, default=1)
     b = commands.add_parser("bench")
     b.add_argument("--gguf", required=True)
     b.add_argument("--prompt-ids", required=True, help="a JSON file: the prompt's token ids")

@@ -59,13 +59,19 @@ pub type KvCache = Vec<(DynValue, DynValue)>;
 
 pub const DEFAULT_PREFILL_CHUNK: usize = 512;
 
+/// The graph input that asks for the logits of each row's last new position only (an int64
+/// scalar with default 0, so other runtimes still get every position's).
+const LAST_LOGITS_ONLY: &str = "last_logits_only";
+
 pub struct Engine {
     session: Session,
     pub config: ModelConfig,
-    /// Longest piece of one prompt run in a single pass: the graph returns logits for every
-    /// position (`[rows, len, vocab]` f32, 196 KB per position here), so long prompts are
-    /// prefilled in chunks that continue the cache.
+    /// Longest piece of one prompt run in a single pass; long prompts are prefilled in chunks
+    /// that continue the cache (bounding the activations of one pass).
     pub prefill_chunk: usize,
+    /// Whether the graph takes `last_logits_only` (converter 2 and later): prompt passes then
+    /// compute the lm_head for each row's last position only, not for every position.
+    last_logits_only: bool,
     /// Whether the session runs on CUDA.
     pub on_cuda: bool,
 }
@@ -78,12 +84,31 @@ impl Engine {
         provider: ExecutionProvider,
     ) -> Result<Self> {
         let (session, on_cuda) = build_session(env, &model.onnx_path(), intra_threads, provider)?;
-        Ok(Engine {
+        let mut engine = Engine {
             session,
             config: model.config.clone(),
             prefill_chunk: DEFAULT_PREFILL_CHUNK,
             on_cuda,
-        })
+            last_logits_only: false,
+        };
+        engine.set_last_logits_only(true);
+        Ok(engine)
+    }
+
+    /// Whether prompt passes compute the logits of each row's last position only.
+    pub fn last_logits_only(&self) -> bool {
+        self.last_logits_only
+    }
+
+    /// Turns the last-position-only logits off (every position's are computed, the last
+    /// taken), or back on where the graph has the input; for tests and comparisons.
+    pub fn set_last_logits_only(&mut self, on: bool) {
+        self.last_logits_only = on
+            && self
+                .session
+                .inputs()
+                .iter()
+                .any(|input| input.name() == LAST_LOGITS_ONLY);
     }
 
     fn vocab(&self) -> usize {
@@ -205,6 +230,12 @@ impl Engine {
             "input_ids" => Tensor::<i64>::from_array(([batch, seq], ids))?,
             "attention_mask" => Tensor::<i64>::from_array(([batch, total], mask))?,
         ];
+        if self.last_logits_only {
+            inputs.push((
+                LAST_LOGITS_ONLY.into(),
+                Tensor::<i64>::from_array(((), vec![1i64]))?.into(),
+            ));
+        }
         for (layer, (key, value)) in past.into_iter().enumerate() {
             inputs.push((format!("past_key_values.{layer}.key").into(), key.into()));
             inputs.push((
@@ -214,10 +245,17 @@ impl Engine {
         }
         let vocab = self.vocab();
         let mut outputs = self.session.run(inputs)?;
-        let (_, logits) = outputs["logits"].try_extract_tensor::<f32>()?;
+        let (shape, logits) = outputs["logits"].try_extract_tensor::<f32>()?;
+        // `[rows, 1, vocab]` when the graph kept only the last positions, else `[rows, seq, vocab]`.
+        let positions = shape.get(1).map_or(seq, |&n| n as usize);
         let last: Vec<Vec<f32>> = (0..batch)
             .map(|row| {
-                let start = (row * seq + last_position(row)) * vocab;
+                let at = if positions == seq {
+                    last_position(row)
+                } else {
+                    0
+                };
+                let start = (row * positions + at) * vocab;
                 logits[start..start + vocab].to_vec()
             })
             .collect();
@@ -400,6 +438,18 @@ impl KvSource for KvRows<'_> {
     }
 }
 
+/// A decode step's logits, in the output tensor ONNX Runtime allocated for them.
+pub struct StepLogits(DynValue);
+
+impl StepLogits {
+    /// The first `len` values (`rows × vocab`), writable: samplers mask them in place.
+    pub fn rows_mut(&mut self, len: usize) -> Result<&mut [f32]> {
+        let (_, data) = self.0.try_extract_tensor_mut::<f32>()?;
+        data.get_mut(..len)
+            .ok_or_else(|| Error::Inference("the step's logits are shorter than its rows".into()))
+    }
+}
+
 /// One row of a new batch: which cache it comes from, its row there, its valid length.
 pub struct RowSource<'a> {
     pub cache: CacheRef<'a>,
@@ -409,14 +459,15 @@ pub struct RowSource<'a> {
 
 impl Engine {
     /// One decode step over a shared cache: `tokens[i]` is row `i`'s newest token and
-    /// `valid_lens[i]` the positions its cache holds. Returns `rows × vocab` logits; the cache
-    /// has each row's new position written at index `valid_lens[i]`.
+    /// `valid_lens[i]` the positions its cache holds. Returns the step's `rows × vocab` logits
+    /// as ONNX Runtime wrote them (read and masked in place, never copied); the cache has each
+    /// row's new position written at index `valid_lens[i]`.
     pub fn decode_shared(
         &mut self,
         tokens: &[u32],
         valid_lens: &[usize],
         cache: &mut SharedCache,
-    ) -> Result<Vec<f32>> {
+    ) -> Result<StepLogits> {
         let batch = tokens.len();
         let total = valid_lens.iter().max().copied().unwrap_or(0) + 1;
         if total > cache.capacity {
@@ -450,10 +501,11 @@ impl Engine {
         };
         binding.bind_input("input_ids", &ids)?;
         binding.bind_input("attention_mask", &mask)?;
-        let vocab = self.vocab();
-        let outputs = self.session.run_binding(binding)?;
-        let (_, logits) = outputs["logits"].try_extract_tensor::<f32>()?;
-        Ok(logits[..batch * vocab].to_vec())
+        let mut outputs = self.session.run_binding(binding)?;
+        outputs
+            .remove("logits")
+            .map(StepLogits)
+            .ok_or_else(|| Error::Inference("the model has no logits output".into()))
     }
 
     /// Builds a batch cache for a new set of rows with room for `capacity` positions each,

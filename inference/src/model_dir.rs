@@ -83,8 +83,16 @@ impl ModelDir {
         if config.eos_token_ids.is_empty() || config.num_layers == 0 || config.num_kv_heads == 0 {
             return Err(problem("stead_model.json lacks EOS ids or shapes".into()));
         }
-        let chat_template = std::fs::read_to_string(path.join("chat_template.jinja"))
-            .map_err(|e| problem(e.to_string()))?;
+        let template = path.join("chat_template.jinja");
+        if !template.is_file() {
+            return Err(problem(
+                "it has no chat_template.jinja: the GGUF carries no chat template (a base \
+                 model, not an instruct one), so it cannot serve chat"
+                    .into(),
+            ));
+        }
+        let chat_template =
+            std::fs::read_to_string(&template).map_err(|e| problem(e.to_string()))?;
         Ok(ModelDir {
             path: path.to_path_buf(),
             config,

@@ -117,15 +117,26 @@ fn sort_prefix_desc(candidates: &mut [(u32, f32)], n: usize) {
 }
 
 pub fn argmax(logits: &[f32]) -> u32 {
-    let mut best = 0;
-    let mut best_value = f32::NEG_INFINITY;
-    for (i, &v) in logits.iter().enumerate() {
-        if v > best_value {
-            best_value = v;
-            best = i;
+    // The maximum in eight independent lanes (the compiler turns the comparisons into vector
+    // instructions), then the first index that holds it: two streaming passes instead of one
+    // loop with a branch per token (a 151,936-wide row is read each decode step). NaNs never
+    // win; a row with no value above −∞ gives 0, as the plain loop did.
+    let mut lanes = [f32::NEG_INFINITY; 8];
+    let chunks = logits.chunks_exact(8);
+    let tail = chunks.remainder();
+    for chunk in chunks {
+        for (lane, &v) in lanes.iter_mut().zip(chunk) {
+            *lane = if v > *lane { v } else { *lane };
         }
     }
-    best as u32
+    let best = tail
+        .iter()
+        .chain(&lanes)
+        .fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m });
+    if best == f32::NEG_INFINITY {
+        return 0;
+    }
+    logits.iter().position(|&v| v == best).unwrap_or(0) as u32
 }
 
 #[cfg(test)]
@@ -146,6 +157,37 @@ mod tests {
     fn greedy_takes_the_maximum() {
         let mut s = Sampler::new(&params(0.0, 1.0, 0, 1)).unwrap();
         assert_eq!(s.sample(&[0.1, 3.0, -1.0, 2.9]), 1);
+    }
+
+    #[test]
+    fn argmax_takes_the_first_maximum_and_skips_nan() {
+        let plain = |l: &[f32]| {
+            let (mut best, mut value) = (0, f32::NEG_INFINITY);
+            for (i, &v) in l.iter().enumerate() {
+                if v > value {
+                    (best, value) = (i, v);
+                }
+            }
+            best as u32
+        };
+        let mut rng = StdRng::seed_from_u64(3);
+        for len in [1, 7, 8, 9, 31, 1000] {
+            for _ in 0..50 {
+                let mut l: Vec<f32> = (0..len)
+                    .map(|_| (rng.random::<f32>() * 8.0).round())
+                    .collect();
+                if len > 3 {
+                    l[1] = f32::NAN;
+                    l[len - 1] = f32::NEG_INFINITY;
+                }
+                assert_eq!(argmax(&l), plain(&l), "{l:?}");
+            }
+        }
+        assert_eq!(argmax(&[f32::NAN, f32::NEG_INFINITY, f32::NEG_INFINITY]), 0);
+        assert_eq!(
+            argmax(&[1.0, 5.0, 5.0, 2.0, 5.0, 1.0, 0.0, 5.0, 9.0, 9.0]),
+            8
+        );
     }
 
     #[test]

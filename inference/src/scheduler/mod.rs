@@ -139,10 +139,10 @@ pub fn run_worker(
                 .past_from(hit)
                 .and_then(|past| engine.prefill_continue(past, done, &prompt[done..]));
             match continued {
-                Ok((logits, kv)) => {
+                Ok((mut logits, kv)) => {
                     shared.remember(&engine, &sequence.job.prompt, &kv, 0);
                     sequence.cached_prompt_tokens = done;
-                    if let Err(error) = sequence.step(&logits[0], &shared) {
+                    if let Err(error) = sequence.step(&mut logits[0], &shared) {
                         sequence.fail(error);
                     }
                     placement[index] = Some((prefill_caches.len(), 0));
@@ -154,8 +154,8 @@ pub fn run_worker(
                 }
             }
         }
-        // The others are prefilled together, in groups small enough that the pass's logits
-        // (one row per prompt position) stay bounded.
+        // The others are prefilled together, in groups small enough that the pass's
+        // activations (one row per prompt position) stay bounded.
         let mut groups: Vec<Vec<usize>> = Vec::new();
         let mut longest = 0;
         for &index in &misses {
@@ -179,11 +179,11 @@ pub fn run_worker(
                 .collect();
             let prompts: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
             match engine.prefill(&prompts) {
-                Ok((logits, kv)) => {
+                Ok((mut logits, kv)) => {
                     let cache_index = prefill_caches.len();
                     for (row, &i) in group.iter().enumerate() {
                         shared.remember(&engine, prompts[row], &kv, row);
-                        if let Err(error) = newcomers[i].step(&logits[row], &shared) {
+                        if let Err(error) = newcomers[i].step(&mut logits[row], &shared) {
                             newcomers[i].fail(error);
                         }
                         placement[i] = Some((cache_index, row));
@@ -282,22 +282,25 @@ pub fn run_worker(
             );
             continue;
         };
-        match engine.decode_shared(&tokens, &valid, batch_cache) {
-            Ok(logits) => {
+        let stepped = engine
+            .decode_shared(&tokens, &valid, batch_cache)
+            .and_then(|mut logits| {
+                let logits = logits.rows_mut(active.len() * vocab)?;
                 for (row, sequence) in active.iter_mut().enumerate() {
                     // Admission guarantees prompt + max_tokens ≤ context, so a row reaches
                     // `max_tokens` before the cache could overflow.
                     sequence.valid_len += 1;
-                    let result = sequence.step(&logits[row * vocab..(row + 1) * vocab], &shared);
+                    let result =
+                        sequence.step(&mut logits[row * vocab..(row + 1) * vocab], &shared);
                     if let Err(error) = result {
                         sequence.fail(error);
                     }
                 }
-            }
-            Err(error) => {
-                fail_all(&mut active, &queue, error);
-                cache = None;
-            }
+                Ok(())
+            });
+        if let Err(error) = stepped {
+            fail_all(&mut active, &queue, error);
+            cache = None;
         }
     }
 }

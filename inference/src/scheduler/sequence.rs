@@ -117,8 +117,10 @@ impl Sequence {
         }
     }
 
-    /// Picks the next token from this row's logits and acts on it.
-    pub(super) fn step(&mut self, logits: &[f32], shared: &ModelShared) -> Result<()> {
+    /// Picks the next token from this row's logits and acts on it. The logits are the
+    /// caller's scratch: masks and bans are applied to them in place (no per-token copy of a
+    /// vocabulary-wide row).
+    pub(super) fn step(&mut self, logits: &mut [f32], shared: &ModelShared) -> Result<()> {
         if self.job.abandoned() {
             return self.finish(FinishReason::Cancelled, shared);
         }
@@ -134,9 +136,8 @@ impl Sequence {
         }
         let token = match &mut self.matcher {
             Some(matcher) => {
-                let mut masked = logits.to_vec();
-                mask_logits(matcher, &mut masked)?;
-                self.sampler.sample(&masked)
+                mask_logits(matcher, logits)?;
+                self.sampler.sample(logits)
             }
             None => {
                 if self.generated == 0 && (self.leading.is_some() || self.guards_repeats()) {
@@ -148,12 +149,9 @@ impl Sequence {
                 let ban_eos = self.job.sampling.ignore_eos;
                 let ban_openers = self.text_only && self.text.trim().is_empty();
                 if ban_eos || ban_openers {
-                    let mut masked = logits.to_vec();
-                    self.ban(&mut masked, shared, ban_eos, ban_openers);
-                    self.sampler.sample(&masked)
-                } else {
-                    self.sampler.sample(logits)
+                    self.ban(logits, shared, ban_eos, ban_openers);
                 }
+                self.sampler.sample(logits)
             }
         };
         let now = Instant::now();

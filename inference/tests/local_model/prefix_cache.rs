@@ -200,6 +200,46 @@ fn a_continued_prefill_has_the_logits_of_a_full_one() {
     }
 }
 
+/// The graph's last-position-only logits (what every prompt pass asks for) are the last row
+/// of its every-position logits, for right-padded rows of a batch and for a continued prefill.
+#[test]
+fn last_position_logits_are_those_of_the_full_pass() {
+    let config = config();
+    let env = stead_inference::engine::init_runtime(&config.runtime_library).unwrap();
+    let model = model_dir();
+    let mut engine = Engine::load(&env, &model, 2, config.execution_provider).unwrap();
+    assert!(
+        engine.last_logits_only(),
+        "the prepared model lacks last_logits_only"
+    );
+    let tokenizer = tokenizers::Tokenizer::from_file(model.tokenizer_path()).unwrap();
+    let ids =
+        |text: &str| -> Vec<u32> { tokenizer.encode(text, false).unwrap().get_ids().to_vec() };
+    let long = ids(&format!("{SYSTEM} What is the capital of France?"));
+    let short = ids("Name three colours.");
+    let mut passes = Vec::new();
+    for on in [true, false] {
+        engine.set_last_logits_only(on);
+        let (batch, _) = engine.prefill(&[&long, &short]).unwrap();
+        let (_, kv) = engine.prefill(&[&long[..20]]).unwrap();
+        let (continued, _) = engine.prefill_continue(kv, 20, &long[20..]).unwrap();
+        passes.push([batch[0].clone(), batch[1].clone(), continued[0].clone()]);
+    }
+    for (what, (trimmed, full)) in ["long row", "short row", "continued"]
+        .iter()
+        .zip(passes[0].iter().zip(&passes[1]))
+    {
+        assert_eq!(trimmed.len(), full.len());
+        let diff = trimmed
+            .iter()
+            .zip(full)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        eprintln!("{what}: max |Δlogit| = {diff:e}");
+        assert!(diff <= 1e-3, "{what}: max |Δlogit| = {diff}");
+    }
+}
+
 /// Continuous batching: a request continuing a cached prefix joins two rows that are decoding;
 /// its first token is the solo uncached run's (later tokens decode in a batch, which is not
 /// batch-invariant on this CPU).
