@@ -103,10 +103,12 @@ impl Engine {
     /// Turns the last-position-only logits off (every position's are computed, the last
     /// taken), or back on where the graph has the input; for tests and comparisons.
     pub fn set_last_logits_only(&mut self, on: bool) {
+        // An input with a default is an overridable initializer, which ONNX Runtime lists
+        // apart from the required inputs.
         self.last_logits_only = on
             && self
                 .session
-                .inputs()
+                .overridable_initializers()
                 .iter()
                 .any(|input| input.name() == LAST_LOGITS_ONLY);
     }

@@ -249,6 +249,41 @@ fn print_report(result: &Value) {
         &lb["ttft_ms_p99"],
         false,
     );
+    // Prefill throughput, derived: the single-stream prompt over its TTFT p50 (all three), and
+    // the agent turn's cold prompts (494 → ~2,400 tokens) over their uncached TTFTs.
+    let per_second = |tokens: f64, ms: &Value| {
+        ms.as_f64()
+            .filter(|&ms| ms > 0.0)
+            .map_or(Value::Null, |ms| json!(tokens / ms * 1e3))
+    };
+    let prompt = result["prompt_tokens"].as_f64().unwrap_or(0.0);
+    row(
+        &format!("prefill, {prompt}-token prompt (tok/s)"),
+        &per_second(prompt, &s["ttft_ms_p50"]),
+        &per_second(prompt, &p["ttft_ms_p50"]),
+        &per_second(prompt, &lb["ttft_ms_p50"]),
+        true,
+    );
+    let turn_prefill = |tokens: &Value, ms: &Value| {
+        let sum = |v: &Value| -> f64 {
+            v.as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_f64)
+                .sum()
+        };
+        per_second(sum(tokens), &json!(sum(ms)))
+    };
+    let turn_tokens = &s["agent_turn"]["prompt_tokens"];
+    if turn_tokens.is_array() {
+        row(
+            "prefill, agent-turn prompts (tok/s)",
+            &turn_prefill(turn_tokens, &s["agent_turn"]["ttft_ms_off"]),
+            &Value::Null,
+            &turn_prefill(turn_tokens, &l["turn"]["ttft_ms_off"]),
+            true,
+        );
+    }
     row(
         "single-stream decode (tok/s)",
         &s["decode_tok_s"],
