@@ -86,6 +86,11 @@ fi
 step "web UI: npm ci, Vitest, type check and build (embedded into the binary)"
 NPM_TEST=1 bash scripts/build-web-ui.sh
 
+step "MCP servers from npm for the MCP client tests (tests/fixtures/mcp-servers, npm ci from its lockfile)"
+if ! cmp -s tests/fixtures/mcp-servers/package-lock.json tests/fixtures/mcp-servers/node_modules/.stead-lock 2>/dev/null; then
+  (cd tests/fixtures/mcp-servers && npm ci --no-audit --no-fund --loglevel=error && cp package-lock.json node_modules/.stead-lock)
+fi
+
 step "Chromium for the browser tests (Debian's package; no browser download)"
 if [ -z "${CHROMIUM:-}" ]; then
   if [ ! -x /usr/bin/chromium ]; then

@@ -13,6 +13,7 @@ pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod eval;
+pub mod mcp;
 pub mod model_router;
 pub mod replay_cli;
 pub mod retention;

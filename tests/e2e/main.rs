@@ -20,6 +20,7 @@ mod chaos;
 mod cli;
 mod gateway;
 mod gateway_router;
+mod mcp;
 mod replay;
 mod schemathesis;
 mod serve;
