@@ -1,5 +1,6 @@
 //! Agents from configuration: each `[[agents]]` entry becomes a `stead_actors::session::Agent`
-//! with its loop rules and its `[[agents.tools]]` built as tools of their kinds.
+//! with its loop rules and its `[[agents.tools]]` built as tools of their kinds; `kind = "mcp"`
+//! entries become the agent's dynamic tools from its MCP servers (`crate::mcp`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -9,29 +10,71 @@ use anyhow::Context;
 use serde_json::json;
 use stead_actors::session::Agent;
 use stead_actors::tools::{CalculatorTool, ClockTool, MemoryTool, Tool, ToolInfo, WebhookTool};
-use stead_actors::{AgentRules, ApprovalPolicy, ToolRules};
+use stead_actors::{AgentRules, ApprovalPolicy, DynamicToolRule, ToolRules};
 use stead_persistence::JournalStore;
 
 use crate::config::{AgentConfig, Config, ToolConfig};
+use crate::mcp::McpRegistry;
 
-/// Every configured agent, ready for the session registry.
-pub fn build(config: &Config, store: &Arc<dyn JournalStore>) -> anyhow::Result<Vec<Agent>> {
+/// Every configured agent, ready for the session registry; `mcp` holds the configured MCP
+/// servers (agents with `kind = "mcp"` entries take their tools from it).
+pub fn build(
+    config: &Config,
+    store: &Arc<dyn JournalStore>,
+    mcp: Option<&Arc<McpRegistry>>,
+) -> anyhow::Result<Vec<Agent>> {
     let client = webhook_client()?;
     config
         .agents
         .iter()
-        .map(|agent| build_agent(agent, store, &client))
+        .map(|agent| {
+            let mut built = build_agent(agent, store, &client)?;
+            built.dynamic = match mcp {
+                Some(mcp) => mcp_tools(agent, &built.rules, mcp, config)?,
+                None => None,
+            };
+            Ok(built)
+        })
         .collect()
 }
 
-/// One agent with its tools; its rules carry each tool's compiled argument schema.
+/// The agent's MCP tools, when it has `kind = "mcp"` entries.
+fn mcp_tools(
+    agent: &AgentConfig,
+    rules: &AgentRules,
+    mcp: &Arc<McpRegistry>,
+    config: &Config,
+) -> anyhow::Result<Option<Arc<dyn stead_actors::tools::DynamicTools>>> {
+    let mut servers: Vec<Arc<crate::mcp::McpServer>> = Vec::new();
+    for tool in agent.tools.iter().filter(|t| t.kind == "mcp") {
+        let name = tool.server.as_deref().unwrap_or_default();
+        let server = mcp
+            .server(name)
+            .with_context(|| format!("agent `{}`: no MCP server `{name}`", agent.name))?;
+        if !servers.iter().any(|s| Arc::ptr_eq(s, server)) {
+            servers.push(server.clone());
+        }
+    }
+    if servers.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(Arc::new(crate::mcp::AgentMcp::new(
+        servers,
+        rules.clone(),
+        mcp.generation(),
+        config.database.max_event_bytes,
+    ))))
+}
+
+/// One agent with its configured tools (not its MCP tools: [`build`] adds them); its rules
+/// carry each tool's compiled argument schema and the policies of its MCP entries.
 pub(crate) fn build_agent(
     config: &AgentConfig,
     store: &Arc<dyn JournalStore>,
     client: &reqwest::Client,
 ) -> anyhow::Result<Agent> {
     let mut tools: BTreeMap<String, Arc<dyn Tool>> = BTreeMap::new();
-    for tool in &config.tools {
+    for tool in config.tools.iter().filter(|t| t.kind != "mcp") {
         let built = build_tool(tool, store, client)
             .with_context(|| format!("agent `{}`, tool `{}`", config.name, tool.name))?;
         tools.insert(tool.name.clone(), built);
@@ -49,6 +92,7 @@ pub(crate) fn build_agent(
         system_prompt: config.system_prompt.clone(),
         rules,
         tools,
+        dynamic: None,
     })
 }
 
@@ -64,10 +108,24 @@ pub(crate) fn webhook_client() -> anyhow::Result<reqwest::Client> {
 /// schemas ([`build_agent`] adds them from the built tools).
 pub fn rules(config: &AgentConfig) -> anyhow::Result<AgentRules> {
     let mut tools = BTreeMap::new();
+    let mut dynamic = Vec::new();
     for tool in &config.tools {
         let approval = ApprovalPolicy::parse(&tool.approval)
             .map_err(anyhow::Error::msg)
             .with_context(|| format!("agent `{}`, tool `{}`", config.name, tool.name))?;
+        if tool.kind == "mcp" {
+            let server = tool.server.as_deref().unwrap_or_default();
+            let all = ["*".to_string()];
+            for glob in tool.tools.as_deref().unwrap_or(&all) {
+                dynamic.push(DynamicToolRule {
+                    pattern: crate::mcp::tools::pattern(server, glob),
+                    approval: approval.clone(),
+                    idempotent: tool.idempotent,
+                    approver: tool.approver,
+                });
+            }
+            continue;
+        }
         tools.insert(
             tool.name.clone(),
             ToolRules {
@@ -83,6 +141,7 @@ pub fn rules(config: &AgentConfig) -> anyhow::Result<AgentRules> {
         max_steps: config.max_steps,
         tools,
         approval_timeout: config.approval_timeout_secs.map(Duration::from_secs),
+        dynamic,
     })
 }
 
@@ -98,15 +157,22 @@ pub fn config_hash(config: &AgentConfig) -> String {
     format!("sha256:{hex}")
 }
 
-/// A webhook's headers: `headers` as given, `headers_env` read from the environment. A missing
-/// variable or a value that is not a valid header stops the start, naming the header and the
-/// variable — never the value.
+/// A webhook's headers: `headers` as given, `headers_env` read from the environment.
 fn webhook_headers(config: &ToolConfig) -> anyhow::Result<reqwest::header::HeaderMap> {
+    headers(&config.headers, &config.headers_env)
+}
+
+/// Headers of a webhook or an MCP server: `literal` as given, `from_env` read from the
+/// environment. A missing variable or a value that is not a valid header stops the start,
+/// naming the header and the variable — never the value.
+pub(crate) fn headers(
+    literal: &BTreeMap<String, String>,
+    from_env: &BTreeMap<String, String>,
+) -> anyhow::Result<reqwest::header::HeaderMap> {
     use reqwest::header::{HeaderName, HeaderValue};
     let mut headers = reqwest::header::HeaderMap::new();
-    let literal = config.headers.iter().map(|(n, v)| (n, v.clone(), None));
-    let from_env = config
-        .headers_env
+    let literal = literal.iter().map(|(n, v)| (n, v.clone(), None));
+    let from_env = from_env
         .iter()
         .map(|(name, variable)| {
             let value = std::env::var(variable).map_err(|_| {
@@ -182,7 +248,7 @@ mod tests {
         )))
         .await
         .unwrap();
-        let agents = build(&Config::default(), &store).unwrap();
+        let agents = build(&Config::default(), &store, None).unwrap();
         assert_eq!(agents.len(), 1);
         let demo = &agents[0];
         assert_eq!(demo.name, "demo");
@@ -233,7 +299,7 @@ mod tests {
         .unwrap();
         config.resolve_defaults();
         config.validate().unwrap();
-        let agents = build(&config, &store).unwrap();
+        let agents = build(&config, &store, None).unwrap();
         let ops = &agents[0];
         assert_eq!(ops.rules.max_steps, 3);
         assert_eq!(ops.rules.approval_timeout, Some(Duration::from_secs(600)));

@@ -102,7 +102,10 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let local = listener.local_addr()?;
     let model_router =
         crate::model_router::build(&config, &pools, Some(store.clone() as Arc<dyn RequestLog>))?;
-    let agents = crate::agents::build(&config, &store)?;
+    // MCP servers start in the background: a slow or broken one does not hold up the start.
+    let mcp = crate::mcp::McpRegistry::new(&config.mcp_servers)?;
+    mcp.start();
+    let agents = crate::agents::build(&config, &store, Some(&mcp))?;
     let session_model = Arc::new(crate::model_router::SessionModel {
         router: model_router.clone(),
     });
@@ -149,6 +152,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         connections: connections.clone(),
         session_sockets: Default::default(),
         metrics: Default::default(),
+        mcp: (!config.mcp_servers.is_empty()).then(|| mcp.clone() as Arc<dyn stead_http::McpView>),
     });
     let mut signals = ShutdownSignals::install()?;
     tracing::info!(address = %local, "stead listening");
@@ -176,6 +180,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     tokio::select! {
         result = &mut server => {
             sessions.stop_all();
+            mcp.shutdown().await;
             stop_local_models(&pools).await;
             store.shutdown().await;
             return result.context("server task failed")?.context("server failed");
@@ -199,6 +204,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         Err(_) => tracing::warn!(?grace, "requests still in flight after the grace period"),
     }
     sessions.stop_all();
+    mcp.shutdown().await;
     stop_local_models(&pools).await;
     store.shutdown().await;
     tracing::info!("stopped");

@@ -91,6 +91,14 @@ pub fn init(config: &Config, provider: Option<&SdkTracerProvider>) {
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(&config.log.filter))
         .unwrap_or_else(|_| EnvFilter::new("info"));
+    // rmcp logs every MCP notification with its payload at `info` (each progress step of every
+    // call): quiet unless the filter names it.
+    let named = std::env::var("RUST_LOG").unwrap_or_else(|_| config.log.filter.clone());
+    let filter = if named.contains("rmcp") {
+        filter
+    } else {
+        filter.add_directive("rmcp=warn".parse().unwrap_or_default())
+    };
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let fmt = match config.log.format {
         LogFormat::Text => tracing_subscriber::fmt::layer()

@@ -9,7 +9,8 @@ use stead_persistence::SessionStatus;
 use serde_json::Value;
 
 use crate::events::{
-    ApprovalOutcome, ApprovalScope, RequestedCall, SessionEvent, TurnEnd, Usage, SYSTEM_DECIDER,
+    ApprovalOutcome, ApprovalScope, RequestedCall, SeenTool, SessionEvent, TurnEnd, Usage,
+    SYSTEM_DECIDER,
 };
 use crate::policy::{args_hash, ApprovalPolicy, Approver, ArgumentSchema, SESSION_TOKEN_DECIDER};
 use crate::state::{CallStatus, SessionState};
@@ -33,6 +34,90 @@ pub struct AgentRules {
     pub tools: BTreeMap<String, ToolRules>,
     /// An approval not decided within this time is rejected as expired (`None`: never).
     pub approval_timeout: Option<std::time::Duration>,
+    /// Policies of dynamic (MCP) tools, by the names the model sees: a call of a tool in the
+    /// session's journaled list (`tools_seen`) takes the most specific matching rule, and its
+    /// arguments are checked against the schema that list holds.
+    pub dynamic: Vec<DynamicToolRule>,
+}
+
+/// The policy of the dynamic tools whose model-visible names match `pattern`.
+#[derive(Debug, Clone)]
+pub struct DynamicToolRule {
+    /// A name, or a glob: `*` matches any run of characters, `?` one character.
+    pub pattern: String,
+    pub approval: ApprovalPolicy,
+    pub idempotent: bool,
+    pub approver: Approver,
+}
+
+impl AgentRules {
+    /// The rules of `tool`: a configured tool's, or for a tool of the journaled dynamic list the
+    /// most specific matching [`DynamicToolRule`] with the list's argument schema. `None`: the
+    /// agent has no such tool.
+    pub fn tool(&self, state: &SessionState, tool: &str) -> Option<ToolRules> {
+        if let Some(rules) = self.tools.get(tool) {
+            return Some(rules.clone());
+        }
+        let seen = state.seen_tool(tool)?;
+        let rule = self.dynamic_rule(tool)?;
+        Some(dynamic_rules(rule, seen))
+    }
+
+    /// The most specific rule whose pattern matches `name`: an exact name before any glob, then
+    /// the glob with the most literal characters, then the first configured.
+    pub fn dynamic_rule(&self, name: &str) -> Option<&DynamicToolRule> {
+        let mut best: Option<(&DynamicToolRule, (bool, usize))> = None;
+        for rule in &self.dynamic {
+            if !glob_matches(&rule.pattern, name) {
+                continue;
+            }
+            let rank = glob_specificity(&rule.pattern);
+            if best.is_none_or(|(_, b)| rank > b) {
+                best = Some((rule, rank));
+            }
+        }
+        best.map(|(rule, _)| rule)
+    }
+}
+
+fn dynamic_rules(rule: &DynamicToolRule, seen: &SeenTool) -> ToolRules {
+    ToolRules {
+        approval: rule.approval.clone(),
+        idempotent: rule.idempotent,
+        // The registry only offers tools whose schema compiles; an old record's that does not
+        // checks nothing rather than refusing every call.
+        arguments: ArgumentSchema::compile(&seen.parameters).unwrap_or_default(),
+        approver: rule.approver,
+    }
+}
+
+/// `(exact, literal characters)`: larger is more specific.
+pub fn glob_specificity(pattern: &str) -> (bool, usize) {
+    let literals = pattern.chars().filter(|c| !matches!(c, '*' | '?')).count();
+    (literals == pattern.chars().count(), literals)
+}
+
+/// Whether `name` matches `pattern` (`*`: any run of characters, `?`: one character).
+pub fn glob_matches(pattern: &str, name: &str) -> bool {
+    let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
+    let (mut i, mut j) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while j < n.len() {
+        if i < p.len() && (p[i] == '?' || p[i] == n[j]) {
+            i += 1;
+            j += 1;
+        } else if i < p.len() && p[i] == '*' {
+            star = Some((i, j));
+            i += 1;
+        } else if let Some((si, sj)) = star {
+            i = si + 1;
+            j = sj + 1;
+            star = Some((si, sj + 1));
+        } else {
+            return false;
+        }
+    }
+    p[i..].iter().all(|&c| c == '*')
 }
 
 /// What a model call returned.
@@ -90,6 +175,12 @@ pub enum Input {
     },
     /// The actor was (re)activated from the journal: resume whatever was in flight.
     Recover,
+    /// The agent's dynamic (MCP) tools are not the list the session last journaled: the actor
+    /// sends this before a model call, so the call sees (and the journal holds) the new list.
+    ToolsChanged {
+        digest: String,
+        tools: Vec<SeenTool>,
+    },
     /// The supervisor gives up on the session (its actor kept crashing).
     Fail {
         reason: String,
@@ -113,6 +204,10 @@ pub enum Action {
         idempotency_key: String,
     },
     AbortModelCall {
+        call_id: String,
+    },
+    /// Tell a running tool to stop (its call was journaled as cancelled).
+    AbortTool {
         call_id: String,
     },
 }
@@ -265,8 +360,7 @@ pub fn decide(
                 return Err(Refusal::ArgsHashMismatch);
             }
             let operator_only = agent
-                .tools
-                .get(&call.tool)
+                .tool(state, &call.tool)
                 .is_some_and(|r| r.approver == Approver::Operator);
             if approved && operator_only && decided_by.starts_with(SESSION_TOKEN_DECIDER) {
                 return Err(Refusal::OperatorRequired);
@@ -322,15 +416,23 @@ pub fn decide(
                     call_id: call_id.clone(),
                 });
             }
+            next.cancel_running(&reason);
             next.push(SessionEvent::TurnCancelled { reason });
         }
         Input::Recover => next.recover(),
+        Input::ToolsChanged { digest, tools } => {
+            if state.seen_tools_digest.as_deref() == Some(digest.as_str()) {
+                return Err(Refusal::Stale);
+            }
+            next.push(SessionEvent::ToolsSeen { digest, tools });
+        }
         Input::Fail { reason } => {
             if let Some(call_id) = state.turn.as_ref().and_then(|t| t.model_call.clone()) {
                 next.decision
                     .actions
                     .push(Action::AbortModelCall { call_id });
             }
+            next.cancel_running(&reason);
             next.push(SessionEvent::SessionFailed { reason });
             return Ok(next.finish());
         }
@@ -340,6 +442,7 @@ pub fn decide(
                     .actions
                     .push(Action::AbortModelCall { call_id });
             }
+            next.cancel_running(&reason);
             next.push(SessionEvent::SessionClosed { reason });
             return Ok(next.finish());
         }
@@ -425,8 +528,27 @@ impl Planner<'_> {
         }
     }
 
-    fn rules(&self, tool: &str) -> Option<&ToolRules> {
-        self.agent.tools.get(tool)
+    fn rules(&self, tool: &str) -> Option<ToolRules> {
+        self.agent.tool(&self.state, tool)
+    }
+
+    /// `tool_call_cancelled` for every call that runs, and the actions that tell them to stop.
+    fn cancel_running(&mut self, reason: &str) {
+        let Some(turn) = self.state.turn.clone() else {
+            return;
+        };
+        for call in &turn.calls {
+            if matches!(call.status, CallStatus::Started { .. }) {
+                self.decision.actions.push(Action::AbortTool {
+                    call_id: call.call_id.clone(),
+                });
+                self.push(SessionEvent::ToolCallCancelled {
+                    call_id: call.call_id.clone(),
+                    tool: call.tool.clone(),
+                    reason: reason.to_string(),
+                });
+            }
+        }
     }
 
     /// Moves the turn forward as far as it can go without waiting for anything.
@@ -452,10 +574,11 @@ impl Planner<'_> {
                 .iter()
                 .find(|c| c.status == CallStatus::Requested)
             {
-                let invalid = self
-                    .rules(&call.tool)
+                let rules = self.rules(&call.tool);
+                let invalid = rules
+                    .as_ref()
                     .and_then(|rules| rules.arguments.check(&call.arguments));
-                let event = match self.rules(&call.tool) {
+                let event = match rules {
                     None => SessionEvent::ToolCallFailed {
                         call_id: call.call_id.clone(),
                         tool: call.tool.clone(),

@@ -6,6 +6,19 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use ts_rs::TS;
 
+/// A tool of a dynamic source (an MCP server) as the model saw it: `tools_seen` journals the
+/// list, so the decisions and the decision check use the list the model was given.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+pub struct SeenTool {
+    /// The name the model sees (`{server}__{tool}`).
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// JSON Schema of the arguments.
+    #[ts(type = "unknown")]
+    pub parameters: Value,
+}
+
 /// A tool call as the model asked for it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 pub struct RequestedCall {
@@ -167,6 +180,21 @@ pub enum SessionEvent {
         /// The call may or may not have taken effect (started, not finished, not idempotent).
         #[serde(default)]
         in_doubt: bool,
+    },
+    /// A started call was cancelled (the turn was cancelled or the session closed or failed
+    /// while it ran): the tool was told to stop (MCP: `notifications/cancelled`), and whatever
+    /// it answers later is dropped. Interrupts and cascading cancels use this event too.
+    ToolCallCancelled {
+        call_id: String,
+        tool: String,
+        reason: String,
+    },
+    /// The dynamic tools (MCP) the agent offers from here on, journaled before the model call
+    /// that first sees them; `digest` is `sha256:` of the list's canonical JSON. Static tools
+    /// come from the configuration and are not listed.
+    ToolsSeen {
+        digest: String,
+        tools: Vec<SeenTool>,
     },
     AssistantMessage {
         text: String,

@@ -7,7 +7,7 @@ use stead_persistence::SessionStatus;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::events::{ApprovalScope, Overrides, RequestedCall, SessionEvent, Usage};
+use crate::events::{ApprovalScope, Overrides, RequestedCall, SeenTool, SessionEvent, Usage};
 
 /// One entry of the conversation the model sees.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -46,6 +46,8 @@ pub enum CallStatus {
     Failed {
         in_doubt: bool,
     },
+    /// Stopped by a cancel while it ran (`tool_call_cancelled`).
+    Cancelled,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -113,6 +115,9 @@ pub struct SessionState {
     /// Set by `session_forked`: the source session and seq, and what the fork changed.
     pub forked_from: Option<(String, i64)>,
     pub overrides: Overrides,
+    /// The dynamic (MCP) tools last journaled by `tools_seen`, and that list's digest.
+    pub seen_tools: imbl::Vector<SeenTool>,
+    pub seen_tools_digest: Option<String>,
 }
 
 /// The principal of sessions whose journal names none.
@@ -255,6 +260,23 @@ impl SessionState {
                     content: json!({ "error": error }),
                 });
             }
+            SessionEvent::ToolCallCancelled {
+                call_id,
+                tool,
+                reason,
+            } => {
+                self.set_status(call_id, CallStatus::Cancelled);
+                // Every call the model asked for gets an answer in the transcript.
+                self.transcript.push_back(TranscriptEntry::Tool {
+                    call_id: call_id.clone(),
+                    tool: tool.clone(),
+                    content: json!({ "error": format!("cancelled: {reason}") }),
+                });
+            }
+            SessionEvent::ToolsSeen { digest, tools } => {
+                self.seen_tools = tools.iter().cloned().collect();
+                self.seen_tools_digest = Some(digest.clone());
+            }
             SessionEvent::AssistantMessage { .. } => {}
             SessionEvent::SessionFailed { reason } => {
                 self.failed = Some(reason.clone());
@@ -295,6 +317,11 @@ impl SessionState {
     /// The route model calls use: the fork's override, else the agent's.
     pub fn route<'a>(&'a self, agent_route: &'a str) -> &'a str {
         self.overrides.route.as_deref().unwrap_or(agent_route)
+    }
+
+    /// A dynamic tool of the journaled list, by the name the model saw.
+    pub fn seen_tool(&self, name: &str) -> Option<&SeenTool> {
+        self.seen_tools.iter().find(|t| t.name == name)
     }
 
     /// Approvals waiting for a decision in the current turn.

@@ -15,12 +15,67 @@ use uuid::Uuid;
 
 use crate::policy::ApprovalPolicy;
 
+/// How far a running tool has got: MCP `notifications/progress`, sent to WebSocket clients as
+/// `tool_progress` frames (not journaled). Sub-agents and streaming webhooks extend it.
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+pub struct ToolProgress {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// Where a running tool reports its progress.
+#[derive(Clone)]
+pub struct ProgressSink(Arc<dyn Fn(ToolProgress) + Send + Sync>);
+
+impl ProgressSink {
+    pub fn new(report: impl Fn(ToolProgress) + Send + Sync + 'static) -> Self {
+        ProgressSink(Arc::new(report))
+    }
+
+    /// A sink that drops every report.
+    pub fn none() -> Self {
+        ProgressSink::new(|_| {})
+    }
+
+    pub fn report(&self, progress: ToolProgress) {
+        (self.0)(progress)
+    }
+}
+
+impl std::fmt::Debug for ProgressSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProgressSink")
+    }
+}
+
 /// What a running tool knows about its call.
 #[derive(Debug, Clone)]
 pub struct ToolContext {
     pub session_id: Uuid,
     pub call_id: String,
     pub idempotency_key: String,
+    /// Cancelled when the call is (`tool_call_cancelled`): a tool that can stop early does
+    /// (MCP tools send `notifications/cancelled`); its answer is dropped either way.
+    pub cancel: tokio_util::sync::CancellationToken,
+    pub progress: ProgressSink,
+}
+
+impl ToolContext {
+    /// A call's context with the idempotency key `{session_id}:{call_id}`, never cancelled,
+    /// reporting progress nowhere.
+    pub fn new(session_id: Uuid, call_id: &str) -> Self {
+        ToolContext {
+            session_id,
+            call_id: call_id.to_string(),
+            idempotency_key: format!("{session_id}:{call_id}"),
+            cancel: Default::default(),
+            progress: ProgressSink::none(),
+        }
+    }
 }
 
 /// Why a tool call failed; the message goes back to the model as the tool's error.
@@ -38,6 +93,29 @@ pub trait Tool: Send + Sync {
     /// Safe to run twice with the same idempotency key.
     fn idempotent(&self) -> bool;
     async fn execute(&self, arguments: Value, context: &ToolContext) -> Result<Value, ToolError>;
+}
+
+/// Tools whose list changes while Stead runs (an MCP server's). A session journals the list
+/// (`tools_seen`) before a model call that sees a new one; its decisions use that list.
+pub trait DynamicTools: Send + Sync {
+    /// The tools offered now and the list's digest ([`tools_digest`]).
+    fn seen(&self) -> (String, Vec<crate::events::SeenTool>);
+    /// The tool behind a model-visible name, while its source offers it.
+    fn tool(&self, name: &str) -> Option<Arc<dyn Tool>>;
+    /// Names of the sources (MCP servers) the tools come from.
+    fn sources(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// `sha256:` of a tool list's canonical JSON: what `tools_seen` records as its `digest`.
+pub fn tools_digest(tools: &[crate::events::SeenTool]) -> String {
+    use sha2::Digest;
+    // Plain data with string keys: serializing cannot fail.
+    let canonical = serde_json::to_vec(tools).unwrap_or_default();
+    let digest = sha2::Sha256::digest(&canonical);
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
 }
 
 /// Name, description, policy and flag shared by the built-ins.

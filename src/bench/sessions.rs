@@ -57,8 +57,10 @@ fn agent() -> Agent {
             max_steps: 4,
             tools: Default::default(),
             approval_timeout: None,
+            dynamic: Vec::new(),
         },
         tools: Default::default(),
+        dynamic: None,
     }
 }
 

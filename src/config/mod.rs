@@ -5,6 +5,7 @@
 //! `server.data_dir` and `database.url`; any other key is `STEAD_<SECTION>__<KEY>` (double
 //! underscore between levels), e.g. `STEAD_DATABASE__MAX_EVENT_BYTES=2097152`.
 
+mod mcp;
 mod sections;
 #[cfg(test)]
 mod tests;
@@ -19,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use stead_persistence::DatabaseUrl;
 pub use stead_router::config::{GatewayConfig, RouteConfig, TargetConfig};
 
+pub use mcp::{invalid_server_name, McpServerConfig};
 pub use sections::{
     AgentConfig, DatabaseConfig, EngineConfig, LogConfig, LogFormat, ProviderConfig, ProviderKind,
     ServerConfig, SessionsConfig, ToolConfig,
@@ -37,6 +39,8 @@ pub struct Config {
     pub providers: Vec<ProviderConfig>,
     pub routes: Vec<RouteConfig>,
     pub agents: Vec<AgentConfig>,
+    /// MCP servers whose tools agents may use (`[[mcp_servers]]`, docs/mcp.md).
+    pub mcp_servers: Vec<McpServerConfig>,
     /// The model router's cache, cooldown, limits, prices and request log (`[gateway]`).
     pub gateway: GatewayConfig,
 }
@@ -45,7 +49,7 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
 pub const DEFAULT_DATA_DIR: &str = ".stead";
 /// The bundled model the built-in configuration serves (`stead setup` prepares it).
 pub const LOCAL_MODEL: &str = stead_inference::setup::DEFAULT_MODEL;
-pub const TOOL_KINDS: [&str; 4] = ["webhook", "memory", "clock", "calculator"];
+pub const TOOL_KINDS: [&str; 5] = ["webhook", "memory", "clock", "calculator", "mcp"];
 pub const MEMORY_OPS: [&str; 4] = ["get", "set", "list", "delete"];
 
 impl Default for Config {
@@ -82,6 +86,7 @@ impl Default for Config {
                 cache: true,
             }],
             gateway: GatewayConfig::default(),
+            mcp_servers: Vec::new(),
             agents: vec![AgentConfig {
                 name: "demo".into(),
                 route: "default".into(),
@@ -277,6 +282,14 @@ impl Config {
         for tool in shown.agents.iter_mut().flat_map(|a| a.tools.iter_mut()) {
             if let Some(url) = &mut tool.url {
                 *url = redact_webhook_url(url);
+            }
+        }
+        for server in &mut shown.mcp_servers {
+            if let Some(url) = &mut server.url {
+                *url = redact_webhook_url(url);
+            }
+            for value in server.headers.values_mut().chain(server.env.values_mut()) {
+                *value = "***".into();
             }
         }
         for provider in &mut shown.providers {

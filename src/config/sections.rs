@@ -204,9 +204,19 @@ pub struct AgentConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ToolConfig {
+    /// The name the model sees (`mcp` entries: unused; the model sees `{server}__{tool}`).
+    #[serde(default)]
     pub name: String,
-    /// `webhook`, `memory`, `clock` or `calculator`.
+    /// `webhook`, `memory`, `clock`, `calculator` or `mcp`.
     pub kind: String,
+    /// `mcp`: the `[[mcp_servers]]` entry whose tools this entry takes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+    /// `mcp`: the server's tools this entry takes: names or globs (`*`, `?`); default all.
+    /// Where several entries match a tool, the most specific wins (an exact name, then the
+    /// glob with the most literal characters, then the first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<String>>,
     #[serde(default)]
     pub description: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -253,6 +263,8 @@ impl ToolConfig {
         ToolConfig {
             name: kind.into(),
             kind: kind.into(),
+            server: None,
+            tools: None,
             description: String::new(),
             url: None,
             headers: BTreeMap::new(),

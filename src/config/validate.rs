@@ -176,6 +176,7 @@ impl Config {
 
     fn validate_agents(&self) -> Result<(), ConfigError> {
         let mut agents = Vec::new();
+        self.validate_mcp_servers()?;
         for (i, agent) in self.agents.iter().enumerate() {
             let key = format!("agents[{i}]");
             if agent.name.is_empty() || agents.contains(&&agent.name) {
@@ -203,6 +204,13 @@ impl Config {
             let mut tools = Vec::new();
             for (j, tool) in agent.tools.iter().enumerate() {
                 let key = format!("{key}.tools[{j}]");
+                if tool.kind == "mcp" {
+                    self.validate_mcp_tool(&key, tool)?;
+                    continue;
+                }
+                if tool.server.is_some() || tool.tools.is_some() {
+                    return Err(bad(&format!("{key}.server"), "only for kind \"mcp\""));
+                }
                 if tool.name.is_empty() || tools.contains(&&tool.name) {
                     return Err(bad(
                         &format!("{key}.name"),
@@ -240,6 +248,91 @@ impl Config {
                 }
             }
         }
+        Ok(())
+    }
+
+    fn validate_mcp_servers(&self) -> Result<(), ConfigError> {
+        let mut names = Vec::new();
+        for (i, server) in self.mcp_servers.iter().enumerate() {
+            let key = format!("mcp_servers[{i}]");
+            if let Some(why) = super::invalid_server_name(&server.name) {
+                return Err(bad(
+                    &format!("{key}.name"),
+                    format!("`{}` {why}", server.name),
+                ));
+            }
+            if names.contains(&&server.name) {
+                return Err(bad(
+                    &format!("{key}.name"),
+                    format!("`{}` is used twice", server.name),
+                ));
+            }
+            names.push(&server.name);
+            match (&server.command, &server.url) {
+                (Some(_), Some(_)) | (None, None) => {
+                    return Err(bad(
+                        &key,
+                        "give either `command` (stdio) or `url` (Streamable HTTP)",
+                    ))
+                }
+                (Some(command), None) => {
+                    if command.is_empty() {
+                        return Err(bad(&format!("{key}.command"), "must not be empty"));
+                    }
+                    if !server.headers.is_empty() || !server.headers_env.is_empty() {
+                        return Err(bad(&format!("{key}.headers"), "only with `url`"));
+                    }
+                }
+                (None, Some(url)) => {
+                    let parsed = url::Url::parse(url)
+                        .map_err(|e| bad(&format!("{key}.url"), format!("not a URL: {e}")))?;
+                    if parsed.scheme() != "http" {
+                        return Err(bad(
+                            &format!("{key}.url"),
+                            "must be http:// (TLS ends at a proxy in front, as for providers)",
+                        ));
+                    }
+                    if !server.args.is_empty() || !server.env.is_empty() {
+                        return Err(bad(&format!("{key}.args"), "only with `command`"));
+                    }
+                }
+            }
+            if server.start_timeout_secs == 0 || server.call_timeout_secs == 0 {
+                return Err(bad(
+                    &format!("{key}.call_timeout_secs"),
+                    "start_timeout_secs and call_timeout_secs must be at least 1",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_mcp_tool(&self, key: &str, tool: &super::ToolConfig) -> Result<(), ConfigError> {
+        let Some(server) = &tool.server else {
+            return Err(bad(&format!("{key}.server"), "required for kind \"mcp\""));
+        };
+        if !self.mcp_servers.iter().any(|s| &s.name == server) {
+            return Err(bad(
+                &format!("{key}.server"),
+                format!("no [[mcp_servers]] entry is named `{server}`"),
+            ));
+        }
+        if let Some(globs) = &tool.tools {
+            if globs.is_empty() || globs.iter().any(|g| g.is_empty()) {
+                return Err(bad(
+                    &format!("{key}.tools"),
+                    "a non-empty list of tool names or globs (leave it out for all)",
+                ));
+            }
+        }
+        if tool.url.is_some() || tool.parameters.is_some() || tool.ops.is_some() {
+            return Err(bad(
+                key,
+                "`url`, `parameters` and `ops` are not for kind \"mcp\" (the server describes its tools)",
+            ));
+        }
+        stead_actors::ApprovalPolicy::parse(&tool.approval)
+            .map_err(|e| bad(&format!("{key}.approval"), e))?;
         Ok(())
     }
 }

@@ -36,8 +36,10 @@ async fn a_session_answers_with_the_real_model() {
             max_steps: 2,
             tools: BTreeMap::new(),
             approval_timeout: None,
+            dynamic: Vec::new(),
         },
         tools: BTreeMap::new(),
+        dynamic: None,
     };
     // The session's calls go through the model router, as `stead serve` wires them.
     let routes: Vec<stead_router::config::RouteConfig> =
@@ -88,6 +90,7 @@ async fn a_session_answers_with_the_real_model() {
                     break text.clone();
                 }
             }
+            Frame::Progress { .. } => {}
         }
     };
     assert!(answer.contains("Paris"), "{answer}");

@@ -103,6 +103,7 @@ fn recorded_input(event: &SessionEvent) -> Option<Input> {
             args_hash: None,
         },
         SessionEvent::TurnCancelled { reason } => Input::Cancel { reason },
+        SessionEvent::ToolsSeen { digest, tools } => Input::ToolsChanged { digest, tools },
         SessionEvent::SessionFailed { reason } => Input::Fail { reason },
         SessionEvent::SessionClosed { reason } => Input::Close { reason },
         // Anything else at a boundary was decided without new input: an activation.
@@ -195,7 +196,14 @@ pub fn check(
     let mut i = 0;
     while i < typed_events.len() {
         let (seq, event) = &typed_events[i];
-        let Some(input) = recorded_input(event) else {
+        // A cancel, close or failure that stopped running tools journals their
+        // `tool_call_cancelled` first: the input is what the event after them records.
+        let cause = typed_events[i..]
+            .iter()
+            .map(|(_, e)| e)
+            .find(|e| !matches!(e, SessionEvent::ToolCallCancelled { .. }))
+            .unwrap_or(event);
+        let Some(input) = recorded_input(cause) else {
             state.apply(*seq, event);
             i += 1;
             continue;

@@ -51,6 +51,11 @@ pub enum SessionMsg {
         call_id: String,
         text: String,
     },
+    /// A running tool's progress report.
+    Progress {
+        call_id: String,
+        progress: crate::tools::ToolProgress,
+    },
     Subscribe(Subscriber, RpcReplyPort<Attached>),
     State(RpcReplyPort<SessionState>),
 }
@@ -112,6 +117,11 @@ pub struct Live {
     /// Consecutive inputs of the actor's own tasks that could not be journaled (the backoff of
     /// their next try).
     pub(super) unwritten: u32,
+    /// The tool calls that run, by call id: what cancels each.
+    pub(super) running_tools:
+        std::collections::HashMap<String, tokio_util::sync::CancellationToken>,
+    /// The latest progress of the tool calls that run.
+    pub(super) progress: std::collections::BTreeMap<String, crate::tools::ToolProgress>,
 }
 
 /// The first wait before an own input that could not be journaled is tried again; it doubles
@@ -206,6 +216,8 @@ impl Actor for SessionActor {
             passivating: false,
             turn_span: None,
             unwritten: 0,
+            running_tools: Default::default(),
+            progress: Default::default(),
         };
         // The row's status follows the journal; a crash between the two is mended here.
         live.sync_status().await;
@@ -351,6 +363,12 @@ impl Actor for SessionActor {
                 if let Some(caller) = caller {
                     caller.answer(answer);
                 }
+                if actions
+                    .iter()
+                    .any(|a| matches!(a, crate::Action::CallModel { .. }))
+                {
+                    live.journal_tool_list(&myself).await;
+                }
                 for action in actions {
                     live.start(&myself, action);
                 }
@@ -375,6 +393,13 @@ impl Actor for SessionActor {
                     }
                 }
             }
+            SessionMsg::Progress { call_id, progress } => {
+                // Only for a call that still runs: a late report of a finished one is dropped.
+                if live.running_tools.contains_key(&call_id) {
+                    live.progress.insert(call_id.clone(), progress.clone());
+                    live.broadcast(Frame::Progress { call_id, progress });
+                }
+            }
             SessionMsg::Subscribe(subscriber, reply) => {
                 let attached = Attached {
                     last_seq: live.state.last_seq,
@@ -384,6 +409,11 @@ impl Actor for SessionActor {
                         .as_ref()
                         .map(|(call_id, _, text)| (call_id.clone(), text.clone())),
                     attempt: live.deps.lease.epoch,
+                    progress: live
+                        .progress
+                        .iter()
+                        .map(|(call, p)| (call.clone(), p.clone()))
+                        .collect(),
                 };
                 live.subscribers.push(subscriber);
                 let _ = reply.send(attached);

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::decide::AgentRules;
-use crate::tools::Tool;
+use crate::tools::{DynamicTools, Tool};
 
 /// An agent: its loop rules, prompt and tools.
 pub struct Agent {
@@ -13,6 +13,18 @@ pub struct Agent {
     pub system_prompt: String,
     pub rules: AgentRules,
     pub tools: BTreeMap<String, Arc<dyn Tool>>,
+    /// Tools from sources whose lists change (MCP servers), when the agent has any.
+    pub dynamic: Option<Arc<dyn DynamicTools>>,
+}
+
+impl Agent {
+    /// The tool behind a name the model used: a configured one, else a dynamic one.
+    pub fn tool(&self, name: &str) -> Option<Arc<dyn Tool>> {
+        self.tools
+            .get(name)
+            .cloned()
+            .or_else(|| self.dynamic.as_ref()?.tool(name))
+    }
 }
 
 /// When actors write snapshots and when idle ones go to sleep.

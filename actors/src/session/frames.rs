@@ -6,6 +6,7 @@ use std::sync::Arc;
 use stead_persistence::SessionStatus;
 
 use crate::events::SessionEvent;
+use crate::tools::ToolProgress;
 
 /// What subscribers receive, in commit order.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,6 +31,11 @@ pub enum Frame {
         text: String,
         offset: usize,
     },
+    /// A running tool's latest progress (not journaled).
+    Progress {
+        call_id: String,
+        progress: ToolProgress,
+    },
 }
 
 /// Where a session stood when a subscriber attached: everything after it arrives as frames.
@@ -41,6 +47,8 @@ pub struct Attached {
     pub streaming: Option<(String, String)>,
     /// The attempt (activation epoch) the in-flight call's text belongs to.
     pub attempt: i64,
+    /// The latest progress of each tool call that runs.
+    pub progress: Vec<(String, ToolProgress)>,
 }
 
 /// A subscriber's end: frames in order, bounded. A subscriber that falls `capacity` frames

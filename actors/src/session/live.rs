@@ -12,7 +12,10 @@ use tracing::Instrument;
 use super::{Frame, Live, ModelError, ModelRequest, SessionError, SessionMsg, ToolSpec};
 use crate::decide::{decide, Action, Input, ModelOutput};
 use crate::events::SessionEvent;
-use crate::tools::ToolContext;
+use crate::tools::{ProgressSink, ToolContext};
+
+/// How long a cancelled tool gets to stop by itself before its task is aborted.
+const CANCEL_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Live {
     pub(super) fn broadcast(&mut self, frame: Frame) {
@@ -109,6 +112,7 @@ impl Live {
                     self.schedule_expiry(myself, call_id.clone());
                 }
                 self.state.apply(seq, &event);
+                self.forget_ended_tools(&event);
                 // A finished call's text is in its event now: a client that attaches later must
                 // not be sent it again as a stream.
                 if let SessionEvent::ModelCallFinished { call_id, .. }
@@ -131,6 +135,41 @@ impl Live {
             }
         }
         Ok((self.state.last_seq, decision.actions))
+    }
+
+    /// Drops the progress of tool calls that `event` ends, and cancels them (which tells a
+    /// tool that still runs — a cancelled one — to stop; the others are done already).
+    fn forget_ended_tools(&mut self, event: &SessionEvent) {
+        match event {
+            SessionEvent::ToolCallFinished { call_id, .. }
+            | SessionEvent::ToolCallFailed { call_id, .. }
+            | SessionEvent::ToolCallCancelled { call_id, .. } => {
+                if let Some(cancel) = self.running_tools.remove(call_id) {
+                    cancel.cancel();
+                }
+                self.progress.remove(call_id);
+            }
+            _ => {}
+        }
+    }
+
+    /// Before a model call: journals the agent's dynamic (MCP) tools when they are not the list
+    /// the session last journaled, so the call sees the list its journal holds. A failure to
+    /// journal leaves the old list in force (logged); the call goes ahead.
+    pub(super) async fn journal_tool_list(&mut self, myself: &ActorRef<SessionMsg>) {
+        let Some(dynamic) = self.deps.agent.dynamic.clone() else {
+            return;
+        };
+        let (digest, tools) = dynamic.seen();
+        if self.state.seen_tools_digest.as_deref() == Some(digest.as_str()) {
+            return;
+        }
+        if let Err(error) = self
+            .process(myself, Input::ToolsChanged { digest, tools })
+            .await
+        {
+            tracing::warn!(session = %self.deps.session_id, %error, "the tool list could not be journaled");
+        }
     }
 
     /// Rejects the approval as expired when its time runs out (a decision first wins; the late
@@ -209,6 +248,11 @@ impl Live {
                             description: t.description().to_string(),
                             parameters: t.parameters(),
                         })
+                        .chain(self.state.seen_tools.iter().map(|t| ToolSpec {
+                            name: t.name.clone(),
+                            description: t.description.clone(),
+                            parameters: t.parameters.clone(),
+                        }))
                         .collect(),
                 };
                 let model = self.deps.model.clone();
@@ -259,18 +303,32 @@ impl Live {
                 arguments,
                 idempotency_key,
             } => {
-                let Some(tool) = self.deps.agent.tools.get(&tool).cloned() else {
+                let Some(tool) = self.deps.agent.tool(&tool) else {
                     let input = Input::ToolFailed {
                         call_id,
-                        error: format!("unknown tool `{tool}`"),
+                        error: format!("unknown tool `{tool}` (its source no longer offers it)"),
                     };
                     let _ = myself.cast(SessionMsg::Input(input, None));
                     return;
+                };
+                let cancel = tokio_util::sync::CancellationToken::new();
+                self.running_tools.insert(call_id.clone(), cancel.clone());
+                let progress = {
+                    let me = myself.clone();
+                    let call_id = call_id.clone();
+                    ProgressSink::new(move |progress| {
+                        let _ = me.cast(SessionMsg::Progress {
+                            call_id: call_id.clone(),
+                            progress,
+                        });
+                    })
                 };
                 let context = ToolContext {
                     session_id: self.deps.session_id,
                     call_id: call_id.clone(),
                     idempotency_key,
+                    cancel: cancel.clone(),
+                    progress,
                 };
                 let me = myself.clone();
                 let span = tracing::info_span!(
@@ -282,14 +340,29 @@ impl Live {
                     "gen_ai.tool.name" = %tool.name(),
                     "gen_ai.tool.call.id" = %call_id,
                     "gen_ai.conversation.id" = %self.deps.session_id,
+                    // Set by tools with a server behind them (MCP).
+                    "stead.tool.server" = tracing::field::Empty,
                 );
                 tokio::spawn(async move {
                     // The tool runs in a task of its own: a panic in it is contained there and
                     // becomes the call's error; the session and its actor carry on.
-                    let run = tokio::spawn(
+                    let mut run = tokio::spawn(
                         async move { tool.execute(arguments, &context).await }.instrument(span),
                     );
-                    let input = match run.await {
+                    // A cancelled call gets a grace to stop by itself; then its task is aborted.
+                    // Either way exactly one outcome goes back (the journal already holds the
+                    // cancel, so the actor drops it as stale).
+                    let outcome = tokio::select! {
+                        outcome = &mut run => outcome,
+                        () = async {
+                            cancel.cancelled().await;
+                            tokio::time::sleep(CANCEL_GRACE).await;
+                        } => {
+                            run.abort();
+                            run.await
+                        }
+                    };
+                    let input = match outcome {
                         Ok(Ok(result)) if stead_persistence::contains_nul(&result) => {
                             Input::ToolFailed {
                                 call_id,
@@ -310,6 +383,12 @@ impl Live {
                     };
                     let _ = me.cast(SessionMsg::Input(input, None));
                 });
+            }
+            Action::AbortTool { call_id } => {
+                if let Some(cancel) = self.running_tools.remove(&call_id) {
+                    cancel.cancel();
+                }
+                self.progress.remove(&call_id);
             }
             Action::AbortModelCall { call_id } => {
                 if let Some((current, cancel, _)) = &self.streaming {

@@ -94,12 +94,14 @@ fn agent(endpoint: &str) -> Agent {
             })
             .collect(),
         approval_timeout: None,
+        dynamic: Vec::new(),
     };
     Agent {
         name: "crash".into(),
         system_prompt: String::new(),
         rules,
         tools,
+        dynamic: None,
     }
 }
 

@@ -22,11 +22,7 @@ fn info(name: &str, idempotent: bool) -> ToolInfo {
 }
 
 fn context(session_id: Uuid) -> ToolContext {
-    ToolContext {
-        session_id,
-        call_id: "t1".into(),
-        idempotency_key: format!("{session_id}:t1"),
-    }
+    ToolContext::new(session_id, "t1")
 }
 
 #[test]

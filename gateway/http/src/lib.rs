@@ -91,6 +91,16 @@ pub struct AppState {
     pub metrics: Arc<metrics::Metrics>,
     /// The model router behind `/v1/chat/completions` (the sessions use the same one).
     pub model_router: Arc<stead_router::Router>,
+    /// The MCP servers Stead is a client of (`None`: none configured).
+    pub mcp: Option<Arc<dyn McpView>>,
+}
+
+/// What the HTTP edge shows of the MCP servers Stead uses (the `stead` crate's registry).
+pub trait McpView: Send + Sync {
+    /// `GET /v1/mcp/servers`: `{"servers":[{"name","status","tools":[…],"last_error",…}]}`.
+    fn report(&self) -> Value;
+    /// The per-server series of `/metrics`, as Prometheus text.
+    fn metrics(&self) -> String;
 }
 
 /// Most WebSocket connections one server holds.
@@ -131,6 +141,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/sessions/{id}/ws", get(ws::upgrade))
         .route("/v1/approvals", get(rest::pending_approvals))
         .route("/v1/agents", get(rest::agents))
+        .route("/v1/mcp/servers", get(rest::mcp_servers))
         .route("/v1/models", get(rest::models))
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/gateway/logs", get(openai::logs))

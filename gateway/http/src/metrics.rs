@@ -123,6 +123,9 @@ pub async fn render(
          # TYPE stead_journal_commits_total counter\nstead_journal_commits_total {}\n",
         journal.events, journal.commits
     );
+    if let Some(mcp) = &state.mcp {
+        out.push_str(&mcp.metrics());
+    }
     out.push_str(
         "# HELP stead_http_requests_total HTTP requests by route, method and status.\n\
          # TYPE stead_http_requests_total counter\n",

@@ -203,7 +203,35 @@ pub struct AgentView {
     pub system_prompt: String,
     pub max_steps: u32,
     pub approval_timeout_secs: Option<u64>,
+    /// Configured tools, then the MCP tools its servers offer now (`{server}__{tool}`).
     pub tools: Vec<ToolView>,
+    /// The MCP servers it takes tools from.
+    pub mcp_servers: Vec<String>,
+}
+
+/// One MCP server Stead is a client of.
+#[derive(Serialize, ToSchema)]
+pub struct McpServerView {
+    pub name: String,
+    /// `stdio` or `http`.
+    pub transport: String,
+    /// `starting`, `ready`, `restarting` or `stopped`.
+    pub status: String,
+    /// Its tools as it lists them (`name`, `description`, `input_schema`).
+    #[schema(value_type = Vec<Object>)]
+    pub tools: Vec<serde_json::Value>,
+    /// Tools left out because their input schema is invalid (`name`, `error`).
+    #[schema(value_type = Vec<Object>)]
+    pub rejected_tools: Vec<serde_json::Value>,
+    pub last_error: Option<String>,
+    pub restarts: u64,
+    pub calls: u64,
+    pub errors: u64,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct McpServerList {
+    pub servers: Vec<McpServerView>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -278,6 +306,7 @@ impl Modify for BearerAuth {
         rest::fork,
         rest::pending_approvals,
         rest::agents,
+        rest::mcp_servers,
         rest::models,
         crate::openai::chat_completions,
         crate::openai::logs,

@@ -77,10 +77,37 @@ pub enum ServerFrame {
         text: String,
         offset: usize,
     },
+    /// A running tool's latest progress (not journaled; MCP `notifications/progress`): a
+    /// client that attaches or resumes is sent the latest of each call that runs. `progress`
+    /// rises; `total`, when known, is its end.
+    ToolProgress {
+        call_id: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        #[ts(optional)]
+        progress: Option<f64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        #[ts(optional)]
+        total: Option<f64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        #[ts(optional)]
+        message: Option<String>,
+    },
     Error {
         code: ErrorCode,
         message: String,
     },
+}
+
+impl ServerFrame {
+    /// The `tool_progress` frame of a call.
+    pub fn tool_progress(call_id: &str, progress: &stead_actors::tools::ToolProgress) -> Self {
+        ServerFrame::ToolProgress {
+            call_id: call_id.to_string(),
+            progress: progress.progress,
+            total: progress.total,
+            message: progress.message.clone(),
+        }
+    }
 }
 
 /// A WebSocket frame from a client.

@@ -44,8 +44,10 @@ pub fn ops_agent() -> Agent {
             max_steps: 4,
             tools: BTreeMap::new(),
             approval_timeout: None,
+            dynamic: Vec::new(),
         },
         tools: BTreeMap::new(),
+        dynamic: None,
     }
 }
 
@@ -98,6 +100,7 @@ impl App {
             session_sockets: Default::default(),
             metrics: Default::default(),
             model_router: Arc::new(model_router),
+            mcp: None,
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());

@@ -35,6 +35,7 @@ fn rules(gated: ApprovalPolicy) -> AgentRules {
         max_steps: 3,
         tools,
         approval_timeout: None,
+        dynamic: Vec::new(),
     }
 }
 

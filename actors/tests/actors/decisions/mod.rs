@@ -83,6 +83,7 @@ impl Session {
                 max_steps: 4,
                 tools,
                 approval_timeout: None,
+                dynamic: Vec::new(),
             },
         };
         s.commit(vec![SessionEvent::SessionCreated {

@@ -64,12 +64,14 @@ fn agent(url: &str) -> Agent {
             })
             .collect(),
         approval_timeout: None,
+        dynamic: Vec::new(),
     };
     Agent {
         name: "ops".into(),
         system_prompt: "You are ops.".into(),
         rules,
         tools,
+        dynamic: None,
     }
 }
 

@@ -1,4 +1,4 @@
-//! `/v1/agents` and `/v1/models`: what is configured.
+//! `/v1/agents`, `/v1/mcp/servers` and `/v1/models`: what is configured.
 
 use super::*;
 
@@ -25,11 +25,45 @@ pub async fn agents(
                     "parameters": tool.parameters(),
                     "approval": tool.approval().describe(),
                     "idempotent": tool.idempotent(),
-                })).collect::<Vec<_>>(),
+                })).chain(dynamic_tools(agent)).collect::<Vec<_>>(),
+                "mcp_servers": agent.dynamic.as_ref().map(|d| d.sources()).unwrap_or_default(),
             })
         })
         .collect();
     Ok(Json(json!({ "agents": agents })))
+}
+
+/// The agent's MCP tools as its servers offer them now, with their policies.
+fn dynamic_tools(agent: &stead_actors::session::Agent) -> Vec<Value> {
+    let Some(dynamic) = &agent.dynamic else {
+        return Vec::new();
+    };
+    let (_, seen) = dynamic.seen();
+    seen.into_iter()
+        .filter_map(|tool| {
+            let rule = agent.rules.dynamic_rule(&tool.name)?;
+            Some(json!({
+                "name": tool.name,
+                "description": tool.description,
+                "parameters": tool.parameters,
+                "approval": rule.approval.describe(),
+                "idempotent": rule.idempotent,
+            }))
+        })
+        .collect()
+}
+
+/// The MCP servers Stead is a client of: status, tools, last error and counters.
+#[utoipa::path(get, path = "/v1/mcp/servers", responses((status = 200, body = McpServerList), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
+pub async fn mcp_servers(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+) -> Result<Json<Value>, ApiError> {
+    caller.require_operator()?;
+    Ok(Json(match &state.mcp {
+        Some(mcp) => mcp.report(),
+        None => json!({ "servers": [] }),
+    }))
 }
 
 /// The OpenAI-compatible model list: each configured route is a model a client may ask for.

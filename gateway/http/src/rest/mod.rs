@@ -18,9 +18,9 @@ use uuid::Uuid;
 
 use crate::auth::Caller;
 use crate::openapi::{
-    AgentList, Closed, Committed, Decided, ErrorBody, EventsPage, Forked, Inbox, MessageAccepted,
-    MessageWaited, ModelList, SessionCreated, SessionList, SessionView, StateView, Ticket,
-    TokenIssued,
+    AgentList, Closed, Committed, Decided, ErrorBody, EventsPage, Forked, Inbox, McpServerList,
+    MessageAccepted, MessageWaited, ModelList, SessionCreated, SessionList, SessionView, StateView,
+    Ticket, TokenIssued,
 };
 use crate::wire::{EventView, SessionRow};
 use crate::{ApiError, ApiJson, ApiPath, ApiQuery, AppState, ErrorCode};

@@ -38,6 +38,8 @@ pub(super) struct Connection {
     ended_call: Option<String>,
     /// Live frames held until the client's first frame (or the hold ends).
     held: Option<Vec<Frame>>,
+    /// The latest progress of each tool call that runs, sent again on resume.
+    progress: std::collections::BTreeMap<String, stead_actors::tools::ToolProgress>,
     last_heard: Instant,
 }
 
@@ -63,6 +65,7 @@ impl Connection {
             stream: None,
             ended_call: None,
             held: None,
+            progress: Default::default(),
             last_heard: Instant::now(),
         }
     }
@@ -111,6 +114,7 @@ impl Connection {
             text,
             sent: 0,
         });
+        self.progress = attached.progress.iter().cloned().collect();
         self.send_frame(&ServerFrame::Hello {
             session_id: self.id,
             last_seq: attached.last_seq,
@@ -226,6 +230,7 @@ impl Connection {
             return Ok(());
         };
         self.flush_stream().await?;
+        self.send_progress().await?;
         for frame in held {
             self.deliver(frame).await?;
         }
@@ -308,7 +313,21 @@ impl Connection {
         if let Some(stream) = &mut self.stream {
             stream.sent = 0;
         }
-        self.flush_stream().await
+        self.flush_stream().await?;
+        self.send_progress().await
+    }
+
+    /// The latest progress of every tool call that runs.
+    async fn send_progress(&mut self) -> Result<(), Closed> {
+        let frames: Vec<ServerFrame> = self
+            .progress
+            .iter()
+            .map(|(call_id, progress)| ServerFrame::tool_progress(call_id, progress))
+            .collect();
+        for frame in frames {
+            self.send_frame(&frame).await?;
+        }
+        Ok(())
     }
 
     /// Sends journal events in `(after, upto]` that the client has not had.
@@ -400,12 +419,31 @@ impl Connection {
                     self.flush_stream().await?;
                 }
             }
+            Frame::Progress { call_id, progress } => {
+                let frame = ServerFrame::tool_progress(&call_id, &progress);
+                self.progress.insert(call_id, progress);
+                if self.held.is_none() {
+                    self.send_frame(&frame).await?;
+                }
+            }
         }
         Ok(())
     }
 
-    /// Forgets the stream of a model call that has ended.
+    /// Forgets the stream of a model call that has ended, and the progress of tool calls.
     fn ended(&mut self, event: &SessionEvent) {
+        match event {
+            SessionEvent::ToolCallFinished { call_id, .. }
+            | SessionEvent::ToolCallFailed { call_id, .. }
+            | SessionEvent::ToolCallCancelled { call_id, .. } => {
+                self.progress.remove(call_id);
+            }
+            SessionEvent::TurnCancelled { .. }
+            | SessionEvent::TurnFinished { .. }
+            | SessionEvent::SessionFailed { .. }
+            | SessionEvent::SessionClosed { .. } => self.progress.clear(),
+            _ => {}
+        }
         let finished = match event {
             SessionEvent::ModelCallFinished { call_id, .. }
             | SessionEvent::ModelCallFailed { call_id, .. } => Some(call_id.as_str()),
