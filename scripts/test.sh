@@ -132,6 +132,16 @@ if [ "$("$clients_venv/bin/python" -c 'import openai; print(openai.__version__)'
 fi
 export OPENAI_PYTHON="$clients_venv/bin/python"
 
+step "The official MCP Python SDK (PyPI), for the Streamable HTTP server and /mcp client tests"
+mcp_venv="$CARGO_TARGET_DIR/mcp-venv"
+mcp_version="2.3.0"
+if [ "$("$mcp_venv/bin/python" -c 'import importlib.metadata as m; print(m.version("mcp"))' 2>/dev/null || true)" != "$mcp_version" ]; then
+  rm -rf "$mcp_venv"
+  python3 -m venv "$mcp_venv"
+  "$mcp_venv/bin/pip" install --quiet --disable-pip-version-check "mcp==$mcp_version"
+fi
+export MCP_PYTHON="$mcp_venv/bin/python"
+
 step "llama.cpp (llama-cpp-python, built from source once; pip caches the wheel), for the converter check"
 llama_venv="$CARGO_TARGET_DIR/llama-venv"
 if ! command -v g++ >/dev/null 2>&1; then

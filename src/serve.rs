@@ -130,7 +130,8 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let connections = Arc::new(tokio::sync::Semaphore::new(stead_http::MAX_CONNECTIONS));
-    let router = stead_http::router(stead_http::AppState {
+    let mcp_inner = crate::mcp::endpoint::Inner::default();
+    let state = stead_http::AppState {
         store: store.clone(),
         sessions: sessions.clone(),
         auth: Arc::new(
@@ -153,7 +154,9 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         session_sockets: Default::default(),
         metrics: Default::default(),
         mcp: (!config.mcp_servers.is_empty()).then(|| mcp.clone() as Arc<dyn stead_http::McpView>),
-    });
+    };
+    let router = stead_http::router_with(state, crate::mcp::endpoint::route(mcp_inner.clone()));
+    let _ = mcp_inner.set(router.clone());
     let mut signals = ShutdownSignals::install()?;
     tracing::info!(address = %local, "stead listening");
     println!("stead listening on http://{local}");

@@ -3,7 +3,6 @@
 //! invariant 2). Nothing here does I/O, so every path is tested without a database, a model or
 //! a tool.
 
-use std::collections::BTreeMap;
 use stead_persistence::SessionStatus;
 
 use serde_json::Value;
@@ -12,113 +11,9 @@ use crate::events::{
     ApprovalOutcome, ApprovalScope, RequestedCall, SeenTool, SessionEvent, TurnEnd, Usage,
     SYSTEM_DECIDER,
 };
-use crate::policy::{args_hash, ApprovalPolicy, Approver, ArgumentSchema, SESSION_TOKEN_DECIDER};
+use crate::policy::{args_hash, Approver, SESSION_TOKEN_DECIDER};
+pub use crate::rules::{AgentRules, DynamicToolRule, ToolRules};
 use crate::state::{CallStatus, SessionState};
-
-/// What an agent's loop needs to know about its tools.
-#[derive(Debug, Clone)]
-pub struct ToolRules {
-    pub approval: ApprovalPolicy,
-    pub idempotent: bool,
-    /// Checked before anything else: invalid arguments fail the call back to the model.
-    pub arguments: ArgumentSchema,
-    /// Who may approve.
-    pub approver: Approver,
-}
-
-/// The parts of an agent's configuration that decisions depend on.
-#[derive(Debug, Clone)]
-pub struct AgentRules {
-    pub route: String,
-    pub max_steps: u32,
-    pub tools: BTreeMap<String, ToolRules>,
-    /// An approval not decided within this time is rejected as expired (`None`: never).
-    pub approval_timeout: Option<std::time::Duration>,
-    /// Policies of dynamic (MCP) tools, by the names the model sees: a call of a tool in the
-    /// session's journaled list (`tools_seen`) takes the most specific matching rule, and its
-    /// arguments are checked against the schema that list holds.
-    pub dynamic: Vec<DynamicToolRule>,
-}
-
-/// The policy of the dynamic tools whose model-visible names match `pattern`.
-#[derive(Debug, Clone)]
-pub struct DynamicToolRule {
-    /// A name, or a glob: `*` matches any run of characters, `?` one character.
-    pub pattern: String,
-    pub approval: ApprovalPolicy,
-    pub idempotent: bool,
-    pub approver: Approver,
-}
-
-impl AgentRules {
-    /// The rules of `tool`: a configured tool's, or for a tool of the journaled dynamic list the
-    /// most specific matching [`DynamicToolRule`] with the list's argument schema. `None`: the
-    /// agent has no such tool.
-    pub fn tool(&self, state: &SessionState, tool: &str) -> Option<ToolRules> {
-        if let Some(rules) = self.tools.get(tool) {
-            return Some(rules.clone());
-        }
-        let seen = state.seen_tool(tool)?;
-        let rule = self.dynamic_rule(tool)?;
-        Some(dynamic_rules(rule, seen))
-    }
-
-    /// The most specific rule whose pattern matches `name`: an exact name before any glob, then
-    /// the glob with the most literal characters, then the first configured.
-    pub fn dynamic_rule(&self, name: &str) -> Option<&DynamicToolRule> {
-        let mut best: Option<(&DynamicToolRule, (bool, usize))> = None;
-        for rule in &self.dynamic {
-            if !glob_matches(&rule.pattern, name) {
-                continue;
-            }
-            let rank = glob_specificity(&rule.pattern);
-            if best.is_none_or(|(_, b)| rank > b) {
-                best = Some((rule, rank));
-            }
-        }
-        best.map(|(rule, _)| rule)
-    }
-}
-
-fn dynamic_rules(rule: &DynamicToolRule, seen: &SeenTool) -> ToolRules {
-    ToolRules {
-        approval: rule.approval.clone(),
-        idempotent: rule.idempotent,
-        // The registry only offers tools whose schema compiles; an old record's that does not
-        // checks nothing rather than refusing every call.
-        arguments: ArgumentSchema::compile(&seen.parameters).unwrap_or_default(),
-        approver: rule.approver,
-    }
-}
-
-/// `(exact, literal characters)`: larger is more specific.
-pub fn glob_specificity(pattern: &str) -> (bool, usize) {
-    let literals = pattern.chars().filter(|c| !matches!(c, '*' | '?')).count();
-    (literals == pattern.chars().count(), literals)
-}
-
-/// Whether `name` matches `pattern` (`*`: any run of characters, `?`: one character).
-pub fn glob_matches(pattern: &str, name: &str) -> bool {
-    let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
-    let (mut i, mut j) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while j < n.len() {
-        if i < p.len() && (p[i] == '?' || p[i] == n[j]) {
-            i += 1;
-            j += 1;
-        } else if i < p.len() && p[i] == '*' {
-            star = Some((i, j));
-            i += 1;
-        } else if let Some((si, sj)) = star {
-            i = si + 1;
-            j = sj + 1;
-            star = Some((si, sj + 1));
-        } else {
-            return false;
-        }
-    }
-    p[i..].iter().all(|&c| c == '*')
-}
 
 /// What a model call returned.
 #[derive(Debug, Clone, PartialEq)]

@@ -10,6 +10,7 @@ pub mod decide;
 pub mod events;
 pub mod policy;
 pub mod replay;
+pub mod rules;
 pub mod session;
 pub mod state;
 pub mod tools;

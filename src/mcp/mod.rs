@@ -8,8 +8,12 @@
 //!   `_meta`, progress, cancellation), status and counters;
 //! - [`tools`]: the names the model sees (`{server}__{tool}`) and an agent's MCP tools as the
 //!   dynamic tool source its sessions journal (`tools_seen`) and call;
-//! - [`result`]: tool results as JSON, `isError` as the tool's error, oversized results cut.
+//! - [`result`]: tool results as JSON, `isError` as the tool's error, oversized results cut;
+//! - [`endpoint`]: Stead as an MCP server at `/mcp`, so other agents and MCP clients can
+//!   drive Stead agents.
 
+pub mod endpoint;
+mod progress;
 pub mod result;
 pub mod server;
 pub mod tools;

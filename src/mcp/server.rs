@@ -4,25 +4,25 @@
 //! key in `_meta`, progress routed to the calling session and cancellation sent as
 //! `notifications/cancelled`; and its status and metrics.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as SyncMutex};
 use std::time::{Duration, Instant};
 
 use rmcp::model::{
-    CallToolRequestParams, CancelledNotificationParam, ClientCapabilities, ClientConfig,
-    ClientRequest, Implementation, JsonObject, ProgressNotificationParam, ProgressToken, Request,
+    CallToolRequestParams, CancelledNotificationParam, ClientRequest, JsonObject, Request,
     RequestMetaObject, ServerResult,
 };
-use rmcp::service::{NotificationContext, PeerRequestOptions, RunningService};
+use rmcp::service::{PeerRequestOptions, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
-use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use rmcp::{RoleClient, ServiceExt};
 use serde::Serialize;
 use serde_json::{json, Value};
-use stead_actors::tools::{ProgressSink, ToolContext, ToolError, ToolProgress};
+use stead_actors::tools::{ToolContext, ToolError};
 use tokio_util::sync::CancellationToken;
 
+use super::progress::{lock, Handler, ProgressRoute, Shared};
 use super::result::tool_result;
 
 /// The `_meta` key that carries a call's idempotency key (MCP has none of its own).
@@ -115,69 +115,6 @@ pub struct Counters {
     pub restarts: AtomicU64,
     /// Sum of call latencies, microseconds.
     pub latency_us: AtomicU64,
-}
-
-/// State the protocol handler shares with the server: where progress goes, and a wake-up for
-/// a changed tool list.
-#[derive(Default)]
-struct Shared {
-    sinks: SyncMutex<HashMap<ProgressToken, ProgressSink>>,
-    /// Progress that arrived before its call registered its token (the handler runs each
-    /// notification in a task of its own, so it can overtake the request's return).
-    early: SyncMutex<Vec<(ProgressToken, ToolProgress)>>,
-    list_changed: tokio::sync::Notify,
-}
-
-/// Early progress kept per server at most.
-const EARLY_PROGRESS: usize = 64;
-
-/// The protocol handler: routes `notifications/progress` and `tools/list_changed`.
-struct Handler {
-    shared: Arc<Shared>,
-}
-
-impl ClientHandler for Handler {
-    async fn on_progress(
-        &self,
-        params: ProgressNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        let progress = ToolProgress {
-            progress: Some(params.progress),
-            total: params.total,
-            message: params.message,
-        };
-        let sink = lock(&self.shared.sinks)
-            .get(&params.progress_token)
-            .cloned();
-        match sink {
-            Some(sink) => sink.report(progress),
-            None => {
-                let mut early = lock(&self.shared.early);
-                if early.len() >= EARLY_PROGRESS {
-                    early.remove(0);
-                }
-                early.push((params.progress_token, progress));
-            }
-        }
-    }
-
-    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        self.shared.list_changed.notify_one();
-    }
-
-    fn get_info(&self) -> ClientConfig {
-        ClientConfig::new(
-            ClientCapabilities::default(),
-            Implementation::new("stead", env!("CARGO_PKG_VERSION")),
-        )
-    }
-}
-
-fn lock<T>(mutex: &SyncMutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 type Client = RunningService<RoleClient, Handler>;
@@ -578,37 +515,6 @@ impl McpServer {
         let result = serde_json::to_value(&result)
             .map_err(|e| ToolError(format!("cannot read the MCP server `{name}`'s result: {e}")))?;
         tool_result(result)
-    }
-}
-
-/// A call's progress route, removed when the call ends.
-struct ProgressRoute {
-    shared: Arc<Shared>,
-    token: ProgressToken,
-}
-
-impl ProgressRoute {
-    fn new(shared: &Arc<Shared>, token: ProgressToken, sink: ProgressSink) -> Self {
-        let early: Vec<ToolProgress> = {
-            let mut early = lock(&shared.early);
-            let (mine, others) = early.drain(..).partition(|(t, _)| *t == token);
-            *early = others;
-            mine.into_iter().map(|(_, p)| p).collect()
-        };
-        for progress in early {
-            sink.report(progress);
-        }
-        lock(&shared.sinks).insert(token.clone(), sink);
-        ProgressRoute {
-            shared: shared.clone(),
-            token,
-        }
-    }
-}
-
-impl Drop for ProgressRoute {
-    fn drop(&mut self) {
-        lock(&self.shared.sinks).remove(&self.token);
     }
 }
 

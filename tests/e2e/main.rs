@@ -9,6 +9,7 @@
 //! - `serve`, `serve_crash`: the server process (health, signals) and SIGKILL recovery;
 //! - `gateway`: WebSocket and REST end to end (bad input and auth: stead-http's own tests);
 //! - `gateway_router`: the model router through `/v1/chat/completions` and its log;
+//! - `mcp`: MCP servers as agent tools (npm and Python servers) and Stead's own `/mcp`;
 //! - `replay`: `stead session …` and `stead replay …`;
 //! - `telemetry`: OTLP spans;
 //! - `schemathesis`, `web_ui`: external clients (Schemathesis, a real browser).

@@ -111,8 +111,15 @@ const READINESS_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The HTTP router. Unknown paths answer a JSON 404, wrong methods a JSON 405.
 pub fn router(state: AppState) -> Router {
+    router_with(state, Router::new())
+}
+
+/// The HTTP router with `extra` routes (Stead's own `/mcp` endpoint) behind the same edge
+/// guard (Host and Origin checks, connection bounds) and request metrics.
+pub fn router_with(state: AppState, extra: Router<AppState>) -> Router {
     let limit = state.limits.body_bytes;
     Router::new()
+        .merge(extra)
         .route("/", get(webui::index))
         .route("/assets/{name}", get(webui::asset))
         .route("/healthz", get(healthz))
