@@ -45,7 +45,7 @@ principal: string | null, } } | { "kind": "user_message", "payload": { text: str
 /**
  * The call may or may not have taken effect (started, not finished, not idempotent).
  */
-in_doubt: boolean, } } | { "kind": "assistant_message", "payload": { text: string, } } | { "kind": "turn_finished", "payload": { reason: TurnEnd, } } | { "kind": "turn_cancelled", "payload": { reason: string, } } | { "kind": "session_failed", "payload": { reason: string, } } | { "kind": "session_closed", "payload": { reason: string, } } | { "kind": "session_forked", "payload": { from: string, at: number, overrides: Overrides, 
+in_doubt: boolean, } } | { "kind": "tool_call_cancelled", "payload": { call_id: string, tool: string, reason: string, } } | { "kind": "tools_seen", "payload": { digest: string, tools: Array<SeenTool>, } } | { "kind": "assistant_message", "payload": { text: string, } } | { "kind": "turn_finished", "payload": { reason: TurnEnd, } } | { "kind": "turn_cancelled", "payload": { reason: string, } } | { "kind": "session_failed", "payload": { reason: string, } } | { "kind": "session_closed", "payload": { reason: string, } } | { "kind": "session_forked", "payload": { from: string, at: number, overrides: Overrides, 
 /**
  * Who forked: the fork's model calls are charged to it from here on.
  */
@@ -65,7 +65,7 @@ export type ErrorCode = "agent_not_configured" | "already_decided" | "approval_n
 /**
  * A WebSocket frame from the server.
  */
-export type ServerFrame = { "type": "hello", session_id: string, last_seq: number, status: SessionStatus, } | { "type": "event" } & EventView | { "type": "delta", call_id: string, attempt: number, text: string, offset: number, } | { "type": "error", code: ErrorCode, message: string, };
+export type ServerFrame = { "type": "hello", session_id: string, last_seq: number, status: SessionStatus, } | { "type": "event" } & EventView | { "type": "delta", call_id: string, attempt: number, text: string, offset: number, } | { "type": "tool_progress", call_id: string, progress?: number, total?: number, message?: string, } | { "type": "error", code: ErrorCode, message: string, };
 
 /**
  * A WebSocket frame from a client.

@@ -2,6 +2,7 @@
 //! a session through inputs and checks the journaled events and the actions. By topic: turns,
 //! tools and approvals (`turns`); recovery, refusals and the end of a session (`recovery`).
 
+mod dynamic;
 mod recovery;
 mod turns;
 
