@@ -173,3 +173,37 @@ describe("the session reducer", () => {
     expect(view.entries).toHaveLength(1);
   });
 });
+
+describe("MCP tools", () => {
+  it("shows the latest progress of a running call, then drops it, and marks cancelled calls", () => {
+    seq = 0;
+    const start: ServerFrame[] = [
+      { type: "hello", session_id: "s1", last_seq: 0, status: "idle" },
+      ev("session_created", { agent: "ops" }),
+      ev("user_message", { text: "count", client_id: null }),
+      ev("model_call_started", { call_id: "m1", route: "default", model: "x" }),
+      ev("tools_seen", { digest: "sha256:x", tools: [] }),
+      ev("tool_call_requested", { call_id: "t1", tool: "files__slow_count", arguments: { n: 3 } }),
+      // Progress before the call runs is dropped.
+      { type: "tool_progress", call_id: "t1", progress: 0, total: 3 },
+      ev("tool_call_started", { call_id: "t1", tool: "files__slow_count", idempotency_key: "s1:t1" }),
+      { type: "tool_progress", call_id: "t1", progress: 1, total: 3, message: "step 1" },
+      { type: "tool_progress", call_id: "t1", progress: 2, total: 3, message: "step 2" },
+    ];
+    const running = run(start);
+    expect(running.tools.t1.server).toBe("files");
+    expect(running.tools.t1.progress).toEqual({ progress: 2, total: 3, message: "step 2" });
+    const cancelled = run(
+      [
+        ev("tool_call_cancelled", { call_id: "t1", tool: "files__slow_count", reason: "cancelled by ada" }),
+        ev("turn_cancelled", { reason: "cancelled by ada" }),
+        { type: "tool_progress", call_id: "t1", progress: 3, total: 3 },
+      ],
+      running,
+    );
+    expect(cancelled.tools.t1.status).toBe("cancelled");
+    expect(cancelled.tools.t1.error).toBe("cancelled: cancelled by ada");
+    expect(cancelled.tools.t1.progress).toEqual({ progress: 2, total: 3, message: "step 2" });
+    expect(cancelled.status).toBe("idle");
+  });
+});

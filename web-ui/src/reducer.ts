@@ -21,7 +21,15 @@ export type ToolStatus =
   | "running"
   | "finished"
   | "failed"
-  | "in_doubt";
+  | "in_doubt"
+  | "cancelled";
+
+/** A running tool's latest progress (`tool_progress` frames; not journaled). */
+export interface ToolProgress {
+  progress?: number;
+  total?: number;
+  message?: string;
+}
 
 export interface ToolCard {
   callId: string;
@@ -33,6 +41,10 @@ export interface ToolCard {
   decision?: { approved: boolean; reason: string | null; decidedBy: string; scope: string };
   result?: unknown;
   error?: string;
+  /** The latest progress while it runs. */
+  progress?: ToolProgress;
+  /** The MCP server behind it (`{server}__{tool}` names), if any. */
+  server?: string;
   seq: number;
 }
 
@@ -95,6 +107,14 @@ export function reduce(view: SessionView, frame: ServerFrame): SessionView {
     }
     case "delta":
       return delta(view, frame.call_id, frame.attempt, frame.text, frame.offset);
+    case "tool_progress": {
+      const card = view.tools[frame.call_id];
+      // Progress of a call this view has not seen start, or that has ended, is dropped.
+      if (!card || card.status !== "running") return view;
+      return setTool(view, frame.call_id, {
+        progress: { progress: frame.progress, total: frame.total, message: frame.message },
+      });
+    }
     case "error":
       return { ...view, lastError: { code: frame.code, message: frame.message } };
   }
@@ -197,7 +217,14 @@ function apply(view: SessionView, event: JournalEvent): SessionView {
     case "tool_call_requested":
       next.tools = {
         ...next.tools,
-        [p.call_id]: { callId: p.call_id, tool: p.tool, arguments: p.arguments, status: "requested", seq: event.seq },
+        [p.call_id]: {
+          callId: p.call_id,
+          tool: p.tool,
+          arguments: p.arguments,
+          status: "requested",
+          server: p.tool.includes("__") ? p.tool.slice(0, p.tool.indexOf("__")) : undefined,
+          seq: event.seq,
+        },
       };
       next.toolOrder = [...next.toolOrder, p.call_id];
       break;
@@ -223,6 +250,9 @@ function apply(view: SessionView, event: JournalEvent): SessionView {
       break;
     case "tool_call_failed":
       next = setTool(next, p.call_id, { status: p.in_doubt ? "in_doubt" : "failed", error: p.error });
+      break;
+    case "tool_call_cancelled":
+      next = setTool(next, p.call_id, { status: "cancelled", error: `cancelled: ${p.reason}` });
       break;
     case "turn_finished":
     case "turn_cancelled":

@@ -8,7 +8,9 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use stead_actors::{ApprovalScope, Overrides, RequestedCall, SessionEvent, TurnEnd, Usage};
+use stead_actors::{
+    ApprovalScope, Overrides, RequestedCall, SeenTool, SessionEvent, TurnEnd, Usage,
+};
 use stead_persistence::request_log::RequestLogEntry;
 use stead_persistence::{Event, Session, SessionStatus};
 use ts_rs::TS;
@@ -219,6 +221,7 @@ pub fn typescript() -> String {
         declaration::<TurnEnd>(&cfg),
         declaration::<RequestedCall>(&cfg),
         declaration::<Overrides>(&cfg),
+        declaration::<SeenTool>(&cfg),
         declaration::<SessionEvent>(&cfg),
         declaration::<EventView>(&cfg),
         declaration::<ErrorCode>(&cfg),

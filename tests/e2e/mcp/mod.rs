@@ -9,6 +9,7 @@
 //! on the official SDK (`mcp` on PyPI) over Streamable HTTP; and Stead's own `/mcp` endpoint
 //! driven by the official Python client (`MCP_PYTHON`, installed by scripts/test.sh).
 
+mod browser;
 mod client;
 mod python;
 mod serve;

@@ -33,6 +33,20 @@ export type Overrides = {
 route?: string | null, system_prompt?: string | null, };
 
 /**
+ * A tool of a dynamic source (an MCP server) as the model saw it: `tools_seen` journals the
+ * list, so the decisions and the decision check use the list the model was given.
+ */
+export type SeenTool = { 
+/**
+ * The name the model sees (`{server}__{tool}`).
+ */
+name: string, description: string, 
+/**
+ * JSON Schema of the arguments.
+ */
+parameters: unknown, };
+
+/**
  * One journaled step of a session.
  */
 export type SessionEvent = { "kind": "session_created", "payload": { agent: string, 

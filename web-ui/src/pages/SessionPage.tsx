@@ -6,7 +6,7 @@
 import { useState } from "react";
 
 import { sessionToken } from "../credentials";
-import type { ToolCard } from "../reducer";
+import type { ToolCard, ToolProgress } from "../reducer";
 import { useSteadSession } from "../useSteadSession";
 
 function json(value: unknown) {
@@ -45,6 +45,25 @@ function ApprovalActions({
   );
 }
 
+/** A running tool's progress: a bar when the total is known, else the count; its message. */
+function Progress({ progress, tool }: { progress: ToolProgress; tool: string }) {
+  const known = progress.total !== undefined && progress.total > 0;
+  const percent = known ? Math.round((100 * (progress.progress ?? 0)) / progress.total!) : undefined;
+  return (
+    <div className="progress" data-testid="tool-progress">
+      <progress
+        aria-label={`Progress of ${tool}`}
+        value={known ? progress.progress ?? 0 : undefined}
+        max={known ? progress.total : undefined}
+      />
+      <span>
+        {known ? `${progress.progress ?? 0} / ${progress.total} (${percent}%)` : progress.progress ?? ""}
+        {progress.message ? ` — ${progress.message}` : ""}
+      </span>
+    </div>
+  );
+}
+
 function Card({
   card,
   approve,
@@ -59,8 +78,15 @@ function Card({
   return (
     <article className={`tool ${card.status}`} data-call={card.callId} aria-label={`Tool call ${card.tool}`}>
       <header>
-        <code>{card.tool}</code> <span className={`status ${card.status}`}>{card.status.replace("_", " ")}</span>
+        <code>{card.tool}</code>{" "}
+        {card.server && (
+          <span className="badge" title={`A tool of the MCP server ${card.server}`}>
+            MCP · {card.server}
+          </span>
+        )}{" "}
+        <span className={`status ${card.status}`}>{card.status.replace("_", " ")}</span>
       </header>
+      {card.status === "running" && card.progress && <Progress progress={card.progress} tool={card.tool} />}
       <details open={card.status === "awaiting_approval"}>
         <summary>Arguments</summary>
         <pre>{json(card.arguments)}</pre>
@@ -92,7 +118,7 @@ function Card({
           </button>
         </div>
       )}
-      {card.status === "failed" && card.error && <p className="error">{card.error}</p>}
+      {(card.status === "failed" || card.status === "cancelled") && card.error && <p className="error">{card.error}</p>}
     </article>
   );
 }

@@ -1,0 +1,72 @@
+// MCP tools in a real browser (Debian's Chromium through playwright-core): a session of an
+// agent whose tools come from MCP servers; the approval card of an MCP tool; once approved, its
+// progress bar grows from `tool_progress` frames; then the result. Screenshots go to OUT_DIR.
+// Run by tests/e2e/mcp/browser.rs as `node mcp.mjs BASE_URL OUT_DIR AGENT`.
+
+import { mkdirSync } from "node:fs";
+import { join } from "node:path";
+
+import { chromium } from "playwright-core";
+
+const [base, out, agent] = process.argv.slice(2);
+mkdirSync(out, { recursive: true });
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
+  args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--no-first-run"],
+});
+const step = (name) => console.log(JSON.stringify({ step: name }));
+const shot = (page, name) => page.screenshot({ path: join(out, `${name}.png`), fullPage: true });
+
+let page;
+try {
+  page = await (await browser.newContext({ viewport: { width: 1280, height: 800 } })).newPage();
+  page.on("pageerror", (e) => console.error("page error:", e.message));
+  await page.goto(`${base}/`);
+  await page.getByRole("heading", { name: "Sessions" }).waitFor();
+  await page.getByLabel("New session for").selectOption(agent);
+  await page.getByRole("button", { name: "Create session" }).click();
+  await page.waitForURL(/#\/sessions\/[0-9a-f-]{36}$/);
+  await page.getByTestId("connection").filter({ hasText: "connected" }).waitFor();
+  step("session created");
+
+  await page.getByLabel("Message").fill("long 6");
+  await page.getByRole("button", { name: "Send" }).click();
+  const tool = "everything__trigger-long-running-operation";
+  const approval = page.getByRole("group", { name: `Approval for ${tool}` });
+  await approval.waitFor({ timeout: 15000 });
+  await page.locator(".badge", { hasText: "MCP · everything" }).first().waitFor();
+  await shot(page, "mcp-1-approval");
+  step("approval card of an MCP tool");
+
+  await approval.getByRole("button", { name: "Approve", exact: true }).click();
+  const bar = page.getByRole("progressbar", { name: `Progress of ${tool}` });
+  await bar.waitFor({ timeout: 15000 });
+  // The bar grows: wait until at least half is done.
+  await page.waitForFunction(
+    () => {
+      const p = document.querySelector('[data-testid="tool-progress"] progress');
+      return p && p.max > 0 && p.value / p.max >= 0.5;
+    },
+    undefined,
+    { timeout: 15000 },
+  );
+  await shot(page, "mcp-2-progress");
+  step("progress bar");
+
+  await page.locator(".result").waitFor({ timeout: 20000 });
+  await page.getByTestId("session-status").filter({ hasText: "idle" }).waitFor({ timeout: 15000 });
+  if (await page.getByTestId("tool-progress").count()) {
+    throw new Error("the progress bar should be gone once the call finished");
+  }
+  await shot(page, "mcp-3-finished");
+  step("result");
+  console.log(JSON.stringify({ done: true }));
+} catch (error) {
+  if (page) {
+    await shot(page, "mcp-failure").catch(() => undefined);
+    console.error("page text at the failure:\n" + (await page.innerText("body").catch(() => "?")));
+  }
+  throw error;
+} finally {
+  await browser.close();
+}
