@@ -121,6 +121,18 @@ args = ["{filesystem}", "{root}"]
 name = "broken"
 command = "/nonexistent/mcp-server"
 
+[[mcp_servers]]
+name = "broken-garbage"
+command = "sh"
+args = ["-c", "echo 'this is not JSON-RPC'; echo '{{\"jsonrpc\": 7}}'; exec cat >/dev/null"]
+start_timeout_secs = 2
+
+[[mcp_servers]]
+name = "broken-hang"
+command = "sleep"
+args = ["600"]
+start_timeout_secs = 2
+
 [[agents]]
 name = "mcp"
 route = "default"
@@ -159,7 +171,7 @@ pub(super) async fn ready(server: &Stead) -> Value {
         let all = body["servers"].as_array().unwrap();
         if all
             .iter()
-            .filter(|s| s["name"] != "broken")
+            .filter(|s| !s["name"].as_str().unwrap().starts_with("broken"))
             .all(|s| s["status"] == "ready")
         {
             return body;

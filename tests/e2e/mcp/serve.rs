@@ -48,6 +48,31 @@ async fn agents_use_mcp_tools_with_approval_progress_and_cancel() {
             .contains("cannot start the MCP server `broken`"),
         "{broken}"
     );
+    // A server that answers garbage and one that hangs: each fails its start within its
+    // timeout, says why, and is tried again; the others are unaffected.
+    for name in ["broken-garbage", "broken-hang"] {
+        let mut report = by_name(name);
+        for _ in 0..100 {
+            if report["last_error"].is_string() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let (_, now) = server.call("GET", "/v1/mcp/servers", None).await;
+            report = now["servers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|s| s["name"] == name)
+                .cloned()
+                .unwrap();
+        }
+        assert_ne!(report["status"], "ready", "{report}");
+        let error = report["last_error"].as_str().unwrap_or_default();
+        assert!(
+            error.contains(&format!("the MCP server `{name}`")),
+            "{report}"
+        );
+    }
     let (_, agents) = server.call("GET", "/v1/agents", None).await;
     let agent = agents["agents"]
         .as_array()
