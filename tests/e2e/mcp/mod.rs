@@ -92,6 +92,9 @@ pub(super) async fn model() -> Upstream {
             let n: u64 = n.parse().unwrap();
             return Reply::tool("py__slow_count", json!({ "n": n }));
         }
+        if text == "grow" {
+            return Reply::tool("py__grow", json!({}));
+        }
         if text == "ghost" {
             return Reply::tool("everything__no-such-tool", json!({}));
         }

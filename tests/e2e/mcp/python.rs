@@ -87,7 +87,7 @@ server = "py"
         .iter()
         .map(|t| t["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["add", "slow_count"]);
+    assert_eq!(names, ["add", "slow_count", "grow"]);
 
     let (id, token) = server.create("py").await;
     let mut ws = server.ws(&id, &token, "").await;
@@ -109,6 +109,54 @@ server = "py"
         json!({"result": "counted to 4"}),
         "{finished}"
     );
+
+    // The server adds a tool and says so: Stead lists again, and the next model call sees it
+    // (journaled as a new `tools_seen` before that call: in this turn or the next, as the
+    // relisting and the turn race).
+    ws.send(json!({"type": "user_message", "text": "grow"}))
+        .await;
+    ws.until_event("turn_finished").await;
+    let mut listed = false;
+    for _ in 0..100 {
+        let (_, agents) = server.call("GET", "/v1/agents", None).await;
+        if agents.to_string().contains("py__triple") {
+            listed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(listed, "the new tool was never listed");
+    ws.send(json!({"type": "user_message", "text": "hello"}))
+        .await;
+    ws.until_event("turn_finished").await;
+    let journal = server.journal(&id).await;
+    let lists: Vec<Vec<&str>> = journal
+        .iter()
+        .filter(|e| e["kind"] == "tools_seen")
+        .map(|e| {
+            e["payload"]["tools"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["name"].as_str().unwrap())
+                .collect()
+        })
+        .collect();
+    assert_eq!(
+        lists,
+        [
+            vec!["py__add", "py__slow_count", "py__grow"],
+            vec!["py__add", "py__slow_count", "py__grow", "py__triple"]
+        ]
+    );
+    let requests = upstream.requests();
+    let offered: Vec<&str> = requests.last().unwrap()["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert!(offered.contains(&"py__triple"), "{offered:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
