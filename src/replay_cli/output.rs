@@ -110,6 +110,18 @@ pub(super) fn human(event: &Event) -> String {
                 ""
             }
         ),
+        "tool_call_cancelled" => {
+            format!("{} {} {}", s("call_id"), s("tool"), clip(&s("reason"), 80))
+        }
+        "tools_seen" => {
+            let names: Vec<&str> = p["tools"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|t| t["name"].as_str())
+                .collect();
+            format!("{} tools: {}", names.len(), clip(&names.join(", "), 100))
+        }
         "turn_finished" | "turn_cancelled" | "session_failed" | "session_closed" => s("reason"),
         "session_forked" => format!(
             "from {} at seq {} {}",
