@@ -142,6 +142,7 @@ pub fn rules(config: &AgentConfig) -> anyhow::Result<AgentRules> {
         tools,
         approval_timeout: config.approval_timeout_secs.map(Duration::from_secs),
         dynamic,
+        message_mode: config.message_mode,
     })
 }
 

@@ -8,8 +8,8 @@ use stead_persistence::SessionStatus;
 use serde_json::Value;
 
 use crate::events::{
-    ApprovalOutcome, ApprovalScope, RequestedCall, SeenTool, SessionEvent, TurnEnd, Usage,
-    SYSTEM_DECIDER,
+    ApprovalOutcome, ApprovalScope, MessageMode, RequestedCall, SeenTool, SessionEvent, TurnEnd,
+    Usage, SYSTEM_DECIDER,
 };
 use crate::policy::{args_hash, Approver, SESSION_TOKEN_DECIDER};
 pub use crate::rules::{AgentRules, DynamicToolRule, ToolRules};
@@ -35,6 +35,8 @@ pub enum Input {
     UserMessage {
         text: String,
         client_id: Option<String>,
+        /// What to do if a turn runs (`None`: the agent's `message_mode`).
+        mode: Option<MessageMode>,
     },
     ModelFinished {
         call_id: String,
@@ -123,6 +125,8 @@ pub enum Refusal {
     QueueFull,
     /// An approval by a session token's holder of a tool whose `approver` is `operator`.
     OperatorRequired,
+    /// A `drop_if_busy` message while a turn runs.
+    Busy,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -161,14 +165,57 @@ pub fn decide(
         };
     }
     match input {
-        Input::UserMessage { text, client_id } => {
+        Input::UserMessage {
+            text,
+            client_id,
+            mode,
+        } => {
             if client_id
                 .as_ref()
                 .is_some_and(|id| state.client_ids.contains(id))
             {
                 return Err(Refusal::DuplicateClientId);
             }
-            next.push(SessionEvent::UserMessage { text, client_id });
+            let mode = mode.unwrap_or(agent.message_mode);
+            let Some(turn) = &state.turn else {
+                next.push(SessionEvent::UserMessage {
+                    text,
+                    client_id,
+                    mode: None,
+                });
+                next.advance();
+                return Ok(next.finish());
+            };
+            match mode {
+                MessageMode::Queue => next.push(SessionEvent::UserMessage {
+                    text,
+                    client_id,
+                    mode: None,
+                }),
+                MessageMode::DropIfBusy => return Err(Refusal::Busy),
+                MessageMode::Steer => next.push(SessionEvent::UserMessage {
+                    text,
+                    client_id,
+                    mode: Some(MessageMode::Steer),
+                }),
+                MessageMode::Interrupt => {
+                    // The running turn stops as a cancel stops it; the message goes ahead of
+                    // the queue, so the `turn_cancelled` starts its turn.
+                    let reason = "interrupted by a new message".to_string();
+                    if let Some(call_id) = &turn.model_call {
+                        next.decision.actions.push(Action::AbortModelCall {
+                            call_id: call_id.clone(),
+                        });
+                    }
+                    next.cancel_running(&reason);
+                    next.push(SessionEvent::UserMessage {
+                        text,
+                        client_id,
+                        mode: Some(MessageMode::Interrupt),
+                    });
+                    next.push(SessionEvent::TurnCancelled { reason });
+                }
+            }
         }
         Input::ModelFinished { call_id, output } => {
             let in_flight = state.turn.as_ref().and_then(|t| t.model_call.as_deref());

@@ -34,6 +34,42 @@ pub struct Usage {
     pub completion_tokens: u64,
 }
 
+/// What a user message does when it arrives while a turn runs (docs/sessions.md): `queue` waits
+/// for the turn to end; `interrupt` cancels the turn (its model call aborted, its running tools
+/// cancelled) and starts a new one with this message ahead of any queued; `steer` joins the
+/// running turn before its next model call; `drop_if_busy` is refused (409 `busy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, TS)]
+#[serde(rename_all = "snake_case")]
+pub enum MessageMode {
+    #[default]
+    Queue,
+    Interrupt,
+    Steer,
+    DropIfBusy,
+}
+
+impl MessageMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MessageMode::Queue => "queue",
+            MessageMode::Interrupt => "interrupt",
+            MessageMode::Steer => "steer",
+            MessageMode::DropIfBusy => "drop_if_busy",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        [
+            MessageMode::Queue,
+            MessageMode::Interrupt,
+            MessageMode::Steer,
+            MessageMode::DropIfBusy,
+        ]
+        .into_iter()
+        .find(|m| m.as_str() == text)
+    }
+}
+
 /// Whether an approval covers this call only or the tool for the rest of the session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
 #[serde(rename_all = "snake_case")]
@@ -120,6 +156,11 @@ pub enum SessionEvent {
     UserMessage {
         text: String,
         client_id: Option<String>,
+        /// Set when the message arrived during a turn and interrupted or steered it (absent:
+        /// it started a turn, or was queued behind the running one).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[ts(optional)]
+        mode: Option<MessageMode>,
     },
     ModelCallStarted {
         call_id: String,
@@ -266,6 +307,7 @@ mod tests {
         let event = SessionEvent::UserMessage {
             text: "hi".into(),
             client_id: None,
+            mode: None,
         };
         let (kind, payload) = event.to_parts();
         assert_eq!(kind, "user_message");

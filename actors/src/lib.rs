@@ -19,8 +19,8 @@ pub use decide::{
     decide, Action, AgentRules, Decision, DynamicToolRule, Input, ModelOutput, Refusal, ToolRules,
 };
 pub use events::{
-    ApprovalOutcome, ApprovalScope, Overrides, RequestedCall, SeenTool, SessionEvent, TurnEnd,
-    Usage, SYSTEM_DECIDER,
+    ApprovalOutcome, ApprovalScope, MessageMode, Overrides, RequestedCall, SeenTool, SessionEvent,
+    TurnEnd, Usage, SYSTEM_DECIDER,
 };
 pub use policy::{args_hash, ApprovalPolicy, Approver, ArgumentSchema, SESSION_TOKEN_DECIDER};
 pub use state::{CallState, CallStatus, SessionState, TranscriptEntry, Turn, LOCAL_PRINCIPAL};

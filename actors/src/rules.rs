@@ -31,6 +31,8 @@ pub struct AgentRules {
     /// session's journaled list (`tools_seen`) takes the most specific matching rule, and its
     /// arguments are checked against the schema that list holds.
     pub dynamic: Vec<DynamicToolRule>,
+    /// What a user message that names no `mode` does while a turn runs.
+    pub message_mode: crate::events::MessageMode,
 }
 
 /// The policy of the dynamic tools whose model-visible names match `pattern`.

@@ -7,7 +7,9 @@ use stead_persistence::SessionStatus;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::events::{ApprovalScope, Overrides, RequestedCall, SeenTool, SessionEvent, Usage};
+use crate::events::{
+    ApprovalScope, MessageMode, Overrides, RequestedCall, SeenTool, SessionEvent, Usage,
+};
 
 /// One entry of the conversation the model sees.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -67,6 +69,10 @@ pub struct Turn {
     pub model_call: Option<String>,
     /// Tool calls of the latest model answer, in order.
     pub calls: Vec<CallState>,
+    /// Messages that steer this turn: they join the transcript before its next model call
+    /// (or, if it ends first, start the next turn).
+    #[serde(default)]
+    pub steering: Vec<String>,
 }
 
 impl Turn {
@@ -137,18 +143,38 @@ impl SessionState {
                 self.agent = agent.clone();
                 self.principal = principal.clone();
             }
-            SessionEvent::UserMessage { text, client_id } => {
+            SessionEvent::UserMessage {
+                text,
+                client_id,
+                mode,
+            } => {
                 if let Some(id) = client_id {
                     self.client_ids.insert(id.clone());
                 }
-                if self.turn.is_some() {
-                    self.queued.push_back(text.clone());
-                } else {
-                    self.start_turn(text.clone());
+                match (&mut self.turn, mode) {
+                    (None, _) => self.start_turn(text.clone()),
+                    // Ahead of the queue (and of the interrupted turn's steering): the
+                    // `turn_cancelled` that follows starts it.
+                    (Some(turn), Some(MessageMode::Interrupt)) => {
+                        for steer in std::mem::take(&mut turn.steering).into_iter().rev() {
+                            self.queued.push_front(steer);
+                        }
+                        self.queued.push_front(text.clone());
+                    }
+                    (Some(turn), Some(MessageMode::Steer)) => turn.steering.push(text.clone()),
+                    (Some(_), _) => self.queued.push_back(text.clone()),
                 }
             }
             SessionEvent::ModelCallStarted { call_id, .. } => {
                 self.model_calls_total += 1;
+                let steering = self
+                    .turn
+                    .as_mut()
+                    .map(|t| std::mem::take(&mut t.steering))
+                    .unwrap_or_default();
+                for text in steering {
+                    self.transcript.push_back(TranscriptEntry::User { text });
+                }
                 if let Some(turn) = &mut self.turn {
                     turn.model_calls += 1;
                     turn.model_call = Some(call_id.clone());
@@ -306,7 +332,12 @@ impl SessionState {
                 self.queued.clear();
             }
             SessionEvent::TurnFinished { .. } | SessionEvent::TurnCancelled { .. } => {
-                self.turn = None;
+                // Steering that no model call took becomes the next turn's message.
+                if let Some(turn) = self.turn.take() {
+                    for text in turn.steering.into_iter().rev() {
+                        self.queued.push_front(text);
+                    }
+                }
                 if let Some(next) = self.queued.pop_front() {
                     self.start_turn(next);
                 }

@@ -99,6 +99,7 @@ pub fn record(session_id: &str, rules: &AgentRules, min_events: usize) -> Vec<Se
             Input::UserMessage {
                 text: format!("request {turn}"),
                 client_id: Some(format!("c{turn}")),
+                mode: None,
             },
         );
         let tool = match shape {

@@ -58,6 +58,7 @@ fn agent() -> Agent {
             tools: Default::default(),
             approval_timeout: None,
             dynamic: Vec::new(),
+            message_mode: Default::default(),
         },
         tools: Default::default(),
         dynamic: None,
@@ -92,6 +93,7 @@ fn step_cost(lengths: &[usize]) {
                 SessionEvent::UserMessage {
                     text: format!("question {turn} about the rows of last week"),
                     client_id: Some(format!("c{turn}")),
+                    mode: None,
                 },
             );
             fold(
@@ -135,6 +137,7 @@ fn step_cost(lengths: &[usize]) {
         let input = || Input::UserMessage {
             text: "one more question".into(),
             client_id: Some("next".into()),
+            mode: None,
         };
         let reps = 2_000u32;
         let started = Instant::now();
@@ -176,6 +179,7 @@ fn parked_turn() -> Vec<NewEvent> {
         SessionEvent::UserMessage {
             text: "delete the old rows".into(),
             client_id: None,
+            mode: None,
         },
         SessionEvent::ModelCallStarted {
             call_id: "m1".into(),
@@ -317,6 +321,7 @@ async fn run(file: &std::path::Path, args: &SessionsBenchArgs) -> anyhow::Result
                 SessionEvent::UserMessage {
                     text: format!("question {}", seq + turn),
                     client_id: None,
+                    mode: None,
                 },
                 SessionEvent::TurnFinished {
                     reason: stead_actors::TurnEnd::Completed,
@@ -394,6 +399,7 @@ async fn run(file: &std::path::Path, args: &SessionsBenchArgs) -> anyhow::Result
                 Input::UserMessage {
                     text: format!("step {i}"),
                     client_id: None,
+                    mode: None,
                 },
             )
             .await?;

@@ -98,6 +98,7 @@ impl Default for Config {
                     .into(),
                 max_steps: 8,
                 approval_timeout_secs: None,
+                message_mode: Default::default(),
                 tools: vec![
                     ToolConfig {
                         name: "clock".into(),

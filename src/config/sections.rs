@@ -197,6 +197,10 @@ pub struct AgentConfig {
     /// An approval not decided within this many seconds is rejected as expired (unset: never).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval_timeout_secs: Option<u64>,
+    /// What a user message that names no `mode` does while a turn runs: `queue` (default),
+    /// `interrupt`, `steer` or `drop_if_busy` (docs/sessions.md).
+    #[serde(default, skip_serializing_if = "is_queue")]
+    pub message_mode: stead_actors::MessageMode,
     #[serde(default)]
     pub tools: Vec<ToolConfig>,
 }
@@ -247,6 +251,10 @@ pub struct ToolConfig {
     /// `memory`: the operations this tool may perform (default all: get, set, list, delete).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ops: Option<Vec<String>>,
+}
+
+fn is_queue(mode: &stead_actors::MessageMode) -> bool {
+    *mode == stead_actors::MessageMode::Queue
 }
 
 fn default_tool_timeout() -> u64 {

@@ -37,6 +37,7 @@ async fn a_session_answers_with_the_real_model() {
             tools: BTreeMap::new(),
             approval_timeout: None,
             dynamic: Vec::new(),
+            message_mode: Default::default(),
         },
         tools: BTreeMap::new(),
         dynamic: None,
@@ -73,6 +74,7 @@ async fn a_session_answers_with_the_real_model() {
             Input::UserMessage {
                 text: "What is the capital of France?".into(),
                 client_id: None,
+                mode: None,
             },
         )
         .await

@@ -1,6 +1,7 @@
 // MCP tools in a real browser (Debian's Chromium through playwright-core): a session of an
 // agent whose tools come from MCP servers; the approval card of an MCP tool; once approved, its
-// progress bar grows from `tool_progress` frames; then the result. Screenshots go to OUT_DIR.
+// progress bar grows from `tool_progress` frames; then the result; then a message sent with
+// "Send now (interrupt)" cancels a running call and runs at once. Screenshots go to OUT_DIR.
 // Run by tests/e2e/mcp/browser.rs as `node mcp.mjs BASE_URL OUT_DIR AGENT`.
 
 import { mkdirSync } from "node:fs";
@@ -60,6 +61,21 @@ try {
   }
   await shot(page, "mcp-3-finished");
   step("result");
+
+  // A message sent now interrupts the running turn: its MCP call is cancelled, the new one runs.
+  await page.getByLabel("Message").fill("long 30");
+  await page.getByRole("button", { name: "Send" }).click();
+  const second = page.getByRole("group", { name: `Approval for ${tool}` });
+  await second.waitFor({ timeout: 15000 });
+  await second.getByRole("button", { name: "Approve", exact: true }).click();
+  await page.getByRole("progressbar", { name: `Progress of ${tool}` }).waitFor({ timeout: 15000 });
+  await page.getByLabel("Message").fill("echo interrupted");
+  await page.getByRole("button", { name: "Send now (interrupt)" }).click();
+  await page.locator(".tool.cancelled").waitFor({ timeout: 15000 });
+  await page.locator('[data-role="assistant"]', { hasText: "Echo: interrupted" }).waitFor({ timeout: 15000 });
+  await page.getByTestId("session-status").filter({ hasText: "idle" }).waitFor({ timeout: 15000 });
+  await shot(page, "mcp-4-interrupted");
+  step("interrupted");
   console.log(JSON.stringify({ done: true }));
 } catch (error) {
   if (page) {

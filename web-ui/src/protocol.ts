@@ -8,6 +8,7 @@ export type {
   ApprovalScope,
   ClientFrame,
   ErrorCode,
+  MessageMode,
   RequestedCall,
   SessionEvent,
   SessionRow,

@@ -6,7 +6,7 @@ import { useCallback, useEffect, useReducer, useRef, useState } from "react";
 
 import { api, ApiError } from "./api";
 import { forgetTokens } from "./credentials";
-import type { ClientFrame, ServerFrame } from "./protocol";
+import type { ClientFrame, MessageMode, ServerFrame } from "./protocol";
 import { inDoubt, initialView, pendingApprovals, reduce } from "./reducer";
 
 export type ConnectionState = "connecting" | "open" | "reconnecting" | "closed";
@@ -100,7 +100,8 @@ export function useSteadSession(id: string, options: SteadSessionOptions = {}) {
   }, []);
 
   const send = useCallback(
-    (text: string) => sendFrame({ type: "user_message", text, client_id: crypto.randomUUID() }),
+    (text: string, mode?: MessageMode) =>
+      sendFrame({ type: "user_message", text, client_id: crypto.randomUUID(), ...(mode ? { mode } : {}) }),
     [sendFrame],
   );
   const approve = useCallback(

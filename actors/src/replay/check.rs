@@ -43,7 +43,16 @@ fn parts(event: &SessionEvent) -> Value {
 fn recorded_input(event: &SessionEvent) -> Option<Input> {
     Some(match event.clone() {
         SessionEvent::SessionCreated { .. } | SessionEvent::SessionForked { .. } => return None,
-        SessionEvent::UserMessage { text, client_id } => Input::UserMessage { text, client_id },
+        SessionEvent::UserMessage {
+            text,
+            client_id,
+            mode,
+        } => Input::UserMessage {
+            text,
+            client_id,
+            // What was recorded, whatever the agent's default is now.
+            mode: Some(mode.unwrap_or_default()),
+        },
         SessionEvent::ModelCallFinished {
             call_id,
             text,

@@ -36,7 +36,14 @@ impl Live {
         input: Input,
     ) -> Result<(i64, Vec<Action>), SessionError> {
         let session_id = self.deps.session_id.to_string();
-        if matches!(input, Input::UserMessage { .. })
+        let queues = match &input {
+            Input::UserMessage { mode, .. } => matches!(
+                mode.unwrap_or(self.deps.agent.rules.message_mode),
+                crate::MessageMode::Queue | crate::MessageMode::Steer
+            ),
+            _ => false,
+        };
+        if queues
             && self.state.turn.is_some()
             && self.state.queued.len() >= self.deps.lifecycle.max_queued_messages
         {

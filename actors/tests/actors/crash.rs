@@ -95,6 +95,7 @@ fn agent(endpoint: &str) -> Agent {
             .collect(),
         approval_timeout: None,
         dynamic: Vec::new(),
+        message_mode: Default::default(),
     };
     Agent {
         name: "crash".into(),
@@ -374,6 +375,7 @@ fn crash_child() {
                             Input::UserMessage {
                                 text: format!("turn {users}"),
                                 client_id: None,
+                                mode: None,
                             },
                         )
                         .await;

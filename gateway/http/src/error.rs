@@ -160,6 +160,10 @@ pub fn refusal_error(refusal: Refusal) -> ApiError {
             "only an operator may approve this tool's calls (approver = \"operator\"); a session \
              token may reject them",
         ),
+        Refusal::Busy => ApiError::new(
+            ErrorCode::Busy,
+            "a turn is running and the message's mode is drop_if_busy; nothing was journaled",
+        ),
         Refusal::QueueFull => ApiError::new(
             ErrorCode::QueueFull,
             "the session holds as many queued messages as it may (sessions.max_queued_messages); \

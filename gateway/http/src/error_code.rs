@@ -87,6 +87,8 @@ error_codes! {
     ArgsHashMismatch = (CONFLICT, "args_hash_mismatch"),
     /// A message whose `client_id` was already applied.
     DuplicateClientId = (CONFLICT, "duplicate_client_id"),
+    /// A `drop_if_busy` message while a turn runs.
+    Busy = (CONFLICT, "busy"),
     /// Cancel with no turn in progress.
     NothingToCancel = (CONFLICT, "nothing_to_cancel"),
     /// Input to a closed or failed session.

@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use stead_actors::{
-    ApprovalScope, Overrides, RequestedCall, SeenTool, SessionEvent, TurnEnd, Usage,
+    ApprovalScope, MessageMode, Overrides, RequestedCall, SeenTool, SessionEvent, TurnEnd, Usage,
 };
 use stead_persistence::request_log::RequestLogEntry;
 use stead_persistence::{Event, Session, SessionStatus};
@@ -122,6 +122,11 @@ pub enum ClientFrame {
         #[serde(default)]
         #[ts(optional)]
         client_id: Option<String>,
+        /// While a turn runs: `queue`, `interrupt`, `steer` or `drop_if_busy` (default: the
+        /// agent's `message_mode`).
+        #[serde(default)]
+        #[ts(optional)]
+        mode: Option<MessageMode>,
     },
     Approval {
         call_id: String,
@@ -218,6 +223,7 @@ pub fn typescript() -> String {
         declaration::<SessionStatus>(&cfg),
         declaration::<Usage>(&cfg),
         declaration::<ApprovalScope>(&cfg),
+        declaration::<MessageMode>(&cfg),
         declaration::<TurnEnd>(&cfg),
         declaration::<RequestedCall>(&cfg),
         declaration::<Overrides>(&cfg),

@@ -1,5 +1,6 @@
 //! The web UI with MCP tools in a real browser (`web-ui/e2e/mcp.mjs`, Debian's Chromium through
-//! playwright-core): the approval card of an MCP tool, its progress bar growing, the result.
+//! playwright-core): the approval card of an MCP tool, its progress bar growing, the result, and
+//! "Send now (interrupt)" cancelling a running MCP call.
 //! Screenshots go to `{target}/tmp/web-ui-screenshots/mcp/`.
 
 use std::path::PathBuf;
@@ -46,7 +47,12 @@ async fn the_web_ui_shows_mcp_tools_with_progress_bars() {
         .await
         .stdout;
     assert!(stdout.contains(r#"{"done":true}"#), "{stdout}");
-    for shot in ["mcp-1-approval", "mcp-2-progress", "mcp-3-finished"] {
+    for shot in [
+        "mcp-1-approval",
+        "mcp-2-progress",
+        "mcp-3-finished",
+        "mcp-4-interrupted",
+    ] {
         assert!(
             out.join(format!("{shot}.png")).is_file(),
             "screenshot {shot}"

@@ -45,6 +45,7 @@ pub fn ops_agent() -> Agent {
             tools: BTreeMap::new(),
             approval_timeout: None,
             dynamic: Vec::new(),
+            message_mode: Default::default(),
         },
         tools: BTreeMap::new(),
         dynamic: None,

@@ -14,6 +14,14 @@ export type Usage = { prompt_tokens: number, completion_tokens: number, };
 export type ApprovalScope = "once" | "session";
 
 /**
+ * What a user message does when it arrives while a turn runs (docs/sessions.md): `queue` waits
+ * for the turn to end; `interrupt` cancels the turn (its model call aborted, its running tools
+ * cancelled) and starts a new one with this message ahead of any queued; `steer` joins the
+ * running turn before its next model call; `drop_if_busy` is refused (409 `busy`).
+ */
+export type MessageMode = "queue" | "interrupt" | "steer" | "drop_if_busy";
+
+/**
  * Why a turn ended by itself (`turn_finished`'s `reason`).
  */
 export type TurnEnd = "completed" | "model_failed" | "max_steps";
@@ -55,7 +63,12 @@ export type SessionEvent = { "kind": "session_created", "payload": { agent: stri
  * API key's fingerprint or `local`. Every model call of the session is charged to it
  * (`null` in journals written before it existed: charged as `local`).
  */
-principal: string | null, } } | { "kind": "user_message", "payload": { text: string, client_id: string | null, } } | { "kind": "model_call_started", "payload": { call_id: string, route: string, model: string, } } | { "kind": "model_call_finished", "payload": { call_id: string, text: string, tool_calls: Array<RequestedCall>, usage: Usage, provider: string, model: string, latency_ms: number, ttft_ms: number, cost: number, } } | { "kind": "model_call_failed", "payload": { call_id: string, error: string, } } | { "kind": "tool_call_requested", "payload": { call_id: string, tool: string, arguments: unknown, } } | { "kind": "approval_requested", "payload": { call_id: string, tool: string, arguments: unknown, args_hash: string, reason: string, } } | { "kind": "approval_decided", "payload": { call_id: string, approved: boolean, reason: string | null, decided_by: string, scope: ApprovalScope, } } | { "kind": "tool_call_started", "payload": { call_id: string, tool: string, idempotency_key: string, } } | { "kind": "tool_call_finished", "payload": { call_id: string, tool: string, result: unknown, } } | { "kind": "tool_call_failed", "payload": { call_id: string, tool: string, error: string, 
+principal: string | null, } } | { "kind": "user_message", "payload": { text: string, client_id: string | null, 
+/**
+ * Set when the message arrived during a turn and interrupted or steered it (absent:
+ * it started a turn, or was queued behind the running one).
+ */
+mode?: MessageMode, } } | { "kind": "model_call_started", "payload": { call_id: string, route: string, model: string, } } | { "kind": "model_call_finished", "payload": { call_id: string, text: string, tool_calls: Array<RequestedCall>, usage: Usage, provider: string, model: string, latency_ms: number, ttft_ms: number, cost: number, } } | { "kind": "model_call_failed", "payload": { call_id: string, error: string, } } | { "kind": "tool_call_requested", "payload": { call_id: string, tool: string, arguments: unknown, } } | { "kind": "approval_requested", "payload": { call_id: string, tool: string, arguments: unknown, args_hash: string, reason: string, } } | { "kind": "approval_decided", "payload": { call_id: string, approved: boolean, reason: string | null, decided_by: string, scope: ApprovalScope, } } | { "kind": "tool_call_started", "payload": { call_id: string, tool: string, idempotency_key: string, } } | { "kind": "tool_call_finished", "payload": { call_id: string, tool: string, result: unknown, } } | { "kind": "tool_call_failed", "payload": { call_id: string, tool: string, error: string, 
 /**
  * The call may or may not have taken effect (started, not finished, not idempotent).
  */
@@ -74,7 +87,7 @@ export type EventView = { seq: number, kind: string, payload: unknown,
  */
 at: string, };
 
-export type ErrorCode = "agent_not_configured" | "already_decided" | "approval_not_found" | "args_hash_mismatch" | "budget_exceeded" | "compacted" | "duplicate_client_id" | "event_too_large" | "forbidden" | "frame_too_large" | "host_not_allowed" | "internal" | "invalid_body" | "invalid_credentials" | "invalid_frame" | "invalid_id" | "invalid_json" | "invalid_metadata" | "invalid_query" | "invalid_request" | "message_too_large" | "method_not_allowed" | "missing_credentials" | "model_not_found" | "not_found" | "not_ready" | "nothing_to_cancel" | "operator_required" | "origin_not_allowed" | "overloaded" | "payload_too_large" | "queue_full" | "rate_limited" | "seq_out_of_range" | "session_elsewhere" | "session_ended" | "session_not_found" | "stale" | "token_expired" | "too_many_websockets" | "too_slow" | "unavailable" | "unknown_agent" | "unknown_frame_type" | "unknown_route" | "unsupported_frame" | "unsupported_media_type" | "upstream_failed" | "upstream_rejected";
+export type ErrorCode = "agent_not_configured" | "already_decided" | "approval_not_found" | "args_hash_mismatch" | "budget_exceeded" | "busy" | "compacted" | "duplicate_client_id" | "event_too_large" | "forbidden" | "frame_too_large" | "host_not_allowed" | "internal" | "invalid_body" | "invalid_credentials" | "invalid_frame" | "invalid_id" | "invalid_json" | "invalid_metadata" | "invalid_query" | "invalid_request" | "message_too_large" | "method_not_allowed" | "missing_credentials" | "model_not_found" | "not_found" | "not_ready" | "nothing_to_cancel" | "operator_required" | "origin_not_allowed" | "overloaded" | "payload_too_large" | "queue_full" | "rate_limited" | "seq_out_of_range" | "session_elsewhere" | "session_ended" | "session_not_found" | "stale" | "token_expired" | "too_many_websockets" | "too_slow" | "unavailable" | "unknown_agent" | "unknown_frame_type" | "unknown_route" | "unsupported_frame" | "unsupported_media_type" | "upstream_failed" | "upstream_rejected";
 
 /**
  * A WebSocket frame from the server.
@@ -88,7 +101,12 @@ export type ClientFrame = { "type": "user_message", text: string,
 /**
  * Echoed back; a repeated one is not applied twice.
  */
-client_id?: string, } | { "type": "approval", call_id: string, approved: boolean, reason?: string, scope?: ApprovalScope, 
+client_id?: string, 
+/**
+ * While a turn runs: `queue`, `interrupt`, `steer` or `drop_if_busy` (default: the
+ * agent's `message_mode`).
+ */
+mode?: MessageMode, } | { "type": "approval", call_id: string, approved: boolean, reason?: string, scope?: ApprovalScope, 
 /**
  * The arguments the decision was made on (refused when they changed).
  */

@@ -190,6 +190,18 @@ export function SessionPage({ id }: { id: string }) {
         <button type="submit" disabled={session.connection !== "open"}>
           Send
         </button>
+        {busy && (
+          <button
+            type="button"
+            disabled={session.connection !== "open" || !text.trim()}
+            title="Cancel the running turn and start a new one with this message"
+            onClick={() => {
+              if (text.trim() && session.send(text.trim(), "interrupt")) setText("");
+            }}
+          >
+            Send now (interrupt)
+          </button>
+        )}
         <button type="button" onClick={session.cancel} disabled={!busy}>
           Cancel turn
         </button>

@@ -36,6 +36,7 @@ fn rules(gated: ApprovalPolicy) -> AgentRules {
         tools,
         approval_timeout: None,
         dynamic: Vec::new(),
+        message_mode: Default::default(),
     }
 }
 
@@ -131,6 +132,7 @@ impl Recorder {
         self.input(Input::UserMessage {
             text: text.into(),
             client_id: None,
+            mode: None,
         });
     }
 }

@@ -3,6 +3,7 @@
 //! tools and approvals (`turns`); recovery, refusals and the end of a session (`recovery`).
 
 mod dynamic;
+mod modes;
 mod recovery;
 mod turns;
 
@@ -85,6 +86,7 @@ impl Session {
                 tools,
                 approval_timeout: None,
                 dynamic: Vec::new(),
+                message_mode: Default::default(),
             },
         };
         s.commit(vec![SessionEvent::SessionCreated {
@@ -142,6 +144,7 @@ fn user(text: &str) -> Input {
     Input::UserMessage {
         text: text.into(),
         client_id: None,
+        mode: None,
     }
 }
 

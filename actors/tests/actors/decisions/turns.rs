@@ -252,6 +252,7 @@ fn repeated_client_ids_are_applied_once() {
     let first = Input::UserMessage {
         text: "hi".into(),
         client_id: Some("c-1".into()),
+        mode: None,
     };
     s.send(first.clone()).unwrap();
     assert_eq!(s.send(first), Err(Refusal::DuplicateClientId));

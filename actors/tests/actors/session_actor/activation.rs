@@ -81,6 +81,7 @@ async fn an_input_racing_a_passivation_is_applied() {
                 Input::UserMessage {
                     text: format!("message {i}"),
                     client_id: Some(format!("c{i}")),
+                    mode: None,
                 },
             )
             .await
@@ -134,6 +135,7 @@ async fn an_input_queued_when_the_actor_ends_goes_to_a_fresh_activation() {
             let input = Input::UserMessage {
                 text: format!("message {n}"),
                 client_id: Some(format!("c{n}")),
+                mode: None,
             };
             registry.send(id, input).await
         })
@@ -202,6 +204,7 @@ async fn passivated_actors_leave_the_registry_without_a_prune() {
                 Input::UserMessage {
                     text: format!("message {i}"),
                     client_id: None,
+                    mode: None,
                 },
             )
             .await

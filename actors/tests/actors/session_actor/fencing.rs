@@ -16,6 +16,7 @@ async fn a_stale_actor_is_fenced_out_and_reactivates_from_the_journal() {
     let (kind, payload) = SessionEvent::UserMessage {
         text: "from elsewhere".into(),
         client_id: None,
+        mode: None,
     }
     .to_parts();
     store
@@ -33,6 +34,7 @@ async fn a_stale_actor_is_fenced_out_and_reactivates_from_the_journal() {
             Input::UserMessage {
                 text: "mine".into(),
                 client_id: None,
+                mode: None,
             },
         )
         .await;
@@ -88,6 +90,7 @@ async fn leases_keep_a_session_on_one_node_and_fence_a_stale_one() {
             Input::UserMessage {
                 text: "from a".into(),
                 client_id: None,
+                mode: None,
             },
         )
         .await;

@@ -65,6 +65,7 @@ fn agent(url: &str) -> Agent {
             .collect(),
         approval_timeout: None,
         dynamic: Vec::new(),
+        message_mode: Default::default(),
     };
     Agent {
         name: "ops".into(),
@@ -98,6 +99,7 @@ async fn say(registry: &SessionRegistry, id: uuid::Uuid, text: &str) {
             Input::UserMessage {
                 text: text.into(),
                 client_id: None,
+                mode: None,
             },
         )
         .await

@@ -241,6 +241,7 @@ async fn an_actor_that_keeps_crashing_fails_its_session_with_the_reason_journale
             Input::UserMessage {
                 text: "again".into(),
                 client_id: None,
+                mode: None,
             },
         )
         .await;

@@ -13,6 +13,11 @@ pub struct PostMessage {
     #[serde(default)]
     #[schema(min_length = 1, max_length = 200)]
     client_id: Option<String>,
+    /// While a turn runs: `queue`, `interrupt`, `steer` or `drop_if_busy` (default: the agent's
+    /// `message_mode`).
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    mode: Option<MessageMode>,
 }
 
 #[derive(Deserialize, IntoParams)]
@@ -75,6 +80,7 @@ pub async fn post_message(
             Input::UserMessage {
                 text: body.text,
                 client_id: body.client_id,
+                mode: body.mode,
             },
         )
         .await?;

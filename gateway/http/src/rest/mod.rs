@@ -11,7 +11,9 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use stead_actors::{ApprovalScope, CallStatus, Input, Overrides, SessionEvent, SessionState};
+use stead_actors::{
+    ApprovalScope, CallStatus, Input, MessageMode, Overrides, SessionEvent, SessionState,
+};
 use stead_persistence::{Event, NewEvent, NewSession, Session, SessionQuery, SessionStatus};
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;

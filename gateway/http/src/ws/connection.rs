@@ -280,11 +280,19 @@ impl Connection {
         }
         self.release().await?;
         let input = match frame {
-            ClientFrame::UserMessage { text, client_id } => {
+            ClientFrame::UserMessage {
+                text,
+                client_id,
+                mode,
+            } => {
                 if let Err(error) = check_message(&text, client_id.as_deref()) {
                     return self.send_error(&error).await;
                 }
-                Input::UserMessage { text, client_id }
+                Input::UserMessage {
+                    text,
+                    client_id,
+                    mode,
+                }
             }
             ClientFrame::Approval {
                 call_id,

@@ -322,3 +322,70 @@ async fn an_operator_purges_a_session_for_good() {
     let (status, _) = app.call("DELETE", &purge, None).await;
     assert_eq!(status, 404);
 }
+
+/// A message's `mode` over REST and the WebSocket (issue 18): `drop_if_busy` is refused with
+/// 409 `busy` and journals nothing; `interrupt` cancels the running turn and runs at once;
+/// `steer` joins the running turn; bad modes are 422.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_mode_refuses_interrupts_or_steers_a_running_turn() {
+    let model = ScriptedModel::respond(|request| {
+        let asked = request.transcript.len();
+        (format!("Answer {asked}."), vec![])
+    })
+    .with_delay(std::time::Duration::from_millis(1500));
+    let app = App::start(vec![ops_agent()], Arc::new(model), &[]).await;
+    let (id, token) = app.create("ops").await;
+    let post = |text: &str, mode: &str| json!({ "text": text, "mode": mode });
+    let path = format!("/v1/sessions/{id}/messages");
+    let (status, _) = app.call("POST", &path, Some(post("slow", "queue"))).await;
+    assert_eq!(status, 202);
+    let before = app.journal(&id).await.len();
+    let (status, body) = app
+        .call("POST", &path, Some(post("busy?", "drop_if_busy")))
+        .await;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (409, &json!("busy")),
+        "{body}"
+    );
+    let (status, body) = app.call("POST", &path, Some(post("x", "shout"))).await;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (422, &json!("invalid_request")),
+        "{body}"
+    );
+    assert_eq!(
+        app.journal(&id).await.len(),
+        before,
+        "refusals journal nothing"
+    );
+
+    let mut ws = app.ws(&id, &token, "").await;
+    ws.send(json!({ "type": "user_message", "text": "instead", "mode": "interrupt" }))
+        .await;
+    let frames = ws.until_event("turn_cancelled").await;
+    let interrupt = stead_testkit::client::events(&frames)
+        .into_iter()
+        .find(|e| e["kind"] == "user_message")
+        .unwrap();
+    assert_eq!(
+        interrupt["payload"],
+        json!({ "text": "instead", "client_id": null, "mode": "interrupt" })
+    );
+    ws.send(json!({ "type": "user_message", "text": "and briefly", "mode": "steer" }))
+        .await;
+    let frames = ws.until_event("turn_finished").await;
+    let steer = stead_testkit::client::events(&frames)
+        .into_iter()
+        .find(|e| e["kind"] == "user_message")
+        .unwrap();
+    assert_eq!(steer["payload"]["mode"], "steer");
+    // The steering text had no model call left in its turn: it starts the next one.
+    let frames = ws.until_event("turn_finished").await;
+    let answered = stead_testkit::client::events(&frames)
+        .into_iter()
+        .find(|e| e["kind"] == "assistant_message")
+        .unwrap();
+    // The transcript then holds: slow, instead, Answer, and briefly → 4 entries before it.
+    assert_eq!(answered["payload"]["text"], "Answer 4.");
+}
