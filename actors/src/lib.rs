@@ -8,6 +8,7 @@
 
 pub mod decide;
 pub mod events;
+pub mod inputs;
 pub mod policy;
 pub mod replay;
 pub mod rules;

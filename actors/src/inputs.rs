@@ -1,0 +1,131 @@
+//! What goes into a decision and what comes out: the inputs a session receives ([`Input`],
+//! with a model's answer as [`ModelOutput`]), the refusals that journal nothing ([`Refusal`]),
+//! and a [`Decision`]'s events, actions and status (`decide.rs` makes them).
+
+use serde_json::Value;
+use stead_persistence::SessionStatus;
+
+use crate::events::{ApprovalScope, MessageMode, SeenTool, SessionEvent, Usage};
+
+/// What a model call returned.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelOutput {
+    pub text: String,
+    /// `(tool, arguments)` in the model's order.
+    pub tool_calls: Vec<(String, Value)>,
+    pub usage: Usage,
+    pub provider: String,
+    pub model: String,
+    pub latency_ms: f64,
+    pub ttft_ms: f64,
+    pub cost: f64,
+}
+
+/// Something that happened to the session.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Input {
+    UserMessage {
+        text: String,
+        client_id: Option<String>,
+        /// What to do if a turn runs (`None`: the agent's `message_mode`).
+        mode: Option<MessageMode>,
+    },
+    ModelFinished {
+        call_id: String,
+        output: ModelOutput,
+    },
+    ModelFailed {
+        call_id: String,
+        error: String,
+    },
+    ToolFinished {
+        call_id: String,
+        result: Value,
+    },
+    ToolFailed {
+        call_id: String,
+        error: String,
+    },
+    Decision {
+        call_id: String,
+        approved: bool,
+        reason: Option<String>,
+        decided_by: String,
+        scope: ApprovalScope,
+        /// When given, must match the hash in `approval_requested`.
+        args_hash: Option<String>,
+    },
+    Cancel {
+        reason: String,
+    },
+    /// The approval's time ran out (see `AgentRules::approval_timeout`).
+    ApprovalExpired {
+        call_id: String,
+    },
+    /// The actor was (re)activated from the journal: resume whatever was in flight.
+    Recover,
+    /// The agent's dynamic (MCP) tools are not the list the session last journaled: the actor
+    /// sends this before a model call, so the call sees (and the journal holds) the new list.
+    ToolsChanged {
+        digest: String,
+        tools: Vec<SeenTool>,
+    },
+    /// The supervisor gives up on the session (its actor kept crashing).
+    Fail {
+        reason: String,
+    },
+    /// A user closes the session: the turn in flight stops, the journal is kept.
+    Close {
+        reason: String,
+    },
+}
+
+/// Work to do after the decision's events are committed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    CallModel {
+        call_id: String,
+    },
+    RunTool {
+        call_id: String,
+        tool: String,
+        arguments: Value,
+        idempotency_key: String,
+    },
+    AbortModelCall {
+        call_id: String,
+    },
+    /// Tell a running tool to stop (its call was journaled as cancelled).
+    AbortTool {
+        call_id: String,
+    },
+}
+
+/// Inputs refused without touching the journal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    DuplicateClientId,
+    NoSuchApproval,
+    AlreadyDecided,
+    ArgsHashMismatch,
+    /// A model or tool result for a call that is not in flight (late or replayed).
+    Stale,
+    NothingToCancel,
+    /// The session failed or was closed: it takes no more input.
+    Ended,
+    /// A user message while a turn runs and `max_queued_messages` are queued already.
+    QueueFull,
+    /// An approval by a session token's holder of a tool whose `approver` is `operator`.
+    OperatorRequired,
+    /// A `drop_if_busy` message while a turn runs.
+    Busy,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Decision {
+    pub events: Vec<SessionEvent>,
+    pub actions: Vec<Action>,
+    /// The session's status once the events are committed (`None` when there are none), so
+    /// the store can write it in the same transaction.
+    pub status: Option<SessionStatus>,
+}
