@@ -12,6 +12,7 @@ pub mod inputs;
 pub mod policy;
 pub mod replay;
 pub mod rules;
+pub mod schedule;
 pub mod session;
 pub mod state;
 pub mod tools;
