@@ -280,6 +280,31 @@ mod tests {
     }
 
     #[test]
+    fn half_hour_shifts_and_midnight_transitions() {
+        // Lord Howe moves by 30 minutes: 2025-04-06 02:00 (+11) becomes 01:30 (+10:30), so
+        // 01:30–01:59 happens twice; 01:45 fires once, in its first pass.
+        let lord_howe = cron("45 1 * * *", "Australia/Lord_Howe");
+        assert_eq!(
+            between(&lord_howe, "2025-04-05T00:00:00Z", "2025-04-06T16:00:00Z"),
+            [
+                "2025-04-05T14:45:00Z", // 01:45 +11
+                "2025-04-06T15:15:00Z"  // 01:45 +10:30, the next day
+            ]
+        );
+        // Santiago springs forward at midnight: 2025-09-07 00:00 (-04) becomes 01:00 (-03);
+        // a daily 00:30 fires once that day, at 01:00.
+        let santiago = cron("30 0 * * *", "America/Santiago");
+        assert_eq!(
+            between(&santiago, "2025-09-06T00:00:00Z", "2025-09-08T12:00:00Z"),
+            [
+                "2025-09-06T04:30:00Z", // 00:30 -04
+                "2025-09-07T04:00:00Z", // 01:00 -03, the first instant after the change
+                "2025-09-08T03:30:00Z"  // 00:30 -03
+            ]
+        );
+    }
+
+    #[test]
     fn one_shot_and_interval_timings() {
         let created = utc("2025-01-01T00:00:00Z");
         let delay = Due::new(Timing::Delay { delay_secs: 90 }, created, 1).unwrap();
