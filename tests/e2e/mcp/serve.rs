@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use stead_testkit::client::Api;
-use stead_testkit::stead::{events, Stead};
+use stead_testkit::stead::{events, Stead, Ws};
 use uuid::Uuid;
 
 use super::{config, kill_marked, kinds, model, ready};
@@ -156,15 +156,7 @@ async fn agents_use_mcp_tools_with_approval_progress_and_cancel() {
     assert!(!offered.contains(&"files__write_file"), "{offered:?}");
 
     // The long-running tool parks on approval; once approved its progress reaches the client.
-    ws.send(json!({"type": "user_message", "text": "long 3"}))
-        .await;
-    let frames = ws.until_event("approval_requested").await;
-    let call_id = events(&frames).last().unwrap()["payload"]["call_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    ws.send(json!({"type": "approval", "call_id": call_id, "approved": true}))
-        .await;
+    let call_id = approve_long(&mut ws, "long 3").await;
     let frames = ws.until_event("turn_finished").await;
     let progress: Vec<&Value> = frames
         .iter()
@@ -188,21 +180,8 @@ async fn agents_use_mcp_tools_with_approval_progress_and_cancel() {
     assert!(started < first && first < ended, "{frames:?}");
 
     // Cancel mid-call: the call is journaled as cancelled, the turn ends, the server lives on.
-    ws.send(json!({"type": "user_message", "text": "long 30"}))
-        .await;
-    let frames = ws.until_event("approval_requested").await;
-    let call_id = events(&frames).last().unwrap()["payload"]["call_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    ws.send(json!({"type": "approval", "call_id": call_id, "approved": true}))
-        .await;
-    loop {
-        let frame = ws.next().await.unwrap();
-        if frame["type"] == "tool_progress" {
-            break;
-        }
-    }
+    let call_id = approve_long(&mut ws, "long 30").await;
+    until_progress(&mut ws).await;
     // A client that attaches now is sent the latest progress of the running call.
     let mut late = server.ws(&id, &token, "").await;
     let hello = late.next().await.unwrap();
@@ -225,15 +204,7 @@ async fn agents_use_mcp_tools_with_approval_progress_and_cancel() {
     assert_eq!(cancelled["payload"]["call_id"], call_id.as_str());
 
     // The server killed mid-call: that call fails clearly; the restarted server serves the next.
-    ws.send(json!({"type": "user_message", "text": "long 30"}))
-        .await;
-    let frames = ws.until_event("approval_requested").await;
-    let call_id = events(&frames).last().unwrap()["payload"]["call_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    ws.send(json!({"type": "approval", "call_id": call_id, "approved": true}))
-        .await;
+    approve_long(&mut ws, "long 30").await;
     ws.until_event("tool_call_started").await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     kill_marked(&marker);
@@ -331,20 +302,8 @@ async fn a_crash_during_an_approved_mcp_call_leaves_it_in_doubt_never_rerun() {
     ready(&server).await;
     let (id, token) = server.create("mcp").await;
     let mut ws = server.ws(&id, &token, "").await;
-    ws.send(json!({"type": "user_message", "text": "long 30"}))
-        .await;
-    let frames = ws.until_event("approval_requested").await;
-    let call_id = events(&frames).last().unwrap()["payload"]["call_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    ws.send(json!({"type": "approval", "call_id": call_id, "approved": true}))
-        .await;
-    loop {
-        if ws.next().await.unwrap()["type"] == "tool_progress" {
-            break;
-        }
-    }
+    let call_id = approve_long(&mut ws, "long 30").await;
+    until_progress(&mut ws).await;
     let data = server.kill();
     let server = Stead::start_in(data, &config, None);
     server.wait_for_status(&id, "idle").await;
@@ -375,4 +334,23 @@ async fn a_crash_during_an_approved_mcp_call_leaves_it_in_doubt_never_rerun() {
     // The model was told, and answered the user (asking them).
     let last = upstream.requests().last().unwrap().clone();
     assert!(last["messages"].to_string().contains("in doubt"), "{last}");
+}
+
+/// Asks for the approval-gated long-running tool (`long N`), approves the call, and returns
+/// its id.
+async fn approve_long(ws: &mut Ws, text: &str) -> String {
+    ws.send(json!({"type": "user_message", "text": text})).await;
+    let frames = ws.until_event("approval_requested").await;
+    let call_id = events(&frames).last().unwrap()["payload"]["call_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    ws.send(json!({"type": "approval", "call_id": call_id, "approved": true}))
+        .await;
+    call_id
+}
+
+/// Reads frames until the first `tool_progress`.
+async fn until_progress(ws: &mut Ws) {
+    while ws.next().await.unwrap()["type"] != "tool_progress" {}
 }

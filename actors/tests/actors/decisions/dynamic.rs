@@ -31,6 +31,17 @@ fn seen(name: &str) -> SeenTool {
     }
 }
 
+/// The errors of the session's failed tool calls, in order.
+fn failures(s: &Session) -> Vec<String> {
+    s.journal
+        .iter()
+        .filter_map(|e| match e {
+            SessionEvent::ToolCallFailed { error, .. } => Some(error.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
 fn with_mcp() -> Session {
     let mut s = Session::new();
     s.agent.dynamic = vec![
@@ -109,26 +120,12 @@ fn the_journaled_list_decides_which_tools_exist_and_their_arguments() {
     .unwrap();
     // The write parks on approval (the more specific rule); the unknown and the invalid call
     // fail back to the model without running.
-    let errors: Vec<String> = s
-        .journal
-        .iter()
-        .filter_map(|e| match e {
-            SessionEvent::ToolCallFailed { error, .. } => Some(error.clone()),
-            _ => None,
-        })
-        .collect();
+    let errors = failures(&s);
     assert!(s.journal.iter().any(
         |e| matches!(e, SessionEvent::ApprovalRequested { tool, .. } if tool == "files__write_file")
     ));
     s.send(decision("t2", false, ApprovalScope::Once)).unwrap();
-    let errors_after: Vec<String> = s
-        .journal
-        .iter()
-        .filter_map(|e| match e {
-            SessionEvent::ToolCallFailed { error, .. } => Some(error.clone()),
-            _ => None,
-        })
-        .collect();
+    let errors_after = failures(&s);
     assert_eq!(errors.len(), 2, "{errors:?}");
     assert!(
         errors[0].contains("unknown tool `files__gone`"),
