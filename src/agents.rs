@@ -29,6 +29,7 @@ pub fn build(
         .iter()
         .map(|agent| {
             let mut built = build_agent(agent, store, &client)?;
+            built.rules.schedules = config.schedules.limits();
             built.dynamic = match mcp {
                 Some(mcp) => mcp_tools(agent, &built.rules, mcp, config)?,
                 None => None,
@@ -143,6 +144,7 @@ pub fn rules(config: &AgentConfig) -> anyhow::Result<AgentRules> {
         approval_timeout: config.approval_timeout_secs.map(Duration::from_secs),
         dynamic,
         message_mode: config.message_mode,
+        schedules: Default::default(),
     })
 }
 

@@ -121,6 +121,15 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
             ),
     );
     tokio::spawn(resume_running_sessions(store.clone(), sessions.clone()));
+    // Schedules and approval expiries: the due index's poller (docs/schedules.md).
+    let scheduler = stead_actors::session::Scheduler::new(
+        (*sessions).clone(),
+        stead_actors::session::SchedulerOptions {
+            poll: Duration::from_millis(config.schedules.poll_ms),
+            ..Default::default()
+        },
+    )
+    .spawn();
     if let Some(days) = config.sessions.keep_journal_days {
         tokio::spawn(crate::retention::run(
             store.clone(),
@@ -182,6 +191,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let grace = Duration::from_secs(config.server.shutdown_grace_secs);
     tokio::select! {
         result = &mut server => {
+            scheduler.abort();
             sessions.stop_all();
             mcp.shutdown().await;
             stop_local_models(&pools).await;
@@ -206,6 +216,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
             .context("server failed")?,
         Err(_) => tracing::warn!(?grace, "requests still in flight after the grace period"),
     }
+    scheduler.abort();
     sessions.stop_all();
     mcp.shutdown().await;
     stop_local_models(&pools).await;

@@ -3,8 +3,6 @@
 //! invariant 2). Nothing here does I/O, so every path is tested without a database, a model or
 //! a tool.
 
-use stead_persistence::SessionStatus;
-
 use serde_json::Value;
 
 use crate::events::{
@@ -34,11 +32,11 @@ pub fn decide(
         return match input {
             Input::Recover => Ok(Decision::default()),
             Input::Close { .. } if state.closed => Err(Refusal::Ended),
-            Input::Close { reason } => Ok(Decision {
-                events: vec![SessionEvent::SessionClosed { reason }],
-                actions: Vec::new(),
-                status: Some(SessionStatus::Closed),
-            }),
+            Input::Close { reason } => {
+                next.push(SessionEvent::SessionClosed { reason });
+                next.cancel_all_schedules("the session closed");
+                Ok(next.finish())
+            }
             _ => Err(Refusal::Ended),
         };
     }
@@ -60,6 +58,7 @@ pub fn decide(
                     text,
                     client_id,
                     mode: None,
+                    schedule: None,
                 });
                 next.advance();
                 return Ok(next.finish());
@@ -69,12 +68,14 @@ pub fn decide(
                     text,
                     client_id,
                     mode: None,
+                    schedule: None,
                 }),
                 MessageMode::DropIfBusy => return Err(Refusal::Busy),
                 MessageMode::Steer => next.push(SessionEvent::UserMessage {
                     text,
                     client_id,
                     mode: Some(MessageMode::Steer),
+                    schedule: None,
                 }),
                 MessageMode::Interrupt => {
                     // The running turn stops as a cancel stops it; the message goes ahead of
@@ -90,6 +91,7 @@ pub fn decide(
                         text,
                         client_id,
                         mode: Some(MessageMode::Interrupt),
+                        schedule: None,
                     });
                     next.push(SessionEvent::TurnCancelled { reason });
                 }
@@ -240,6 +242,14 @@ pub fn decide(
             next.push(SessionEvent::TurnCancelled { reason });
         }
         Input::Recover => next.recover(),
+        Input::CreateSchedule {
+            key,
+            def,
+            replace,
+            now,
+        } => next.create_schedule(key, def, replace, now)?,
+        Input::CancelSchedule { key, reason } => next.cancel_schedule(key, reason)?,
+        Input::SchedulesDue { now } => next.fire_due(now)?,
         Input::ToolsChanged { digest, tools } => {
             if state.seen_tools_digest.as_deref() == Some(digest.as_str()) {
                 return Err(Refusal::Stale);
@@ -254,6 +264,7 @@ pub fn decide(
             }
             next.cancel_running(&reason);
             next.push(SessionEvent::SessionFailed { reason });
+            next.cancel_all_schedules("the session failed");
             return Ok(next.finish());
         }
         Input::Close { reason } => {
@@ -264,6 +275,7 @@ pub fn decide(
             }
             next.cancel_running(&reason);
             next.push(SessionEvent::SessionClosed { reason });
+            next.cancel_all_schedules("the session closed");
             return Ok(next.finish());
         }
     }
@@ -280,11 +292,11 @@ fn unknown_approval(state: &SessionState, call_id: &str) -> Refusal {
     }
 }
 
-struct Planner<'a> {
+pub(crate) struct Planner<'a> {
     /// The state as it will be once the decision's events so far are committed.
-    state: SessionState,
+    pub(crate) state: SessionState,
     session_id: &'a str,
-    agent: &'a AgentRules,
+    pub(crate) agent: &'a AgentRules,
     decision: Decision,
 }
 
@@ -296,7 +308,7 @@ impl Planner<'_> {
         self.decision
     }
 
-    fn push(&mut self, event: SessionEvent) {
+    pub(crate) fn push(&mut self, event: SessionEvent) {
         let seq = self.state.last_seq + 1;
         self.state.apply(seq, &event);
         self.decision.events.push(event);

@@ -161,6 +161,11 @@ pub enum SessionEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         #[ts(optional)]
         mode: Option<MessageMode>,
+        /// The key of the schedule whose firing delivered this message (absent: a person or
+        /// client sent it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[ts(optional)]
+        schedule: Option<String>,
     },
     ModelCallStarted {
         call_id: String,
@@ -254,6 +259,46 @@ pub enum SessionEvent {
     SessionClosed {
         reason: String,
     },
+    /// A schedule was created (or replaced: same key, new definition). `next_due_at` is its
+    /// first occurrence.
+    ScheduleCreated {
+        key: String,
+        schedule: crate::schedules::ScheduleDef,
+        #[ts(type = "string")]
+        created_at: chrono::DateTime<chrono::Utc>,
+        #[ts(type = "string | null")]
+        next_due_at: Option<chrono::DateTime<chrono::Utc>>,
+    },
+    /// The occurrence due at `due_at` fired at `at`; the `user_message` it delivers follows.
+    /// `missed`: later occurrences folded into this one (`catch_up = "one"`) or skipped.
+    ScheduleFired {
+        key: String,
+        #[ts(type = "string")]
+        due_at: chrono::DateTime<chrono::Utc>,
+        #[ts(type = "string")]
+        at: chrono::DateTime<chrono::Utc>,
+        /// `null`: the schedule is done.
+        #[ts(type = "string | null")]
+        next_due_at: Option<chrono::DateTime<chrono::Utc>>,
+        #[serde(default, skip_serializing_if = "is_zero")]
+        #[ts(type = "number | undefined")]
+        missed: u64,
+    },
+    /// Occurrences too late to fire under `catch_up = "skip"` were dropped at `at`.
+    ScheduleSkipped {
+        key: String,
+        #[ts(type = "string")]
+        at: chrono::DateTime<chrono::Utc>,
+        missed: u64,
+        #[ts(type = "string | null")]
+        next_due_at: Option<chrono::DateTime<chrono::Utc>>,
+    },
+    /// A schedule was cancelled: by a request, by the agent's tool, or because the session
+    /// closed or failed.
+    ScheduleCancelled {
+        key: String,
+        reason: String,
+    },
     /// This session's journal up to here is a copy of `from`'s up to `at`; later model calls
     /// use the overrides.
     SessionForked {
@@ -275,6 +320,10 @@ pub struct Overrides {
     pub route: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_prompt: Option<String>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl SessionEvent {
@@ -308,6 +357,7 @@ mod tests {
             text: "hi".into(),
             client_id: None,
             mode: None,
+            schedule: None,
         };
         let (kind, payload) = event.to_parts();
         assert_eq!(kind, "user_message");

@@ -74,6 +74,21 @@ pub enum Input {
     Fail {
         reason: String,
     },
+    /// Create (or, with `replace`, redefine) the schedule `key`, at the instant `now`.
+    CreateSchedule {
+        key: String,
+        def: crate::schedules::ScheduleDef,
+        replace: bool,
+        now: chrono::DateTime<chrono::Utc>,
+    },
+    CancelSchedule {
+        key: String,
+        reason: String,
+    },
+    /// Fire the schedules due at `now` (the scheduler sends it when the due index says so).
+    SchedulesDue {
+        now: chrono::DateTime<chrono::Utc>,
+    },
     /// A user closes the session: the turn in flight stops, the journal is kept.
     Close {
         reason: String,
@@ -119,6 +134,17 @@ pub enum Refusal {
     OperatorRequired,
     /// A `drop_if_busy` message while a turn runs.
     Busy,
+    /// A schedule definition that cannot be used (the message says why).
+    InvalidSchedule(String),
+    /// The same schedule (key and definition) exists already: nothing to do.
+    ScheduleExists,
+    /// Another schedule holds the key (and `replace` was not set).
+    ScheduleConflict,
+    /// The session holds this many pending schedules already.
+    TooManySchedules(usize),
+    NoSuchSchedule,
+    /// No schedule of the session is due (the due index woke it early, or another node fired).
+    NothingDue,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]

@@ -13,6 +13,7 @@ pub mod policy;
 pub mod replay;
 pub mod rules;
 pub mod schedule;
+pub mod schedules;
 pub mod session;
 pub mod state;
 pub mod tools;
@@ -25,4 +26,5 @@ pub use events::{
     TurnEnd, Usage, SYSTEM_DECIDER,
 };
 pub use policy::{args_hash, ApprovalPolicy, Approver, ArgumentSchema, SESSION_TOKEN_DECIDER};
+pub use schedules::{CatchUp, ScheduleDef, ScheduleLimits, ScheduleMessage, ScheduleState};
 pub use state::{CallState, CallStatus, SessionState, TranscriptEntry, Turn, LOCAL_PRINCIPAL};

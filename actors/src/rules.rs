@@ -33,6 +33,8 @@ pub struct AgentRules {
     pub dynamic: Vec<DynamicToolRule>,
     /// What a user message that names no `mode` does while a turn runs.
     pub message_mode: crate::events::MessageMode,
+    /// Limits on the session's schedules.
+    pub schedules: crate::schedules::ScheduleLimits,
 }
 
 /// The policy of the dynamic tools whose model-visible names match `pattern`.

@@ -43,6 +43,9 @@ pub struct Due {
     cron: Option<(Cron, Tz)>,
 }
 
+/// The longest delay or interval.
+const TEN_YEARS_SECS: u64 = 10 * 365 * 86_400;
+
 /// Occurrences a catch-up of kind `all` fires at most.
 pub const MAX_CATCH_UP: usize = 1000;
 
@@ -65,8 +68,11 @@ impl Due {
                     min_interval_secs.max(1)
                 )))
             }
-            Timing::Delay { delay_secs } if *delay_secs > 10 * 365 * 86_400 => {
+            Timing::Delay { delay_secs } if *delay_secs > TEN_YEARS_SECS => {
                 return Err(InvalidTiming("`delay_secs` is over ten years".into()))
+            }
+            Timing::Every { every_secs } if *every_secs > TEN_YEARS_SECS => {
+                return Err(InvalidTiming("`every_secs` is over ten years".into()))
             }
             Timing::Cron { cron, tz } => Some(parse_cron(cron, tz)?),
             _ => None,

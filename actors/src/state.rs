@@ -124,6 +124,8 @@ pub struct SessionState {
     /// The dynamic (MCP) tools last journaled by `tools_seen`, and that list's digest.
     pub seen_tools: imbl::Vector<SeenTool>,
     pub seen_tools_digest: Option<String>,
+    /// The session's schedules by key: pending ones and done one-time ones.
+    pub schedules: std::collections::BTreeMap<String, crate::schedules::ScheduleState>,
 }
 
 /// The principal of sessions whose journal names none.
@@ -147,6 +149,7 @@ impl SessionState {
                 text,
                 client_id,
                 mode,
+                ..
             } => {
                 if let Some(id) = client_id {
                     self.client_ids.insert(id.clone());
@@ -304,6 +307,12 @@ impl SessionState {
                 self.seen_tools_digest = Some(digest.clone());
             }
             SessionEvent::AssistantMessage { .. } => {}
+            SessionEvent::ScheduleCreated { .. }
+            | SessionEvent::ScheduleFired { .. }
+            | SessionEvent::ScheduleSkipped { .. }
+            | SessionEvent::ScheduleCancelled { .. } => {
+                crate::schedules::apply(&mut self.schedules, event)
+            }
             SessionEvent::SessionFailed { reason } => {
                 self.failed = Some(reason.clone());
                 self.turn = None;
@@ -353,6 +362,17 @@ impl SessionState {
     /// A dynamic tool of the journaled list, by the name the model saw.
     pub fn seen_tool(&self, name: &str) -> Option<&SeenTool> {
         self.seen_tools.iter().find(|t| t.name == name)
+    }
+
+    /// The schedules still to fire, earliest first.
+    pub fn pending_schedules(&self) -> Vec<(&String, &crate::schedules::ScheduleState)> {
+        let mut pending: Vec<_> = self
+            .schedules
+            .iter()
+            .filter(|(_, s)| s.next_due_at.is_some())
+            .collect();
+        pending.sort_by_key(|(key, s)| (s.next_due_at, key.as_str()));
+        pending
     }
 
     /// Approvals waiting for a decision in the current turn.

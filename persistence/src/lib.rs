@@ -18,6 +18,7 @@
 mod error;
 pub mod group_commit;
 pub mod request_log;
+pub mod schedules;
 pub mod scratch;
 mod store;
 mod traits;
@@ -31,7 +32,8 @@ use serde_json::Value;
 
 pub use error::{Error, Result};
 pub use group_commit::JournalStats;
-pub use traits::{Journal, JournalStore, Kv, Leases, RequestLog, Sessions, Snapshots};
+pub use schedules::{ScheduleOwner, ScheduleQuery, ScheduleRow};
+pub use traits::{Journal, JournalStore, Kv, Leases, RequestLog, Schedules, Sessions, Snapshots};
 pub use types::{
     Compaction, Event, KvEntry, Lease, NewEvent, NewSession, Purged, Session, SessionPage,
     SessionQuery, SessionStatus, Snapshot, DEFAULT_PAGE, MAX_PAGE,

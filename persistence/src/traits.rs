@@ -1,5 +1,6 @@
 //! The store's interface, in narrow traits so that each user names only what it uses:
-//! [`Sessions`], [`Journal`], [`Leases`], [`Snapshots`], [`Kv`] and [`RequestLog`];
+//! [`Sessions`], [`Journal`], [`Leases`], [`Snapshots`], [`Kv`], [`RequestLog`] and
+//! [`Schedules`];
 //! [`JournalStore`] is all of them plus the store's own lifecycle (migrations, readiness,
 //! shutdown), as `open` returns it.
 
@@ -20,7 +21,7 @@ use crate::{
 /// (`persistence/tests/journal.rs`).
 #[async_trait]
 pub trait JournalStore:
-    Sessions + Journal + Leases + Snapshots + Kv + RequestLog + Send + Sync + 'static
+    Sessions + Journal + Leases + Snapshots + Kv + RequestLog + Schedules + Send + Sync + 'static
 {
     fn backend(&self) -> Backend;
 
@@ -187,4 +188,39 @@ pub trait RequestLog: Send + Sync {
         query: &request_log::RequestLogQuery,
         group_by: &request_log::StatsGroupBy,
     ) -> Result<Vec<request_log::StatsRow>>;
+}
+
+/// The schedules' due index (`crate::schedules`).
+#[async_trait]
+pub trait Schedules: Send + Sync {
+    /// Writes rows (insert, or replace the row of the same owner and key).
+    async fn put_schedules(&self, rows: &[crate::ScheduleRow]) -> Result<()>;
+
+    /// Removes a row; returns whether there was one.
+    async fn delete_schedule(&self, owner: &crate::ScheduleOwner, key: &str) -> Result<bool>;
+
+    /// Rows due at or before `now`, earliest first, at most `limit`.
+    async fn due_schedules(
+        &self,
+        now: chrono::DateTime<chrono::Utc>,
+        limit: u32,
+    ) -> Result<Vec<crate::ScheduleRow>>;
+
+    /// The earliest `next_due_at` of all rows (`None`: there are none).
+    async fn next_schedule_due(&self) -> Result<Option<chrono::DateTime<chrono::Utc>>>;
+
+    /// Rows, earliest due first, filtered.
+    async fn list_schedules(&self, query: &crate::ScheduleQuery)
+        -> Result<Vec<crate::ScheduleRow>>;
+
+    /// Moves an agent's schedule from the occurrence `from` to `to` (`None`: it is done, the
+    /// row goes) when its row still says `from`; returns whether this call moved it (a claim:
+    /// of several nodes, one wins).
+    async fn advance_schedule(
+        &self,
+        owner: &crate::ScheduleOwner,
+        key: &str,
+        from: chrono::DateTime<chrono::Utc>,
+        to: Option<chrono::DateTime<chrono::Utc>>,
+    ) -> Result<bool>;
 }

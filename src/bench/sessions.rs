@@ -59,6 +59,7 @@ fn agent() -> Agent {
             approval_timeout: None,
             dynamic: Vec::new(),
             message_mode: Default::default(),
+            schedules: Default::default(),
         },
         tools: Default::default(),
         dynamic: None,
@@ -94,6 +95,7 @@ fn step_cost(lengths: &[usize]) {
                     text: format!("question {turn} about the rows of last week"),
                     client_id: Some(format!("c{turn}")),
                     mode: None,
+                    schedule: None,
                 },
             );
             fold(
@@ -180,6 +182,7 @@ fn parked_turn() -> Vec<NewEvent> {
             text: "delete the old rows".into(),
             client_id: None,
             mode: None,
+            schedule: None,
         },
         SessionEvent::ModelCallStarted {
             call_id: "m1".into(),
@@ -322,6 +325,7 @@ async fn run(file: &std::path::Path, args: &SessionsBenchArgs) -> anyhow::Result
                     text: format!("question {}", seq + turn),
                     client_id: None,
                     mode: None,
+                    schedule: None,
                 },
                 SessionEvent::TurnFinished {
                     reason: stead_actors::TurnEnd::Completed,

@@ -23,7 +23,7 @@ pub use stead_router::config::{GatewayConfig, RouteConfig, TargetConfig};
 pub use mcp::{invalid_server_name, McpServerConfig};
 pub use sections::{
     AgentConfig, DatabaseConfig, EngineConfig, LogConfig, LogFormat, ProviderConfig, ProviderKind,
-    ServerConfig, SessionsConfig, ToolConfig,
+    SchedulesConfig, ServerConfig, SessionsConfig, ToolConfig,
 };
 
 /// Variables with a fixed meaning that the generic `STEAD_*` mapping must not see.
@@ -36,6 +36,8 @@ pub struct Config {
     pub database: DatabaseConfig,
     pub log: LogConfig,
     pub sessions: SessionsConfig,
+    /// Schedules and timers (`[schedules]`, docs/schedules.md).
+    pub schedules: SchedulesConfig,
     pub providers: Vec<ProviderConfig>,
     pub routes: Vec<RouteConfig>,
     pub agents: Vec<AgentConfig>,
@@ -61,6 +63,7 @@ impl Default for Config {
             database: DatabaseConfig::default(),
             log: LogConfig::default(),
             sessions: SessionsConfig::default(),
+            schedules: SchedulesConfig::default(),
             providers: vec![ProviderConfig {
                 name: "local".into(),
                 kind: ProviderKind::Onnx,

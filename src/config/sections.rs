@@ -11,6 +11,40 @@ use stead_actors::Approver;
 use super::{DEFAULT_DATA_DIR, DEFAULT_LISTEN};
 
 /// How session actors snapshot, sleep and restart (`[sessions]`).
+/// Schedules and timers (`[schedules]`, docs/schedules.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SchedulesConfig {
+    /// The shortest `every_secs` a schedule may have.
+    pub min_interval_secs: u64,
+    /// Pending schedules one session may hold; more are refused (422 `too_many_schedules`).
+    pub max_per_session: usize,
+    /// The longest the scheduler sleeps between two looks at the due index (it also wakes
+    /// when this node writes a row, and at the earliest due time): how soon a schedule written
+    /// by another node is seen.
+    pub poll_ms: u64,
+}
+
+impl Default for SchedulesConfig {
+    fn default() -> Self {
+        let limits = stead_actors::ScheduleLimits::default();
+        SchedulesConfig {
+            min_interval_secs: limits.min_interval_secs,
+            max_per_session: limits.max_per_session,
+            poll_ms: 1000,
+        }
+    }
+}
+
+impl SchedulesConfig {
+    pub fn limits(&self) -> stead_actors::ScheduleLimits {
+        stead_actors::ScheduleLimits {
+            min_interval_secs: self.min_interval_secs,
+            max_per_session: self.max_per_session,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SessionsConfig {

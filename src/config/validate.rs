@@ -94,6 +94,15 @@ impl Config {
                 return Err(bad(&format!("sessions.{name}"), "must be at least 1"));
             }
         }
+        for (name, value) in [
+            ("min_interval_secs", self.schedules.min_interval_secs),
+            ("max_per_session", self.schedules.max_per_session as u64),
+            ("poll_ms", self.schedules.poll_ms),
+        ] {
+            if value == 0 {
+                return Err(bad(&format!("schedules.{name}"), "must be at least 1"));
+            }
+        }
         self.validate_models()?;
         self.validate_agents()
     }

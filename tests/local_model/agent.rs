@@ -38,6 +38,7 @@ async fn a_session_answers_with_the_real_model() {
             approval_timeout: None,
             dynamic: Vec::new(),
             message_mode: Default::default(),
+            schedules: Default::default(),
         },
         tools: BTreeMap::new(),
         dynamic: None,

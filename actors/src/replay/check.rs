@@ -47,6 +47,7 @@ fn recorded_input(event: &SessionEvent) -> Option<Input> {
             text,
             client_id,
             mode,
+            ..
         } => Input::UserMessage {
             text,
             client_id,
@@ -113,6 +114,22 @@ fn recorded_input(event: &SessionEvent) -> Option<Input> {
         },
         SessionEvent::TurnCancelled { reason } => Input::Cancel { reason },
         SessionEvent::ToolsSeen { digest, tools } => Input::ToolsChanged { digest, tools },
+        SessionEvent::ScheduleCreated {
+            key,
+            schedule,
+            created_at,
+            ..
+        } => Input::CreateSchedule {
+            key,
+            def: schedule,
+            // It was accepted: a replace, when the key was taken.
+            replace: true,
+            now: created_at,
+        },
+        SessionEvent::ScheduleFired { at, .. } | SessionEvent::ScheduleSkipped { at, .. } => {
+            Input::SchedulesDue { now: at }
+        }
+        SessionEvent::ScheduleCancelled { key, reason } => Input::CancelSchedule { key, reason },
         SessionEvent::SessionFailed { reason } => Input::Fail { reason },
         SessionEvent::SessionClosed { reason } => Input::Close { reason },
         // Anything else at a boundary was decided without new input: an activation.

@@ -90,6 +90,8 @@ pub struct SessionDeps {
     pub store: Arc<dyn JournalStore>,
     pub model: Arc<dyn ModelClient>,
     pub lifecycle: Lifecycle,
+    /// Told when the actor writes a due-index row, so the scheduler looks at it at once.
+    pub due_changed: Arc<tokio::sync::Notify>,
 }
 
 pub struct SessionActor;
@@ -173,24 +175,6 @@ impl Actor for SessionActor {
             }
         }
         myself.cast(SessionMsg::Input(Input::Recover, None))?;
-        if let (Some(timeout), Some(turn)) = (deps.agent.rules.approval_timeout, &state.turn) {
-            // Approvals still pending after a restart get the full timeout again from now:
-            // an approval may expire late, never early.
-            for call in &turn.calls {
-                if matches!(
-                    call.status,
-                    crate::state::CallStatus::AwaitingApproval { .. }
-                ) {
-                    let me = myself.clone();
-                    let call_id = call.call_id.clone();
-                    tokio::spawn(async move {
-                        tokio::time::sleep(timeout).await;
-                        let _ =
-                            me.cast(SessionMsg::Input(Input::ApprovalExpired { call_id }, None));
-                    });
-                }
-            }
-        }
         let every = (deps.lifecycle.passivate_after / 4).min(deps.lifecycle.lease_ttl / 3);
         let me = myself.clone();
         tokio::spawn(async move {
@@ -221,6 +205,7 @@ impl Actor for SessionActor {
         };
         // The row's status follows the journal; a crash between the two is mended here.
         live.sync_status().await;
+        live.sync_due_index().await;
         Ok(live)
     }
 
@@ -274,16 +259,9 @@ impl Actor for SessionActor {
                         }
                     }
                 }
-                // A pending approval with a timeout keeps its actor until the expiry fires (the
-                // timer lives in the actor).
-                let expiry_pending = live.deps.agent.rules.approval_timeout.is_some()
-                    && live
-                        .state
-                        .turn
-                        .as_ref()
-                        .is_some_and(|t| t.awaiting_approval());
+                // A pending approval's expiry is a row of the due index: the scheduler wakes a
+                // passivated session when it is due.
                 let idle = live.tasks_in_flight == 0
-                    && !expiry_pending
                     && live.subscribers.is_empty()
                     && live.last_activity.elapsed() >= live.deps.lifecycle.passivate_after;
                 if idle {

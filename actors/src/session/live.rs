@@ -43,14 +43,30 @@ impl Live {
             ),
             _ => false,
         };
+        // A firing queues its message too: while the queue is full it waits (the scheduler
+        // tries again).
+        let queues = queues || matches!(input, Input::SchedulesDue { .. });
         if queues
             && self.state.turn.is_some()
             && self.state.queued.len() >= self.deps.lifecycle.max_queued_messages
         {
             return Err(SessionError::Refused(crate::Refusal::QueueFull));
         }
-        let decision = decide(&self.state, &session_id, input, &self.deps.agent.rules)
-            .map_err(SessionError::Refused)?;
+        let woken = matches!(
+            input,
+            Input::SchedulesDue { .. } | Input::ApprovalExpired { .. }
+        );
+        let decision = match decide(&self.state, &session_id, input, &self.deps.agent.rules) {
+            Ok(decision) => decision,
+            Err(refusal) => {
+                // Woken by a row the journal does not back (fired, cancelled or decided
+                // already): the session's rows are mended, so it is not woken again for it.
+                if woken {
+                    self.sync_due_index().await;
+                }
+                return Err(SessionError::Refused(refusal));
+            }
+        };
         if !decision.events.is_empty() {
             let rows: Vec<NewEvent> = decision
                 .events
@@ -63,7 +79,15 @@ impl Live {
             let times: Vec<_> = rows.iter().map(|r| r.created_at).collect();
             // The row's status changes in the same transaction as the journal.
             let status = decision.status.filter(|s| *s != self.synced_status);
-            let seqs = match self
+            // Rows that announce something new go in first (docs/schedules.md).
+            let mut touched = self.touched(&decision.events);
+            if let Err(error) = self.deps.store.put_schedules(&touched.before).await {
+                return Err(SessionError::Storage(error.to_string()));
+            }
+            touched
+                .keys
+                .extend(touched.before.iter().map(|r| r.key.clone()));
+            let appended = self
                 .deps
                 .store
                 .append_fenced(
@@ -73,8 +97,11 @@ impl Live {
                     status,
                     rows,
                 )
-                .await
-            {
+                .await;
+            if appended.is_err() && !touched.before.is_empty() {
+                self.sync_keys(&touched.keys).await;
+            }
+            let seqs = match appended {
                 Ok(seqs) => seqs,
                 Err(
                     error @ (stead_persistence::Error::Conflict { .. }
@@ -115,9 +142,6 @@ impl Live {
                 }
             }
             for ((seq, event), at) in seqs.into_iter().zip(decision.events).zip(times) {
-                if let SessionEvent::ApprovalRequested { call_id, .. } = &event {
-                    self.schedule_expiry(myself, call_id.clone());
-                }
                 self.state.apply(seq, &event);
                 self.forget_ended_tools(&event);
                 // A finished call's text is in its event now: a client that attaches later must
@@ -140,6 +164,7 @@ impl Live {
                     wire: Default::default(),
                 });
             }
+            self.sync_keys(&touched.keys).await;
         }
         Ok((self.state.last_seq, decision.actions))
     }
@@ -176,18 +201,6 @@ impl Live {
             .await
         {
             tracing::warn!(session = %self.deps.session_id, %error, "the tool list could not be journaled");
-        }
-    }
-
-    /// Rejects the approval as expired when its time runs out (a decision first wins; the late
-    /// expiry is then refused and dropped).
-    fn schedule_expiry(&self, myself: &ActorRef<SessionMsg>, call_id: String) {
-        if let Some(timeout) = self.deps.agent.rules.approval_timeout {
-            let me = myself.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(timeout).await;
-                let _ = me.cast(SessionMsg::Input(Input::ApprovalExpired { call_id }, None));
-            });
         }
     }
 

@@ -6,14 +6,18 @@
 
 mod actor;
 mod config;
+mod due_index;
 mod frames;
 mod live;
 mod model;
 mod registry;
+mod scheduler;
 mod supervisor;
 
 pub use actor::{Caller, Live, SessionActor, SessionDeps, SessionError, SessionMsg};
 pub use config::{Agent, Lifecycle};
+pub use due_index::{approval_call, APPROVAL_KEY_PREFIX};
 pub use frames::{Attached, Frame, Subscriber, Subscription};
 pub use model::{ModelClient, ModelError, ModelRequest, ToolSpec};
 pub use registry::{default_node_name, SessionRegistry};
+pub use scheduler::{Clock, Scheduler, SchedulerOptions};

@@ -24,8 +24,9 @@ const PASSIVATION_RETRIES: usize = 5;
 /// supervises their actors: an actor that fails (a panic in its handler) is restarted from the
 /// journal after a backoff; one that fails `restart_limit` times within `restart_window` gets a
 /// journaled `session_failed` with the reason and takes no more input.
+#[derive(Clone)]
 pub struct SessionRegistry {
-    shared: Arc<Shared>,
+    pub(super) shared: Arc<Shared>,
 }
 
 pub(super) struct Shared {
@@ -45,6 +46,8 @@ pub(super) struct Shared {
     /// Sessions retired for good (purged): never activated again by this registry.
     pub(super) retired: Mutex<std::collections::HashSet<Uuid>>,
     supervisor: tokio::sync::OnceCell<ActorRef<()>>,
+    /// Told when an actor writes a due-index row (the scheduler waits on it).
+    pub(super) due_changed: Arc<tokio::sync::Notify>,
 }
 
 impl Shared {
@@ -144,6 +147,7 @@ impl Shared {
             store: self.store.clone(),
             model: self.model.clone(),
             lifecycle: self.lifecycle,
+            due_changed: self.due_changed.clone(),
         };
         let (actor, _) =
             match Actor::spawn_linked(None, SessionActor, deps, supervisor.get_cell()).await {
@@ -212,6 +216,7 @@ impl SessionRegistry {
                 activations: Mutex::new(HashMap::new()),
                 retired: Mutex::new(std::collections::HashSet::new()),
                 supervisor: tokio::sync::OnceCell::new(),
+                due_changed: Arc::new(tokio::sync::Notify::new()),
             }),
         }
     }

@@ -96,6 +96,7 @@ fn agent(endpoint: &str) -> Agent {
         approval_timeout: None,
         dynamic: Vec::new(),
         message_mode: Default::default(),
+        schedules: Default::default(),
     };
     Agent {
         name: "crash".into(),

@@ -164,6 +164,24 @@ pub fn refusal_error(refusal: Refusal) -> ApiError {
             ErrorCode::Busy,
             "a turn is running and the message's mode is drop_if_busy; nothing was journaled",
         ),
+        Refusal::InvalidSchedule(why) => ApiError::new(ErrorCode::InvalidSchedule, why),
+        Refusal::ScheduleExists => ApiError::new(
+            ErrorCode::ScheduleConflict,
+            "this schedule exists already, with this definition",
+        ),
+        Refusal::ScheduleConflict => ApiError::new(
+            ErrorCode::ScheduleConflict,
+            "another schedule of this session holds this key; send `replace: true` to redefine it",
+        ),
+        Refusal::TooManySchedules(max) => ApiError::new(
+            ErrorCode::TooManySchedules,
+            format!("the session holds {max} pending schedules (schedules.max_per_session)"),
+        ),
+        Refusal::NoSuchSchedule => ApiError::new(
+            ErrorCode::ScheduleNotFound,
+            "no schedule with this key in this session",
+        ),
+        Refusal::NothingDue => ApiError::new(ErrorCode::Stale, "no schedule of the session is due"),
         Refusal::QueueFull => ApiError::new(
             ErrorCode::QueueFull,
             "the session holds as many queued messages as it may (sessions.max_queued_messages); \

@@ -77,6 +77,8 @@ error_codes! {
     SessionNotFound = (NOT_FOUND, "session_not_found"),
     /// No approval with that call id is pending.
     ApprovalNotFound = (NOT_FOUND, "approval_not_found"),
+    /// No schedule with that key in the session.
+    ScheduleNotFound = (NOT_FOUND, "schedule_not_found"),
     /// `/v1/chat/completions`: no route of that name.
     ModelNotFound = (NOT_FOUND, "model_not_found"),
     /// The endpoint does not take that method.
@@ -89,6 +91,8 @@ error_codes! {
     DuplicateClientId = (CONFLICT, "duplicate_client_id"),
     /// A `drop_if_busy` message while a turn runs.
     Busy = (CONFLICT, "busy"),
+    /// Another schedule holds the key (send `replace: true` to redefine it).
+    ScheduleConflict = (CONFLICT, "schedule_conflict"),
     /// Cancel with no turn in progress.
     NothingToCancel = (CONFLICT, "nothing_to_cancel"),
     /// Input to a closed or failed session.
@@ -119,6 +123,11 @@ error_codes! {
     UnknownRoute = (UNPROCESSABLE_ENTITY, "unknown_route"),
     /// `at` outside `1..=last_seq`.
     SeqOutOfRange = (UNPROCESSABLE_ENTITY, "seq_out_of_range"),
+    /// A schedule that cannot be used: no kind or two, a bad cron expression or time zone, an
+    /// `at` in the past, an interval under the minimum.
+    InvalidSchedule = (UNPROCESSABLE_ENTITY, "invalid_schedule"),
+    /// The session holds `schedules.max_per_session` pending schedules.
+    TooManySchedules = (UNPROCESSABLE_ENTITY, "too_many_schedules"),
     /// A per-key or per-route rate limit.
     RateLimited = (TOO_MANY_REQUESTS, "rate_limited"),
     /// The key's budget is spent.

@@ -146,6 +146,15 @@ pub fn router_with(state: AppState, extra: Router<AppState>) -> Router {
         .route("/v1/sessions/{id}/state", get(rest::state_at))
         .route("/v1/sessions/{id}/fork", post(rest::fork))
         .route("/v1/sessions/{id}/ws", get(ws::upgrade))
+        .route(
+            "/v1/sessions/{id}/schedules",
+            get(rest::list_schedules).post(rest::create_schedule),
+        )
+        .route(
+            "/v1/sessions/{id}/schedules/{key}",
+            axum::routing::delete(rest::cancel_schedule),
+        )
+        .route("/v1/schedules", get(rest::due_schedules))
         .route("/v1/approvals", get(rest::pending_approvals))
         .route("/v1/agents", get(rest::agents))
         .route("/v1/mcp/servers", get(rest::mcp_servers))

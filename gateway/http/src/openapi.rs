@@ -53,6 +53,56 @@ pub struct PurgedView {
     pub request_log_rows: u64,
 }
 
+/// A schedule of a session (docs/schedules.md): its definition — one of `at`, `delay_secs`,
+/// `cron` (+ `tz`), `every_secs` — and where it stands.
+#[derive(Serialize, ToSchema)]
+pub struct ScheduleView {
+    pub key: String,
+    /// `at`, `delay`, `cron` or `every`.
+    pub kind: String,
+    #[schema(value_type = Object)]
+    pub message: serde_json::Value,
+    pub at: Option<String>,
+    pub delay_secs: Option<u64>,
+    pub cron: Option<String>,
+    pub tz: Option<String>,
+    pub every_secs: Option<u64>,
+    /// `one`, `all` or `skip`.
+    pub catch_up: String,
+    pub created_at: String,
+    /// `null` once a one-time schedule fired.
+    pub next_due_at: Option<String>,
+    /// Occurrences fired so far.
+    pub fired: u64,
+    /// `pending` or `done`.
+    pub status: String,
+}
+
+/// `{"schedules":[…]}`: pending first, earliest due first.
+#[derive(Serialize, ToSchema)]
+pub struct ScheduleList {
+    pub schedules: Vec<ScheduleView>,
+}
+
+/// A row of the due index.
+#[derive(Serialize, ToSchema)]
+pub struct DueSchedule {
+    pub session_id: Option<Uuid>,
+    pub agent: String,
+    pub key: String,
+    /// A schedule's kind, or `approval_expiry`.
+    pub kind: String,
+    pub next_due_at: String,
+    #[schema(value_type = Object)]
+    pub definition: serde_json::Value,
+}
+
+/// `{"schedules":[…]}`, earliest due first.
+#[derive(Serialize, ToSchema)]
+pub struct DueScheduleList {
+    pub schedules: Vec<DueSchedule>,
+}
+
 /// A one-minute token for opening a session's WebSocket (`?token=`).
 #[derive(Serialize, ToSchema)]
 pub struct Ticket {
@@ -304,6 +354,10 @@ impl Modify for BearerAuth {
         rest::cancel,
         rest::state_at,
         rest::fork,
+        rest::create_schedule,
+        rest::list_schedules,
+        rest::cancel_schedule,
+        rest::due_schedules,
         rest::pending_approvals,
         rest::agents,
         rest::mcp_servers,

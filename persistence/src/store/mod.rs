@@ -10,6 +10,7 @@ mod leases;
 pub(crate) mod postgres;
 mod request_log;
 mod rows;
+mod schedules;
 pub(crate) mod sqlite;
 
 use std::time::Duration;

@@ -8,4 +8,5 @@
 mod durability;
 mod journal;
 mod request_log;
+mod schedules;
 mod store_queries;

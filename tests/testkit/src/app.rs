@@ -46,6 +46,7 @@ pub fn ops_agent() -> Agent {
             approval_timeout: None,
             dynamic: Vec::new(),
             message_mode: Default::default(),
+            schedules: Default::default(),
         },
         tools: BTreeMap::new(),
         dynamic: None,
@@ -80,6 +81,15 @@ impl App {
             .await
             .unwrap();
         let sessions = Arc::new(SessionRegistry::new(store.clone(), model, agents));
+        // Schedules and approval expiries, as `stead serve` runs them (a quicker poll).
+        let scheduler = stead_actors::session::Scheduler::new(
+            (*sessions).clone(),
+            stead_actors::session::SchedulerOptions {
+                poll: std::time::Duration::from_millis(100),
+                ..Default::default()
+            },
+        )
+        .spawn();
         let model_router = stead_router::Router::new(
             &[],
             Default::default(),
@@ -106,6 +116,11 @@ impl App {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let mut until = stopped;
+        let mut scheduler_stop = until.clone();
+        tokio::spawn(async move {
+            let _ = scheduler_stop.wait_for(|stop| *stop).await;
+            scheduler.abort();
+        });
         tokio::spawn(stead_http::serve(
             listener,
             router.clone(),

@@ -55,6 +55,24 @@ name: string, description: string,
 parameters: unknown, };
 
 /**
+ * What a schedule does with occurrences it missed (the server was down, or the session's
+ * firing waited): `one` fires once for all of them, `all` fires each (at most
+ * [`MAX_CATCH_UP`]), `skip` fires none that are more than [`SKIP_GRACE_SECS`] late.
+ */
+export type CatchUp = "one" | "all" | "skip";
+
+/**
+ * What a firing delivers: a user message.
+ */
+export type ScheduleMessage = { text: string, };
+
+/**
+ * A schedule's definition: exactly one of `at`, `delay_secs`, `cron` (with `tz`, default
+ * `UTC`) and `every_secs`; the message; the catch-up rule.
+ */
+export type ScheduleDef = { at?: string, delay_secs?: number, cron?: string, tz?: string, every_secs?: number, message: ScheduleMessage, catch_up: CatchUp, };
+
+/**
  * One journaled step of a session.
  */
 export type SessionEvent = { "kind": "session_created", "payload": { agent: string, 
@@ -68,11 +86,20 @@ principal: string | null, } } | { "kind": "user_message", "payload": { text: str
  * Set when the message arrived during a turn and interrupted or steered it (absent:
  * it started a turn, or was queued behind the running one).
  */
-mode?: MessageMode, } } | { "kind": "model_call_started", "payload": { call_id: string, route: string, model: string, } } | { "kind": "model_call_finished", "payload": { call_id: string, text: string, tool_calls: Array<RequestedCall>, usage: Usage, provider: string, model: string, latency_ms: number, ttft_ms: number, cost: number, } } | { "kind": "model_call_failed", "payload": { call_id: string, error: string, } } | { "kind": "tool_call_requested", "payload": { call_id: string, tool: string, arguments: unknown, } } | { "kind": "approval_requested", "payload": { call_id: string, tool: string, arguments: unknown, args_hash: string, reason: string, } } | { "kind": "approval_decided", "payload": { call_id: string, approved: boolean, reason: string | null, decided_by: string, scope: ApprovalScope, } } | { "kind": "tool_call_started", "payload": { call_id: string, tool: string, idempotency_key: string, } } | { "kind": "tool_call_finished", "payload": { call_id: string, tool: string, result: unknown, } } | { "kind": "tool_call_failed", "payload": { call_id: string, tool: string, error: string, 
+mode?: MessageMode, 
+/**
+ * The key of the schedule whose firing delivered this message (absent: a person or
+ * client sent it).
+ */
+schedule?: string, } } | { "kind": "model_call_started", "payload": { call_id: string, route: string, model: string, } } | { "kind": "model_call_finished", "payload": { call_id: string, text: string, tool_calls: Array<RequestedCall>, usage: Usage, provider: string, model: string, latency_ms: number, ttft_ms: number, cost: number, } } | { "kind": "model_call_failed", "payload": { call_id: string, error: string, } } | { "kind": "tool_call_requested", "payload": { call_id: string, tool: string, arguments: unknown, } } | { "kind": "approval_requested", "payload": { call_id: string, tool: string, arguments: unknown, args_hash: string, reason: string, } } | { "kind": "approval_decided", "payload": { call_id: string, approved: boolean, reason: string | null, decided_by: string, scope: ApprovalScope, } } | { "kind": "tool_call_started", "payload": { call_id: string, tool: string, idempotency_key: string, } } | { "kind": "tool_call_finished", "payload": { call_id: string, tool: string, result: unknown, } } | { "kind": "tool_call_failed", "payload": { call_id: string, tool: string, error: string, 
 /**
  * The call may or may not have taken effect (started, not finished, not idempotent).
  */
-in_doubt: boolean, } } | { "kind": "tool_call_cancelled", "payload": { call_id: string, tool: string, reason: string, } } | { "kind": "tools_seen", "payload": { digest: string, tools: Array<SeenTool>, } } | { "kind": "assistant_message", "payload": { text: string, } } | { "kind": "turn_finished", "payload": { reason: TurnEnd, } } | { "kind": "turn_cancelled", "payload": { reason: string, } } | { "kind": "session_failed", "payload": { reason: string, } } | { "kind": "session_closed", "payload": { reason: string, } } | { "kind": "session_forked", "payload": { from: string, at: number, overrides: Overrides, 
+in_doubt: boolean, } } | { "kind": "tool_call_cancelled", "payload": { call_id: string, tool: string, reason: string, } } | { "kind": "tools_seen", "payload": { digest: string, tools: Array<SeenTool>, } } | { "kind": "assistant_message", "payload": { text: string, } } | { "kind": "turn_finished", "payload": { reason: TurnEnd, } } | { "kind": "turn_cancelled", "payload": { reason: string, } } | { "kind": "session_failed", "payload": { reason: string, } } | { "kind": "session_closed", "payload": { reason: string, } } | { "kind": "schedule_created", "payload": { key: string, schedule: ScheduleDef, created_at: string, next_due_at: string | null, } } | { "kind": "schedule_fired", "payload": { key: string, due_at: string, at: string, 
+/**
+ * `null`: the schedule is done.
+ */
+next_due_at: string | null, missed?: number | undefined, } } | { "kind": "schedule_skipped", "payload": { key: string, at: string, missed: number, next_due_at: string | null, } } | { "kind": "schedule_cancelled", "payload": { key: string, reason: string, } } | { "kind": "session_forked", "payload": { from: string, at: number, overrides: Overrides, 
 /**
  * Who forked: the fork's model calls are charged to it from here on.
  */
@@ -87,7 +114,7 @@ export type EventView = { seq: number, kind: string, payload: unknown,
  */
 at: string, };
 
-export type ErrorCode = "agent_not_configured" | "already_decided" | "approval_not_found" | "args_hash_mismatch" | "budget_exceeded" | "busy" | "compacted" | "duplicate_client_id" | "event_too_large" | "forbidden" | "frame_too_large" | "host_not_allowed" | "internal" | "invalid_body" | "invalid_credentials" | "invalid_frame" | "invalid_id" | "invalid_json" | "invalid_metadata" | "invalid_query" | "invalid_request" | "message_too_large" | "method_not_allowed" | "missing_credentials" | "model_not_found" | "not_found" | "not_ready" | "nothing_to_cancel" | "operator_required" | "origin_not_allowed" | "overloaded" | "payload_too_large" | "queue_full" | "rate_limited" | "seq_out_of_range" | "session_elsewhere" | "session_ended" | "session_not_found" | "stale" | "token_expired" | "too_many_websockets" | "too_slow" | "unavailable" | "unknown_agent" | "unknown_frame_type" | "unknown_route" | "unsupported_frame" | "unsupported_media_type" | "upstream_failed" | "upstream_rejected";
+export type ErrorCode = "agent_not_configured" | "already_decided" | "approval_not_found" | "args_hash_mismatch" | "budget_exceeded" | "busy" | "compacted" | "duplicate_client_id" | "event_too_large" | "forbidden" | "frame_too_large" | "host_not_allowed" | "internal" | "invalid_body" | "invalid_credentials" | "invalid_frame" | "invalid_id" | "invalid_json" | "invalid_metadata" | "invalid_query" | "invalid_request" | "invalid_schedule" | "message_too_large" | "method_not_allowed" | "missing_credentials" | "model_not_found" | "not_found" | "not_ready" | "nothing_to_cancel" | "operator_required" | "origin_not_allowed" | "overloaded" | "payload_too_large" | "queue_full" | "rate_limited" | "schedule_conflict" | "schedule_not_found" | "seq_out_of_range" | "session_elsewhere" | "session_ended" | "session_not_found" | "stale" | "token_expired" | "too_many_schedules" | "too_many_websockets" | "too_slow" | "unavailable" | "unknown_agent" | "unknown_frame_type" | "unknown_route" | "unsupported_frame" | "unsupported_media_type" | "upstream_failed" | "upstream_rejected";
 
 /**
  * A WebSocket frame from the server.

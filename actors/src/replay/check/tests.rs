@@ -37,6 +37,7 @@ fn rules(gated: ApprovalPolicy) -> AgentRules {
         approval_timeout: None,
         dynamic: Vec::new(),
         message_mode: Default::default(),
+        schedules: Default::default(),
     }
 }
 

@@ -5,6 +5,7 @@
 mod dynamic;
 mod modes;
 mod recovery;
+mod schedules;
 mod turns;
 
 use std::collections::BTreeMap;
@@ -87,6 +88,7 @@ impl Session {
                 approval_timeout: None,
                 dynamic: Vec::new(),
                 message_mode: Default::default(),
+                schedules: Default::default(),
             },
         };
         s.commit(vec![SessionEvent::SessionCreated {

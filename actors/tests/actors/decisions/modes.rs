@@ -16,7 +16,7 @@ fn say(text: &str, mode: Option<MessageMode>) -> Input {
 }
 
 /// The decision check over the session's journal as recorded.
-fn check(s: &Session) {
+pub(super) fn check(s: &Session) {
     let id = uuid::Uuid::now_v7();
     let events: Vec<stead_persistence::Event> = s
         .journal

@@ -17,6 +17,7 @@ async fn a_stale_actor_is_fenced_out_and_reactivates_from_the_journal() {
         text: "from elsewhere".into(),
         client_id: None,
         mode: None,
+        schedule: None,
     }
     .to_parts();
     store

@@ -66,6 +66,7 @@ fn agent(url: &str) -> Agent {
         approval_timeout: None,
         dynamic: Vec::new(),
         message_mode: Default::default(),
+        schedules: Default::default(),
     };
     Agent {
         name: "ops".into(),

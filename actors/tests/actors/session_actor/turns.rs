@@ -202,10 +202,20 @@ async fn an_undecided_approval_expires() {
         ("Nobody approved it.", vec![]),
     ]);
     let registry = SessionRegistry::new(store.clone(), model, vec![ops]);
+    // Expiries are rows of the due index: the scheduler fires them.
+    let scheduler = stead_actors::session::Scheduler::new(
+        registry.clone(),
+        stead_actors::session::SchedulerOptions {
+            poll: Duration::from_millis(50),
+            ..Default::default()
+        },
+    )
+    .spawn();
     let id = new_session(&store).await;
     let mut frames = registry.subscribe(id).await.unwrap();
     say(&registry, id, "clean").await;
     wait_for(&mut frames, "turn_finished").await;
+    scheduler.abort();
     let journal = store.read(id, 0, 100).await.unwrap();
     let decided = journal
         .iter()

@@ -31,12 +31,14 @@ mod agents;
 mod approvals;
 mod messages;
 mod replay;
+mod schedules;
 mod sessions;
 
 pub use self::agents::*;
 pub use self::approvals::*;
 pub use self::messages::*;
 pub use self::replay::*;
+pub use self::schedules::*;
 pub use self::sessions::*;
 
 /// Largest user message (bytes).

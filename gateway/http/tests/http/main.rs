@@ -14,4 +14,5 @@
 mod edge;
 mod input;
 mod metrics;
+mod schedules;
 mod sessions;

@@ -1,0 +1,370 @@
+//! A session's schedules (docs/schedules.md): their definitions, as the REST body, the agent's
+//! `schedule` tool and `schedule_created` carry them; their folded state; and the decisions on
+//! them — create (idempotent by key), cancel, and fire what is due at a given instant. The
+//! instant is part of the input, so the decisions stay pure and the decision check re-decides
+//! a firing from its journaled `at`.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Duration, Utc};
+use serde::{Deserialize, Serialize};
+use ts_rs::TS;
+
+use crate::decide::{Planner, Refusal};
+use crate::events::SessionEvent;
+use crate::schedule::{Due, InvalidTiming, Timing, MAX_CATCH_UP};
+
+/// What a schedule does with occurrences it missed (the server was down, or the session's
+/// firing waited): `one` fires once for all of them, `all` fires each (at most
+/// [`MAX_CATCH_UP`]), `skip` fires none that are more than [`SKIP_GRACE_SECS`] late.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, TS)]
+#[serde(rename_all = "snake_case")]
+pub enum CatchUp {
+    #[default]
+    One,
+    All,
+    Skip,
+}
+
+/// How late an occurrence may fire under `catch_up = "skip"`.
+pub const SKIP_GRACE_SECS: i64 = 60;
+
+/// What a firing delivers: a user message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduleMessage {
+    pub text: String,
+}
+
+/// A schedule's definition: exactly one of `at`, `delay_secs`, `cron` (with `tz`, default
+/// `UTC`) and `every_secs`; the message; the catch-up rule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
+pub struct ScheduleDef {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional, type = "string")]
+    pub at: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional, type = "number")]
+    pub delay_secs: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub cron: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub tz: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional, type = "number")]
+    pub every_secs: Option<u64>,
+    pub message: ScheduleMessage,
+    #[serde(default)]
+    pub catch_up: CatchUp,
+}
+
+impl ScheduleDef {
+    /// `at`, `delay`, `cron` or `every`.
+    pub fn kind(&self) -> &'static str {
+        match (&self.at, &self.delay_secs, &self.cron) {
+            (Some(_), _, _) => "at",
+            (_, Some(_), _) => "delay",
+            (_, _, Some(_)) => "cron",
+            _ => "every",
+        }
+    }
+
+    /// The timing this definition names; refused unless exactly one kind is given (and `tz`
+    /// only with `cron`).
+    pub fn timing(&self) -> Result<Timing, InvalidTiming> {
+        let given = [
+            self.at.is_some(),
+            self.delay_secs.is_some(),
+            self.cron.is_some(),
+            self.every_secs.is_some(),
+        ]
+        .iter()
+        .filter(|g| **g)
+        .count();
+        if given != 1 {
+            return Err(InvalidTiming(
+                "give exactly one of `at`, `delay_secs`, `cron` and `every_secs`".into(),
+            ));
+        }
+        if self.tz.is_some() && self.cron.is_none() {
+            return Err(InvalidTiming("`tz` goes with `cron` only".into()));
+        }
+        Ok(if let Some(at) = self.at {
+            Timing::At { at }
+        } else if let Some(delay_secs) = self.delay_secs {
+            Timing::Delay { delay_secs }
+        } else if let Some(cron) = &self.cron {
+            Timing::Cron {
+                cron: cron.clone(),
+                tz: self.tz.clone().unwrap_or_else(|| "UTC".into()),
+            }
+        } else {
+            Timing::Every {
+                every_secs: self.every_secs.unwrap_or_default(),
+            }
+        })
+    }
+}
+
+/// A schedule as the fold holds it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScheduleState {
+    pub def: ScheduleDef,
+    pub created_at: DateTime<Utc>,
+    /// `None`: done (a one-time schedule that fired). Done schedules stay, so that creating
+    /// the same key with the same definition again is still a no-op.
+    pub next_due_at: Option<DateTime<Utc>>,
+    pub fired: u64,
+}
+
+impl ScheduleState {
+    fn due(&self) -> Option<Due> {
+        Due::new(self.def.timing().ok()?, self.created_at, 0).ok()
+    }
+}
+
+/// Limits on an agent's sessions' schedules (`[schedules]` in the configuration).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScheduleLimits {
+    /// The shortest `every_secs` (and cron period is not checked: cron's finest is a minute).
+    pub min_interval_secs: u64,
+    /// Pending schedules a session may hold.
+    pub max_per_session: usize,
+}
+
+impl Default for ScheduleLimits {
+    fn default() -> Self {
+        ScheduleLimits {
+            min_interval_secs: 1,
+            max_per_session: 100,
+        }
+    }
+}
+
+/// The longest schedule key.
+pub const MAX_KEY_CHARS: usize = 128;
+
+/// Whether `key` is a schedule key: 1 to 128 letters, digits, `-`, `_` and `.`.
+pub fn valid_key(key: &str) -> bool {
+    !key.is_empty()
+        && key.chars().count() <= MAX_KEY_CHARS
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// Folds a schedule event into a session's schedules.
+pub(crate) fn apply(schedules: &mut BTreeMap<String, ScheduleState>, event: &SessionEvent) {
+    match event {
+        SessionEvent::ScheduleCreated {
+            key,
+            schedule,
+            created_at,
+            next_due_at,
+        } => {
+            schedules.insert(
+                key.clone(),
+                ScheduleState {
+                    def: schedule.clone(),
+                    created_at: *created_at,
+                    next_due_at: *next_due_at,
+                    fired: 0,
+                },
+            );
+        }
+        SessionEvent::ScheduleFired {
+            key, next_due_at, ..
+        } => {
+            if let Some(s) = schedules.get_mut(key) {
+                s.next_due_at = *next_due_at;
+                s.fired += 1;
+            }
+        }
+        SessionEvent::ScheduleSkipped {
+            key, next_due_at, ..
+        } => {
+            if let Some(s) = schedules.get_mut(key) {
+                s.next_due_at = *next_due_at;
+            }
+        }
+        SessionEvent::ScheduleCancelled { key, .. } => {
+            schedules.remove(key);
+        }
+        _ => {}
+    }
+}
+
+impl Planner<'_> {
+    /// `schedule_created`, unless the same schedule exists ([`Refusal::ScheduleExists`]) or
+    /// another one holds the key and `replace` is not set ([`Refusal::ScheduleConflict`]).
+    pub(crate) fn create_schedule(
+        &mut self,
+        key: String,
+        def: ScheduleDef,
+        replace: bool,
+        now: DateTime<Utc>,
+    ) -> Result<(), Refusal> {
+        if !valid_key(&key) {
+            return Err(Refusal::InvalidSchedule(format!(
+                "`key` must be 1 to {MAX_KEY_CHARS} letters, digits, `-`, `_` or `.`"
+            )));
+        }
+        if def.message.text.trim().is_empty() {
+            return Err(Refusal::InvalidSchedule(
+                "`message.text` must not be empty".into(),
+            ));
+        }
+        let limits = self.agent.schedules;
+        let timing = def
+            .timing()
+            .map_err(|e| Refusal::InvalidSchedule(e.to_string()))?;
+        let due = Due::new(timing, now, limits.min_interval_secs)
+            .map_err(|e| Refusal::InvalidSchedule(e.to_string()))?;
+        match self.state.schedules.get(&key) {
+            Some(existing) if existing.def == def => return Err(Refusal::ScheduleExists),
+            Some(_) if !replace => return Err(Refusal::ScheduleConflict),
+            _ => {}
+        }
+        let pending = self
+            .state
+            .schedules
+            .iter()
+            .filter(|(k, s)| s.next_due_at.is_some() && **k != key)
+            .count();
+        if pending >= limits.max_per_session {
+            return Err(Refusal::TooManySchedules(limits.max_per_session));
+        }
+        let next_due_at = due.next_after(now);
+        self.push(SessionEvent::ScheduleCreated {
+            key,
+            schedule: def,
+            created_at: now,
+            next_due_at,
+        });
+        Ok(())
+    }
+
+    pub(crate) fn cancel_schedule(&mut self, key: String, reason: String) -> Result<(), Refusal> {
+        if !self.state.schedules.contains_key(&key) {
+            return Err(Refusal::NoSuchSchedule);
+        }
+        self.push(SessionEvent::ScheduleCancelled { key, reason });
+        Ok(())
+    }
+
+    /// `schedule_cancelled` for every pending schedule (the session closed or failed).
+    pub(crate) fn cancel_all_schedules(&mut self, reason: &str) {
+        let keys: Vec<String> = self
+            .state
+            .schedules
+            .iter()
+            .filter(|(_, s)| s.next_due_at.is_some())
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in keys {
+            self.push(SessionEvent::ScheduleCancelled {
+                key,
+                reason: reason.to_string(),
+            });
+        }
+    }
+
+    /// Fires (or, under `skip`, skips) every schedule due at `now`, earliest first: each
+    /// firing is `schedule_fired` then the `user_message` it delivers, which starts a turn or
+    /// queues behind the running one. [`Refusal::NothingDue`] when none is due.
+    pub(crate) fn fire_due(&mut self, now: DateTime<Utc>) -> Result<(), Refusal> {
+        let mut due: Vec<(DateTime<Utc>, String)> = self
+            .state
+            .schedules
+            .iter()
+            .filter_map(|(key, s)| Some((s.next_due_at?, key.clone())))
+            .filter(|(at, _)| *at <= now)
+            .collect();
+        due.sort();
+        if due.is_empty() {
+            return Err(Refusal::NothingDue);
+        }
+        for (first, key) in due {
+            let Some(schedule) = self.state.schedules.get(&key).cloned() else {
+                continue;
+            };
+            let Some(timing) = schedule.due() else {
+                // A definition this version cannot compute (it validated when created).
+                self.push(SessionEvent::ScheduleCancelled {
+                    key,
+                    reason: "its timing is no longer valid".into(),
+                });
+                continue;
+            };
+            let text = schedule.def.message.text.clone();
+            match schedule.def.catch_up {
+                CatchUp::All => {
+                    let mut occurrences = vec![first];
+                    occurrences.extend(timing.due_between(first, now, MAX_CATCH_UP - 1));
+                    let capped = occurrences.len() >= MAX_CATCH_UP;
+                    let last = occurrences.len() - 1;
+                    for (i, due_at) in occurrences.into_iter().enumerate() {
+                        let next = if i == last && capped {
+                            timing.next_after(now)
+                        } else {
+                            timing.next_after(due_at)
+                        };
+                        self.fire(&key, &text, due_at, now, next, 0);
+                    }
+                }
+                CatchUp::One => {
+                    let missed = timing.due_between(first, now, MAX_CATCH_UP).len() as u64;
+                    self.fire(&key, &text, first, now, timing.next_after(now), missed);
+                }
+                CatchUp::Skip => {
+                    let grace = now - Duration::seconds(SKIP_GRACE_SECS);
+                    let next = timing.next_after(now);
+                    if first >= grace {
+                        let missed = timing.due_between(first, now, MAX_CATCH_UP).len() as u64;
+                        self.fire(&key, &text, first, now, next, missed);
+                        continue;
+                    }
+                    // Late: the occurrences before the grace are skipped; the latest within it
+                    // (if any) fires.
+                    let late = 1 + timing.due_between(first, grace, MAX_CATCH_UP).len() as u64;
+                    match timing.due_between(grace, now, 1).first() {
+                        Some(recent) => self.fire(&key, &text, *recent, now, next, late),
+                        None => self.push(SessionEvent::ScheduleSkipped {
+                            key: key.clone(),
+                            at: now,
+                            missed: late,
+                            next_due_at: next,
+                        }),
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn fire(
+        &mut self,
+        key: &str,
+        text: &str,
+        due_at: DateTime<Utc>,
+        now: DateTime<Utc>,
+        next_due_at: Option<DateTime<Utc>>,
+        missed: u64,
+    ) {
+        self.push(SessionEvent::ScheduleFired {
+            key: key.to_string(),
+            due_at,
+            at: now,
+            next_due_at,
+            missed,
+        });
+        self.push(SessionEvent::UserMessage {
+            text: text.to_string(),
+            client_id: None,
+            mode: None,
+            schedule: Some(key.to_string()),
+        });
+    }
+}

@@ -1,0 +1,249 @@
+//! The scheduler (docs/schedules.md): one task per node that sleeps until the due index's
+//! earliest row (or `poll` at most, to see rows other nodes wrote, or until an actor of this
+//! node writes one), then wakes the sessions whose rows are due by sending them an input —
+//! `SchedulesDue` or `ApprovalExpired` — through the registry, which activates a passivated
+//! session under its lease. Whether anything fires is the session actor's decision over its
+//! journal, so a row seen by two nodes, or seen again after a crash, fires once.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use stead_persistence::{ScheduleOwner, ScheduleRow};
+use uuid::Uuid;
+
+use super::due_index::approval_call;
+use super::{SessionError, SessionRegistry};
+use crate::decide::{Input, Refusal};
+
+/// What "now" is to the scheduler (tests inject a clock and drive passes with
+/// [`Scheduler::run_due`]).
+pub type Clock = Arc<dyn Fn() -> DateTime<Utc> + Send + Sync>;
+
+#[derive(Clone)]
+pub struct SchedulerOptions {
+    /// The longest sleep between two looks at the due index.
+    pub poll: Duration,
+    /// Rows taken per pass.
+    pub batch: u32,
+    /// Sessions woken at once.
+    pub concurrency: usize,
+    pub clock: Clock,
+}
+
+impl Default for SchedulerOptions {
+    fn default() -> Self {
+        SchedulerOptions {
+            poll: Duration::from_secs(1),
+            batch: 512,
+            concurrency: 64,
+            clock: Arc::new(Utc::now),
+        }
+    }
+}
+
+/// What one pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pass {
+    /// Due rows read.
+    pub due: usize,
+    /// Sessions woken whose decision journaled something (a firing, an expiry, a skip).
+    pub fired: usize,
+    /// Sessions put off (held by another node, busy, the database failing).
+    pub deferred: usize,
+}
+
+pub struct Scheduler {
+    registry: SessionRegistry,
+    options: SchedulerOptions,
+    /// Sessions not to wake again before an instant (they were held elsewhere or busy).
+    deferred: Mutex<HashMap<Uuid, Instant>>,
+}
+
+enum Woken {
+    Fired,
+    Nothing,
+    Deferred(Duration),
+}
+
+impl Scheduler {
+    pub fn new(registry: SessionRegistry, options: SchedulerOptions) -> Arc<Self> {
+        Arc::new(Scheduler {
+            registry,
+            options,
+            deferred: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Runs passes for as long as the task lives.
+    pub fn spawn(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let me = self.clone();
+        tokio::spawn(async move { me.run().await })
+    }
+
+    async fn run(&self) {
+        let changed = self.registry.shared.due_changed.clone();
+        loop {
+            // Registered before the pass, so a row written during it is not missed.
+            let notified = changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let pass = match self.run_due().await {
+                Ok(pass) => pass,
+                Err(error) => {
+                    tracing::warn!(%error, "scheduler: the due index could not be read");
+                    Pass::default()
+                }
+            };
+            if pass.due >= self.options.batch as usize && pass.deferred < pass.due {
+                continue; // more rows are due
+            }
+            let wait = self.wait(pass).await;
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = notified => {}
+            }
+        }
+    }
+
+    /// How long to sleep: until the earliest row, at most `poll`; when what is due was put
+    /// off, until the first deferral ends.
+    async fn wait(&self, pass: Pass) -> Duration {
+        let poll = self.options.poll;
+        let next = match self.registry.shared.store.next_schedule_due().await {
+            Ok(Some(next)) => next,
+            Ok(None) => return poll,
+            Err(_) => return poll,
+        };
+        let until = (next - (self.options.clock)())
+            .to_std()
+            .unwrap_or(Duration::ZERO);
+        if until > Duration::ZERO || pass.deferred == 0 {
+            return until.min(poll);
+        }
+        let now = Instant::now();
+        let deferred = self.deferred.lock().unwrap_or_else(PoisonError::into_inner);
+        deferred
+            .values()
+            .map(|at| at.saturating_duration_since(now))
+            .min()
+            .unwrap_or(poll)
+            .clamp(Duration::from_millis(10), poll)
+    }
+
+    /// One pass at the clock's now: every session with due rows is woken (up to
+    /// `concurrency` at once) and waited for.
+    pub async fn run_due(&self) -> Result<Pass, stead_persistence::Error> {
+        let now = (self.options.clock)();
+        let rows = self
+            .registry
+            .shared
+            .store
+            .due_schedules(now, self.options.batch)
+            .await?;
+        let mut pass = Pass {
+            due: rows.len(),
+            ..Pass::default()
+        };
+        let mut sessions: BTreeMap<Uuid, Vec<ScheduleRow>> = BTreeMap::new();
+        for row in rows {
+            match row.owner {
+                ScheduleOwner::Session(id) => sessions.entry(id).or_default().push(row),
+                // An agent's schedules: not built yet; their rows are left alone.
+                ScheduleOwner::Agent(_) => {}
+            }
+        }
+        {
+            let instant = Instant::now();
+            let mut deferred = self.deferred.lock().unwrap_or_else(PoisonError::into_inner);
+            deferred.retain(|_, until| *until > instant);
+            sessions.retain(|id, _| {
+                let skip = deferred.contains_key(id);
+                pass.deferred += usize::from(skip);
+                !skip
+            });
+        }
+        let limit = Arc::new(tokio::sync::Semaphore::new(self.options.concurrency.max(1)));
+        let mut tasks = tokio::task::JoinSet::new();
+        for (id, rows) in sessions {
+            let registry = self.registry.clone();
+            let limit = limit.clone();
+            tasks.spawn(async move {
+                let _permit = limit.acquire_owned().await;
+                (id, wake(&registry, id, &rows, now).await)
+            });
+        }
+        while let Some(joined) = tasks.join_next().await {
+            let Ok((id, woken)) = joined else { continue };
+            match woken {
+                Woken::Fired => pass.fired += 1,
+                Woken::Nothing => {}
+                Woken::Deferred(wait) => {
+                    pass.deferred += 1;
+                    self.deferred
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .insert(id, Instant::now() + wait);
+                }
+            }
+        }
+        Ok(pass)
+    }
+}
+
+/// Sends a session the inputs its due rows call for.
+async fn wake(
+    registry: &SessionRegistry,
+    id: Uuid,
+    rows: &[ScheduleRow],
+    now: DateTime<Utc>,
+) -> Woken {
+    let mut inputs: Vec<Input> = rows
+        .iter()
+        .filter_map(|row| approval_call(&row.key))
+        .map(|call_id| Input::ApprovalExpired {
+            call_id: call_id.to_string(),
+        })
+        .collect();
+    if rows.iter().any(|row| approval_call(&row.key).is_none()) {
+        inputs.push(Input::SchedulesDue { now });
+    }
+    let mut fired = false;
+    for input in inputs {
+        match registry.send(id, input).await {
+            Ok(_) => fired = true,
+            // Nothing of it stands in the journal any more (fired, decided, cancelled, ended):
+            // the actor mended its rows.
+            Err(SessionError::Refused(Refusal::QueueFull)) => {
+                return Woken::Deferred(Duration::from_secs(1))
+            }
+            Err(SessionError::Refused(_)) => {}
+            Err(SessionError::NotFound) => {
+                for row in rows {
+                    let _ = registry
+                        .shared
+                        .store
+                        .delete_schedule(&row.owner, &row.key)
+                        .await;
+                }
+                return Woken::Nothing;
+            }
+            // Another node holds the session: it fires there (or here, once its lease ends).
+            Err(SessionError::HeldElsewhere(_)) => return Woken::Deferred(Duration::from_secs(1)),
+            Err(SessionError::UnknownAgent(agent)) => {
+                tracing::warn!(session = %id, agent, "scheduler: the session's agent is not configured");
+                return Woken::Deferred(Duration::from_secs(60));
+            }
+            Err(error) => {
+                tracing::warn!(session = %id, %error, "scheduler: the session could not be woken");
+                return Woken::Deferred(Duration::from_secs(1));
+            }
+        }
+    }
+    if fired {
+        Woken::Fired
+    } else {
+        Woken::Nothing
+    }
+}

@@ -1,0 +1,219 @@
+//! `/v1/sessions/{id}/schedules` — create (idempotent by key), list and cancel a session's
+//! schedules, which its actor journals — and `/v1/schedules`, the due index across sessions
+//! (operators). docs/schedules.md.
+
+use chrono::{DateTime, SubsecRound, Utc};
+use stead_actors::{CatchUp, ScheduleDef, ScheduleMessage, ScheduleState};
+use stead_persistence::{ScheduleOwner, ScheduleQuery};
+
+use super::*;
+use crate::openapi::{DueScheduleList, ScheduleList, ScheduleView};
+
+/// `{"key", "message": {"text"}, one of "at" | "delay_secs" | "cron" (+ "tz") | "every_secs",
+/// "catch_up"?, "replace"?}`.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PostSchedule {
+    /// Unique within the session: 1 to 128 letters, digits, `-`, `_` or `.`.
+    #[schema(min_length = 1, max_length = 128, pattern = "^[A-Za-z0-9_.-]+$")]
+    key: String,
+    /// What each firing delivers to the session, as a user message.
+    #[schema(value_type = Object)]
+    message: ScheduleMessage,
+    /// Once, at this RFC 3339 instant (in the future).
+    #[serde(default)]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    at: Option<DateTime<Utc>>,
+    /// Once, this many seconds from now.
+    #[serde(default)]
+    delay_secs: Option<u64>,
+    /// A five-field cron expression (minute hour day-of-month month day-of-week).
+    #[serde(default)]
+    cron: Option<String>,
+    /// The IANA time zone of `cron` (default `UTC`).
+    #[serde(default)]
+    tz: Option<String>,
+    /// Every this many seconds from now.
+    #[serde(default)]
+    every_secs: Option<u64>,
+    /// Missed occurrences: `one` (default), `all` or `skip`.
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    catch_up: Option<CatchUp>,
+    /// Redefine the schedule that holds `key` (otherwise a different definition is 409).
+    #[serde(default)]
+    replace: bool,
+}
+
+/// A schedule as clients see it.
+pub fn schedule_view(key: &str, schedule: &ScheduleState) -> Value {
+    let mut view = json!(schedule.def);
+    view["key"] = json!(key);
+    view["kind"] = json!(schedule.def.kind());
+    view["catch_up"] = json!(schedule.def.catch_up);
+    view["created_at"] = json!(schedule.created_at);
+    view["next_due_at"] = json!(schedule.next_due_at);
+    view["fired"] = json!(schedule.fired);
+    view["status"] = json!(if schedule.next_due_at.is_some() {
+        "pending"
+    } else {
+        "done"
+    });
+    view
+}
+
+/// The session's schedules, pending ones first (earliest due first), then done ones.
+pub fn schedules_view(folded: &SessionState) -> Vec<Value> {
+    let mut all: Vec<(&String, &ScheduleState)> = folded.schedules.iter().collect();
+    all.sort_by_key(|(key, s)| (s.next_due_at.is_none(), s.next_due_at, key.as_str()));
+    all.into_iter()
+        .map(|(key, s)| schedule_view(key, s))
+        .collect()
+}
+
+#[utoipa::path(post, path = "/v1/sessions/{id}/schedules", params(("id" = Uuid, Path, description = "Session id")), request_body = PostSchedule, responses((status = 201, description = "Created (journaled `schedule_created`)", body = ScheduleView), (status = 200, description = "The same schedule existed: nothing journaled", body = ScheduleView), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
+pub async fn create_schedule(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath(id): ApiPath<Uuid>,
+    ApiJson(body): ApiJson<PostSchedule>,
+) -> Result<Response, ApiError> {
+    caller.require_session(id)?;
+    check_message(&body.message.text, None)?;
+    if body.cron.as_deref().is_some_and(|c| c.len() > 200)
+        || body.tz.as_deref().is_some_and(|t| t.len() > 100)
+    {
+        return Err(ApiError::new(
+            ErrorCode::InvalidSchedule,
+            "`cron` is at most 200 bytes and `tz` at most 100",
+        ));
+    }
+    let key = body.key.clone();
+    let def = ScheduleDef {
+        at: body.at,
+        delay_secs: body.delay_secs,
+        cron: body.cron,
+        tz: body.tz,
+        every_secs: body.every_secs,
+        message: body.message,
+        catch_up: body.catch_up.unwrap_or_default(),
+    };
+    let input = Input::CreateSchedule {
+        key: body.key,
+        def,
+        replace: body.replace,
+        now: Utc::now().trunc_subsecs(3),
+    };
+    let status = match state.sessions.send(id, input).await {
+        Ok(_) => StatusCode::CREATED,
+        Err(stead_actors::session::SessionError::Refused(
+            stead_actors::Refusal::ScheduleExists,
+        )) => StatusCode::OK,
+        Err(error) => return Err(error.into()),
+    };
+    let folded = state.sessions.state(id).await?;
+    let view = folded
+        .schedules
+        .get(&key)
+        .map(|s| schedule_view(&key, s))
+        .ok_or_else(|| ApiError::new(ErrorCode::ScheduleNotFound, "the schedule is gone"))?;
+    Ok((status, Json(view)).into_response())
+}
+
+#[utoipa::path(get, path = "/v1/sessions/{id}/schedules", params(("id" = Uuid, Path, description = "Session id")), responses((status = 200, body = ScheduleList), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
+pub async fn list_schedules(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath(id): ApiPath<Uuid>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require_session(id)?;
+    let folded = state.sessions.state(id).await?;
+    Ok(Json(json!({ "schedules": schedules_view(&folded) })))
+}
+
+#[utoipa::path(delete, path = "/v1/sessions/{id}/schedules/{key}", params(("id" = Uuid, Path, description = "Session id"), ("key" = String, Path, description = "Schedule key")), responses((status = 200, description = "Cancelled (journaled `schedule_cancelled`)", body = Committed), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
+pub async fn cancel_schedule(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath((id, key)): ApiPath<(Uuid, String)>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require_session(id)?;
+    let reason = if caller.is_operator() {
+        "cancelled by an operator"
+    } else {
+        "cancelled by the session's user"
+    };
+    let seq = state
+        .sessions
+        .send(
+            id,
+            Input::CancelSchedule {
+                key,
+                reason: reason.into(),
+            },
+        )
+        .await?;
+    Ok(Json(json!({ "session_id": id, "seq": seq })))
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct DueQuery {
+    /// Only rows due at or before this RFC 3339 instant.
+    #[serde(default)]
+    #[param(value_type = Option<String>, format = DateTime)]
+    due_before: Option<DateTime<Utc>>,
+    #[serde(default)]
+    session_id: Option<Uuid>,
+    /// 1 to 500 (default 50).
+    #[serde(default)]
+    limit: Option<u32>,
+}
+
+#[utoipa::path(get, path = "/v1/schedules", params(DueQuery), responses((status = 200, description = "The due index, earliest first", body = DueScheduleList), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
+pub async fn due_schedules(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiQuery(query): ApiQuery<DueQuery>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require_operator()?;
+    let limit = page_limit(query.limit, 50, stead_persistence::MAX_PAGE)?;
+    let rows = state
+        .store
+        .list_schedules(&ScheduleQuery {
+            due_before: query.due_before,
+            session_id: query.session_id,
+            agent: None,
+            limit,
+        })
+        .await?;
+    let rows: Vec<Value> = rows
+        .into_iter()
+        .map(|row| {
+            let kind = match stead_actors::session::approval_call(&row.key) {
+                Some(_) => "approval_expiry".to_string(),
+                None => row.definition["kind"]
+                    .as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| kind_of(&row.definition)),
+            };
+            json!({
+                "session_id": match &row.owner { ScheduleOwner::Session(id) => json!(id), ScheduleOwner::Agent(_) => Value::Null },
+                "agent": row.agent,
+                "key": row.key,
+                "kind": kind,
+                "next_due_at": row.next_due_at,
+                "definition": row.definition,
+            })
+        })
+        .collect();
+    Ok(Json(json!({ "schedules": rows })))
+}
+
+/// The kind of a stored definition.
+fn kind_of(definition: &Value) -> String {
+    serde_json::from_value::<ScheduleDef>(definition.clone())
+        .map(|d| d.kind().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}

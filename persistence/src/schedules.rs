@@ -1,0 +1,61 @@
+//! The schedules' due index (docs/schedules.md): one row per pending schedule, saying when its
+//! next occurrence is due. A session's schedules are decided and journaled by its actor; their
+//! rows are wake-up hints the actor writes (a row that says "due" when the journal says
+//! otherwise wakes the session for nothing, which it corrects). An agent's schedules have no
+//! journal: their rows are the record, advanced by compare-and-set so each occurrence is
+//! claimed once.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use uuid::Uuid;
+
+/// Whose schedule a row is.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ScheduleOwner {
+    /// Delivers its message to this session.
+    Session(Uuid),
+    /// Each occurrence starts a new session of this agent.
+    Agent(String),
+}
+
+impl ScheduleOwner {
+    /// The `owner` column: the session's id, or `agent:{name}`.
+    pub fn column(&self) -> String {
+        match self {
+            ScheduleOwner::Session(id) => id.to_string(),
+            ScheduleOwner::Agent(name) => format!("agent:{name}"),
+        }
+    }
+
+    pub fn session_id(&self) -> Option<Uuid> {
+        match self {
+            ScheduleOwner::Session(id) => Some(*id),
+            ScheduleOwner::Agent(_) => None,
+        }
+    }
+}
+
+/// One row of the due index.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScheduleRow {
+    pub owner: ScheduleOwner,
+    pub key: String,
+    /// The session's agent, or the agent an agent's schedule starts.
+    pub agent: String,
+    /// The schedule's definition as `schedule_created` records it.
+    pub definition: Value,
+    pub next_due_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// Filter and page of [`crate::Schedules::list_schedules`].
+#[derive(Debug, Clone, Default)]
+pub struct ScheduleQuery {
+    /// Only rows due at or before this instant.
+    pub due_before: Option<DateTime<Utc>>,
+    pub session_id: Option<Uuid>,
+    /// Only an agent's own schedules (not its sessions').
+    pub agent: Option<String>,
+    /// Page size, clamped to `1..=MAX_PAGE`.
+    pub limit: u32,
+}
