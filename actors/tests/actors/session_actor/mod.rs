@@ -5,6 +5,7 @@
 
 mod activation;
 mod fencing;
+mod schedules;
 mod supervision;
 mod turns;
 
