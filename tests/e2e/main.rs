@@ -7,6 +7,7 @@
 //! - `chaos`: the short run of `stead bench chaos` (SIGKILLs under a mixed workload);
 //! - `cli`: the command line, layered configuration, bad configuration;
 //! - `serve`, `serve_crash`: the server process (health, signals) and SIGKILL recovery;
+//! - `schedules`: schedules across a SIGKILL, and two servers on one PostgreSQL;
 //! - `gateway`: WebSocket and REST end to end (bad input and auth: stead-http's own tests);
 //! - `gateway_router`: the model router through `/v1/chat/completions` and its log;
 //! - `mcp`: MCP servers as agent tools (npm and Python servers) and Stead's own `/mcp`;
@@ -23,6 +24,7 @@ mod gateway;
 mod gateway_router;
 mod mcp;
 mod replay;
+mod schedules;
 mod schemathesis;
 mod serve;
 mod serve_crash;
