@@ -12,7 +12,6 @@ use stead_persistence::{ScheduleOwner, ScheduleQuery, ScheduleRow};
 
 use super::Live;
 use crate::events::SessionEvent;
-use crate::state::CallStatus;
 
 /// The due-index key of a call's approval expiry (schedule keys cannot hold `:`).
 pub const APPROVAL_KEY_PREFIX: &str = "approval:";
@@ -177,7 +176,6 @@ impl Live {
             .state
             .pending_approvals()
             .into_iter()
-            .filter(|c| matches!(c.status, CallStatus::AwaitingApproval { .. }))
             .filter(|c| !in_index.contains(format!("{APPROVAL_KEY_PREFIX}{}", c.call_id).as_str()))
             .map(|c| SessionEvent::ApprovalRequested {
                 call_id: c.call_id.clone(),
