@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use serde_json::json;
+use stead_actors::schedule_tool::{Builtin, ScheduleTool, ScheduleToolRules};
 use stead_actors::session::Agent;
 use stead_actors::tools::{CalculatorTool, ClockTool, MemoryTool, Tool, ToolInfo, WebhookTool};
 use stead_actors::{AgentRules, ApprovalPolicy, DynamicToolRule, ToolRules};
@@ -127,13 +128,16 @@ pub fn rules(config: &AgentConfig) -> anyhow::Result<AgentRules> {
             }
             continue;
         }
+        let builtin = (tool.kind == "schedule").then(|| Builtin::Schedule(schedule_rules(tool)));
         tools.insert(
             tool.name.clone(),
             ToolRules {
                 approval,
-                idempotent: tool.idempotent,
+                // A built-in call journals its effect with its result: always safe to re-run.
+                idempotent: tool.idempotent || builtin.is_some(),
                 arguments: Default::default(),
                 approver: tool.approver,
+                builtin,
             },
         );
     }
@@ -146,6 +150,15 @@ pub fn rules(config: &AgentConfig) -> anyhow::Result<AgentRules> {
         message_mode: config.message_mode,
         schedules: Default::default(),
     })
+}
+
+/// What a `kind = "schedule"` entry offers: its `ops` and `timings`, all by default.
+fn schedule_rules(config: &ToolConfig) -> ScheduleToolRules {
+    let default = ScheduleToolRules::default();
+    ScheduleToolRules {
+        ops: config.ops.clone().unwrap_or(default.ops),
+        timings: config.timings.clone().unwrap_or(default.timings),
+    }
 }
 
 /// `sha256:…` of the agent's configuration section (canonical JSON), written into exports so
@@ -222,6 +235,10 @@ fn build_tool(
             }
             Arc::new(memory)
         }
+        "schedule" => Arc::new(ScheduleTool {
+            info,
+            rules: schedule_rules(config),
+        }),
         "webhook" => Arc::new(WebhookTool {
             info,
             url: config.url.clone().context("a webhook tool needs `url`")?,

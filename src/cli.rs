@@ -95,6 +95,32 @@ pub enum BenchCommand {
     /// SIGKILLs of `stead serve` under a mixed workload, each restart checked for loss,
     /// duplicates and sessions that do not resume.
     Chaos(ChaosBenchArgs),
+    /// Many schedules over many sessions: firing lag at offered rates, memory, idle CPU.
+    Schedules(SchedulesBenchArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SchedulesBenchArgs {
+    /// Pending schedules (`every_secs`, due times spread evenly over the period).
+    #[arg(long, default_value_t = 100_000)]
+    pub schedules: usize,
+    /// Sessions they belong to.
+    #[arg(long, default_value_t = 10_000)]
+    pub sessions: usize,
+    /// Offered firing rates (per second), comma-separated; each runs on a fresh database.
+    #[arg(long, value_delimiter = ',', default_value = "100,500,1000")]
+    pub rates: Vec<f64>,
+    /// Measured seconds of firing per rate.
+    #[arg(long, default_value_t = 30)]
+    pub seconds: u64,
+    /// Seconds with every schedule pending and none due, for the scheduler's idle CPU.
+    #[arg(long, default_value_t = 10)]
+    pub idle: u64,
+    #[arg(long, value_enum, default_value = "sqlite")]
+    pub backend: BenchBackend,
+    /// Print the results as one JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -385,5 +411,8 @@ async fn run_command(config: Config, command: Command) -> anyhow::Result<ExitCod
             done(crate::bench::replay::replay(config, args).await)
         }
         Command::Bench(BenchCommand::Chaos(args)) => crate::bench::chaos::chaos(config, args).await,
+        Command::Bench(BenchCommand::Schedules(args)) => {
+            done(crate::bench::schedules::schedules(config, args).await)
+        }
     }
 }

@@ -250,6 +250,7 @@ pub fn decide(
         } => next.create_schedule(key, def, replace, now)?,
         Input::CancelSchedule { key, reason } => next.cancel_schedule(key, reason)?,
         Input::SchedulesDue { now } => next.fire_due(now)?,
+        Input::RunBuiltin { call_id, now } => next.run_builtin(call_id, now)?,
         Input::ToolsChanged { digest, tools } => {
             if state.seen_tools_digest.as_deref() == Some(digest.as_str()) {
                 return Err(Refusal::Stale);
@@ -314,7 +315,7 @@ impl Planner<'_> {
         self.decision.events.push(event);
     }
 
-    fn started_call(&self, call_id: &str) -> Result<String, Refusal> {
+    pub(crate) fn started_call(&self, call_id: &str) -> Result<String, Refusal> {
         let call = self
             .state
             .turn
@@ -341,7 +342,10 @@ impl Planner<'_> {
         }
         for call in &turn.calls {
             if let CallStatus::Started { idempotency_key } = &call.status {
-                if self.rules(&call.tool).is_some_and(|r| r.idempotent) {
+                if self
+                    .rules(&call.tool)
+                    .is_some_and(|r| r.idempotent || r.builtin.is_some())
+                {
                     self.decision.actions.push(Action::RunTool {
                         call_id: call.call_id.clone(),
                         tool: call.tool.clone(),

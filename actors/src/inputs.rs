@@ -85,6 +85,12 @@ pub enum Input {
         key: String,
         reason: String,
     },
+    /// Run the started call `call_id` of a built-in tool (`schedule_tool`) at `now`: the
+    /// actor sends it in place of running the tool outside.
+    RunBuiltin {
+        call_id: String,
+        now: chrono::DateTime<chrono::Utc>,
+    },
     /// Fire the schedules due at `now` (the scheduler sends it when the due index says so).
     SchedulesDue {
         now: chrono::DateTime<chrono::Utc>,

@@ -1,11 +1,13 @@
 //! `stead-actors` owns the session as a durable object: the agent loop written as pure
 //! decisions over the journal (`decide`), the fold that rebuilds a session's state from its
 //! events (`state`), the approval policies (`policy`), the session actor with its registry and
-//! supervisor (`session`), and the tools (`tools`). It talks to storage through the store
+//! supervisor (`session`), and the tools (`tools`, and the built-in `schedule_tool` the session
+//! runs inside its decisions). It talks to storage through the store
 //! traits of `stead-persistence` and to models through its own `ModelClient` trait; it never
 //! names sqlx, ort or router types. `replay` turns recorded journals into a debugging tool:
 //! state at a seq, forks, export and import, the decision check, and compaction.
 
+pub mod agent_schedules;
 pub mod decide;
 pub mod events;
 pub mod inputs;
@@ -13,6 +15,7 @@ pub mod policy;
 pub mod replay;
 pub mod rules;
 pub mod schedule;
+pub mod schedule_tool;
 pub mod schedules;
 pub mod session;
 pub mod state;

@@ -17,6 +17,8 @@ pub struct ToolRules {
     pub arguments: ArgumentSchema,
     /// Who may approve.
     pub approver: Approver,
+    /// A tool the session runs itself, inside its decisions (`None`: an outside tool).
+    pub builtin: Option<crate::schedule_tool::Builtin>,
 }
 
 /// The parts of an agent's configuration that decisions depend on.
@@ -85,6 +87,7 @@ fn dynamic_rules(rule: &DynamicToolRule, seen: &SeenTool) -> ToolRules {
         // checks nothing rather than refusing every call.
         arguments: ArgumentSchema::compile(&seen.parameters).unwrap_or_default(),
         approver: rule.approver,
+        builtin: None,
     }
 }
 

@@ -155,6 +155,49 @@ pub fn valid_key(key: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
+/// Checks a definition as creating it at `now` would: the key, the message, the timing (and
+/// its limits). The timing, ready to compute occurrences.
+pub fn check_definition(
+    key: &str,
+    def: &ScheduleDef,
+    limits: ScheduleLimits,
+    now: DateTime<Utc>,
+) -> Result<Due, Refusal> {
+    if !valid_key(key) {
+        return Err(Refusal::InvalidSchedule(format!(
+            "`key` must be 1 to {MAX_KEY_CHARS} letters, digits, `-`, `_` or `.`"
+        )));
+    }
+    if def.message.text.trim().is_empty() {
+        return Err(Refusal::InvalidSchedule(
+            "`message.text` must not be empty".into(),
+        ));
+    }
+    let timing = def
+        .timing()
+        .map_err(|e| Refusal::InvalidSchedule(e.to_string()))?;
+    Due::new(timing, now, limits.min_interval_secs)
+        .map_err(|e| Refusal::InvalidSchedule(e.to_string()))
+}
+
+/// A schedule as clients see it (the REST list, the `schedule` tool's results): its
+/// definition's fields, its key and kind, and where it stands.
+pub fn schedule_view(key: &str, schedule: &ScheduleState) -> serde_json::Value {
+    use serde_json::json;
+    let mut view = json!(schedule.def);
+    view["key"] = json!(key);
+    view["kind"] = json!(schedule.def.kind());
+    view["created_at"] = json!(schedule.created_at);
+    view["next_due_at"] = json!(schedule.next_due_at);
+    view["fired"] = json!(schedule.fired);
+    view["status"] = json!(if schedule.next_due_at.is_some() {
+        "pending"
+    } else {
+        "done"
+    });
+    view
+}
+
 /// Folds a schedule event into a session's schedules.
 pub(crate) fn apply(schedules: &mut BTreeMap<String, ScheduleState>, event: &SessionEvent) {
     match event {
@@ -206,22 +249,8 @@ impl Planner<'_> {
         replace: bool,
         now: DateTime<Utc>,
     ) -> Result<(), Refusal> {
-        if !valid_key(&key) {
-            return Err(Refusal::InvalidSchedule(format!(
-                "`key` must be 1 to {MAX_KEY_CHARS} letters, digits, `-`, `_` or `.`"
-            )));
-        }
-        if def.message.text.trim().is_empty() {
-            return Err(Refusal::InvalidSchedule(
-                "`message.text` must not be empty".into(),
-            ));
-        }
         let limits = self.agent.schedules;
-        let timing = def
-            .timing()
-            .map_err(|e| Refusal::InvalidSchedule(e.to_string()))?;
-        let due = Due::new(timing, now, limits.min_interval_secs)
-            .map_err(|e| Refusal::InvalidSchedule(e.to_string()))?;
+        let due = check_definition(&key, &def, limits, now)?;
         match self.state.schedules.get(&key) {
             Some(existing) if existing.def == def => return Err(Refusal::ScheduleExists),
             Some(_) if !replace => return Err(Refusal::ScheduleConflict),
@@ -299,66 +328,33 @@ impl Planner<'_> {
                 continue;
             };
             let text = schedule.def.message.text.clone();
-            match schedule.def.catch_up {
-                CatchUp::All => {
-                    let mut occurrences = vec![first];
-                    occurrences.extend(timing.due_between(first, now, MAX_CATCH_UP - 1));
-                    let capped = occurrences.len() >= MAX_CATCH_UP;
-                    let last = occurrences.len() - 1;
-                    for (i, due_at) in occurrences.into_iter().enumerate() {
-                        let next = if i == last && capped {
-                            timing.next_after(now)
-                        } else {
-                            timing.next_after(due_at)
-                        };
-                        self.fire(&key, &text, due_at, now, next, 0);
+            match occurrences(&timing, schedule.def.catch_up, first, now) {
+                Occurrences::Fire(firings) => {
+                    for firing in firings {
+                        self.fire(&key, &text, firing, now);
                     }
                 }
-                CatchUp::One => {
-                    let missed = timing.due_between(first, now, MAX_CATCH_UP).len() as u64;
-                    self.fire(&key, &text, first, now, timing.next_after(now), missed);
-                }
-                CatchUp::Skip => {
-                    let grace = now - Duration::seconds(SKIP_GRACE_SECS);
-                    let next = timing.next_after(now);
-                    if first >= grace {
-                        let missed = timing.due_between(first, now, MAX_CATCH_UP).len() as u64;
-                        self.fire(&key, &text, first, now, next, missed);
-                        continue;
-                    }
-                    // Late: the occurrences before the grace are skipped; the latest within it
-                    // (if any) fires.
-                    let late = 1 + timing.due_between(first, grace, MAX_CATCH_UP).len() as u64;
-                    match timing.due_between(grace, now, 1).first() {
-                        Some(recent) => self.fire(&key, &text, *recent, now, next, late),
-                        None => self.push(SessionEvent::ScheduleSkipped {
-                            key: key.clone(),
-                            at: now,
-                            missed: late,
-                            next_due_at: next,
-                        }),
-                    }
-                }
+                Occurrences::Skip {
+                    missed,
+                    next_due_at,
+                } => self.push(SessionEvent::ScheduleSkipped {
+                    key: key.clone(),
+                    at: now,
+                    missed,
+                    next_due_at,
+                }),
             }
         }
         Ok(())
     }
 
-    fn fire(
-        &mut self,
-        key: &str,
-        text: &str,
-        due_at: DateTime<Utc>,
-        now: DateTime<Utc>,
-        next_due_at: Option<DateTime<Utc>>,
-        missed: u64,
-    ) {
+    fn fire(&mut self, key: &str, text: &str, firing: Firing, now: DateTime<Utc>) {
         self.push(SessionEvent::ScheduleFired {
             key: key.to_string(),
-            due_at,
+            due_at: firing.due_at,
             at: now,
-            next_due_at,
-            missed,
+            next_due_at: firing.next_due_at,
+            missed: firing.missed,
         });
         self.push(SessionEvent::UserMessage {
             text: text.to_string(),
@@ -366,5 +362,84 @@ impl Planner<'_> {
             mode: None,
             schedule: Some(key.to_string()),
         });
+    }
+}
+
+/// One occurrence that fires: when it was due, the schedule's next due time after it, and how
+/// many missed occurrences it stands for (`catch_up = "one"` or `"skip"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Firing {
+    pub due_at: DateTime<Utc>,
+    pub next_due_at: Option<DateTime<Utc>>,
+    pub missed: u64,
+}
+
+/// What a schedule whose first pending occurrence is `first` does at `now`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Occurrences {
+    /// Fire these, in order.
+    Fire(Vec<Firing>),
+    /// `catch_up = "skip"` and every missed occurrence is over the grace: none fires.
+    Skip {
+        missed: u64,
+        next_due_at: Option<DateTime<Utc>>,
+    },
+}
+
+/// The catch-up rule applied: `one` fires `first` once for all missed occurrences, `all` fires
+/// each (at most [`MAX_CATCH_UP`]), `skip` fires the latest within [`SKIP_GRACE_SECS`] if any.
+pub fn occurrences(
+    timing: &Due,
+    catch_up: CatchUp,
+    first: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Occurrences {
+    let firing = |due_at, next_due_at, missed| Firing {
+        due_at,
+        next_due_at,
+        missed,
+    };
+    match catch_up {
+        CatchUp::All => {
+            let mut due = vec![first];
+            due.extend(timing.due_between(first, now, MAX_CATCH_UP - 1));
+            let capped = due.len() >= MAX_CATCH_UP;
+            let last = due.len() - 1;
+            Occurrences::Fire(
+                due.into_iter()
+                    .enumerate()
+                    .map(|(i, due_at)| {
+                        let next = if i == last && capped {
+                            timing.next_after(now)
+                        } else {
+                            timing.next_after(due_at)
+                        };
+                        firing(due_at, next, 0)
+                    })
+                    .collect(),
+            )
+        }
+        CatchUp::One => {
+            let missed = timing.due_between(first, now, MAX_CATCH_UP).len() as u64;
+            Occurrences::Fire(vec![firing(first, timing.next_after(now), missed)])
+        }
+        CatchUp::Skip => {
+            let grace = now - Duration::seconds(SKIP_GRACE_SECS);
+            let next = timing.next_after(now);
+            if first >= grace {
+                let missed = timing.due_between(first, now, MAX_CATCH_UP).len() as u64;
+                return Occurrences::Fire(vec![firing(first, next, missed)]);
+            }
+            // Late: the occurrences before the grace are skipped; the latest within it (if
+            // any) fires.
+            let late = 1 + timing.due_between(first, grace, MAX_CATCH_UP).len() as u64;
+            match timing.due_between(grace, now, 1).first() {
+                Some(recent) => Occurrences::Fire(vec![firing(*recent, next, late)]),
+                None => Occurrences::Skip {
+                    missed: late,
+                    next_due_at: next,
+                },
+            }
+        }
     }
 }

@@ -93,6 +93,10 @@ pub trait Tool: Send + Sync {
     /// Safe to run twice with the same idempotency key.
     fn idempotent(&self) -> bool;
     async fn execute(&self, arguments: Value, context: &ToolContext) -> Result<Value, ToolError>;
+    /// A tool the session runs inside its decisions instead of calling [`Tool::execute`].
+    fn builtin(&self) -> Option<crate::schedule_tool::Builtin> {
+        None
+    }
 }
 
 /// Tools whose list changes while Stead runs (an MCP server's). A session journals the list

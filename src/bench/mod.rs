@@ -1,5 +1,5 @@
 //! The benchmarks behind `stead bench …`, one module per subcommand (`chaos`, `journal`,
-//! `gateway`, `inference`, `replay`, `sessions`, `ws`), and what they share: a scratch database
+//! `gateway`, `inference`, `replay`, `schedules`, `sessions`, `ws`), and what they share: a scratch database
 //! (`BenchDatabase`), a `stead serve` child process (`ServeProcess`) and a process's memory and
 //! CPU time read from `/proc`.
 //!
@@ -14,6 +14,7 @@ pub mod inference;
 pub mod journal;
 mod journal_raw;
 pub mod replay;
+pub mod schedules;
 pub mod sessions;
 pub mod ws;
 

@@ -22,7 +22,7 @@ use crate::config::Config;
 use crate::serve::prepare_data_dir;
 
 /// Answers every model call at once with a short text.
-struct InstantModel;
+pub(crate) struct InstantModel;
 
 #[async_trait]
 impl ModelClient for InstantModel {
@@ -48,7 +48,7 @@ impl ModelClient for InstantModel {
     }
 }
 
-fn agent() -> Agent {
+pub(crate) fn agent() -> Agent {
     Agent {
         name: "bench".into(),
         system_prompt: String::new(),

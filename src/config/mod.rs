@@ -51,7 +51,14 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
 pub const DEFAULT_DATA_DIR: &str = ".stead";
 /// The bundled model the built-in configuration serves (`stead setup` prepares it).
 pub const LOCAL_MODEL: &str = stead_inference::setup::DEFAULT_MODEL;
-pub const TOOL_KINDS: [&str; 5] = ["webhook", "memory", "clock", "calculator", "mcp"];
+pub const TOOL_KINDS: [&str; 6] = [
+    "webhook",
+    "memory",
+    "clock",
+    "calculator",
+    "mcp",
+    "schedule",
+];
 pub const MEMORY_OPS: [&str; 4] = ["get", "set", "list", "delete"];
 
 impl Default for Config {

@@ -282,9 +282,14 @@ pub struct ToolConfig {
     /// `webhook`: attempts in all (idempotent tools only; others are tried once).
     #[serde(default = "default_tool_attempts")]
     pub attempts: u32,
-    /// `memory`: the operations this tool may perform (default all: get, set, list, delete).
+    /// `memory`: the operations this tool may perform (default all: get, set, list, delete);
+    /// `schedule`: create, list, cancel (default all).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ops: Option<Vec<String>>,
+    /// `schedule`: the kinds of schedule `create` may make (default all: at, delay, cron,
+    /// every).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timings: Option<Vec<String>>,
 }
 
 fn is_queue(mode: &stead_actors::MessageMode) -> bool {
@@ -318,6 +323,7 @@ impl ToolConfig {
             timeout_secs: default_tool_timeout(),
             attempts: default_tool_attempts(),
             ops: None,
+            timings: None,
         }
     }
 }

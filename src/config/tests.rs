@@ -108,8 +108,25 @@ fn cross_references_and_duplicates_are_named() {
     );
     assert!(
         invalid(|c| c.agents[0].tools[0].ops = Some(vec!["get".into()]))
-            .contains("only for kind \"memory\"")
+            .contains("only for kinds \"memory\" and \"schedule\"")
     );
+    assert!(
+        invalid(|c| c.agents[0].tools[1].timings = Some(vec!["at".into()]))
+            .contains("agents[0].tools[1].timings: only for kind \"schedule\"")
+    );
+    let schedule = |c: &mut Config| {
+        c.agents[0].tools.push(ToolConfig::builtin("schedule"));
+    };
+    assert!(invalid(|c| {
+        schedule(c);
+        c.agents[0].tools[4].timings = Some(vec!["hourly".into()]);
+    })
+    .contains("agents[0].tools[4].timings: a non-empty list of at, delay, cron, every"));
+    assert!(invalid(|c| {
+        schedule(c);
+        c.agents[0].tools[4].ops = Some(vec!["get".into()]);
+    })
+    .contains("agents[0].tools[4].ops: a non-empty list of create, list, cancel"));
 }
 
 #[test]

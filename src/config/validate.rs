@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 
+use stead_actors::schedule_tool::ScheduleTool;
 use stead_persistence::DatabaseUrl;
 
 use super::{Config, ConfigError, ProviderKind, DEFAULT_LISTEN, MEMORY_OPS, TOOL_KINDS};
@@ -245,15 +246,23 @@ impl Config {
                     ));
                 }
                 if let Some(ops) = &tool.ops {
-                    if tool.kind != "memory" {
-                        return Err(bad(&format!("{key}.ops"), "only for kind \"memory\""));
+                    let offered: &[&str] = match tool.kind.as_str() {
+                        "memory" => &MEMORY_OPS,
+                        "schedule" => &ScheduleTool::OPS,
+                        _ => {
+                            return Err(bad(
+                                &format!("{key}.ops"),
+                                "only for kinds \"memory\" and \"schedule\"",
+                            ))
+                        }
+                    };
+                    subset(&format!("{key}.ops"), ops, offered)?;
+                }
+                if let Some(timings) = &tool.timings {
+                    if tool.kind != "schedule" {
+                        return Err(bad(&format!("{key}.timings"), "only for kind \"schedule\""));
                     }
-                    if ops.is_empty() || ops.iter().any(|op| !MEMORY_OPS.contains(&op.as_str())) {
-                        return Err(bad(
-                            &format!("{key}.ops"),
-                            format!("a non-empty list of {}", MEMORY_OPS.join(", ")),
-                        ));
-                    }
+                    subset(&format!("{key}.timings"), timings, &ScheduleTool::TIMINGS)?;
                 }
             }
         }
@@ -344,4 +353,15 @@ impl Config {
             .map_err(|e| bad(&format!("{key}.approval"), e))?;
         Ok(())
     }
+}
+
+/// `values` must be a non-empty list drawn from `offered`.
+fn subset(key: &str, values: &[String], offered: &[&str]) -> Result<(), ConfigError> {
+    if values.is_empty() || values.iter().any(|v| !offered.contains(&v.as_str())) {
+        return Err(bad(
+            key,
+            format!("a non-empty list of {}", offered.join(", ")),
+        ));
+    }
+    Ok(())
 }

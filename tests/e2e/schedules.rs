@@ -155,3 +155,41 @@ async fn two_servers_on_one_postgres_fire_each_occurrence_once() {
     drop(b);
     scratch.drop_database().await.unwrap();
 }
+
+/// The short version of `stead bench schedules` (the figures in docs/benchmarks.md come from
+/// the full one): every occurrence due in the window fires, once.
+#[test]
+fn the_schedules_benchmark_fires_every_due_occurrence_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = stead_testkit::stead::command()
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args([
+            "bench",
+            "schedules",
+            "--schedules",
+            "400",
+            "--sessions",
+            "40",
+        ])
+        .args(["--rates", "100", "--seconds", "3", "--idle", "1", "--json"])
+        .env_remove("DATABASE_URL")
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    let result = &report["results"][0];
+    assert_eq!(result["schedules"], 400, "{report}");
+    assert_eq!(result["period_secs"], 4, "{report}");
+    assert_eq!(result["due"], 300, "{report}");
+    assert_eq!(result["fired"], result["due"], "{report}");
+    assert_eq!(result["duplicates"], 0, "{report}");
+    assert!(result["lag_p99_ms"].as_f64().unwrap() >= result["lag_p50_ms"].as_f64().unwrap());
+}

@@ -1,7 +1,8 @@
 //! The web UI in a real browser: `web-ui/e2e/e2e.mjs` drives Debian's Chromium (through
 //! `playwright-core`, no browser download) against a running `stead serve` whose model is a
 //! scripted upstream double: sessions, streamed chat, an approval card decided in a second tab,
-//! the tool result, the replay slider, a fork, the gateway log. Screenshots of each page go to
+//! the tool result, a session's schedules (listed, one cancelled), the replay slider, a fork,
+//! the gateway log. Screenshots of each page go to
 //! `{target}/tmp/web-ui-screenshots/`.
 
 use std::path::PathBuf;
@@ -89,6 +90,7 @@ approval = "always"
         "6-fork",
         "7-gateway-log",
         "8-phone-sessions",
+        "9-schedules",
     ] {
         assert!(
             out.join(format!("{shot}.png")).is_file(),

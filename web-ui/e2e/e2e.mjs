@@ -67,6 +67,33 @@ try {
   await shot(one, "4-approved-in-another-tab");
   step("approved in a second tab; tool result shown");
 
+  // Schedules: two created over REST appear with their next due time; one is cancelled from
+  // the page.
+  const sessionPath = `/v1/sessions/${sessionUrl.split("/").pop()}/schedules`;
+  for (const body of [
+    { key: "standup", message: { text: "Time for the standup" }, cron: "0 9 * * 1-5", tz: "Europe/Paris" },
+    { key: "follow-up", message: { text: "Did the deploy go well?" }, delay_secs: 3600 },
+  ]) {
+    const status = await one.evaluate(
+      ([path, body]) =>
+        fetch(path, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) }).then(
+          (r) => r.status,
+        ),
+      [sessionPath, body],
+    );
+    if (status !== 201) throw new Error(`creating a schedule answered ${status}`);
+  }
+  const schedules = one.getByRole("region", { name: "Schedules" });
+  await schedules.locator('tr[data-schedule="follow-up"]').waitFor({ timeout: 15000 });
+  await schedules.locator('tr[data-schedule="standup"]', { hasText: "Europe/Paris" }).waitFor();
+  const due = await schedules.locator('tr[data-schedule="follow-up"] [data-testid="next-due"]').textContent();
+  if (!/in (59 min|60 min|1 h)/.test(due)) throw new Error(`the follow-up should be due in an hour: ${due}`);
+  await shot(one, "9-schedules");
+  await schedules.getByRole("button", { name: "Cancel schedule follow-up" }).click();
+  await schedules.locator('tr[data-schedule="follow-up"]').waitFor({ state: "detached", timeout: 15000 });
+  await schedules.locator('tr[data-schedule="standup"]').waitFor();
+  step("schedules listed with their next due time; one cancelled from the page");
+
   // Replay: an earlier step shows an earlier state.
   await one.getByRole("link", { name: "Replay this session" }).click();
   await one.getByRole("heading", { name: /Replay/ }).waitFor();

@@ -1,7 +1,7 @@
 // REST calls of the public API (docs/api.md), with the caller's credential. Errors become `ApiError`
 // with the server's `code` and `message`.
 
-import type { JournalEvent, RequestLogRow, SessionRow } from "./protocol";
+import type { JournalEvent, RequestLogRow, ScheduleView, SessionRow } from "./protocol";
 
 export class ApiError extends Error {
   constructor(
@@ -80,6 +80,10 @@ export const api = {
     }),
   sendMessage: (c: Credentials, id: string, text: string) =>
     call<unknown>(c, "POST", `/v1/sessions/${id}/messages`, { text }),
+  schedules: (c: Credentials, id: string) =>
+    call<{ schedules: ScheduleView[] }>(c, "GET", `/v1/sessions/${id}/schedules`),
+  cancelSchedule: (c: Credentials, id: string, key: string) =>
+    call<{ session_id: string; seq: number }>(c, "DELETE", `/v1/sessions/${id}/schedules/${encodeURIComponent(key)}`),
   pendingApprovals: (c: Credentials) => call<{ approvals: unknown[] }>(c, "GET", "/v1/approvals?status=pending"),
   agents: (c: Credentials) => call<{ agents: { name: string; route: string }[] }>(c, "GET", "/v1/agents"),
   models: (c: Credentials) => call<{ data: { id: string }[] }>(c, "GET", "/v1/models"),

@@ -34,5 +34,16 @@ export type ServerFrame =
   | Exclude<Wire.ServerFrame, { type: "event" }>
   | ({ type: "event" } & JournalEvent);
 
+/** A schedule of a session, as `GET /v1/sessions/{id}/schedules` lists it (docs/schedules.md). */
+export type ScheduleView = Wire.ScheduleDef & {
+  key: string;
+  kind: "at" | "delay" | "cron" | "every";
+  created_at: string;
+  /** null once a one-time schedule fired. */
+  next_due_at: string | null;
+  fired: number;
+  status: "pending" | "done";
+};
+
 /** `GET /v1/gateway/logs` rows. */
 export type RequestLogRow = Wire.RequestLogEntry;

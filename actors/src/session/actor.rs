@@ -412,5 +412,6 @@ fn is_task_outcome(input: &Input) -> bool {
             | Input::ModelFailed { .. }
             | Input::ToolFinished { .. }
             | Input::ToolFailed { .. }
+            | Input::RunBuiltin { .. }
     )
 }

@@ -331,6 +331,13 @@ impl Live {
                     let _ = myself.cast(SessionMsg::Input(input, None));
                     return;
                 };
+                if tool.builtin().is_some() {
+                    // Run inside a decision: its effects and result are journaled together.
+                    let now = chrono::Utc::now();
+                    let _ =
+                        myself.cast(SessionMsg::Input(Input::RunBuiltin { call_id, now }, None));
+                    return;
+                }
                 let cancel = tokio_util::sync::CancellationToken::new();
                 self.running_tools.insert(call_id.clone(), cancel.clone());
                 let progress = {

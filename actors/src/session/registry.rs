@@ -256,6 +256,12 @@ impl SessionRegistry {
         self.shared.agents.get(name).cloned()
     }
 
+    /// Tells this node's scheduler that a due-index row was written (an agent's schedule
+    /// created over REST), so it looks at once instead of at its next poll.
+    pub fn due_changed(&self) {
+        self.shared.due_changed.notify_one();
+    }
+
     /// Whether the session has a live actor now (not passivated).
     pub fn is_live(&self, id: Uuid) -> bool {
         self.shared.live_actor(id).is_some()

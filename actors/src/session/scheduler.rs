@@ -3,7 +3,8 @@
 //! node writes one), then wakes the sessions whose rows are due by sending them an input —
 //! `SchedulesDue` or `ApprovalExpired` — through the registry, which activates a passivated
 //! session under its lease. Whether anything fires is the session actor's decision over its
-//! journal, so a row seen by two nodes, or seen again after a crash, fires once.
+//! journal, so a row seen by two nodes, or seen again after a crash, fires once. An agent's
+//! schedule starts a session per occurrence in idempotent steps (`crate::agent_schedules`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -13,9 +14,14 @@ use chrono::{DateTime, Utc};
 use stead_persistence::{ScheduleOwner, ScheduleRow};
 use uuid::Uuid;
 
+use stead_persistence::{NewEvent, NewSession};
+
 use super::due_index::approval_call;
 use super::{SessionError, SessionRegistry};
+use crate::agent_schedules::{occurrence_client_id, occurrence_session, AgentSchedule};
 use crate::decide::{Input, Refusal};
+use crate::events::SessionEvent;
+use crate::schedules::{occurrences, Firing, Occurrences};
 
 /// What "now" is to the scheduler (tests inject a clock and drive passes with
 /// [`Scheduler::run_due`]).
@@ -57,8 +63,9 @@ pub struct Pass {
 pub struct Scheduler {
     registry: SessionRegistry,
     options: SchedulerOptions,
-    /// Sessions not to wake again before an instant (they were held elsewhere or busy).
-    deferred: Mutex<HashMap<Uuid, Instant>>,
+    /// Sessions (by id) and agents' schedules (`agent:{name}/{key}`) not to try again before
+    /// an instant (they were held elsewhere, busy or failing).
+    deferred: Mutex<HashMap<String, Instant>>,
 }
 
 enum Woken {
@@ -147,11 +154,11 @@ impl Scheduler {
             ..Pass::default()
         };
         let mut sessions: BTreeMap<Uuid, Vec<ScheduleRow>> = BTreeMap::new();
+        let mut agents: Vec<ScheduleRow> = Vec::new();
         for row in rows {
             match row.owner {
                 ScheduleOwner::Session(id) => sessions.entry(id).or_default().push(row),
-                // An agent's schedules: not built yet; their rows are left alone.
-                ScheduleOwner::Agent(_) => {}
+                ScheduleOwner::Agent(_) => agents.push(row),
             }
         }
         {
@@ -159,7 +166,12 @@ impl Scheduler {
             let mut deferred = self.deferred.lock().unwrap_or_else(PoisonError::into_inner);
             deferred.retain(|_, until| *until > instant);
             sessions.retain(|id, _| {
-                let skip = deferred.contains_key(id);
+                let skip = deferred.contains_key(&id.to_string());
+                pass.deferred += usize::from(skip);
+                !skip
+            });
+            agents.retain(|row| {
+                let skip = deferred.contains_key(&agent_task(row));
                 pass.deferred += usize::from(skip);
                 !skip
             });
@@ -171,7 +183,15 @@ impl Scheduler {
             let limit = limit.clone();
             tasks.spawn(async move {
                 let _permit = limit.acquire_owned().await;
-                (id, wake(&registry, id, &rows, now).await)
+                (id.to_string(), wake(&registry, id, &rows, now).await)
+            });
+        }
+        for row in agents {
+            let registry = self.registry.clone();
+            let limit = limit.clone();
+            tasks.spawn(async move {
+                let _permit = limit.acquire_owned().await;
+                (agent_task(&row), fire_agent(&registry, &row, now).await)
             });
         }
         while let Some(joined) = tasks.join_next().await {
@@ -245,5 +265,122 @@ async fn wake(
         Woken::Fired
     } else {
         Woken::Nothing
+    }
+}
+
+/// The deferral key of an agent's schedule.
+fn agent_task(row: &ScheduleRow) -> String {
+    format!("{}/{}", row.owner.column(), row.key)
+}
+
+/// Starts the sessions of an agent's schedule's due occurrences, advancing its row by
+/// compare-and-set after each (docs/schedules.md, "Schedules that start sessions").
+async fn fire_agent(registry: &SessionRegistry, row: &ScheduleRow, now: DateTime<Utc>) -> Woken {
+    let store = &registry.shared.store;
+    let Some((record, timing)) =
+        AgentSchedule::from_row(row).and_then(|r| Some((r.clone(), r.due()?)))
+    else {
+        tracing::warn!(agent = %row.agent, key = %row.key, "scheduler: an agent's schedule this version cannot read is left alone");
+        return Woken::Deferred(Duration::from_secs(3600));
+    };
+    let mut from = row.next_due_at;
+    let firings = match occurrences(&timing, record.schedule.catch_up, from, now) {
+        Occurrences::Fire(firings) => firings,
+        Occurrences::Skip { next_due_at, .. } => {
+            if let Err(error) = store
+                .advance_schedule(&row.owner, &row.key, from, next_due_at)
+                .await
+            {
+                tracing::warn!(agent = %row.agent, key = %row.key, %error, "scheduler: a skip could not be recorded");
+                return Woken::Deferred(Duration::from_secs(1));
+            }
+            return Woken::Nothing;
+        }
+    };
+    let mut fired = false;
+    for firing in firings {
+        if let Err(woken) = start_occurrence(registry, row, &record, firing).await {
+            return woken;
+        }
+        match store
+            .advance_schedule(&row.owner, &row.key, from, firing.next_due_at)
+            .await
+        {
+            Ok(true) => fired = true,
+            // Another node advanced it (its session is the same one), or it was redefined.
+            Ok(false) => break,
+            Err(error) => {
+                tracing::warn!(agent = %row.agent, key = %row.key, %error, "scheduler: an agent's schedule could not be advanced");
+                return Woken::Deferred(Duration::from_secs(1));
+            }
+        }
+        match firing.next_due_at {
+            Some(next) => from = next,
+            None => break,
+        }
+    }
+    if fired {
+        Woken::Fired
+    } else {
+        Woken::Nothing
+    }
+}
+
+/// The occurrence's session, created if it is not yet (its id is the occurrence's), with the
+/// schedule's message delivered once (its `client_id` is the occurrence's).
+async fn start_occurrence(
+    registry: &SessionRegistry,
+    row: &ScheduleRow,
+    record: &AgentSchedule,
+    firing: Firing,
+) -> Result<(), Woken> {
+    let store = &registry.shared.store;
+    let retry = |error: &dyn std::fmt::Display| {
+        tracing::warn!(agent = %row.agent, key = %row.key, %error, "scheduler: an agent's occurrence could not start; trying again");
+        Woken::Deferred(Duration::from_secs(1))
+    };
+    if registry.agent(&row.agent).is_none() {
+        tracing::warn!(agent = %row.agent, key = %row.key, "scheduler: the schedule's agent is not configured");
+        return Err(Woken::Deferred(Duration::from_secs(60)));
+    }
+    let id = occurrence_session(&row.agent, &row.key, record.created_at, firing.due_at);
+    let metadata = serde_json::json!({
+        "schedule": { "key": row.key, "due_at": firing.due_at, "missed": firing.missed }
+    });
+    let new = NewSession {
+        id: Some(id),
+        agent: row.agent.clone(),
+        metadata,
+    };
+    if let Err(error) = store.create_session(new).await {
+        // An earlier try (here or on another node) created it.
+        if store.get_session(id).await.is_err() {
+            return Err(retry(&error));
+        }
+    }
+    let (kind, payload) = SessionEvent::SessionCreated {
+        agent: row.agent.clone(),
+        principal: record.principal.clone(),
+    }
+    .to_parts();
+    match store
+        .append(id, 0, vec![NewEvent::new(kind, payload)])
+        .await
+    {
+        Ok(_) | Err(stead_persistence::Error::Conflict { .. }) => {}
+        Err(error) => return Err(retry(&error)),
+    }
+    let message = Input::UserMessage {
+        text: record.schedule.message.text.clone(),
+        client_id: Some(occurrence_client_id(&row.key, firing.due_at)),
+        mode: None,
+    };
+    match registry.send(id, message).await {
+        // Delivered, or delivered by an earlier try; or the session was closed already.
+        Ok(_)
+        | Err(SessionError::Refused(Refusal::DuplicateClientId))
+        | Err(SessionError::Refused(Refusal::Ended)) => Ok(()),
+        Err(SessionError::HeldElsewhere(_)) => Err(Woken::Deferred(Duration::from_secs(1))),
+        Err(error) => Err(retry(&error)),
     }
 }

@@ -89,6 +89,7 @@ fn agent(endpoint: &str) -> Agent {
                         idempotent: t.idempotent(),
                         arguments: Default::default(),
                         approver: Default::default(),
+                        builtin: None,
                     },
                 )
             })

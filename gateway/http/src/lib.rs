@@ -155,6 +155,14 @@ pub fn router_with(state: AppState, extra: Router<AppState>) -> Router {
             axum::routing::delete(rest::cancel_schedule),
         )
         .route("/v1/schedules", get(rest::due_schedules))
+        .route(
+            "/v1/agents/{agent}/schedules",
+            get(rest::list_agent_schedules).post(rest::create_agent_schedule),
+        )
+        .route(
+            "/v1/agents/{agent}/schedules/{key}",
+            axum::routing::delete(rest::cancel_agent_schedule),
+        )
         .route("/v1/approvals", get(rest::pending_approvals))
         .route("/v1/agents", get(rest::agents))
         .route("/v1/mcp/servers", get(rest::mcp_servers))

@@ -84,6 +84,41 @@ pub struct ScheduleList {
     pub schedules: Vec<ScheduleView>,
 }
 
+/// A schedule of an agent: each occurrence starts a new session of the agent
+/// (docs/schedules.md).
+#[derive(Serialize, ToSchema)]
+pub struct AgentScheduleView {
+    pub key: String,
+    /// `at`, `delay`, `cron` or `every`.
+    pub kind: String,
+    pub agent: String,
+    #[schema(value_type = Object)]
+    pub message: serde_json::Value,
+    pub at: Option<String>,
+    pub delay_secs: Option<u64>,
+    pub cron: Option<String>,
+    pub tz: Option<String>,
+    pub every_secs: Option<u64>,
+    /// `one`, `all` or `skip`.
+    pub catch_up: String,
+    pub created_at: String,
+    pub next_due_at: String,
+}
+
+/// `{"schedules":[…]}`, by key.
+#[derive(Serialize, ToSchema)]
+pub struct AgentScheduleList {
+    pub schedules: Vec<AgentScheduleView>,
+}
+
+/// `{"agent", "key", "cancelled": true}`.
+#[derive(Serialize, ToSchema)]
+pub struct AgentScheduleCancelled {
+    pub agent: String,
+    pub key: String,
+    pub cancelled: bool,
+}
+
 /// A row of the due index.
 #[derive(Serialize, ToSchema)]
 pub struct DueSchedule {
@@ -358,6 +393,9 @@ impl Modify for BearerAuth {
         rest::list_schedules,
         rest::cancel_schedule,
         rest::due_schedules,
+        rest::create_agent_schedule,
+        rest::list_agent_schedules,
+        rest::cancel_agent_schedule,
         rest::pending_approvals,
         rest::agents,
         rest::mcp_servers,

@@ -1,13 +1,14 @@
 // One session: the chat with streamed text, tool calls as cards with their arguments and
 // results, approval cards (approve, approve for the rest of the session, reject with a reason)
 // that update live in every open tab, cancel, the connection state, and in-doubt tool calls
-// asked as a question.
+// asked as a question; below, the session's schedules (SchedulesPanel).
 
 import { useState } from "react";
 
-import { sessionToken } from "../credentials";
+import { operator, sessionToken } from "../credentials";
 import type { ToolCard, ToolProgress } from "../reducer";
 import { useSteadSession } from "../useSteadSession";
+import { SchedulesPanel } from "./SchedulesPanel";
 
 function json(value: unknown) {
   return JSON.stringify(value, null, 2);
@@ -124,7 +125,9 @@ function Card({
 }
 
 export function SessionPage({ id }: { id: string }) {
-  const session = useSteadSession(id, { token: sessionToken(id) });
+  const token = sessionToken(id);
+  const session = useSteadSession(id, { token });
+  const creds = token ? { bearer: token } : operator();
   const [text, setText] = useState("");
   const busy = session.status === "running" || session.status === "awaiting_approval";
   // Chat entries and tool cards in journal order.
@@ -206,6 +209,7 @@ export function SessionPage({ id }: { id: string }) {
           Cancel turn
         </button>
       </form>
+      <SchedulesPanel id={id} creds={creds} lastSeq={session.view.lastSeq} />
     </section>
   );
 }

@@ -19,6 +19,7 @@ fn rules(gated: ApprovalPolicy) -> AgentRules {
             idempotent: false,
             arguments: Default::default(),
             approver: Default::default(),
+            builtin: None,
         },
     );
     tools.insert(
@@ -28,6 +29,7 @@ fn rules(gated: ApprovalPolicy) -> AgentRules {
             idempotent: true,
             arguments: Default::default(),
             approver: Default::default(),
+            builtin: None,
         },
     );
     AgentRules {

@@ -5,6 +5,7 @@
 mod dynamic;
 mod modes;
 mod recovery;
+mod schedule_tool;
 mod schedules;
 mod turns;
 
@@ -32,6 +33,7 @@ impl Session {
                 idempotent: true,
                 arguments: Default::default(),
                 approver: Default::default(),
+                builtin: None,
             },
         );
         tools.insert(
@@ -41,6 +43,7 @@ impl Session {
                 idempotent: true,
                 arguments: Default::default(),
                 approver: Default::default(),
+                builtin: None,
             },
         );
         tools.insert(
@@ -50,6 +53,7 @@ impl Session {
                 idempotent: false,
                 arguments: Default::default(),
                 approver: Default::default(),
+                builtin: None,
             },
         );
         tools.insert(
@@ -59,6 +63,7 @@ impl Session {
                 idempotent: true,
                 arguments: Default::default(),
                 approver: Default::default(),
+                builtin: None,
             },
         );
         // A payment: its arguments are checked against a schema, and only an operator may
@@ -76,6 +81,7 @@ impl Session {
                 }))
                 .unwrap(),
                 approver: stead_actors::Approver::Operator,
+                builtin: None,
             },
         );
         let mut s = Session {

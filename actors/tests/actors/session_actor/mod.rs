@@ -4,6 +4,7 @@
 //! fencing of a stale actor on one node or across two (`fencing`).
 
 mod activation;
+mod agent_schedules;
 mod fencing;
 mod schedules;
 mod supervision;
@@ -60,6 +61,7 @@ fn agent(url: &str) -> Agent {
                         idempotent: t.idempotent(),
                         arguments: Default::default(),
                         approver: Default::default(),
+                        builtin: None,
                     },
                 )
             })

@@ -22,16 +22,16 @@ stead_testkit::both_backends!(
 );
 
 /// A clock the test sets.
-struct FakeClock(Arc<AtomicI64>);
+pub(super) struct FakeClock(Arc<AtomicI64>);
 
 impl FakeClock {
-    fn at(t: DateTime<Utc>) -> Self {
+    pub(super) fn at(t: DateTime<Utc>) -> Self {
         FakeClock(Arc::new(AtomicI64::new(t.timestamp_micros())))
     }
-    fn set(&self, t: DateTime<Utc>) {
+    pub(super) fn set(&self, t: DateTime<Utc>) {
         self.0.store(t.timestamp_micros(), Ordering::SeqCst);
     }
-    fn scheduler(&self, registry: &SessionRegistry) -> Arc<Scheduler> {
+    pub(super) fn scheduler(&self, registry: &SessionRegistry) -> Arc<Scheduler> {
         let micros = self.0.clone();
         Scheduler::new(
             registry.clone(),
@@ -45,20 +45,20 @@ impl FakeClock {
     }
 }
 
-fn t(text: &str) -> DateTime<Utc> {
+pub(super) fn t(text: &str) -> DateTime<Utc> {
     DateTime::parse_from_rfc3339(text)
         .unwrap()
         .with_timezone(&Utc)
 }
 
-fn quick_passivation() -> Lifecycle {
+pub(super) fn quick_passivation() -> Lifecycle {
     Lifecycle {
         passivate_after: Duration::from_millis(100),
         ..Lifecycle::default()
     }
 }
 
-fn schedule(text: &str) -> ScheduleDef {
+pub(super) fn schedule(text: &str) -> ScheduleDef {
     ScheduleDef {
         at: None,
         delay_secs: None,

@@ -82,6 +82,7 @@ async fn a_panicking_tool_is_contained_and_other_sessions_are_untouched() {
             idempotent: true,
             arguments: Default::default(),
             approver: Default::default(),
+            builtin: None,
         },
     );
     let model = ScriptedModel::new(vec![

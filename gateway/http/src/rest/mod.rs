@@ -27,6 +27,7 @@ use crate::openapi::{
 use crate::wire::{EventView, SessionRow};
 use crate::{ApiError, ApiJson, ApiPath, ApiQuery, AppState, ErrorCode};
 
+mod agent_schedules;
 mod agents;
 mod approvals;
 mod messages;
@@ -34,6 +35,7 @@ mod replay;
 mod schedules;
 mod sessions;
 
+pub use self::agent_schedules::*;
 pub use self::agents::*;
 pub use self::approvals::*;
 pub use self::messages::*;

@@ -3,6 +3,7 @@
 //! (operators). docs/schedules.md.
 
 use chrono::{DateTime, SubsecRound, Utc};
+use stead_actors::schedules::schedule_view;
 use stead_actors::{CatchUp, ScheduleDef, ScheduleMessage, ScheduleState};
 use stead_persistence::{ScheduleOwner, ScheduleQuery};
 
@@ -45,21 +46,35 @@ pub struct PostSchedule {
     replace: bool,
 }
 
-/// A schedule as clients see it.
-pub fn schedule_view(key: &str, schedule: &ScheduleState) -> Value {
-    let mut view = json!(schedule.def);
-    view["key"] = json!(key);
-    view["kind"] = json!(schedule.def.kind());
-    view["catch_up"] = json!(schedule.def.catch_up);
-    view["created_at"] = json!(schedule.created_at);
-    view["next_due_at"] = json!(schedule.next_due_at);
-    view["fired"] = json!(schedule.fired);
-    view["status"] = json!(if schedule.next_due_at.is_some() {
-        "pending"
-    } else {
-        "done"
-    });
-    view
+impl PostSchedule {
+    /// The key, the definition and `replace`, after the checks a body gets before its
+    /// definition is decided on.
+    pub(crate) fn into_parts(self) -> Result<(String, ScheduleDef, bool), ApiError> {
+        check_message(&self.message.text, None)?;
+        if self.cron.as_deref().is_some_and(|c| c.len() > 200)
+            || self.tz.as_deref().is_some_and(|t| t.len() > 100)
+        {
+            return Err(ApiError::new(
+                ErrorCode::InvalidSchedule,
+                "`cron` is at most 200 bytes and `tz` at most 100",
+            ));
+        }
+        let def = ScheduleDef {
+            at: self.at,
+            delay_secs: self.delay_secs,
+            cron: self.cron,
+            tz: self.tz,
+            every_secs: self.every_secs,
+            message: self.message,
+            catch_up: self.catch_up.unwrap_or_default(),
+        };
+        Ok((self.key, def, self.replace))
+    }
+}
+
+/// The creation instant of a schedule made now (milliseconds, as the views show it).
+pub(crate) fn schedule_now() -> DateTime<Utc> {
+    Utc::now().trunc_subsecs(3)
 }
 
 /// The session's schedules, pending ones first (earliest due first), then done ones.
@@ -79,30 +94,12 @@ pub async fn create_schedule(
     ApiJson(body): ApiJson<PostSchedule>,
 ) -> Result<Response, ApiError> {
     caller.require_session(id)?;
-    check_message(&body.message.text, None)?;
-    if body.cron.as_deref().is_some_and(|c| c.len() > 200)
-        || body.tz.as_deref().is_some_and(|t| t.len() > 100)
-    {
-        return Err(ApiError::new(
-            ErrorCode::InvalidSchedule,
-            "`cron` is at most 200 bytes and `tz` at most 100",
-        ));
-    }
-    let key = body.key.clone();
-    let def = ScheduleDef {
-        at: body.at,
-        delay_secs: body.delay_secs,
-        cron: body.cron,
-        tz: body.tz,
-        every_secs: body.every_secs,
-        message: body.message,
-        catch_up: body.catch_up.unwrap_or_default(),
-    };
+    let (key, def, replace) = body.into_parts()?;
     let input = Input::CreateSchedule {
-        key: body.key,
+        key: key.clone(),
         def,
-        replace: body.replace,
-        now: Utc::now().trunc_subsecs(3),
+        replace,
+        now: schedule_now(),
     };
     let status = match state.sessions.send(id, input).await {
         Ok(_) => StatusCode::CREATED,
@@ -196,7 +193,7 @@ pub async fn due_schedules(
                 None => row.definition["kind"]
                     .as_str()
                     .map(str::to_string)
-                    .unwrap_or_else(|| kind_of(&row.definition)),
+                    .unwrap_or_else(|| kind_of(row.definition.get("schedule").unwrap_or(&row.definition))),
             };
             json!({
                 "session_id": match &row.owner { ScheduleOwner::Session(id) => json!(id), ScheduleOwner::Agent(_) => Value::Null },
@@ -212,7 +209,7 @@ pub async fn due_schedules(
 }
 
 /// The kind of a stored definition.
-fn kind_of(definition: &Value) -> String {
+pub(crate) fn kind_of(definition: &Value) -> String {
     serde_json::from_value::<ScheduleDef>(definition.clone())
         .map(|d| d.kind().to_string())
         .unwrap_or_else(|_| "unknown".into())

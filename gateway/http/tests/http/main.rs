@@ -14,5 +14,6 @@
 mod edge;
 mod input;
 mod metrics;
+mod schedule_tool;
 mod schedules;
 mod sessions;

@@ -231,3 +231,91 @@ async fn schedules_over_rest_fire_once_into_a_turn() {
 fn urlencode(text: &str) -> String {
     text.replace(':', "%3A").replace('+', "%2B")
 }
+
+/// The sessions of agent `ops`.
+async fn ops_sessions(app: &App) -> Vec<Value> {
+    let (status, page) = app
+        .call("GET", "/v1/sessions?agent=ops&limit=500", None)
+        .await;
+    assert_eq!(status, 200, "{page}");
+    page["sessions"].as_array().unwrap().clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agents_schedule_starts_a_session_per_occurrence() {
+    let model = ScriptedModel::respond(|_| ("Tock.".to_string(), vec![]));
+    let app = App::start(vec![ops_agent()], Arc::new(model), &[]).await;
+    let path = "/v1/agents/ops/schedules";
+    let tick = json!({"key": "tick", "message": {"text": "tick"}, "every_secs": 1});
+    let (status, created) = app.call("POST", path, Some(tick.clone())).await;
+    assert_eq!(status, 201, "{created}");
+    let mut want = json!({"key": "tick", "kind": "every", "agent": "ops", "every_secs": 1,
+                          "message": {"text": "tick"}, "catch_up": "one"});
+    want["created_at"] = created["created_at"].clone();
+    want["next_due_at"] = created["next_due_at"].clone();
+    assert_eq!(created, want);
+    let (status, again) = app.call("POST", path, Some(tick.clone())).await;
+    assert_eq!((status, &again), (200, &created));
+    let mut other = tick.clone();
+    other["every_secs"] = json!(5);
+    let (status, body) = app.call("POST", path, Some(other)).await;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (409, &json!("schedule_conflict"))
+    );
+    let (status, body) = app
+        .call("POST", "/v1/agents/nobody/schedules", Some(tick))
+        .await;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (422, &json!("unknown_agent"))
+    );
+    let (_, token) = app.create("ops").await;
+    let (status, body) = app.call_as("GET", path, None, Some(&token)).await;
+    assert_eq!((status, &body["error"]["code"]), (403, &json!("forbidden")));
+    let (status, list) = app.call("GET", path, None).await;
+    assert_eq!((status, &list), (200, &json!({"schedules": [created]})));
+
+    // Each second starts a session of `ops` whose first message is the schedule's.
+    let mut started = Vec::new();
+    for _ in 0..100 {
+        started = ops_sessions(&app)
+            .await
+            .into_iter()
+            .filter(|s| s["metadata"]["schedule"]["key"] == "tick")
+            .collect();
+        if started.len() >= 2 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(started.len() >= 2, "{started:?}");
+    for session in &started {
+        let id = session["id"].as_str().unwrap();
+        let journal = app.journal(id).await;
+        assert_eq!(journal[0]["kind"], "session_created");
+        assert_eq!(journal[1]["kind"], "user_message");
+        assert_eq!(journal[1]["payload"]["text"], "tick");
+    }
+
+    let (status, body) = app.call("DELETE", &format!("{path}/tick"), None).await;
+    assert_eq!(
+        (status, body),
+        (
+            200,
+            json!({"agent": "ops", "key": "tick", "cancelled": true})
+        )
+    );
+    let (status, body) = app.call("DELETE", &format!("{path}/tick"), None).await;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (404, &json!("schedule_not_found"))
+    );
+    // An occurrence already starting when it was deleted may still start; none after.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let settled = ops_sessions(&app).await.len();
+    tokio::time::sleep(std::time::Duration::from_millis(2000)).await;
+    assert_eq!(ops_sessions(&app).await.len(), settled);
+    let (_, list) = app.call("GET", path, None).await;
+    assert_eq!(list, json!({"schedules": []}));
+}
