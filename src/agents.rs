@@ -149,6 +149,7 @@ pub fn rules(config: &AgentConfig) -> anyhow::Result<AgentRules> {
         dynamic,
         message_mode: config.message_mode,
         schedules: Default::default(),
+        callbacks: config.callbacks.clone(),
     })
 }
 

@@ -14,8 +14,9 @@ use stead_persistence::{ScheduleOwner, ScheduleRow};
 use uuid::Uuid;
 
 use crate::decide::Refusal;
+use crate::rules::AgentRules;
 use crate::schedule::Due;
-use crate::schedules::{check_definition, ScheduleDef, ScheduleLimits};
+use crate::schedules::{check_definition, ScheduleDef};
 
 /// An agent's schedule as its row's `definition` holds it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -64,10 +65,11 @@ pub fn plan_create(
     principal: Option<String>,
     existing: Option<&AgentSchedule>,
     others: usize,
-    limits: ScheduleLimits,
+    rules: &AgentRules,
     now: DateTime<Utc>,
 ) -> Result<ScheduleRow, Refusal> {
-    let due = check_definition(key, &schedule, limits, now)?;
+    let limits = rules.schedules;
+    let due = check_definition(key, &schedule, rules, now)?;
     match existing {
         Some(existing) if existing.schedule == schedule => return Err(Refusal::ScheduleExists),
         Some(_) if !replace => return Err(Refusal::ScheduleConflict),
@@ -131,9 +133,7 @@ mod tests {
             cron: None,
             tz: None,
             every_secs: Some(secs),
-            message: ScheduleMessage {
-                text: "report".into(),
-            },
+            message: ScheduleMessage::text("report"),
             catch_up: CatchUp::One,
         }
     }
@@ -141,7 +141,17 @@ mod tests {
     #[test]
     fn creating_is_idempotent_by_key_and_occurrences_have_fixed_identities() {
         let now = t("2026-12-03T10:00:00Z");
-        let limits = ScheduleLimits::default();
+        let limits = AgentRules {
+            route: "default".into(),
+            max_steps: 1,
+            tools: Default::default(),
+            approval_timeout: None,
+            dynamic: Vec::new(),
+            message_mode: Default::default(),
+            schedules: Default::default(),
+            callbacks: Default::default(),
+        };
+        let limits = &limits;
         let row = plan_create(
             "ops",
             "hourly",

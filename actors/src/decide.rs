@@ -247,7 +247,7 @@ pub fn decide(
             def,
             replace,
             now,
-        } => next.create_schedule(key, def, replace, now)?,
+        } => next.create_schedule(key, *def, replace, now)?,
         Input::CancelSchedule { key, reason } => next.cancel_schedule(key, reason)?,
         Input::SchedulesDue { now } => next.fire_due(now)?,
         Input::RunBuiltin { call_id, now } => next.run_builtin(call_id, now)?,

@@ -77,7 +77,8 @@ pub enum Input {
     /// Create (or, with `replace`, redefine) the schedule `key`, at the instant `now`.
     CreateSchedule {
         key: String,
-        def: crate::schedules::ScheduleDef,
+        /// Boxed: a definition is large, and inputs travel in every actor message.
+        def: Box<crate::schedules::ScheduleDef>,
         replace: bool,
         now: chrono::DateTime<chrono::Utc>,
     },

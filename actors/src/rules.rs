@@ -37,6 +37,9 @@ pub struct AgentRules {
     pub message_mode: crate::events::MessageMode,
     /// Limits on the session's schedules.
     pub schedules: crate::schedules::ScheduleLimits,
+    /// Named prompt templates a schedule may deliver instead of a fixed text (`callback`), by
+    /// name (docs/schedules.md, "Callbacks").
+    pub callbacks: BTreeMap<String, String>,
 }
 
 /// The policy of the dynamic tools whose model-visible names match `pattern`.

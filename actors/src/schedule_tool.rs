@@ -310,9 +310,7 @@ fn definition(arguments: &Value) -> Result<ScheduleDef, String> {
             .and_then(Value::as_str)
             .map(str::to_string),
         every_secs: arguments.get("every_secs").and_then(Value::as_u64),
-        message: ScheduleMessage {
-            text: text.to_string(),
-        },
+        message: ScheduleMessage::text(text),
         catch_up,
     })
 }

@@ -29,11 +29,119 @@ pub enum CatchUp {
 /// How late an occurrence may fire under `catch_up = "skip"`.
 pub const SKIP_GRACE_SECS: i64 = 60;
 
-/// What a firing delivers: a user message.
+/// What a firing delivers: a user message — its `text`, or the agent's `callback` (a prompt
+/// template from the agent's configuration) rendered with `args` and the occurrence.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
 #[serde(deny_unknown_fields)]
 pub struct ScheduleMessage {
-    pub text: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub text: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub callback: Option<String>,
+    /// The callback's arguments (a JSON object), as `args` in its template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional, type = "Record<string, unknown>")]
+    pub args: Option<serde_json::Value>,
+}
+
+impl ScheduleMessage {
+    /// A fixed text.
+    pub fn text(text: impl Into<String>) -> Self {
+        ScheduleMessage {
+            text: Some(text.into()),
+            callback: None,
+            args: None,
+        }
+    }
+
+    /// Checks the message against the agent's callbacks: a non-empty text, or a configured
+    /// callback (with an object of arguments, if any) whose template renders.
+    fn check(&self, callbacks: &BTreeMap<String, String>) -> Result<(), String> {
+        match (&self.text, &self.callback) {
+            (Some(text), None) if !text.trim().is_empty() => Ok(()),
+            (Some(_), None) => Err("`message.text` must not be empty".into()),
+            (None, Some(name)) => {
+                if self.args.as_ref().is_some_and(|a| !a.is_object()) {
+                    return Err("`message.args` must be a JSON object".into());
+                }
+                let template = callbacks.get(name).ok_or_else(|| {
+                    let known: Vec<&str> = callbacks.keys().map(String::as_str).collect();
+                    format!(
+                        "the agent has no callback `{name}` (it has: {})",
+                        if known.is_empty() {
+                            "none".to_string()
+                        } else {
+                            known.join(", ")
+                        }
+                    )
+                })?;
+                let sample = Occurrence {
+                    key: "key",
+                    due_at: DateTime::<Utc>::UNIX_EPOCH,
+                    missed: 0,
+                };
+                render(template, self.args.as_ref(), &sample).map(|_| ())
+            }
+            _ => Err("give exactly one of `message.text` and `message.callback`".into()),
+        }
+    }
+
+    /// The text a firing delivers: the fixed text, or the callback rendered for `occurrence`.
+    pub fn deliver(
+        &self,
+        callbacks: &BTreeMap<String, String>,
+        occurrence: &Occurrence,
+    ) -> Result<String, String> {
+        if let Some(text) = &self.text {
+            return Ok(text.clone());
+        }
+        let name = self.callback.as_deref().unwrap_or_default();
+        let template = callbacks
+            .get(name)
+            .ok_or_else(|| format!("its callback `{name}` is no longer configured"))?;
+        render(template, self.args.as_ref(), occurrence)
+    }
+}
+
+/// Whether `template` parses as a callback's template (configuration checks it at start).
+pub fn check_template(template: &str) -> Result<(), String> {
+    minijinja::Environment::new()
+        .template_from_str(template)
+        .map(|_| ())
+        .map_err(|e| format!("not a template: {e}"))
+}
+
+/// What a callback's template sees of the occurrence it renders for.
+pub struct Occurrence<'a> {
+    pub key: &'a str,
+    pub due_at: DateTime<Utc>,
+    pub missed: u64,
+}
+
+/// Renders a callback's template (minijinja, strict about undefined names) with `key`,
+/// `due_at` (RFC 3339), `missed` and `args`.
+pub fn render(
+    template: &str,
+    args: Option<&serde_json::Value>,
+    occurrence: &Occurrence,
+) -> Result<String, String> {
+    let mut env = minijinja::Environment::new();
+    env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
+    let context = minijinja::context! {
+        key => occurrence.key,
+        due_at => occurrence.due_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        missed => occurrence.missed,
+        args => args.cloned().unwrap_or_else(|| serde_json::json!({})),
+    };
+    let text = env
+        .render_str(template, context)
+        .map_err(|e| format!("the callback's template does not render: {e}"))?;
+    if text.trim().is_empty() {
+        return Err("the callback's template renders an empty message".into());
+    }
+    Ok(text)
 }
 
 /// A schedule's definition: exactly one of `at`, `delay_secs`, `cron` (with `tz`, default
@@ -160,19 +268,18 @@ pub fn valid_key(key: &str) -> bool {
 pub fn check_definition(
     key: &str,
     def: &ScheduleDef,
-    limits: ScheduleLimits,
+    rules: &crate::rules::AgentRules,
     now: DateTime<Utc>,
 ) -> Result<Due, Refusal> {
+    let limits = rules.schedules;
     if !valid_key(key) {
         return Err(Refusal::InvalidSchedule(format!(
             "`key` must be 1 to {MAX_KEY_CHARS} letters, digits, `-`, `_` or `.`"
         )));
     }
-    if def.message.text.trim().is_empty() {
-        return Err(Refusal::InvalidSchedule(
-            "`message.text` must not be empty".into(),
-        ));
-    }
+    def.message
+        .check(&rules.callbacks)
+        .map_err(Refusal::InvalidSchedule)?;
     let timing = def
         .timing()
         .map_err(|e| Refusal::InvalidSchedule(e.to_string()))?;
@@ -250,7 +357,7 @@ impl Planner<'_> {
         now: DateTime<Utc>,
     ) -> Result<(), Refusal> {
         let limits = self.agent.schedules;
-        let due = check_definition(&key, &def, limits, now)?;
+        let due = check_definition(&key, &def, self.agent, now)?;
         match self.state.schedules.get(&key) {
             Some(existing) if existing.def == def => return Err(Refusal::ScheduleExists),
             Some(_) if !replace => return Err(Refusal::ScheduleConflict),
@@ -327,11 +434,28 @@ impl Planner<'_> {
                 });
                 continue;
             };
-            let text = schedule.def.message.text.clone();
             match occurrences(&timing, schedule.def.catch_up, first, now) {
                 Occurrences::Fire(firings) => {
                     for firing in firings {
-                        self.fire(&key, &text, firing, now);
+                        let occurrence = Occurrence {
+                            key: &key,
+                            due_at: firing.due_at,
+                            missed: firing.missed,
+                        };
+                        match schedule
+                            .def
+                            .message
+                            .deliver(&self.agent.callbacks, &occurrence)
+                        {
+                            Ok(text) => self.fire(&key, &text, firing, now),
+                            Err(why) => {
+                                self.push(SessionEvent::ScheduleCancelled {
+                                    key: key.clone(),
+                                    reason: why,
+                                });
+                                break;
+                            }
+                        }
                     }
                 }
                 Occurrences::Skip {

@@ -265,9 +265,7 @@ async fn write_schedules(
                 cron: None,
                 tz: None,
                 every_secs: Some(period),
-                message: ScheduleMessage {
-                    text: format!("scheduled check {j}"),
-                },
+                message: ScheduleMessage::text(format!("scheduled check {j}")),
                 catch_up: CatchUp::One,
             };
             rows.push(ScheduleRow {

@@ -60,6 +60,7 @@ pub(crate) fn agent() -> Agent {
             dynamic: Vec::new(),
             message_mode: Default::default(),
             schedules: Default::default(),
+            callbacks: Default::default(),
         },
         tools: Default::default(),
         dynamic: None,

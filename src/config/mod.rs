@@ -109,6 +109,7 @@ impl Default for Config {
                 max_steps: 8,
                 approval_timeout_secs: None,
                 message_mode: Default::default(),
+                callbacks: Default::default(),
                 tools: vec![
                     ToolConfig {
                         name: "clock".into(),

@@ -237,6 +237,10 @@ pub struct AgentConfig {
     pub message_mode: stead_actors::MessageMode,
     #[serde(default)]
     pub tools: Vec<ToolConfig>,
+    /// Prompt templates (minijinja) a schedule may deliver by name (`message.callback`), with
+    /// `key`, `due_at`, `missed` and `args` in scope (docs/schedules.md).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub callbacks: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

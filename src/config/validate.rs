@@ -211,6 +211,13 @@ impl Config {
                     "must be at least 1 (leave it out for no expiry)",
                 ));
             }
+            for (name, template) in &agent.callbacks {
+                let at = format!("{key}.callbacks.{name}");
+                if !stead_actors::schedules::valid_key(name) {
+                    return Err(bad(&at, "a name of letters, digits, `-`, `_` and `.`"));
+                }
+                stead_actors::schedules::check_template(template).map_err(|e| bad(&at, e))?;
+            }
             let mut tools = Vec::new();
             for (j, tool) in agent.tools.iter().enumerate() {
                 let key = format!("{key}.tools[{j}]");

@@ -39,6 +39,7 @@ async fn a_session_answers_with_the_real_model() {
             dynamic: Vec::new(),
             message_mode: Default::default(),
             schedules: Default::default(),
+            callbacks: Default::default(),
         },
         tools: BTreeMap::new(),
         dynamic: None,

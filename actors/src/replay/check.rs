@@ -121,7 +121,7 @@ fn recorded_input(event: &SessionEvent) -> Option<Input> {
             ..
         } => Input::CreateSchedule {
             key,
-            def: schedule,
+            def: Box::new(schedule),
             // It was accepted: a replace, when the key was taken.
             replace: true,
             now: created_at,

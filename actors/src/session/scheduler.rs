@@ -21,7 +21,7 @@ use super::{SessionError, SessionRegistry};
 use crate::agent_schedules::{occurrence_client_id, occurrence_session, AgentSchedule};
 use crate::decide::{Input, Refusal};
 use crate::events::SessionEvent;
-use crate::schedules::{occurrences, Firing, Occurrences};
+use crate::schedules::{occurrences, Firing, Occurrence, Occurrences};
 
 /// What "now" is to the scheduler (tests inject a clock and drive passes with
 /// [`Scheduler::run_due`]).
@@ -339,10 +339,28 @@ async fn start_occurrence(
         tracing::warn!(agent = %row.agent, key = %row.key, %error, "scheduler: an agent's occurrence could not start; trying again");
         Woken::Deferred(Duration::from_secs(1))
     };
-    if registry.agent(&row.agent).is_none() {
+    let Some(agent) = registry.agent(&row.agent) else {
         tracing::warn!(agent = %row.agent, key = %row.key, "scheduler: the schedule's agent is not configured");
         return Err(Woken::Deferred(Duration::from_secs(60)));
-    }
+    };
+    let occurrence = Occurrence {
+        key: &row.key,
+        due_at: firing.due_at,
+        missed: firing.missed,
+    };
+    let text = match record
+        .schedule
+        .message
+        .deliver(&agent.rules.callbacks, &occurrence)
+    {
+        Ok(text) => text,
+        Err(why) => {
+            // Its callback was removed from the configuration: the schedule cannot fire again.
+            tracing::warn!(agent = %row.agent, key = %row.key, why, "scheduler: an agent's schedule is deleted");
+            let _ = store.delete_schedule(&row.owner, &row.key).await;
+            return Err(Woken::Nothing);
+        }
+    };
     let id = occurrence_session(&row.agent, &row.key, record.created_at, firing.due_at);
     let metadata = serde_json::json!({
         "schedule": { "key": row.key, "due_at": firing.due_at, "missed": firing.missed }
@@ -371,7 +389,7 @@ async fn start_occurrence(
         Err(error) => return Err(retry(&error)),
     }
     let message = Input::UserMessage {
-        text: record.schedule.message.text.clone(),
+        text,
         client_id: Some(occurrence_client_id(&row.key, firing.due_at)),
         mode: None,
     };

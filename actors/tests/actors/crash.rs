@@ -98,6 +98,7 @@ fn agent(endpoint: &str) -> Agent {
         dynamic: Vec::new(),
         message_mode: Default::default(),
         schedules: Default::default(),
+        callbacks: Default::default(),
     };
     Agent {
         name: "crash".into(),

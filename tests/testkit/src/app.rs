@@ -47,6 +47,7 @@ pub fn ops_agent() -> Agent {
             dynamic: Vec::new(),
             message_mode: Default::default(),
             schedules: Default::default(),
+            callbacks: Default::default(),
         },
         tools: BTreeMap::new(),
         dynamic: None,

@@ -62,9 +62,14 @@ parameters: unknown, };
 export type CatchUp = "one" | "all" | "skip";
 
 /**
- * What a firing delivers: a user message.
+ * What a firing delivers: a user message — its `text`, or the agent's `callback` (a prompt
+ * template from the agent's configuration) rendered with `args` and the occurrence.
  */
-export type ScheduleMessage = { text: string, };
+export type ScheduleMessage = { text?: string, callback?: string, 
+/**
+ * The callback's arguments (a JSON object), as `args` in its template.
+ */
+args?: Record<string, unknown>, };
 
 /**
  * A schedule's definition: exactly one of `at`, `delay_secs`, `cron` (with `tz`, default

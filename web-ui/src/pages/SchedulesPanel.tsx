@@ -100,7 +100,7 @@ export function SchedulesPanel({ id, creds, lastSeq }: { id: string; creds: Cred
                   <code>{s.key}</code>
                 </td>
                 <td>{timing(s)}</td>
-                <td>{s.message.text}</td>
+                <td>{s.message.text ?? `callback ${s.message.callback}`}</td>
                 <td data-testid="next-due">
                   {s.next_due_at ? (
                     <time dateTime={s.next_due_at} title={s.next_due_at}>

@@ -40,6 +40,7 @@ fn rules(gated: ApprovalPolicy) -> AgentRules {
         dynamic: Vec::new(),
         message_mode: Default::default(),
         schedules: Default::default(),
+        callbacks: Default::default(),
     }
 }
 

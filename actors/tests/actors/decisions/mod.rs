@@ -95,6 +95,7 @@ impl Session {
                 dynamic: Vec::new(),
                 message_mode: Default::default(),
                 schedules: Default::default(),
+                callbacks: Default::default(),
             },
         };
         s.commit(vec![SessionEvent::SessionCreated {

@@ -26,7 +26,7 @@ fn def(text: &str) -> ScheduleDef {
         cron: None,
         tz: None,
         every_secs: None,
-        message: ScheduleMessage { text: text.into() },
+        message: ScheduleMessage::text(text),
         catch_up: CatchUp::One,
     }
 }
@@ -34,7 +34,7 @@ fn def(text: &str) -> ScheduleDef {
 fn create(s: &mut Session, key: &str, def: ScheduleDef, now: DateTime<Utc>) -> Result<(), Refusal> {
     s.send(Input::CreateSchedule {
         key: key.into(),
-        def,
+        def: Box::new(def),
         replace: false,
         now,
     })
@@ -463,4 +463,81 @@ fn bad_schedules_are_refused_with_nothing_journaled() {
         Err(Refusal::NoSuchSchedule)
     );
     assert_eq!(s.journal.len(), before + 2);
+}
+
+#[test]
+fn a_callback_renders_the_agents_template_for_each_occurrence() {
+    let mut s = Session::new();
+    s.agent.callbacks.insert(
+        "report".into(),
+        "Write the {{ args.team }} report due {{ due_at }}\
+         {% if missed %} ({{ missed }} missed){% endif %}."
+            .into(),
+    );
+    let t0 = t("2026-01-05T10:00:00Z");
+    let callback = |args: serde_json::Value| ScheduleDef {
+        every_secs: Some(60),
+        message: ScheduleMessage {
+            text: None,
+            callback: Some("report".into()),
+            args: Some(args),
+        },
+        ..def("unused")
+    };
+    // Refused with nothing journaled: an unknown callback, arguments that are not an object,
+    // a template that names an argument not given, both a text and a callback.
+    let before = s.journal.len();
+    let unknown = ScheduleDef {
+        message: ScheduleMessage {
+            callback: Some("audit".into()),
+            ..ScheduleMessage::text("x")
+        },
+        ..callback(json!({}))
+    };
+    for (bad, why) in [
+        (unknown, "exactly one of"),
+        (callback(json!(["ops"])), "must be a JSON object"),
+        (callback(json!({"group": "ops"})), "does not render"),
+    ] {
+        match create(&mut s, "bad", bad, t0) {
+            Err(Refusal::InvalidSchedule(message)) => assert!(message.contains(why), "{message}"),
+            other => panic!("{other:?}"),
+        }
+    }
+    let mut nameless = callback(json!({}));
+    nameless.message.callback = Some("audit".into());
+    assert!(matches!(
+        create(&mut s, "bad", nameless, t0),
+        Err(Refusal::InvalidSchedule(m)) if m.contains("no callback `audit` (it has: report)")
+    ));
+    assert_eq!(s.journal.len(), before);
+
+    create(&mut s, "weekly", callback(json!({"team": "ops"})), t0).unwrap();
+    let from = s.journal.len();
+    due(&mut s, t0 + Duration::seconds(185)).unwrap();
+    assert_eq!(
+        s.journal[from + 1].to_parts().1,
+        json!({
+            "text": "Write the ops report due 2026-01-05T10:01:00Z (2 missed).",
+            "client_id": null,
+            "schedule": "weekly"
+        })
+    );
+    finish_turn(&mut s, "m1");
+
+    // The callback left the configuration: the schedule is cancelled when it comes due.
+    s.agent.callbacks.clear();
+    let from = s.journal.len();
+    due(&mut s, t0 + Duration::seconds(245)).unwrap();
+    assert_eq!(
+        s.journal[from..]
+            .iter()
+            .map(|e| e.to_parts())
+            .collect::<Vec<_>>(),
+        [(
+            "schedule_cancelled".to_string(),
+            json!({"key": "weekly", "reason": "its callback `report` is no longer configured"})
+        )]
+    );
+    assert!(s.state.schedules.is_empty());
 }

@@ -6,7 +6,7 @@
 
 use chrono::Duration as Span;
 use stead_actors::agent_schedules::{occurrence_session, plan_create, AgentSchedule};
-use stead_actors::{CatchUp, ScheduleDef, ScheduleLimits};
+use stead_actors::{CatchUp, ScheduleDef};
 use stead_persistence::{Backend, ScheduleOwner, ScheduleQuery, SessionQuery};
 use stead_testkit::db;
 
@@ -57,7 +57,7 @@ async fn an_agents_schedule_starts_one_session_per_occurrence(backend: Backend) 
         Some("key:ci".into()),
         None,
         0,
-        ScheduleLimits::default(),
+        &agent("http://127.0.0.1:9").rules,
         t0,
     )
     .unwrap();

@@ -70,6 +70,7 @@ fn agent(url: &str) -> Agent {
         dynamic: Vec::new(),
         message_mode: Default::default(),
         schedules: Default::default(),
+        callbacks: Default::default(),
     };
     Agent {
         name: "ops".into(),

@@ -65,7 +65,7 @@ pub(super) fn schedule(text: &str) -> ScheduleDef {
         cron: None,
         tz: None,
         every_secs: None,
-        message: ScheduleMessage { text: text.into() },
+        message: ScheduleMessage::text(text),
         catch_up: CatchUp::One,
     }
 }
@@ -82,7 +82,7 @@ async fn create(
             id,
             Input::CreateSchedule {
                 key: key.into(),
-                def,
+                def: Box::new(def),
                 replace: false,
                 now,
             },

@@ -23,10 +23,13 @@ fn view(row: &ScheduleRow, record: &AgentSchedule) -> Value {
     view
 }
 
-/// The agent, or 404 `unknown_agent`.
-fn known_agent(state: &AppState, agent: &str) -> Result<(), ApiError> {
+/// The agent, or 422 `unknown_agent`.
+fn known_agent(
+    state: &AppState,
+    agent: &str,
+) -> Result<std::sync::Arc<stead_actors::session::Agent>, ApiError> {
     match state.sessions.agent(agent) {
-        Some(_) => Ok(()),
+        Some(found) => Ok(found),
         None => Err(ApiError::new(
             ErrorCode::UnknownAgent,
             format!("no agent is named `{agent}` (see GET /v1/agents)"),
@@ -64,16 +67,11 @@ pub async fn create_agent_schedule(
     ApiJson(body): ApiJson<PostSchedule>,
 ) -> Result<Response, ApiError> {
     caller.require_operator()?;
-    known_agent(&state, &agent)?;
+    let found = known_agent(&state, &agent)?;
     let (key, def, replace) = body.into_parts()?;
     let held = rows(&state, &agent).await?;
     let existing = held.iter().find(|(row, _)| row.key == key);
     let others = held.iter().filter(|(row, _)| row.key != key).count();
-    let limits = state
-        .sessions
-        .agent(&agent)
-        .map(|a| a.rules.schedules)
-        .unwrap_or_default();
     let planned = plan_create(
         &agent,
         &key,
@@ -82,7 +80,7 @@ pub async fn create_agent_schedule(
         Some(billed(&caller)),
         existing.map(|(_, record)| record),
         others,
-        limits,
+        &found.rules,
         schedule_now(),
     );
     let (status, row) = match planned {

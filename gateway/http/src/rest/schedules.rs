@@ -46,11 +46,35 @@ pub struct PostSchedule {
     replace: bool,
 }
 
+/// Largest `message.args` of a callback schedule (bytes of JSON).
+const MAX_ARGS_BYTES: usize = 8 << 10;
+
 impl PostSchedule {
     /// The key, the definition and `replace`, after the checks a body gets before its
     /// definition is decided on.
     pub(crate) fn into_parts(self) -> Result<(String, ScheduleDef, bool), ApiError> {
-        check_message(&self.message.text, None)?;
+        if let Some(text) = &self.message.text {
+            check_message(text, None)?;
+        }
+        if let Some(args) = &self.message.args {
+            if stead_persistence::contains_nul(args) {
+                return Err(ApiError::new(
+                    ErrorCode::InvalidRequest,
+                    "`message.args` must not contain a NUL character (\\u0000)",
+                ));
+            }
+        }
+        if self
+            .message
+            .args
+            .as_ref()
+            .is_some_and(|a| a.to_string().len() > MAX_ARGS_BYTES)
+        {
+            return Err(ApiError::new(
+                ErrorCode::InvalidSchedule,
+                format!("`message.args` is over {MAX_ARGS_BYTES} bytes"),
+            ));
+        }
         if self.cron.as_deref().is_some_and(|c| c.len() > 200)
             || self.tz.as_deref().is_some_and(|t| t.len() > 100)
         {
@@ -97,7 +121,7 @@ pub async fn create_schedule(
     let (key, def, replace) = body.into_parts()?;
     let input = Input::CreateSchedule {
         key: key.clone(),
-        def,
+        def: Box::new(def),
         replace,
         now: schedule_now(),
     };

@@ -94,6 +94,14 @@ async fn schedules_over_rest_fire_once_into_a_turn() {
             "invalid_request",
         ),
         (json!({"key": "k", "delay_secs": 5}), "invalid_request"),
+        (
+            json!({"key": "k", "message": {"callback": "nope"}, "delay_secs": 5}),
+            "invalid_schedule",
+        ),
+        (
+            json!({"key": "k", "message": {}, "delay_secs": 5}),
+            "invalid_schedule",
+        ),
     ];
     for (body, code) in bad {
         let (status, answer) = app.call("POST", &path, Some(body.clone())).await;
