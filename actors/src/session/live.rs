@@ -333,7 +333,8 @@ impl Live {
                 };
                 if tool.builtin().is_some() {
                     // Run inside a decision: its effects and result are journaled together.
-                    let now = chrono::Utc::now();
+                    // Milliseconds, as REST creates schedules: the due index keeps microseconds.
+                    let now = chrono::SubsecRound::trunc_subsecs(chrono::Utc::now(), 3);
                     let _ =
                         myself.cast(SessionMsg::Input(Input::RunBuiltin { call_id, now }, None));
                     return;

@@ -6,6 +6,7 @@
 mod activation;
 mod agent_schedules;
 mod fencing;
+mod schedule_tool;
 mod schedules;
 mod supervision;
 mod turns;
