@@ -238,6 +238,7 @@ async fn resume_running_sessions(
     loop {
         let query = stead_persistence::SessionQuery {
             agent: None,
+            parent: None,
             status: Some(stead_persistence::SessionStatus::Running),
             limit: 200,
             cursor,

@@ -72,6 +72,15 @@ pub struct NewSession {
     pub id: Option<Uuid>,
     pub agent: String,
     pub metadata: Value,
+    /// The session and tool call that started this one (a sub-agent's child session).
+    pub parent: Option<ParentLink>,
+}
+
+/// The session and the tool call that started a child session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ParentLink {
+    pub session_id: Uuid,
+    pub call_id: String,
 }
 
 impl NewSession {
@@ -80,6 +89,7 @@ impl NewSession {
             id: None,
             agent: agent.into(),
             metadata: Value::Object(Default::default()),
+            parent: None,
         }
     }
 }
@@ -99,6 +109,8 @@ pub struct Session {
     /// The generation of the session's token: only a token issued for it is valid (rotation
     /// increments it).
     pub token_generation: i64,
+    /// Set on a child session: who started it.
+    pub parent: Option<ParentLink>,
 }
 
 impl Session {
@@ -115,6 +127,7 @@ impl Session {
             updated_at: now,
             closed_at: None,
             token_generation: 0,
+            parent: new.parent,
         }
     }
 }
@@ -130,6 +143,8 @@ pub struct Purged {
 #[derive(Debug, Clone, Default)]
 pub struct SessionQuery {
     pub agent: Option<String>,
+    /// Only the children of this session.
+    pub parent: Option<Uuid>,
     pub status: Option<SessionStatus>,
     /// Page size; clamped to `1..=MAX_PAGE`.
     pub limit: u32,

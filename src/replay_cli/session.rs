@@ -24,6 +24,7 @@ pub(super) async fn list(store: &Arc<dyn JournalStore>, args: ListArgs) -> anyho
     let page = store
         .list_sessions(&SessionQuery {
             agent: args.agent,
+            parent: None,
             status,
             limit: args.limit,
             cursor: None,

@@ -76,6 +76,7 @@ pub(super) async fn create_with_journal(
             id: None,
             agent: agent.to_string(),
             metadata,
+            parent: None,
         })
         .await?;
     if let Err(error) = store.append(row.id, 0, events).await {

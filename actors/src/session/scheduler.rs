@@ -369,6 +369,7 @@ async fn start_occurrence(
         id: Some(id),
         agent: row.agent.clone(),
         metadata,
+        parent: None,
     };
     if let Err(error) = store.create_session(new).await {
         // An earlier try (here or on another node) created it.

@@ -171,6 +171,14 @@ pub struct SessionRow {
     pub updated_at: DateTime<Utc>,
     #[ts(type = "string | null")]
     pub closed_at: Option<DateTime<Utc>>,
+    /// A child session's parent (sub-agents); absent on other sessions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[ts(optional, type = "string")]
+    pub parent_session_id: Option<Uuid>,
+    /// The parent's tool call that started this child.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub parent_call_id: Option<String>,
 }
 
 impl From<&Session> for SessionRow {
@@ -184,6 +192,8 @@ impl From<&Session> for SessionRow {
             created_at: row.created_at,
             updated_at: row.updated_at,
             closed_at: row.closed_at,
+            parent_session_id: row.parent.as_ref().map(|p| p.session_id),
+            parent_call_id: row.parent.as_ref().map(|p| p.call_id.clone()),
         }
     }
 }

@@ -154,7 +154,7 @@ impl<D: Dialect> Sessions for SqlStore<D> {
         let now = session.created_at;
         Sql::<D>::new(
             "INSERT INTO sessions (id, agent, status, metadata, last_seq, created_at, \
-             updated_at) VALUES (",
+             updated_at, parent_session_id, parent_call_id) VALUES (",
         )
         .bind(session.id)
         .push(", ")
@@ -167,6 +167,10 @@ impl<D: Dialect> Sessions for SqlStore<D> {
         .bind(now)
         .push(", ")
         .bind(now)
+        .push(", ")
+        .bind(session.parent.as_ref().map(|p| p.session_id))
+        .push(", ")
+        .bind(session.parent.as_ref().map(|p| p.call_id.clone()))
         .push(")")
         .execute(self.on_write())
         .await
@@ -189,6 +193,9 @@ impl<D: Dialect> Sessions for SqlStore<D> {
         let mut sql = Sql::<D>::new(format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE TRUE"));
         if let Some(agent) = &query.agent {
             sql.push(" AND agent = ").bind(agent.as_str());
+        }
+        if let Some(parent) = query.parent {
+            sql.push(" AND parent_session_id = ").bind(parent);
         }
         if let Some(status) = query.status {
             sql.push(" AND status = ").bind(status.as_str());

@@ -4,11 +4,12 @@ use uuid::Uuid;
 
 use super::dialect::Columns;
 use crate::request_log::{RequestLogEntry, StatsInput};
-use crate::{Compaction, Event, KvEntry, Result, Session, Snapshot};
+use crate::{Compaction, Event, KvEntry, ParentLink, Result, Session, Snapshot};
 
 /// The columns [`session`] reads.
 pub(crate) const SESSION_COLUMNS: &str =
-    "id, agent, status, metadata, last_seq, created_at, updated_at, closed_at, token_generation";
+    "id, agent, status, metadata, last_seq, created_at, updated_at, closed_at, token_generation, \
+     parent_session_id, parent_call_id";
 
 /// The columns of a request-log row (in the order `request_log::log_values` binds them).
 pub(crate) const LOG_COLUMNS: &str = "id, at, session_id, api_key, route, provider, model, \
@@ -26,6 +27,13 @@ pub(crate) fn session(row: &impl Columns) -> Result<Session> {
         updated_at: row.time("updated_at")?,
         closed_at: row.opt_time("closed_at")?,
         token_generation: row.int("token_generation")?,
+        parent: match row.opt_id("parent_session_id")? {
+            Some(session_id) => Some(ParentLink {
+                session_id,
+                call_id: row.opt_text("parent_call_id")?.unwrap_or_default(),
+            }),
+            None => None,
+        },
     })
 }
 

@@ -182,6 +182,7 @@ async fn sessions_page_with_filters_and_cursor(backend: Backend) {
                 id: Some(Uuid::from_u128(u128::from(100 - i))),
                 agent: if i % 2 == 0 { "even" } else { "odd" }.into(),
                 metadata: json!({ "i": i }),
+                parent: None,
             })
             .await
             .unwrap();
@@ -194,6 +195,7 @@ async fn sessions_page_with_filters_and_cursor(backend: Backend) {
             id: Some(made[0].id),
             agent: "x".into(),
             metadata: json!({}),
+            parent: None,
         })
         .await;
     assert!(matches!(duplicate, Err(Error::InvalidInput(_))));

@@ -151,7 +151,15 @@ export type SessionRow = { id: string, agent: string,
 /**
  * `idle`, `running`, `awaiting_approval`, `failed` or `closed`.
  */
-status: SessionStatus, metadata: Record<string, unknown>, last_seq: number, created_at: string, updated_at: string, closed_at: string | null, };
+status: SessionStatus, metadata: Record<string, unknown>, last_seq: number, created_at: string, updated_at: string, closed_at: string | null, 
+/**
+ * A child session's parent (sub-agents); absent on other sessions.
+ */
+parent_session_id?: string, 
+/**
+ * The parent's tool call that started this child.
+ */
+parent_call_id?: string, };
 
 /**
  * One model call, as `GET /v1/gateway/logs` lists it.

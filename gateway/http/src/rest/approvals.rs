@@ -130,6 +130,7 @@ pub async fn pending_approvals(
             .store
             .list_sessions(&SessionQuery {
                 agent: None,
+                parent: None,
                 status: Some(SessionStatus::AwaitingApproval),
                 limit: 100,
                 cursor,

@@ -45,6 +45,7 @@ pub async fn create_session(
             id: None,
             agent: body.agent.clone(),
             metadata,
+            parent: None,
         })
         .await?;
     let (kind, payload) = SessionEvent::SessionCreated {
@@ -69,6 +70,8 @@ pub async fn create_session(
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
     agent: Option<String>,
+    /// Only the child sessions this session started (sub-agents).
+    parent: Option<Uuid>,
     #[param(inline)]
     status: Option<StatusParam>,
     #[param(minimum = 1, maximum = 500)]
@@ -117,6 +120,7 @@ pub async fn list_sessions(
         .store
         .list_sessions(&SessionQuery {
             agent: query.agent,
+            parent: query.parent,
             status,
             limit,
             cursor: query.cursor.filter(|c| !c.is_empty()),

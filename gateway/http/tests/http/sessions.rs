@@ -389,3 +389,45 @@ async fn a_message_mode_refuses_interrupts_or_steers_a_running_turn() {
     // The transcript then holds: slow, instead, Answer, and briefly → 4 entries before it.
     assert_eq!(answered["payload"]["text"], "Answer 4.");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn child_sessions_are_listed_by_their_parent() {
+    let app = app().await;
+    let (parent, _) = app.create("ops").await;
+    let parent_id: uuid::Uuid = parent.parse().unwrap();
+    let child = app
+        .store
+        .create_session(stead_persistence::NewSession {
+            parent: Some(stead_persistence::ParentLink {
+                session_id: parent_id,
+                call_id: "t1".into(),
+            }),
+            ..stead_persistence::NewSession::for_agent("ops")
+        })
+        .await
+        .unwrap();
+    let (status, page) = app
+        .call("GET", &format!("/v1/sessions?parent={parent}"), None)
+        .await;
+    assert_eq!(status, 200, "{page}");
+    let rows = page["sessions"].as_array().unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["id"], json!(child.id));
+    assert_eq!(rows[0]["parent_session_id"], json!(parent));
+    assert_eq!(rows[0]["parent_call_id"], "t1");
+    // Sessions without a parent carry no parent fields.
+    let (_, all) = app.call("GET", "/v1/sessions", None).await;
+    let top = all["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == json!(parent))
+        .unwrap();
+    assert!(top.get("parent_session_id").is_none(), "{top}");
+    let (status, body) = app.call("GET", "/v1/sessions?parent=nope", None).await;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (400, &json!("invalid_query")),
+        "{body}"
+    );
+}

@@ -254,6 +254,7 @@ async fn json_payloads_round_trip_by_value(backend: Backend) {
             id: None,
             agent: "test".into(),
             metadata: metadata.clone(),
+            parent: None,
         })
         .await
         .unwrap();

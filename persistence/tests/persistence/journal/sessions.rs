@@ -1,5 +1,7 @@
 //! Sessions: listing and filters, unknown ids, the lifecycle, leases that fence an earlier
-//! holder, and compaction of ended journals.
+//! holder, compaction of ended journals, and child sessions linked to their parent.
+
+use stead_persistence::ParentLink;
 
 use super::*;
 
@@ -7,6 +9,7 @@ stead_testkit::both_backends!(
     list_filters_by_agent_and_status,
     unknown_session_is_a_typed_error,
     session_lifecycle,
+    children_name_their_parent_and_are_listed_by_it,
     leases_fence_every_write_of_an_earlier_holder,
     compaction_replaces_an_ended_journal_only,
 );
@@ -112,6 +115,7 @@ async fn session_lifecycle(backend: Backend) {
             id: None,
             agent: "ops".into(),
             metadata: json!({ "team": "infra" }),
+            parent: None,
         })
         .await
         .unwrap();
@@ -154,6 +158,57 @@ async fn session_lifecycle(backend: Backend) {
             .await,
         Err(Error::InvalidInput(_))
     ));
+    t.finish().await;
+}
+
+async fn children_name_their_parent_and_are_listed_by_it(backend: Backend) {
+    let t = db::open(backend).await;
+    let parent = new_session(&t.store).await;
+    let other = new_session(&t.store).await;
+    let mut children = Vec::new();
+    for call_id in ["t1", "t2"] {
+        let link = ParentLink {
+            session_id: parent,
+            call_id: call_id.into(),
+        };
+        let child = t
+            .store
+            .create_session(NewSession {
+                parent: Some(link.clone()),
+                ..NewSession::for_agent("researcher")
+            })
+            .await
+            .unwrap();
+        assert_eq!(child.parent, Some(link.clone()));
+        assert_eq!(t.store.get_session(child.id).await.unwrap(), child);
+        children.push(child.id);
+    }
+    let page = t
+        .store
+        .list_sessions(&SessionQuery {
+            parent: Some(parent),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        page.sessions.iter().map(|s| s.id).collect::<Vec<_>>(),
+        [children[1], children[0]]
+    );
+    assert_eq!(page.sessions[1].parent.as_ref().unwrap().call_id, "t1");
+    let none = t
+        .store
+        .list_sessions(&SessionQuery {
+            parent: Some(other),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(none.sessions.is_empty());
+    assert_eq!(t.store.get_session(parent).await.unwrap().parent, None);
+    // Purging the parent keeps its children, unlinked.
+    t.store.purge_session(parent).await.unwrap();
+    assert_eq!(t.store.get_session(children[0]).await.unwrap().parent, None);
     t.finish().await;
 }
 
