@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use serde_json::json;
+use stead_actors::agent_tool::AgentTool;
 use stead_actors::schedule_tool::{Builtin, ScheduleTool, ScheduleToolRules};
 use stead_actors::session::Agent;
 use stead_actors::tools::{CalculatorTool, ClockTool, MemoryTool, Tool, ToolInfo, WebhookTool};
@@ -128,7 +129,13 @@ pub fn rules(config: &AgentConfig) -> anyhow::Result<AgentRules> {
             }
             continue;
         }
-        let builtin = (tool.kind == "schedule").then(|| Builtin::Schedule(schedule_rules(tool)));
+        let builtin = match tool.kind.as_str() {
+            "schedule" => Some(Builtin::Schedule(schedule_rules(tool))),
+            "agent" => Some(Builtin::Agent {
+                agent: tool.agent.clone().unwrap_or_default(),
+            }),
+            _ => None,
+        };
         tools.insert(
             tool.name.clone(),
             ToolRules {
@@ -236,6 +243,17 @@ fn build_tool(
             }
             Arc::new(memory)
         }
+        "agent" => Arc::new(AgentTool {
+            info,
+            agent: config
+                .agent
+                .clone()
+                .context("an agent tool needs `agent`")?,
+            parameters: config
+                .parameters
+                .clone()
+                .unwrap_or_else(AgentTool::default_parameters),
+        }),
         "schedule" => Arc::new(ScheduleTool {
             info,
             rules: schedule_rules(config),

@@ -251,6 +251,12 @@ pub fn decide(
         Input::CancelSchedule { key, reason } => next.cancel_schedule(key, reason)?,
         Input::SchedulesDue { now } => next.fire_due(now)?,
         Input::RunBuiltin { call_id, now } => next.run_builtin(call_id, now)?,
+        Input::ChildStarted {
+            call_id,
+            child_session_id,
+        } => next.child_started(call_id, child_session_id)?,
+        // The actor turns it into the call's result before deciding.
+        Input::ChildFinished { .. } => return Err(Refusal::Stale),
         Input::ToolsChanged { digest, tools } => {
             if state.seen_tools_digest.as_deref() == Some(digest.as_str()) {
                 return Err(Refusal::Stale);

@@ -141,6 +141,13 @@ impl ApprovalOutcome {
     }
 }
 
+/// The session and tool call that started a child session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
+pub struct ParentRef {
+    pub session_id: String,
+    pub call_id: String,
+}
+
 /// One journaled step of a session.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 #[serde(tag = "kind", content = "payload", rename_all = "snake_case")]
@@ -152,6 +159,10 @@ pub enum SessionEvent {
         /// (`null` in journals written before it existed: charged as `local`).
         #[serde(default)]
         principal: Option<String>,
+        /// Set on a child session (sub-agents): the session and tool call that started it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[ts(optional)]
+        parent: Option<ParentRef>,
     },
     UserMessage {
         text: String,
@@ -298,6 +309,11 @@ pub enum SessionEvent {
     ScheduleCancelled {
         key: String,
         reason: String,
+    },
+    /// A call of an `agent` tool started its child session (which delivers the call's result).
+    ChildSessionStarted {
+        call_id: String,
+        child_session_id: String,
     },
     /// This session's journal up to here is a copy of `from`'s up to `at`; later model calls
     /// use the overrides.

@@ -92,6 +92,16 @@ pub enum Input {
         call_id: String,
         now: chrono::DateTime<chrono::Utc>,
     },
+    /// The child session of the running `agent` call `call_id` exists (the actor started it).
+    ChildStarted {
+        call_id: String,
+        child_session_id: String,
+    },
+    /// The child of `call_id` ended its turn (its due-index row woke this session): the actor
+    /// reads the child's journal and sends the call's result or error instead.
+    ChildFinished {
+        call_id: String,
+    },
     /// Fire the schedules due at `now` (the scheduler sends it when the due index says so).
     SchedulesDue {
         now: chrono::DateTime<chrono::Utc>,

@@ -8,6 +8,7 @@
 //! state at a seq, forks, export and import, the decision check, and compaction.
 
 pub mod agent_schedules;
+pub mod agent_tool;
 pub mod decide;
 pub mod events;
 pub mod inputs;

@@ -21,6 +21,10 @@ use crate::tools::{Tool, ToolContext, ToolError, ToolInfo};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Builtin {
     Schedule(ScheduleToolRules),
+    /// Starts a child session of this agent (`crate::agent_tool`).
+    Agent {
+        agent: String,
+    },
 }
 
 /// What one `schedule` tool entry offers.

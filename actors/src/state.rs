@@ -126,6 +126,10 @@ pub struct SessionState {
     pub seen_tools_digest: Option<String>,
     /// The session's schedules by key: pending ones and done one-time ones.
     pub schedules: std::collections::BTreeMap<String, crate::schedules::ScheduleState>,
+    /// Set on a child session: who started it.
+    pub parent: Option<crate::events::ParentRef>,
+    /// Child sessions this session's `agent` tool calls started, by call id.
+    pub children: std::collections::BTreeMap<String, String>,
 }
 
 /// The principal of sessions whose journal names none.
@@ -141,9 +145,21 @@ impl SessionState {
     pub fn apply(&mut self, seq: i64, event: &SessionEvent) {
         self.last_seq = seq;
         match event {
-            SessionEvent::SessionCreated { agent, principal } => {
+            SessionEvent::SessionCreated {
+                agent,
+                principal,
+                parent,
+            } => {
                 self.agent = agent.clone();
                 self.principal = principal.clone();
+                self.parent = parent.clone();
+            }
+            SessionEvent::ChildSessionStarted {
+                call_id,
+                child_session_id,
+            } => {
+                self.children
+                    .insert(call_id.clone(), child_session_id.clone());
             }
             SessionEvent::UserMessage {
                 text,

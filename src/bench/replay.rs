@@ -53,6 +53,7 @@ pub fn record(session_id: &str, rules: &AgentRules, min_events: usize) -> Vec<Se
         SessionEvent::SessionCreated {
             agent: "demo".into(),
             principal: None,
+            parent: None,
         },
     );
     let step = |state: &mut SessionState, events: &mut Vec<SessionEvent>, input: Input| {

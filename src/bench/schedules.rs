@@ -255,6 +255,7 @@ async fn write_schedules(
         let mut events = vec![SessionEvent::SessionCreated {
             agent: "bench".into(),
             principal: None,
+            parent: None,
         }];
         for j in 0..per {
             let g = i + j * sessions; // a session's schedules are spread over the period

@@ -85,6 +85,7 @@ fn step_cost(lengths: &[usize]) {
             SessionEvent::SessionCreated {
                 agent: "bench".into(),
                 principal: None,
+                parent: None,
             },
         );
         let mut turn = 0u64;

@@ -51,13 +51,14 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
 pub const DEFAULT_DATA_DIR: &str = ".stead";
 /// The bundled model the built-in configuration serves (`stead setup` prepares it).
 pub const LOCAL_MODEL: &str = stead_inference::setup::DEFAULT_MODEL;
-pub const TOOL_KINDS: [&str; 6] = [
+pub const TOOL_KINDS: [&str; 7] = [
     "webhook",
     "memory",
     "clock",
     "calculator",
     "mcp",
     "schedule",
+    "agent",
 ];
 pub const MEMORY_OPS: [&str; 4] = ["get", "set", "list", "delete"];
 

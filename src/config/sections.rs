@@ -294,6 +294,9 @@ pub struct ToolConfig {
     /// every).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timings: Option<Vec<String>>,
+    /// `agent`: the configured agent whose child sessions this tool's calls start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
 }
 
 fn is_queue(mode: &stead_actors::MessageMode) -> bool {
@@ -328,6 +331,7 @@ impl ToolConfig {
             attempts: default_tool_attempts(),
             ops: None,
             timings: None,
+            agent: None,
         }
     }
 }

@@ -127,6 +127,19 @@ fn cross_references_and_duplicates_are_named() {
         c.agents[0].tools[4].ops = Some(vec!["get".into()]);
     })
     .contains("agents[0].tools[4].ops: a non-empty list of create, list, cancel"));
+    let delegate = |c: &mut Config, to: Option<&str>| {
+        c.agents[0].tools.push(ToolConfig {
+            agent: to.map(String::from),
+            ..ToolConfig::builtin("agent")
+        });
+    };
+    assert!(invalid(|c| delegate(c, None)).contains("agents[0].tools[4].agent: required"));
+    assert!(invalid(|c| delegate(c, Some("demo"))).contains("cannot delegate to itself"));
+    assert!(invalid(|c| delegate(c, Some("nobody"))).contains("no agent is named `nobody`"));
+    assert!(
+        invalid(|c| c.agents[0].tools[0].agent = Some("demo".into()))
+            .contains("agents[0].tools[0].agent: only for kind \"agent\"")
+    );
 }
 
 #[test]

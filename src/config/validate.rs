@@ -241,6 +241,30 @@ impl Config {
                         format!("`{}` is not one of {}", tool.kind, TOOL_KINDS.join(", ")),
                     ));
                 }
+                if tool.kind == "agent" {
+                    match tool.agent.as_deref() {
+                        None => {
+                            return Err(bad(&format!("{key}.agent"), "required for kind \"agent\""))
+                        }
+                        // No depth limit exists yet: an agent that delegates to itself would
+                        // never stop.
+                        Some(name) if name == agent.name => {
+                            return Err(bad(
+                                &format!("{key}.agent"),
+                                "an agent cannot delegate to itself",
+                            ))
+                        }
+                        Some(name) if !self.agents.iter().any(|a| a.name == name) => {
+                            return Err(bad(
+                                &format!("{key}.agent"),
+                                format!("no agent is named `{name}`"),
+                            ))
+                        }
+                        Some(_) => {}
+                    }
+                } else if tool.agent.is_some() {
+                    return Err(bad(&format!("{key}.agent"), "only for kind \"agent\""));
+                }
                 if tool.kind == "webhook" && tool.url.is_none() {
                     return Err(bad(&format!("{key}.url"), "required for kind \"webhook\""));
                 }

@@ -130,6 +130,13 @@ fn recorded_input(event: &SessionEvent) -> Option<Input> {
             Input::SchedulesDue { now: at }
         }
         SessionEvent::ScheduleCancelled { key, reason } => Input::CancelSchedule { key, reason },
+        SessionEvent::ChildSessionStarted {
+            call_id,
+            child_session_id,
+        } => Input::ChildStarted {
+            call_id,
+            child_session_id,
+        },
         SessionEvent::SessionFailed { reason } => Input::Fail { reason },
         SessionEvent::SessionClosed { reason } => Input::Close { reason },
         // Anything else at a boundary was decided without new input: an activation.

@@ -413,5 +413,6 @@ fn is_task_outcome(input: &Input) -> bool {
             | Input::ToolFinished { .. }
             | Input::ToolFailed { .. }
             | Input::RunBuiltin { .. }
+            | Input::ChildStarted { .. }
     )
 }

@@ -82,6 +82,15 @@ impl Live {
                         touched.before.push(self.row(&key, definition, due));
                     }
                 }
+                SessionEvent::ToolCallFinished { call_id, .. }
+                | SessionEvent::ToolCallFailed { call_id, .. }
+                | SessionEvent::ToolCallCancelled { call_id, .. }
+                    if self.state.children.contains_key(call_id) =>
+                {
+                    touched
+                        .keys
+                        .insert(format!("{}{call_id}", crate::agent_tool::CHILD_KEY_PREFIX));
+                }
                 SessionEvent::ApprovalDecided { call_id, .. } => {
                     touched
                         .keys
@@ -104,6 +113,11 @@ impl Live {
     /// Whether the fold wants a row for `key`, and when it is due: a pending schedule, or a
     /// pending approval whose row exists (its deadline is the row's, never moved).
     fn wanted(&self, key: &str) -> Option<Option<ScheduleRow>> {
+        if crate::agent_tool::child_call(key).is_some() {
+            // A one-shot wake-up: gone once it was looked at (the child writes another when
+            // its next turn ends).
+            return Some(None);
+        }
         if let Some(call_id) = approval_call(key) {
             let pending = self
                 .state
@@ -164,7 +178,13 @@ impl Live {
                 return;
             }
         };
-        let mut keys: BTreeSet<String> = rows.iter().map(|r| r.key.clone()).collect();
+        // A child's wake-up is left for the scheduler to deliver (activation checks the
+        // children itself, below).
+        let mut keys: BTreeSet<String> = rows
+            .iter()
+            .filter(|r| crate::agent_tool::child_call(&r.key).is_none())
+            .map(|r| r.key.clone())
+            .collect();
         keys.extend(
             self.state
                 .pending_schedules()
@@ -193,5 +213,6 @@ impl Live {
         if !expiries.is_empty() {
             self.deps.due_changed.notify_one();
         }
+        self.mend_children().await;
     }
 }

@@ -54,8 +54,22 @@ impl Live {
         }
         let woken = matches!(
             input,
-            Input::SchedulesDue { .. } | Input::ApprovalExpired { .. }
+            Input::SchedulesDue { .. }
+                | Input::ApprovalExpired { .. }
+                | Input::ChildFinished { .. }
         );
+        // A child ended: its journal says what the call's result is.
+        let input = match input {
+            Input::ChildFinished { call_id } => match self.child_result(&call_id).await {
+                Some(input) => input,
+                None => {
+                    let key = format!("{}{call_id}", crate::agent_tool::CHILD_KEY_PREFIX);
+                    self.sync_keys(&std::iter::once(key).collect()).await;
+                    return Err(SessionError::Refused(crate::Refusal::Stale));
+                }
+            },
+            other => other,
+        };
         let decision = match decide(&self.state, &session_id, input, &self.deps.agent.rules) {
             Ok(decision) => decision,
             Err(refusal) => {
@@ -68,6 +82,15 @@ impl Live {
             }
         };
         if !decision.events.is_empty() {
+            let ends_turn = decision.events.iter().any(|e| {
+                matches!(
+                    e,
+                    SessionEvent::TurnFinished { .. }
+                        | SessionEvent::TurnCancelled { .. }
+                        | SessionEvent::SessionFailed { .. }
+                        | SessionEvent::SessionClosed { .. }
+                )
+            });
             let rows: Vec<NewEvent> = decision
                 .events
                 .iter()
@@ -165,6 +188,9 @@ impl Live {
                 });
             }
             self.sync_keys(&touched.keys).await;
+            if ends_turn {
+                self.notify_parent().await;
+            }
         }
         Ok((self.state.last_seq, decision.actions))
     }
@@ -331,6 +357,10 @@ impl Live {
                     let _ = myself.cast(SessionMsg::Input(input, None));
                     return;
                 };
+                if let Some(crate::schedule_tool::Builtin::Agent { agent }) = tool.builtin() {
+                    self.start_child(myself, call_id, agent, arguments);
+                    return;
+                }
                 if tool.builtin().is_some() {
                     // Run inside a decision: its effects and result are journaled together.
                     // Milliseconds, as REST creates schedules: the due index keeps microseconds.

@@ -5,6 +5,7 @@
 //! never blocks: a session parked on an approval holds no task at all.
 
 mod actor;
+mod children;
 mod config;
 mod due_index;
 mod frames;

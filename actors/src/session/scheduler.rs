@@ -19,6 +19,7 @@ use stead_persistence::{NewEvent, NewSession};
 use super::due_index::approval_call;
 use super::{SessionError, SessionRegistry};
 use crate::agent_schedules::{occurrence_client_id, occurrence_session, AgentSchedule};
+use crate::agent_tool::child_call;
 use crate::decide::{Input, Refusal};
 use crate::events::SessionEvent;
 use crate::schedules::{occurrences, Firing, Occurrence, Occurrences};
@@ -226,7 +227,17 @@ async fn wake(
             call_id: call_id.to_string(),
         })
         .collect();
-    if rows.iter().any(|row| approval_call(&row.key).is_none()) {
+    inputs.extend(
+        rows.iter()
+            .filter_map(|row| child_call(&row.key))
+            .map(|call_id| Input::ChildFinished {
+                call_id: call_id.to_string(),
+            }),
+    );
+    if rows
+        .iter()
+        .any(|row| approval_call(&row.key).is_none() && child_call(&row.key).is_none())
+    {
         inputs.push(Input::SchedulesDue { now });
     }
     let mut fired = false;
@@ -380,6 +391,7 @@ async fn start_occurrence(
     let (kind, payload) = SessionEvent::SessionCreated {
         agent: row.agent.clone(),
         principal: record.principal.clone(),
+        parent: None,
     }
     .to_parts();
     match store

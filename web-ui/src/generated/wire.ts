@@ -62,6 +62,11 @@ parameters: unknown, };
 export type CatchUp = "one" | "all" | "skip";
 
 /**
+ * The session and tool call that started a child session.
+ */
+export type ParentRef = { session_id: string, call_id: string, };
+
+/**
  * What a firing delivers: a user message — its `text`, or the agent's `callback` (a prompt
  * template from the agent's configuration) rendered with `args` and the occurrence.
  */
@@ -86,7 +91,11 @@ export type SessionEvent = { "kind": "session_created", "payload": { agent: stri
  * API key's fingerprint or `local`. Every model call of the session is charged to it
  * (`null` in journals written before it existed: charged as `local`).
  */
-principal: string | null, } } | { "kind": "user_message", "payload": { text: string, client_id: string | null, 
+principal: string | null, 
+/**
+ * Set on a child session (sub-agents): the session and tool call that started it.
+ */
+parent?: ParentRef, } } | { "kind": "user_message", "payload": { text: string, client_id: string | null, 
 /**
  * Set when the message arrived during a turn and interrupted or steered it (absent:
  * it started a turn, or was queued behind the running one).
@@ -104,7 +113,7 @@ in_doubt: boolean, } } | { "kind": "tool_call_cancelled", "payload": { call_id: 
 /**
  * `null`: the schedule is done.
  */
-next_due_at: string | null, missed?: number | undefined, } } | { "kind": "schedule_skipped", "payload": { key: string, at: string, missed: number, next_due_at: string | null, } } | { "kind": "schedule_cancelled", "payload": { key: string, reason: string, } } | { "kind": "session_forked", "payload": { from: string, at: number, overrides: Overrides, 
+next_due_at: string | null, missed?: number | undefined, } } | { "kind": "schedule_skipped", "payload": { key: string, at: string, missed: number, next_due_at: string | null, } } | { "kind": "schedule_cancelled", "payload": { key: string, reason: string, } } | { "kind": "child_session_started", "payload": { call_id: string, child_session_id: string, } } | { "kind": "session_forked", "payload": { from: string, at: number, overrides: Overrides, 
 /**
  * Who forked: the fork's model calls are charged to it from here on.
  */

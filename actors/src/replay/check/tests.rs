@@ -66,6 +66,7 @@ impl Recorder {
         recorder.push(SessionEvent::SessionCreated {
             agent: "a".into(),
             principal: None,
+            parent: None,
         });
         recorder
     }

@@ -101,6 +101,7 @@ impl Session {
         s.commit(vec![SessionEvent::SessionCreated {
             agent: "ops".into(),
             principal: None,
+            parent: None,
         }]);
         s
     }

@@ -5,6 +5,7 @@
 
 mod activation;
 mod agent_schedules;
+mod children;
 mod fencing;
 mod schedule_tool;
 mod schedules;

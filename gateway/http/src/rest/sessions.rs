@@ -51,6 +51,7 @@ pub async fn create_session(
     let (kind, payload) = SessionEvent::SessionCreated {
         agent: body.agent.clone(),
         principal: Some(billed(&caller)),
+        parent: None,
     }
     .to_parts();
     state

@@ -1,0 +1,144 @@
+//! The live actor's side of sub-agents (`crate::agent_tool`): starting a call's child session,
+//! telling the parent through the due index when a child's turn ends, and reading a child's
+//! journal for the call's result when that wakes the parent.
+
+use ractor::ActorRef;
+use serde_json::Value;
+use stead_persistence::{ScheduleOwner, ScheduleRow};
+use uuid::Uuid;
+
+use super::{Live, SessionMsg};
+use crate::agent_tool::{child_outcome, child_task, start_child, CHILD_KEY_PREFIX};
+use crate::decide::Input;
+use crate::events::SessionEvent;
+
+impl Live {
+    /// Starts (or finds) the child session of the `agent` call `call_id`, then reports it to
+    /// the actor as `ChildStarted` (or the call's failure).
+    pub(super) fn start_child(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        call_id: String,
+        agent: String,
+        arguments: Value,
+    ) {
+        let store = self.deps.store.clone();
+        let parent = self.deps.session_id;
+        let principal = self.state.principal().to_string();
+        let due_changed = self.deps.due_changed.clone();
+        let me = myself.clone();
+        tokio::spawn(async move {
+            let task = child_task(&arguments);
+            let input =
+                match start_child(store.as_ref(), parent, &principal, &call_id, &agent, task).await
+                {
+                    Ok(child) => {
+                        due_changed.notify_one();
+                        Input::ChildStarted {
+                            call_id,
+                            child_session_id: child.to_string(),
+                        }
+                    }
+                    Err(error) => Input::ToolFailed {
+                        call_id,
+                        error: format!("the child session could not be started: {error}"),
+                    },
+                };
+            let _ = me.cast(SessionMsg::Input(input, None));
+        });
+    }
+
+    /// A child session whose turn ended wakes its parent: a due-index row of the parent, due
+    /// now (logged on failure: the parent's activation mends it).
+    pub(super) async fn notify_parent(&self) {
+        let Some(parent) = &self.state.parent else {
+            return;
+        };
+        let Ok(parent_id) = parent.session_id.parse::<Uuid>() else {
+            return;
+        };
+        let now = chrono::Utc::now();
+        let row = ScheduleRow {
+            owner: ScheduleOwner::Session(parent_id),
+            key: format!("{CHILD_KEY_PREFIX}{}", parent.call_id),
+            agent: self.deps.agent.name.clone(),
+            definition: serde_json::json!({
+                "kind": "child_finished",
+                "child_session_id": self.deps.session_id,
+            }),
+            next_due_at: now,
+            updated_at: now,
+        };
+        match self.deps.store.put_schedules(&[row]).await {
+            Ok(()) => self.deps.due_changed.notify_one(),
+            Err(error) => {
+                tracing::warn!(session = %self.deps.session_id, %error, "the parent could not be told that this child ended")
+            }
+        }
+    }
+
+    /// At activation: a call whose child ended while no wake-up reached this session (a crash
+    /// between the child's append and its row) gets its wake-up now.
+    pub(super) async fn mend_children(&self) {
+        let waiting: Vec<String> = self
+            .state
+            .children
+            .keys()
+            .filter(|call| crate::agent_tool::waits_for_child(&self.state, call))
+            .cloned()
+            .collect();
+        for call_id in waiting {
+            if self.child_result(&call_id).await.is_none() {
+                continue;
+            }
+            let now = chrono::Utc::now();
+            let row = ScheduleRow {
+                owner: ScheduleOwner::Session(self.deps.session_id),
+                key: format!("{CHILD_KEY_PREFIX}{call_id}"),
+                agent: self.deps.agent.name.clone(),
+                definition: serde_json::json!({ "kind": "child_finished" }),
+                next_due_at: now,
+                updated_at: now,
+            };
+            if self.deps.store.put_schedules(&[row]).await.is_ok() {
+                self.deps.due_changed.notify_one();
+            }
+        }
+    }
+
+    /// The result (or error) of the call `call_id` from its child's journal; `None` when the
+    /// call does not wait for a child or the child's turn still runs.
+    pub(super) async fn child_result(&self, call_id: &str) -> Option<Input> {
+        if !crate::agent_tool::waits_for_child(&self.state, call_id) {
+            return None;
+        }
+        let child: Uuid = self.state.children.get(call_id)?.parse().ok()?;
+        let mut events = Vec::new();
+        let mut after = 0;
+        loop {
+            let page = match self.deps.store.read(child, after, 1000).await {
+                Ok(page) => page,
+                Err(error) => {
+                    tracing::warn!(session = %self.deps.session_id, %child, %error, "the child's journal could not be read");
+                    return None;
+                }
+            };
+            let Some(last) = page.last() else { break };
+            after = last.seq;
+            events.extend(
+                page.iter()
+                    .filter_map(|e| SessionEvent::from_parts(&e.kind, &e.payload)),
+            );
+        }
+        Some(match child_outcome(child, &events)? {
+            Ok(result) => Input::ToolFinished {
+                call_id: call_id.to_string(),
+                result,
+            },
+            Err(error) => Input::ToolFailed {
+                call_id: call_id.to_string(),
+                error,
+            },
+        })
+    }
+}

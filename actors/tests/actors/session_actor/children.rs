@@ -1,0 +1,194 @@
+//! Sub-agents through the session actors and the scheduler, on SQLite and PostgreSQL: a
+//! coordinator's `agent` tool call starts a child session of another agent (its id derived
+//! from the parent's call, its row and `session_created` naming the parent), the child answers
+//! the task in its own turn, and its reply comes back to the parent through the database (a
+//! due-index row the scheduler delivers) as the call's result — once, even when the start and
+//! the wake-up are repeated.
+
+use serde_json::Value;
+use stead_actors::agent_tool::{child_session_id, start_child, AgentTool};
+use stead_actors::schedule_tool::Builtin;
+use stead_actors::session::{Scheduler, SchedulerOptions};
+use stead_actors::TranscriptEntry;
+use stead_persistence::Backend;
+use stead_testkit::db;
+
+use super::*;
+
+stead_testkit::both_backends!(a_child_session_answers_its_parents_call_once);
+
+/// `lead` delegates research to `researcher` (no approval).
+fn agents() -> Vec<Agent> {
+    let mut lead = agent("http://127.0.0.1:9");
+    lead.name = "lead".into();
+    lead.system_prompt = "You coordinate.".into();
+    let tool = AgentTool {
+        info: ToolInfo {
+            name: "research".into(),
+            description: "Ask the researcher".into(),
+            approval: ApprovalPolicy::Never,
+            idempotent: true,
+        },
+        agent: "researcher".into(),
+        parameters: AgentTool::default_parameters(),
+    };
+    lead.rules.tools.insert(
+        "research".into(),
+        ToolRules {
+            approval: ApprovalPolicy::Never,
+            idempotent: true,
+            arguments: stead_actors::ArgumentSchema::compile(&tool.parameters()).unwrap(),
+            approver: Default::default(),
+            builtin: Some(Builtin::Agent {
+                agent: "researcher".into(),
+            }),
+        },
+    );
+    lead.tools.insert("research".into(), Arc::new(tool));
+    let mut researcher = agent("http://127.0.0.1:9");
+    researcher.name = "researcher".into();
+    researcher.system_prompt = "You research.".into();
+    vec![lead, researcher]
+}
+
+/// The researcher answers; the coordinator delegates, then reports what came back.
+fn model() -> Arc<ScriptedModel> {
+    Arc::new(ScriptedModel::respond(|request| {
+        if request.system_prompt == "You research." {
+            return ("Findings: Rayleigh scattering.".into(), vec![]);
+        }
+        let result = request.transcript.iter().find_map(|e| match e {
+            TranscriptEntry::Tool { content, .. } => Some(content.clone()),
+            _ => None,
+        });
+        match result {
+            Some(content) => (format!("Done: {}", content["reply"]), vec![]),
+            None => (
+                String::new(),
+                vec![(
+                    "research".to_string(),
+                    json!({"task": "Why is the sky blue?"}),
+                )],
+            ),
+        }
+    }))
+}
+
+async fn kinds_of(store: &Arc<dyn JournalStore>, id: uuid::Uuid) -> Vec<(String, Value)> {
+    store
+        .read(id, 0, 1000)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.kind, e.payload))
+        .collect()
+}
+
+async fn a_child_session_answers_its_parents_call_once(backend: Backend) {
+    let db = db::open(backend).await;
+    let store = db.store.clone();
+    let registry = SessionRegistry::new(store.clone(), model(), agents());
+    let scheduler = Scheduler::new(
+        registry.clone(),
+        SchedulerOptions {
+            poll: Duration::from_millis(100),
+            ..Default::default()
+        },
+    )
+    .spawn();
+    let parent = store
+        .create_session(NewSession::for_agent("lead"))
+        .await
+        .unwrap()
+        .id;
+    let mut frames = registry.subscribe(parent).await.unwrap();
+    say(&registry, parent, "Find out why the sky is blue.").await;
+    wait_for(&mut frames, "turn_finished").await;
+
+    let child = child_session_id(parent, "t1");
+    let journal = kinds_of(&store, parent).await;
+    let started = journal
+        .iter()
+        .find(|(k, _)| k == "child_session_started")
+        .unwrap();
+    assert_eq!(
+        started.1,
+        json!({"call_id": "t1", "child_session_id": child})
+    );
+    let result = journal
+        .iter()
+        .find(|(k, _)| k == "tool_call_finished")
+        .unwrap();
+    assert_eq!(
+        result.1["result"],
+        json!({"reply": "Findings: Rayleigh scattering.", "child_session_id": child})
+    );
+    let answer = journal
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "assistant_message")
+        .unwrap();
+    assert_eq!(answer.1["text"], "Done: \"Findings: Rayleigh scattering.\"");
+
+    // The child names its parent, in its row and its journal, and did the task once.
+    let row = store.get_session(child).await.unwrap();
+    assert_eq!(row.agent, "researcher");
+    let link = row.parent.unwrap();
+    assert_eq!((link.session_id, link.call_id.as_str()), (parent, "t1"));
+    let child_journal = kinds_of(&store, child).await;
+    assert_eq!(
+        child_journal[0].1["parent"],
+        json!({"session_id": parent, "call_id": "t1"})
+    );
+    let tasks: Vec<&Value> = child_journal
+        .iter()
+        .filter(|(k, _)| k == "user_message")
+        .map(|(_, p)| p)
+        .collect();
+    assert_eq!(tasks.len(), 1);
+    assert_eq!(tasks[0]["text"], "Why is the sky blue?");
+
+    // Starting it again (a recovery) finds the same child and asks nothing twice; a second
+    // wake-up of the parent delivers nothing.
+    let again = start_child(
+        store.as_ref(),
+        parent,
+        "local",
+        "t1",
+        "researcher",
+        "Why is the sky blue?".into(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(again, child);
+    let before = store.read(parent, 0, 1000).await.unwrap().len();
+    assert!(registry
+        .send(
+            parent,
+            Input::ChildFinished {
+                call_id: "t1".into()
+            }
+        )
+        .await
+        .is_err());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(store.read(parent, 0, 1000).await.unwrap().len(), before);
+    assert_eq!(
+        kinds_of(&store, child)
+            .await
+            .iter()
+            .filter(|(k, _)| k == "user_message")
+            .count(),
+        1
+    );
+    let stored = stead_actors::replay::check(
+        parent,
+        &json!({}),
+        &store.read(parent, 0, 1000).await.unwrap(),
+        &registry.agent("lead").unwrap().rules,
+    )
+    .unwrap();
+    assert_eq!(stored.divergence, None);
+    scheduler.abort();
+    registry.stop_all();
+}
