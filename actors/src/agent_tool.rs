@@ -25,6 +25,9 @@ use crate::schedule_tool::Builtin;
 use crate::state::{CallStatus, SessionState};
 use crate::tools::{Tool, ToolContext, ToolError, ToolInfo};
 
+/// The due-index key of a child's "your parent's call was cancelled" wake-up.
+pub const PARENT_CANCEL_KEY: &str = "cancel:parent";
+
 /// The due-index key prefix of a parent's "a child ended" wake-up.
 pub const CHILD_KEY_PREFIX: &str = "child:";
 

@@ -8,7 +8,9 @@ use stead_persistence::{ScheduleOwner, ScheduleRow};
 use uuid::Uuid;
 
 use super::{Live, SessionMsg};
-use crate::agent_tool::{child_outcome, child_task, start_child, CHILD_KEY_PREFIX};
+use crate::agent_tool::{
+    child_outcome, child_task, start_child, CHILD_KEY_PREFIX, PARENT_CANCEL_KEY,
+};
 use crate::decide::Input;
 use crate::events::SessionEvent;
 
@@ -45,6 +47,41 @@ impl Live {
                     },
                 };
             let _ = me.cast(SessionMsg::Input(input, None));
+        });
+    }
+
+    /// The call `call_id` was cancelled (its turn was, or the session closed): its child's turn
+    /// is cancelled too, through a due-index row of the child that the scheduler delivers on
+    /// whichever node holds it (and the child's own children follow the same way).
+    pub(super) fn cancel_child(&self, call_id: &str) {
+        let Some(child) = self
+            .state
+            .children
+            .get(call_id)
+            .and_then(|c| c.parse::<Uuid>().ok())
+        else {
+            return;
+        };
+        let store = self.deps.store.clone();
+        let due_changed = self.deps.due_changed.clone();
+        let agent = self.deps.agent.name.clone();
+        let parent = self.deps.session_id;
+        tokio::spawn(async move {
+            let now = chrono::Utc::now();
+            let row = ScheduleRow {
+                owner: ScheduleOwner::Session(child),
+                key: PARENT_CANCEL_KEY.into(),
+                agent,
+                definition: serde_json::json!({"kind": "parent_cancelled", "parent": parent}),
+                next_due_at: now,
+                updated_at: now,
+            };
+            match store.put_schedules(&[row]).await {
+                Ok(()) => due_changed.notify_one(),
+                Err(error) => {
+                    tracing::warn!(session = %parent, %child, %error, "the child's cancel could not be recorded")
+                }
+            }
         });
     }
 

@@ -113,7 +113,9 @@ impl Live {
     /// Whether the fold wants a row for `key`, and when it is due: a pending schedule, or a
     /// pending approval whose row exists (its deadline is the row's, never moved).
     fn wanted(&self, key: &str) -> Option<Option<ScheduleRow>> {
-        if crate::agent_tool::child_call(key).is_some() {
+        if crate::agent_tool::child_call(key).is_some()
+            || key == crate::agent_tool::PARENT_CANCEL_KEY
+        {
             // A one-shot wake-up: gone once it was looked at (the child writes another when
             // its next turn ends).
             return Some(None);
@@ -182,7 +184,10 @@ impl Live {
         // children itself, below).
         let mut keys: BTreeSet<String> = rows
             .iter()
-            .filter(|r| crate::agent_tool::child_call(&r.key).is_none())
+            .filter(|r| {
+                crate::agent_tool::child_call(&r.key).is_none()
+                    && r.key != crate::agent_tool::PARENT_CANCEL_KEY
+            })
             .map(|r| r.key.clone())
             .collect();
         keys.extend(

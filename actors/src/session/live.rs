@@ -446,6 +446,7 @@ impl Live {
                 if let Some(cancel) = self.running_tools.remove(&call_id) {
                     cancel.cancel();
                 }
+                self.cancel_child(&call_id);
                 self.progress.remove(&call_id);
             }
             Action::AbortModelCall { call_id } => {

@@ -19,7 +19,7 @@ use stead_persistence::{NewEvent, NewSession};
 use super::due_index::approval_call;
 use super::{SessionError, SessionRegistry};
 use crate::agent_schedules::{occurrence_client_id, occurrence_session, AgentSchedule};
-use crate::agent_tool::child_call;
+use crate::agent_tool::{child_call, PARENT_CANCEL_KEY};
 use crate::decide::{Input, Refusal};
 use crate::events::SessionEvent;
 use crate::schedules::{occurrences, Firing, Occurrence, Occurrences};
@@ -234,10 +234,17 @@ async fn wake(
                 call_id: call_id.to_string(),
             }),
     );
-    if rows
-        .iter()
-        .any(|row| approval_call(&row.key).is_none() && child_call(&row.key).is_none())
-    {
+    let cancels = rows.iter().any(|row| row.key == PARENT_CANCEL_KEY);
+    if cancels {
+        inputs.push(Input::Cancel {
+            reason: "the parent's call was cancelled".into(),
+        });
+    }
+    if rows.iter().any(|row| {
+        approval_call(&row.key).is_none()
+            && child_call(&row.key).is_none()
+            && row.key != PARENT_CANCEL_KEY
+    }) {
         inputs.push(Input::SchedulesDue { now });
     }
     let mut fired = false;
@@ -271,6 +278,15 @@ async fn wake(
                 return Woken::Deferred(Duration::from_secs(1));
             }
         }
+    }
+    if cancels {
+        // Delivered (or there was nothing left to cancel): the row's work is done.
+        let owner = ScheduleOwner::Session(id);
+        let _ = registry
+            .shared
+            .store
+            .delete_schedule(&owner, PARENT_CANCEL_KEY)
+            .await;
     }
     if fired {
         Woken::Fired

@@ -389,6 +389,7 @@ impl Modify for BearerAuth {
         rest::cancel,
         rest::state_at,
         rest::fork,
+        rest::children,
         rest::create_schedule,
         rest::list_schedules,
         rest::cancel_schedule,

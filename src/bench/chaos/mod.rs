@@ -51,6 +51,9 @@ struct Totals {
     /// What clients were answered with 500 and above (see `workload::Ledger`).
     #[serde(default)]
     server_errors: std::collections::BTreeMap<String, u64>,
+    /// The first answers of 500 and above other than 503, with their requests.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    unexpected_errors: Vec<String>,
     /// With `--fault none`: one row per window (not added up across runs).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     windows: Vec<Window>,
@@ -141,6 +144,11 @@ impl Totals {
         self.max_ready_ms = self.max_ready_ms.max(run.max_ready_ms);
         for (key, n) in &run.server_errors {
             *self.server_errors.entry(key.clone()).or_default() += n;
+        }
+        for e in &run.unexpected_errors {
+            if self.unexpected_errors.len() < KEEP_VIOLATIONS {
+                self.unexpected_errors.push(e.clone());
+            }
         }
     }
 }
@@ -505,6 +513,7 @@ async fn run(dir: &Path, database: &str, args: &ChaosBenchArgs) -> anyhow::Resul
     drop(paused);
     run.acknowledged.add(shared.ledger().counts);
     run.server_errors = shared.ledger().server_errors.clone();
+    run.unexpected_errors = shared.ledger().unexpected_errors.clone();
     let _ = child.kill();
     let _ = child.wait();
     Ok(run)

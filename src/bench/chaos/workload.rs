@@ -88,6 +88,9 @@ pub struct Ledger {
     /// Answers of 500 and above, by `status code` (`code` from the JSON error body, or
     /// `no-json-error` when it had none).
     pub server_errors: BTreeMap<String, u64>,
+    /// The first answers of 500 and above other than 503: the request and the message, so a
+    /// run that fails names what failed (the server's log goes with its data directory).
+    pub unexpected_errors: Vec<String>,
     /// Sessions touched since the last check.
     pub dirty: HashSet<Uuid>,
     pub counts: Counts,
@@ -140,7 +143,9 @@ impl Shared {
         path: &str,
         body: Option<Value>,
     ) -> anyhow::Result<(u16, Value)> {
-        let mut request = self.http.request(method, format!("{}{path}", self.base));
+        let mut request = self
+            .http
+            .request(method.clone(), format!("{}{path}", self.base));
         if let Some(body) = body {
             request = request.json(&body);
         }
@@ -156,11 +161,17 @@ impl Shared {
             .record(micros.clamp(1, 60_000_000));
         if status >= 500 {
             let code = body["error"]["code"].as_str().unwrap_or("no-json-error");
-            *self
-                .ledger()
+            let mut ledger = self.ledger();
+            *ledger
                 .server_errors
                 .entry(format!("{status} {code}"))
                 .or_default() += 1;
+            if status != 503 && ledger.unexpected_errors.len() < 5 {
+                let message = body["error"]["message"].as_str().unwrap_or_default();
+                ledger
+                    .unexpected_errors
+                    .push(format!("{method} {path} → {status} {code}: {message}"));
+            }
         }
         Ok((status, body))
     }

@@ -3,7 +3,7 @@
 //! from the parent's call, its row and `session_created` naming the parent), the child answers
 //! the task in its own turn, and its reply comes back to the parent through the database (a
 //! due-index row the scheduler delivers) as the call's result — once, even when the start and
-//! the wake-up are repeated.
+//! the wake-up are repeated; and cancelling the parent's turn cancels the child's.
 
 use serde_json::Value;
 use stead_actors::agent_tool::{child_session_id, start_child, AgentTool};
@@ -15,7 +15,10 @@ use stead_testkit::db;
 
 use super::*;
 
-stead_testkit::both_backends!(a_child_session_answers_its_parents_call_once);
+stead_testkit::both_backends!(
+    a_child_session_answers_its_parents_call_once,
+    cancelling_the_parents_turn_cancels_the_childs,
+);
 
 /// `lead` delegates research to `researcher` (no approval).
 fn agents() -> Vec<Agent> {
@@ -189,6 +192,94 @@ async fn a_child_session_answers_its_parents_call_once(backend: Backend) {
     )
     .unwrap();
     assert_eq!(stored.divergence, None);
+    scheduler.abort();
+    registry.stop_all();
+}
+
+/// The researcher parks on an approval; the coordinator's turn is cancelled meanwhile.
+fn parking_model() -> Arc<ScriptedModel> {
+    Arc::new(ScriptedModel::respond(|request| {
+        if request.system_prompt == "You research." {
+            return (
+                String::new(),
+                vec![("delete_records".to_string(), json!({"table": "logs"}))],
+            );
+        }
+        (
+            String::new(),
+            vec![("research".to_string(), json!({"task": "Clean the logs."}))],
+        )
+    }))
+}
+
+async fn cancelling_the_parents_turn_cancels_the_childs(backend: Backend) {
+    let db = db::open(backend).await;
+    let store = db.store.clone();
+    let registry = SessionRegistry::new(store.clone(), parking_model(), agents());
+    let scheduler = Scheduler::new(
+        registry.clone(),
+        SchedulerOptions {
+            poll: Duration::from_millis(100),
+            ..Default::default()
+        },
+    )
+    .spawn();
+    let parent = store
+        .create_session(NewSession::for_agent("lead"))
+        .await
+        .unwrap()
+        .id;
+    let child = child_session_id(parent, "t1");
+    say(&registry, parent, "Clean up.").await;
+    // The child parks on its approval.
+    let mut parked = false;
+    for _ in 0..300 {
+        if store.get_session(child).await.is_ok()
+            && registry.state(child).await.unwrap().status() == "awaiting_approval"
+        {
+            parked = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(parked, "the child parks on its approval");
+    registry
+        .send(
+            parent,
+            Input::Cancel {
+                reason: "the user changed their mind".into(),
+            },
+        )
+        .await
+        .unwrap();
+    let mut cancelled = false;
+    for _ in 0..300 {
+        if journal_kinds(&store, child)
+            .await
+            .contains(&"turn_cancelled".to_string())
+        {
+            cancelled = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(cancelled, "the child's turn is cancelled too");
+    let kinds = journal_kinds(&store, parent).await;
+    assert_eq!(
+        kinds[kinds.len() - 2..],
+        ["tool_call_cancelled", "turn_cancelled"]
+    );
+    // The child's end wakes the parent for nothing: its journal does not move.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(journal_kinds(&store, parent).await, kinds);
+    assert!(store
+        .list_schedules(&stead_persistence::ScheduleQuery {
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .is_empty());
     scheduler.abort();
     registry.stop_all();
 }

@@ -258,3 +258,29 @@ pub async fn close_session(
         Err(error) => Err(error.into()),
     }
 }
+
+/// `GET /v1/sessions/{id}/children`: the child sessions this session's `agent` tool calls
+/// started, newest first (the first 500; `GET /v1/sessions?parent=` pages further).
+#[utoipa::path(get, path = "/v1/sessions/{id}/children", params(("id" = Uuid, Path, description = "Session id")), responses((status = 200, body = SessionList), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
+pub async fn children(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath(id): ApiPath<Uuid>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require_session(id)?;
+    state.store.get_session(id).await?;
+    let page = state
+        .store
+        .list_sessions(&SessionQuery {
+            agent: None,
+            parent: Some(id),
+            status: None,
+            limit: stead_persistence::MAX_PAGE,
+            cursor: None,
+        })
+        .await?;
+    Ok(Json(json!({
+        "sessions": page.sessions.iter().map(row_view).collect::<Vec<_>>(),
+        "next_cursor": page.next_cursor,
+    })))
+}

@@ -424,6 +424,11 @@ async fn child_sessions_are_listed_by_their_parent() {
         .find(|s| s["id"] == json!(parent))
         .unwrap();
     assert!(top.get("parent_session_id").is_none(), "{top}");
+    let (status, children) = app
+        .call("GET", &format!("/v1/sessions/{parent}/children"), None)
+        .await;
+    assert_eq!(status, 200, "{children}");
+    assert_eq!(children["sessions"], page["sessions"]);
     let (status, body) = app.call("GET", "/v1/sessions?parent=nope", None).await;
     assert_eq!(
         (status, &body["error"]["code"]),
