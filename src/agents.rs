@@ -32,6 +32,7 @@ pub fn build(
         .map(|agent| {
             let mut built = build_agent(agent, store, &client)?;
             built.rules.schedules = config.schedules.limits();
+            built.rules.max_depth = config.sessions.max_delegation_depth;
             built.dynamic = match mcp {
                 Some(mcp) => mcp_tools(agent, &built.rules, mcp, config)?,
                 None => None,
@@ -157,6 +158,7 @@ pub fn rules(config: &AgentConfig) -> anyhow::Result<AgentRules> {
         message_mode: config.message_mode,
         schedules: Default::default(),
         callbacks: config.callbacks.clone(),
+        max_depth: stead_actors::DEFAULT_MAX_DEPTH,
     })
 }
 

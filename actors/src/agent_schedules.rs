@@ -150,6 +150,7 @@ mod tests {
             message_mode: Default::default(),
             schedules: Default::default(),
             callbacks: Default::default(),
+            max_depth: crate::DEFAULT_MAX_DEPTH,
         };
         let limits = &limits;
         let row = plan_create(

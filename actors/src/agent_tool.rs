@@ -114,6 +114,7 @@ pub async fn start_child(
     call_id: &str,
     agent: &str,
     task: String,
+    depth: u32,
 ) -> Result<Uuid, Error> {
     let child = child_session_id(parent, call_id);
     let created = store
@@ -140,6 +141,7 @@ pub async fn start_child(
             parent: Some(ParentRef {
                 session_id: parent.to_string(),
                 call_id: call_id.to_string(),
+                depth,
             }),
         },
         SessionEvent::UserMessage {

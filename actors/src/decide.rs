@@ -436,6 +436,23 @@ impl Planner<'_> {
                             in_doubt: false,
                         }
                     }
+                    Some(rules)
+                        if matches!(
+                            rules.builtin,
+                            Some(crate::schedule_tool::Builtin::Agent { .. })
+                        ) && self.state.depth() >= self.agent.max_depth =>
+                    {
+                        SessionEvent::ToolCallFailed {
+                            call_id: call.call_id.clone(),
+                            tool: call.tool.clone(),
+                            error: format!(
+                                "this session is {} delegations deep, the most this server allows \
+                                 (sessions.max_delegation_depth): it cannot start another agent",
+                                self.state.depth()
+                            ),
+                            in_doubt: false,
+                        }
+                    }
                     Some(rules) => {
                         let needs = if self.state.approved_tools.contains(&call.tool) {
                             None

@@ -146,6 +146,13 @@ impl ApprovalOutcome {
 pub struct ParentRef {
     pub session_id: String,
     pub call_id: String,
+    /// The child's depth: 1 for a child of a top-level session (absent in older journals: 1).
+    #[serde(default = "first_level")]
+    pub depth: u32,
+}
+
+fn first_level() -> u32 {
+    1
 }
 
 /// One journaled step of a session.

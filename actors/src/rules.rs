@@ -40,7 +40,13 @@ pub struct AgentRules {
     /// Named prompt templates a schedule may deliver instead of a fixed text (`callback`), by
     /// name (docs/schedules.md, "Callbacks").
     pub callbacks: BTreeMap<String, String>,
+    /// How deep sessions may delegate: a session at this depth (its parent chain's length)
+    /// cannot start a child (`agent` tools; `sessions.max_delegation_depth`).
+    pub max_depth: u32,
 }
+
+/// The default delegation depth: a coordinator, its children and their children.
+pub const DEFAULT_MAX_DEPTH: u32 = 3;
 
 /// The policy of the dynamic tools whose model-visible names match `pattern`.
 #[derive(Debug, Clone)]

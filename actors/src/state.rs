@@ -136,6 +136,11 @@ pub struct SessionState {
 pub const LOCAL_PRINCIPAL: &str = "local";
 
 impl SessionState {
+    /// How many sessions delegated down to this one (0: a top-level session).
+    pub fn depth(&self) -> u32 {
+        self.parent.as_ref().map_or(0, |p| p.depth)
+    }
+
     /// Who this session's model calls are charged to.
     pub fn principal(&self) -> &str {
         self.principal.as_deref().unwrap_or(LOCAL_PRINCIPAL)

@@ -71,6 +71,9 @@ pub struct SessionsConfig {
     pub max_queued_messages: usize,
     /// How long a session token is valid from when it is minted (0: until rotated).
     pub token_ttl_secs: u64,
+    /// How deep sessions may delegate through `agent` tools (a session at this depth cannot
+    /// start a child).
+    pub max_delegation_depth: u32,
 }
 
 impl Default for SessionsConfig {
@@ -88,6 +91,7 @@ impl Default for SessionsConfig {
             retention_sweep_secs: 3600,
             max_queued_messages: lifecycle.max_queued_messages,
             token_ttl_secs: 30 * 24 * 3600,
+            max_delegation_depth: stead_actors::DEFAULT_MAX_DEPTH,
         }
     }
 }

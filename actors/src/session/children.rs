@@ -27,25 +27,34 @@ impl Live {
         let store = self.deps.store.clone();
         let parent = self.deps.session_id;
         let principal = self.state.principal().to_string();
+        let depth = self.state.depth() + 1;
         let due_changed = self.deps.due_changed.clone();
         let me = myself.clone();
         tokio::spawn(async move {
             let task = child_task(&arguments);
-            let input =
-                match start_child(store.as_ref(), parent, &principal, &call_id, &agent, task).await
-                {
-                    Ok(child) => {
-                        due_changed.notify_one();
-                        Input::ChildStarted {
-                            call_id,
-                            child_session_id: child.to_string(),
-                        }
-                    }
-                    Err(error) => Input::ToolFailed {
+            let input = match start_child(
+                store.as_ref(),
+                parent,
+                &principal,
+                &call_id,
+                &agent,
+                task,
+                depth,
+            )
+            .await
+            {
+                Ok(child) => {
+                    due_changed.notify_one();
+                    Input::ChildStarted {
                         call_id,
-                        error: format!("the child session could not be started: {error}"),
-                    },
-                };
+                        child_session_id: child.to_string(),
+                    }
+                }
+                Err(error) => Input::ToolFailed {
+                    call_id,
+                    error: format!("the child session could not be started: {error}"),
+                },
+            };
             let _ = me.cast(SessionMsg::Input(input, None));
         });
     }

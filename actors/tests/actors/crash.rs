@@ -99,6 +99,7 @@ fn agent(endpoint: &str) -> Agent {
         message_mode: Default::default(),
         schedules: Default::default(),
         callbacks: Default::default(),
+        max_depth: stead_actors::DEFAULT_MAX_DEPTH,
     };
     Agent {
         name: "crash".into(),

@@ -64,7 +64,11 @@ export type CatchUp = "one" | "all" | "skip";
 /**
  * The session and tool call that started a child session.
  */
-export type ParentRef = { session_id: string, call_id: string, };
+export type ParentRef = { session_id: string, call_id: string, 
+/**
+ * The child's depth: 1 for a child of a top-level session (absent in older journals: 1).
+ */
+depth: number, };
 
 /**
  * What a firing delivers: a user message — its `text`, or the agent's `callback` (a prompt

@@ -2,6 +2,7 @@
 //! a session through inputs and checks the journaled events and the actions. By topic: turns,
 //! tools and approvals (`turns`); recovery, refusals and the end of a session (`recovery`).
 
+mod children;
 mod dynamic;
 mod modes;
 mod recovery;
@@ -96,6 +97,7 @@ impl Session {
                 message_mode: Default::default(),
                 schedules: Default::default(),
                 callbacks: Default::default(),
+                max_depth: stead_actors::DEFAULT_MAX_DEPTH,
             },
         };
         s.commit(vec![SessionEvent::SessionCreated {

@@ -141,7 +141,7 @@ async fn a_child_session_answers_its_parents_call_once(backend: Backend) {
     let child_journal = kinds_of(&store, child).await;
     assert_eq!(
         child_journal[0].1["parent"],
-        json!({"session_id": parent, "call_id": "t1"})
+        json!({"session_id": parent, "call_id": "t1", "depth": 1})
     );
     let tasks: Vec<&Value> = child_journal
         .iter()
@@ -160,6 +160,7 @@ async fn a_child_session_answers_its_parents_call_once(backend: Backend) {
         "t1",
         "researcher",
         "Why is the sky blue?".into(),
+        1,
     )
     .await
     .unwrap();

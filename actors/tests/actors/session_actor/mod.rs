@@ -73,6 +73,7 @@ fn agent(url: &str) -> Agent {
         message_mode: Default::default(),
         schedules: Default::default(),
         callbacks: Default::default(),
+        max_depth: stead_actors::DEFAULT_MAX_DEPTH,
     };
     Agent {
         name: "ops".into(),
