@@ -104,10 +104,34 @@ pub fn occurrence_session(
         created_at.timestamp_micros(),
         due_at.timestamp_micros()
     );
+    derived_id(&name)
+}
+
+/// A UUIDv8 from SHA-256 of `name`: the same on every node and every retry.
+pub fn derived_id(name: &str) -> Uuid {
     let digest = Sha256::digest(name.as_bytes());
     let mut bytes = [0u8; 16];
     bytes.copy_from_slice(&digest[..16]);
     uuid::Builder::from_custom_bytes(bytes).into_uuid()
+}
+
+/// A due-index row that wakes `session` now (a one-shot wake-up: a child's start or end, a
+/// parent's cancel), with `definition` saying why.
+pub fn wake_now(
+    session: Uuid,
+    key: String,
+    agent: &str,
+    definition: serde_json::Value,
+) -> ScheduleRow {
+    let now = Utc::now();
+    ScheduleRow {
+        owner: ScheduleOwner::Session(session),
+        key,
+        agent: agent.to_string(),
+        definition,
+        next_due_at: now,
+        updated_at: now,
+    }
 }
 
 /// The `client_id` of an occurrence's message: a retry of it is refused as a duplicate.

@@ -12,12 +12,10 @@
 
 use async_trait::async_trait;
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
-use stead_persistence::{
-    Error, JournalStore, NewEvent, NewSession, ParentLink, ScheduleOwner, ScheduleRow,
-};
+use stead_persistence::{Error, JournalStore, NewEvent, NewSession, ParentLink};
 use uuid::Uuid;
 
+use crate::agent_schedules::{derived_id, wake_now};
 use crate::decide::{Planner, Refusal};
 use crate::events::{ParentRef, SessionEvent, TurnEnd};
 use crate::policy::ApprovalPolicy;
@@ -91,10 +89,7 @@ impl Tool for AgentTool {
 /// The id of the child session a call starts: a UUIDv8 from SHA-256 of the parent's id and
 /// the call id (the parent's idempotency key).
 pub fn child_session_id(parent: Uuid, call_id: &str) -> Uuid {
-    let digest = Sha256::digest(format!("stead:child\n{parent}\n{call_id}").as_bytes());
-    let mut bytes = [0u8; 16];
-    bytes.copy_from_slice(&digest[..16]);
-    uuid::Builder::from_custom_bytes(bytes).into_uuid()
+    derived_id(&format!("stead:child\n{parent}\n{call_id}"))
 }
 
 /// The child's first message: the call's `task`, or its arguments as JSON when it has none.
@@ -162,17 +157,8 @@ pub async fn start_child(
         Err(error) => return Err(error),
     }
     // Its activation starts the turn; the row only wakes it (and is mended away after).
-    let now = chrono::Utc::now();
-    store
-        .put_schedules(&[ScheduleRow {
-            owner: ScheduleOwner::Session(child),
-            key: "start".into(),
-            agent: agent.to_string(),
-            definition: json!({"kind": "child_start"}),
-            next_due_at: now,
-            updated_at: now,
-        }])
-        .await?;
+    let row = wake_now(child, "start".into(), agent, json!({"kind": "child_start"}));
+    store.put_schedules(&[row]).await?;
     Ok(child)
 }
 

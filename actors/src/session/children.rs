@@ -4,10 +4,10 @@
 
 use ractor::ActorRef;
 use serde_json::Value;
-use stead_persistence::{ScheduleOwner, ScheduleRow};
 use uuid::Uuid;
 
 use super::{Live, SessionMsg};
+use crate::agent_schedules::wake_now;
 use crate::agent_tool::{
     child_outcome, child_task, start_child, CHILD_KEY_PREFIX, PARENT_CANCEL_KEY,
 };
@@ -76,15 +76,8 @@ impl Live {
         let agent = self.deps.agent.name.clone();
         let parent = self.deps.session_id;
         tokio::spawn(async move {
-            let now = chrono::Utc::now();
-            let row = ScheduleRow {
-                owner: ScheduleOwner::Session(child),
-                key: PARENT_CANCEL_KEY.into(),
-                agent,
-                definition: serde_json::json!({"kind": "parent_cancelled", "parent": parent}),
-                next_due_at: now,
-                updated_at: now,
-            };
+            let definition = serde_json::json!({"kind": "parent_cancelled", "parent": parent});
+            let row = wake_now(child, PARENT_CANCEL_KEY.into(), &agent, definition);
             match store.put_schedules(&[row]).await {
                 Ok(()) => due_changed.notify_one(),
                 Err(error) => {
@@ -103,18 +96,12 @@ impl Live {
         let Ok(parent_id) = parent.session_id.parse::<Uuid>() else {
             return;
         };
-        let now = chrono::Utc::now();
-        let row = ScheduleRow {
-            owner: ScheduleOwner::Session(parent_id),
-            key: format!("{CHILD_KEY_PREFIX}{}", parent.call_id),
-            agent: self.deps.agent.name.clone(),
-            definition: serde_json::json!({
-                "kind": "child_finished",
-                "child_session_id": self.deps.session_id,
-            }),
-            next_due_at: now,
-            updated_at: now,
-        };
+        let row = wake_now(
+            parent_id,
+            format!("{CHILD_KEY_PREFIX}{}", parent.call_id),
+            &self.deps.agent.name,
+            serde_json::json!({"kind": "child_finished", "child_session_id": self.deps.session_id}),
+        );
         match self.deps.store.put_schedules(&[row]).await {
             Ok(()) => self.deps.due_changed.notify_one(),
             Err(error) => {
@@ -137,15 +124,12 @@ impl Live {
             if self.child_result(&call_id).await.is_none() {
                 continue;
             }
-            let now = chrono::Utc::now();
-            let row = ScheduleRow {
-                owner: ScheduleOwner::Session(self.deps.session_id),
-                key: format!("{CHILD_KEY_PREFIX}{call_id}"),
-                agent: self.deps.agent.name.clone(),
-                definition: serde_json::json!({ "kind": "child_finished" }),
-                next_due_at: now,
-                updated_at: now,
-            };
+            let row = wake_now(
+                self.deps.session_id,
+                format!("{CHILD_KEY_PREFIX}{call_id}"),
+                &self.deps.agent.name,
+                serde_json::json!({ "kind": "child_finished" }),
+            );
             if self.deps.store.put_schedules(&[row]).await.is_ok() {
                 self.deps.due_changed.notify_one();
             }

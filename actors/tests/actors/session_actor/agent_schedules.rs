@@ -27,6 +27,31 @@ async fn messages(store: &Arc<dyn JournalStore>, id: uuid::Uuid) -> Vec<serde_js
         .collect()
 }
 
+/// The sessions of agent `ops`, newest first.
+async fn ops_sessions(store: &Arc<dyn JournalStore>) -> Vec<stead_persistence::Session> {
+    store
+        .list_sessions(&SessionQuery {
+            agent: Some("ops".into()),
+            limit: 100,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .sessions
+}
+
+/// Agent `ops`'s own schedules.
+async fn ops_schedules(store: &Arc<dyn JournalStore>) -> Vec<stead_persistence::ScheduleRow> {
+    store
+        .list_schedules(&ScheduleQuery {
+            agent: Some("ops".into()),
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+}
+
 async fn an_agents_schedule_starts_one_session_per_occurrence(backend: Backend) {
     let t0 = t("2026-07-01T00:00:00Z");
     let db = db::open(backend).await;
@@ -72,15 +97,7 @@ async fn an_agents_schedule_starts_one_session_per_occurrence(backend: Backend) 
         }
         tokio::time::sleep(Duration::from_millis(1100)).await;
     }
-    let sessions = store
-        .list_sessions(&SessionQuery {
-            agent: Some("ops".into()),
-            limit: 100,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .sessions;
+    let sessions = ops_sessions(&store).await;
     let mut ids: Vec<uuid::Uuid> = sessions.iter().map(|s| s.id).collect();
     ids.sort();
     let mut want: Vec<uuid::Uuid> = [60, 120]
@@ -115,14 +132,7 @@ async fn an_agents_schedule_starts_one_session_per_occurrence(backend: Backend) 
         assert!(answered, "the occurrence's turn runs to its end");
     }
     let owner = ScheduleOwner::Agent("ops".into());
-    let rows = store
-        .list_schedules(&ScheduleQuery {
-            agent: Some("ops".into()),
-            limit: 10,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let rows = ops_schedules(&store).await;
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].next_due_at, t0 + Span::seconds(180));
     assert_eq!(AgentSchedule::from_row(&rows[0]).unwrap().created_at, t0);
@@ -136,25 +146,9 @@ async fn an_agents_schedule_starts_one_session_per_occurrence(backend: Backend) 
     assert_eq!(pass.due, 1);
     let again = occurrence_session("ops", "report", t0, t0 + Span::seconds(120));
     assert_eq!(messages(&store, again).await.len(), 1);
-    let total = store
-        .list_sessions(&SessionQuery {
-            agent: Some("ops".into()),
-            limit: 100,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .sessions
-        .len();
+    let total = ops_sessions(&store).await.len();
     assert_eq!(total, 2);
-    let rows = store
-        .list_schedules(&ScheduleQuery {
-            agent: Some("ops".into()),
-            limit: 10,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let rows = ops_schedules(&store).await;
     assert_eq!(rows[0].next_due_at, t0 + Span::seconds(180));
     assert!(store.delete_schedule(&owner, "report").await.unwrap());
     a.stop_all();

@@ -87,23 +87,36 @@ async fn kinds_of(store: &Arc<dyn JournalStore>, id: uuid::Uuid) -> Vec<(String,
         .collect()
 }
 
-async fn a_child_session_answers_its_parents_call_once(backend: Backend) {
+/// A store, a registry with both agents answered by `model`, a scheduler that looks every
+/// 100 ms, and a session of `lead`.
+async fn tree(
+    backend: Backend,
+    model: Arc<ScriptedModel>,
+) -> (
+    db::TestStore,
+    SessionRegistry,
+    tokio::task::JoinHandle<()>,
+    uuid::Uuid,
+) {
     let db = db::open(backend).await;
-    let store = db.store.clone();
-    let registry = SessionRegistry::new(store.clone(), model(), agents());
-    let scheduler = Scheduler::new(
-        registry.clone(),
-        SchedulerOptions {
-            poll: Duration::from_millis(100),
-            ..Default::default()
-        },
-    )
-    .spawn();
-    let parent = store
+    let registry = SessionRegistry::new(db.store.clone(), model, agents());
+    let options = SchedulerOptions {
+        poll: Duration::from_millis(100),
+        ..Default::default()
+    };
+    let scheduler = Scheduler::new(registry.clone(), options).spawn();
+    let parent = db
+        .store
         .create_session(NewSession::for_agent("lead"))
         .await
         .unwrap()
         .id;
+    (db, registry, scheduler, parent)
+}
+
+async fn a_child_session_answers_its_parents_call_once(backend: Backend) {
+    let (db, registry, scheduler, parent) = tree(backend, model()).await;
+    let store = db.store.clone();
     let mut frames = registry.subscribe(parent).await.unwrap();
     say(&registry, parent, "Find out why the sky is blue.").await;
     wait_for(&mut frames, "turn_finished").await;
@@ -214,22 +227,8 @@ fn parking_model() -> Arc<ScriptedModel> {
 }
 
 async fn cancelling_the_parents_turn_cancels_the_childs(backend: Backend) {
-    let db = db::open(backend).await;
+    let (db, registry, scheduler, parent) = tree(backend, parking_model()).await;
     let store = db.store.clone();
-    let registry = SessionRegistry::new(store.clone(), parking_model(), agents());
-    let scheduler = Scheduler::new(
-        registry.clone(),
-        SchedulerOptions {
-            poll: Duration::from_millis(100),
-            ..Default::default()
-        },
-    )
-    .spawn();
-    let parent = store
-        .create_session(NewSession::for_agent("lead"))
-        .await
-        .unwrap()
-        .id;
     let child = child_session_id(parent, "t1");
     say(&registry, parent, "Clean up.").await;
     // The child parks on its approval.
