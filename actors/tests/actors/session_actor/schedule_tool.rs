@@ -66,7 +66,9 @@ async fn the_schedule_tool_under_approval_creates_a_schedule_that_fires(backend:
     say(&registry, id, "every minute, remind me of the standup").await;
     wait_for(&mut frames, "approval_requested").await;
     assert!(registry.state(id).await.unwrap().schedules.is_empty());
-    let approved_at = Utc::now();
+    // The session reads its clock at millisecond precision (`RunBuiltin.now`), so compare
+    // against an instant truncated the same way.
+    let approved_at = chrono::SubsecRound::trunc_subsecs(Utc::now(), 3);
     let decision = Input::Decision {
         call_id: "t1".into(),
         approved: true,
