@@ -32,7 +32,10 @@ pub fn build(
         .map(|agent| {
             let mut built = build_agent(agent, store, &client)?;
             built.rules.schedules = config.schedules.limits();
-            built.rules.max_depth = config.sessions.max_delegation_depth;
+            built.rules.delegation = stead_actors::Delegation {
+                max_depth: config.sessions.max_delegation_depth,
+                max_fanout: config.sessions.max_delegation_fanout,
+            };
             built.dynamic = match mcp {
                 Some(mcp) => mcp_tools(agent, &built.rules, mcp, config)?,
                 None => None,
@@ -158,7 +161,7 @@ pub fn rules(config: &AgentConfig) -> anyhow::Result<AgentRules> {
         message_mode: config.message_mode,
         schedules: Default::default(),
         callbacks: config.callbacks.clone(),
-        max_depth: stead_actors::DEFAULT_MAX_DEPTH,
+        delegation: Default::default(),
     })
 }
 

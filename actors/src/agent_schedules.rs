@@ -174,7 +174,7 @@ mod tests {
             message_mode: Default::default(),
             schedules: Default::default(),
             callbacks: Default::default(),
-            max_depth: crate::DEFAULT_MAX_DEPTH,
+            delegation: Default::default(),
         };
         let limits = &limits;
         let row = plan_create(

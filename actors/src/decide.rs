@@ -402,20 +402,15 @@ impl Planner<'_> {
             if turn.model_call.is_some() {
                 return;
             }
-            if self
-                .decision
-                .actions
-                .iter()
-                .any(|a| matches!(a, Action::RunTool { .. }))
-            {
-                return; // one tool at a time
-            }
-            // Apply policies to newly requested calls.
+            // Apply policies to newly requested calls, in the model's order.
             if let Some(call) = turn
                 .calls
                 .iter()
                 .find(|c| c.status == CallStatus::Requested)
             {
+                if !self.may_start_beside_running(&turn, &call.tool) {
+                    return; // it waits for the calls that run
+                }
                 let rules = self.rules(&call.tool);
                 let invalid = rules
                     .as_ref()
@@ -436,20 +431,11 @@ impl Planner<'_> {
                             in_doubt: false,
                         }
                     }
-                    Some(rules)
-                        if matches!(
-                            rules.builtin,
-                            Some(crate::schedule_tool::Builtin::Agent { .. })
-                        ) && self.state.depth() >= self.agent.max_depth =>
-                    {
+                    Some(rules) if delegates(&rules) && self.delegation_refused(call).is_some() => {
                         SessionEvent::ToolCallFailed {
                             call_id: call.call_id.clone(),
                             tool: call.tool.clone(),
-                            error: format!(
-                                "this session is {} delegations deep, the most this server allows \
-                                 (sessions.max_delegation_depth): it cannot start another agent",
-                                self.state.depth()
-                            ),
+                            error: self.delegation_refused(call).unwrap_or_default(),
                             in_doubt: false,
                         }
                     }
@@ -482,6 +468,9 @@ impl Planner<'_> {
                 return; // parked: nothing runs until a decision arrives
             }
             if let Some(call) = turn.calls.iter().find(|c| c.status == CallStatus::Approved) {
+                if !self.may_start_beside_running(&turn, &call.tool) {
+                    return; // it waits for the calls that run
+                }
                 let event = self.start(
                     call.call_id.clone(),
                     call.tool.clone(),
@@ -516,6 +505,48 @@ impl Planner<'_> {
         }
     }
 
+    /// Whether a call of `tool` may start now: when nothing runs, or when it and every call
+    /// that runs may run concurrently (docs/sessions.md, "Concurrent tool calls").
+    fn may_start_beside_running(&self, turn: &crate::state::Turn, tool: &str) -> bool {
+        let mut running = turn
+            .calls
+            .iter()
+            .filter(|c| matches!(c.status, CallStatus::Started { .. }))
+            .peekable();
+        if running.peek().is_none() {
+            return true;
+        }
+        let concurrent = |tool: &str| self.rules(tool).is_some_and(|r| runs_concurrently(&r));
+        concurrent(tool) && running.all(|c| concurrent(&c.tool))
+    }
+
+    /// Why an `agent` call may not start a child: the session is as deep as delegation may go,
+    /// or the answer holds more agent calls than the fan-out limit (`None`: it may).
+    fn delegation_refused(&self, call: &crate::state::CallState) -> Option<String> {
+        let limits = &self.agent.delegation;
+        if self.state.depth() >= limits.max_depth {
+            return Some(format!(
+                "this session is {} delegations deep, the most this server allows \
+                 (sessions.max_delegation_depth): it cannot start another agent",
+                self.state.depth()
+            ));
+        }
+        let turn = self.state.turn.as_ref()?;
+        let before = turn
+            .calls
+            .iter()
+            .take_while(|c| c.call_id != call.call_id)
+            .filter(|c| self.rules(&c.tool).is_some_and(|r| delegates(&r)))
+            .count();
+        (before >= limits.max_fanout as usize).then(|| {
+            format!(
+                "this answer asks for more than {} agent calls, the most one answer may start \
+                 (sessions.max_delegation_fanout): this one was not started",
+                limits.max_fanout
+            )
+        })
+    }
+
     /// `tool_call_started` for a call, with its action.
     fn start(&mut self, call_id: String, tool: String, arguments: Value) -> SessionEvent {
         let idempotency_key = format!("{}:{}", self.session_id, call_id);
@@ -530,5 +561,23 @@ impl Planner<'_> {
             tool,
             idempotency_key,
         }
+    }
+}
+
+/// Whether a tool's calls start child sessions (`agent` tools).
+fn delegates(rules: &ToolRules) -> bool {
+    matches!(
+        rules.builtin,
+        Some(crate::schedule_tool::Builtin::Agent { .. })
+    )
+}
+
+/// Whether a tool's calls may run beside other calls of the same answer: `agent` calls, and
+/// calls of idempotent outside tools that never need approval. Schedule calls run inside a
+/// decision and everything else one at a time.
+fn runs_concurrently(rules: &ToolRules) -> bool {
+    match rules.builtin {
+        Some(_) => delegates(rules),
+        None => rules.idempotent && matches!(rules.approval, crate::policy::ApprovalPolicy::Never),
     }
 }

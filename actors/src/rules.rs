@@ -40,13 +40,34 @@ pub struct AgentRules {
     /// Named prompt templates a schedule may deliver instead of a fixed text (`callback`), by
     /// name (docs/schedules.md, "Callbacks").
     pub callbacks: BTreeMap<String, String>,
-    /// How deep sessions may delegate: a session at this depth (its parent chain's length)
-    /// cannot start a child (`agent` tools; `sessions.max_delegation_depth`).
+    /// Limits on the child sessions that `agent` tools start.
+    pub delegation: Delegation,
+}
+
+/// Limits on delegation (`agent` tools), from `[sessions]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Delegation {
+    /// A session at this depth (its parent chain's length) cannot start a child
+    /// (`sessions.max_delegation_depth`).
     pub max_depth: u32,
+    /// The most agent calls one model answer may start; the rest fail back to the model
+    /// (`sessions.max_delegation_fanout`).
+    pub max_fanout: u32,
 }
 
 /// The default delegation depth: a coordinator, its children and their children.
 pub const DEFAULT_MAX_DEPTH: u32 = 3;
+/// The default fan-out: agent calls one model answer may start.
+pub const DEFAULT_MAX_FANOUT: u32 = 8;
+
+impl Default for Delegation {
+    fn default() -> Self {
+        Delegation {
+            max_depth: DEFAULT_MAX_DEPTH,
+            max_fanout: DEFAULT_MAX_FANOUT,
+        }
+    }
+}
 
 /// The policy of the dynamic tools whose model-visible names match `pattern`.
 #[derive(Debug, Clone)]

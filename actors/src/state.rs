@@ -346,6 +346,18 @@ impl SessionState {
                 principal,
             } => {
                 self.forked_from = Some((from.clone(), *at));
+                // A fork is a session of its own, not a child: it reports to no parent. Its
+                // agent calls that still wait start children of the fork's own when it
+                // recovers (docs/sessions.md, "Forks and exports of trees"); the source's
+                // children are never touched.
+                self.parent = None;
+                if let Some(turn) = &self.turn {
+                    for call in &turn.calls {
+                        if matches!(call.status, CallStatus::Started { .. }) {
+                            self.children.remove(&call.call_id);
+                        }
+                    }
+                }
                 if principal.is_some() {
                     self.principal = principal.clone();
                 }

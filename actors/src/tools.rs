@@ -25,6 +25,17 @@ pub struct ToolProgress {
     pub total: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// An `agent` call's child session (docs/sessions.md, "Sub-agents").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child_session_id: Option<String>,
+    /// The child session's status (`running`, `awaiting_approval`, `idle`, `failed`,
+    /// `closed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child_status: Option<String>,
+    /// What the child did last, in a line (`calling lookup`, `awaiting approval of
+    /// delete_records`, or its reply's text).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
 }
 
 /// Where a running tool reports its progress.

@@ -61,7 +61,7 @@ pub(crate) fn agent() -> Agent {
             message_mode: Default::default(),
             schedules: Default::default(),
             callbacks: Default::default(),
-            max_depth: stead_actors::DEFAULT_MAX_DEPTH,
+            delegation: Default::default(),
         },
         tools: Default::default(),
         dynamic: None,

@@ -74,6 +74,8 @@ pub struct SessionsConfig {
     /// How deep sessions may delegate through `agent` tools (a session at this depth cannot
     /// start a child).
     pub max_delegation_depth: u32,
+    /// The most `agent` calls one model answer may start (the rest fail back to the model).
+    pub max_delegation_fanout: u32,
 }
 
 impl Default for SessionsConfig {
@@ -92,6 +94,7 @@ impl Default for SessionsConfig {
             max_queued_messages: lifecycle.max_queued_messages,
             token_ttl_secs: 30 * 24 * 3600,
             max_delegation_depth: stead_actors::DEFAULT_MAX_DEPTH,
+            max_delegation_fanout: stead_actors::DEFAULT_MAX_FANOUT,
         }
     }
 }

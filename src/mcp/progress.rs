@@ -42,6 +42,7 @@ impl ClientHandler for Handler {
             progress: Some(params.progress),
             total: params.total,
             message: params.message,
+            ..Default::default()
         };
         let sink = lock(&self.shared.sinks)
             .get(&params.progress_token)

@@ -20,6 +20,7 @@
 mod architecture;
 mod chaos;
 mod cli;
+mod delegation_budget;
 mod gateway;
 mod gateway_router;
 mod mcp;
@@ -30,3 +31,4 @@ mod serve;
 mod serve_crash;
 mod telemetry;
 mod web_ui;
+mod web_ui_delegation;

@@ -40,7 +40,7 @@ async fn a_session_answers_with_the_real_model() {
             message_mode: Default::default(),
             schedules: Default::default(),
             callbacks: Default::default(),
-            max_depth: stead_actors::DEFAULT_MAX_DEPTH,
+            delegation: Default::default(),
         },
         tools: BTreeMap::new(),
         dynamic: None,

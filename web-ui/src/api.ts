@@ -13,6 +13,20 @@ export class ApiError extends Error {
   }
 }
 
+/** A pending approval as the inbox and a session tree's view list it. */
+export interface PendingApproval {
+  session_id: string;
+  agent: string;
+  call_id: string;
+  tool: string;
+  arguments: unknown;
+  args_hash: string;
+  reason: string;
+  /** Set for a child session's approval: the session whose agent call started it. */
+  parent_session_id?: string;
+  parent_call_id?: string;
+}
+
 export interface Credentials {
   /** Origin of the Stead server; empty: the page's own. */
   baseUrl?: string;
@@ -85,6 +99,15 @@ export const api = {
   cancelSchedule: (c: Credentials, id: string, key: string) =>
     call<{ session_id: string; seq: number }>(c, "DELETE", `/v1/sessions/${id}/schedules/${encodeURIComponent(key)}`),
   pendingApprovals: (c: Credentials) => call<{ approvals: unknown[] }>(c, "GET", "/v1/approvals?status=pending"),
+  /** The pending approvals of a session and its descendants (child sessions of agent calls). */
+  treeApprovals: (c: Credentials, id: string) =>
+    call<{ approvals: PendingApproval[] }>(c, "GET", `/v1/sessions/${id}/approvals`),
+  decide: (c: Credentials, p: PendingApproval, approved: boolean, reason: string) =>
+    call<unknown>(c, "POST", `/v1/sessions/${p.session_id}/approvals/${p.call_id}`, {
+      approved,
+      reason,
+      args_hash: p.args_hash,
+    }),
   agents: (c: Credentials) => call<{ agents: { name: string; route: string }[] }>(c, "GET", "/v1/agents"),
   models: (c: Credentials) => call<{ data: { id: string }[] }>(c, "GET", "/v1/models"),
   gatewayLogs: (c: Credentials, query: Record<string, string> = {}) =>

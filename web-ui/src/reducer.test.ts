@@ -206,4 +206,31 @@ describe("MCP tools", () => {
     expect(cancelled.tools.t1.progress).toEqual({ progress: 2, total: 3, message: "step 2" });
     expect(cancelled.status).toBe("idle");
   });
+
+  it("shows an agent call's child session, its status and latest line", () => {
+    seq = 0;
+    const frames: ServerFrame[] = [
+      { type: "hello", session_id: "s1", last_seq: 0, status: "idle" },
+      ev("session_created", { agent: "lead" }),
+      ev("user_message", { text: "delegate", client_id: null }),
+      ev("model_call_started", { call_id: "m1", route: "default", model: "x" }),
+      ev("tool_call_requested", { call_id: "t1", tool: "write", arguments: { task: "a line" } }),
+      ev("tool_call_started", { call_id: "t1", tool: "write", idempotency_key: "s1:t1" }),
+      ev("child_session_started", { call_id: "t1", child_session_id: "c1" }),
+      {
+        type: "tool_progress",
+        call_id: "t1",
+        child_session_id: "c1",
+        child_status: "awaiting_approval",
+        text: "awaiting approval of clock",
+      },
+    ];
+    const parked = run(frames);
+    expect(parked.tools.t1.child).toEqual({ sessionId: "c1", status: "awaiting_approval", text: "awaiting approval of clock" });
+    // The parent itself runs: its own card does not wait for a person.
+    expect(parked.status).toBe("running");
+    const done = run([ev("tool_call_finished", { call_id: "t1", tool: "write", result: { reply: "done" } })], parked);
+    expect(done.tools.t1.status).toBe("finished");
+    expect(done.tools.t1.child?.status).toBe("idle");
+  });
 });

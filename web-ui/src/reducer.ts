@@ -31,6 +31,13 @@ export interface ToolProgress {
   message?: string;
 }
 
+/** An `agent` call's child session: its id, and its latest status and line from progress. */
+export interface ChildLink {
+  sessionId: string;
+  status?: string;
+  text?: string;
+}
+
 export interface ToolCard {
   callId: string;
   tool: string;
@@ -45,6 +52,8 @@ export interface ToolCard {
   progress?: ToolProgress;
   /** The MCP server behind it (`{server}__{tool}` names), if any. */
   server?: string;
+  /** For an `agent` call: the child session doing the work. */
+  child?: ChildLink;
   seq: number;
 }
 
@@ -111,6 +120,11 @@ export function reduce(view: SessionView, frame: ServerFrame): SessionView {
       const card = view.tools[frame.call_id];
       // Progress of a call this view has not seen start, or that has ended, is dropped.
       if (!card || card.status !== "running") return view;
+      if (frame.child_session_id) {
+        return setTool(view, frame.call_id, {
+          child: { sessionId: frame.child_session_id, status: frame.child_status, text: frame.text },
+        });
+      }
       return setTool(view, frame.call_id, {
         progress: { progress: frame.progress, total: frame.total, message: frame.message },
       });
@@ -245,8 +259,14 @@ function apply(view: SessionView, event: JournalEvent): SessionView {
     case "tool_call_started":
       next = setTool(next, p.call_id, { status: "running" });
       break;
+    case "child_session_started":
+      next = setTool(next, p.call_id, { child: { sessionId: p.child_session_id, status: "running" } });
+      break;
     case "tool_call_finished":
       next = setTool(next, p.call_id, { status: "finished", result: p.result });
+      if (next.tools[p.call_id]?.child) {
+        next = setTool(next, p.call_id, { child: { ...next.tools[p.call_id].child!, status: "idle" } });
+      }
       break;
     case "tool_call_failed":
       next = setTool(next, p.call_id, { status: p.in_doubt ? "in_doubt" : "failed", error: p.error });

@@ -92,6 +92,9 @@ pub struct SessionDeps {
     pub lifecycle: Lifecycle,
     /// Told when the actor writes a due-index row, so the scheduler looks at it at once.
     pub due_changed: Arc<tokio::sync::Notify>,
+    /// The registry's other live actors on this node (a child reports its progress to its
+    /// parent's actor when that is live here).
+    pub(super) peers: std::sync::Weak<super::registry::Shared>,
 }
 
 pub struct SessionActor;
@@ -373,7 +376,9 @@ impl Actor for SessionActor {
             }
             SessionMsg::Progress { call_id, progress } => {
                 // Only for a call that still runs: a late report of a finished one is dropped.
-                if live.running_tools.contains_key(&call_id) {
+                if live.running_tools.contains_key(&call_id)
+                    || crate::agent_tool::waits_for_child(&live.state, &call_id)
+                {
                     live.progress.insert(call_id.clone(), progress.clone());
                     live.broadcast(Frame::Progress { call_id, progress });
                 }

@@ -87,6 +87,36 @@ impl Live {
         });
     }
 
+    /// A child tells its parent's actor, when that is live on this node, what it just did: a
+    /// `tool_progress` of the parent's call (not journaled; a parent on another node learns
+    /// the child's status from its row, docs/sessions.md).
+    pub(super) fn report_to_parent(&self, line: &Option<String>) {
+        let Some(parent) = &self.state.parent else {
+            return;
+        };
+        let Ok(parent_id) = parent.session_id.parse::<Uuid>() else {
+            return;
+        };
+        let Some(actor) = self
+            .deps
+            .peers
+            .upgrade()
+            .and_then(|peers| peers.live_actor(parent_id))
+        else {
+            return;
+        };
+        let progress = crate::tools::ToolProgress {
+            child_session_id: Some(self.deps.session_id.to_string()),
+            child_status: Some(self.state.status().as_str().to_string()),
+            text: line.clone(),
+            ..Default::default()
+        };
+        let _ = actor.cast(SessionMsg::Progress {
+            call_id: parent.call_id.clone(),
+            progress,
+        });
+    }
+
     /// A child session whose turn ended wakes its parent: a due-index row of the parent, due
     /// now (logged on failure: the parent's activation mends it).
     pub(super) async fn notify_parent(&self) {
@@ -143,6 +173,16 @@ impl Live {
             return None;
         }
         let child: Uuid = self.state.children.get(call_id)?.parse().ok()?;
+        // A child that is not in this database (purged, or the parent was imported without
+        // it) will never answer: the call fails instead of waiting for good.
+        if let Err(stead_persistence::Error::SessionNotFound(_)) =
+            self.deps.store.get_session(child).await
+        {
+            return Some(Input::ToolFailed {
+                call_id: call_id.to_string(),
+                error: format!("the child session {child} does not exist (purged, or not imported with its parent)"),
+            });
+        }
         let mut events = Vec::new();
         let mut after = 0;
         loop {

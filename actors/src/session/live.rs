@@ -164,6 +164,7 @@ impl Live {
                     ));
                 }
             }
+            let reported = crate::agent_tool::progress_line(&decision.events);
             for ((seq, event), at) in seqs.into_iter().zip(decision.events).zip(times) {
                 self.state.apply(seq, &event);
                 self.forget_ended_tools(&event);
@@ -191,6 +192,7 @@ impl Live {
             if ends_turn {
                 self.notify_parent().await;
             }
+            self.report_to_parent(&reported);
         }
         Ok((self.state.last_seq, decision.actions))
     }

@@ -66,7 +66,7 @@ impl Shared {
         lock
     }
 
-    fn live_actor(&self, id: Uuid) -> Option<ActorRef<SessionMsg>> {
+    pub(super) fn live_actor(&self, id: Uuid) -> Option<ActorRef<SessionMsg>> {
         let mut live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
         // Right after spawn an actor may still be `Starting`: that one is live too. A stopping
         // or stopped (passivated, fenced) actor is forgotten, so the map holds live ones only.
@@ -134,6 +134,12 @@ impl Shared {
             other if !other.is_permanent() => SessionError::Storage(other.to_string()),
             other => SessionError::Journal(other.to_string()),
         })?;
+        // A child session whose start was cut short (its row made, its journal not yet
+        // written) is not a session yet: its parent's recovery writes the journal, and an actor
+        // activated before that would hold a state the append does not reach.
+        if row.parent.is_some() && row.last_seq == 0 {
+            return Err(SessionError::NotFound);
+        }
         let agent = self
             .agents
             .get(&row.agent)
@@ -148,6 +154,7 @@ impl Shared {
             model: self.model.clone(),
             lifecycle: self.lifecycle,
             due_changed: self.due_changed.clone(),
+            peers: Arc::downgrade(self),
         };
         let (actor, _) =
             match Actor::spawn_linked(None, SessionActor, deps, supervisor.get_cell()).await {

@@ -99,7 +99,7 @@ fn agent(endpoint: &str) -> Agent {
         message_mode: Default::default(),
         schedules: Default::default(),
         callbacks: Default::default(),
-        max_depth: stead_actors::DEFAULT_MAX_DEPTH,
+        delegation: Default::default(),
     };
     Agent {
         name: "crash".into(),

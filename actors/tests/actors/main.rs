@@ -7,5 +7,6 @@
 
 mod crash;
 mod decisions;
+mod delegation_crash;
 mod session_actor;
 mod tools;

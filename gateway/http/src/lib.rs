@@ -147,6 +147,7 @@ pub fn router_with(state: AppState, extra: Router<AppState>) -> Router {
         .route("/v1/sessions/{id}/fork", post(rest::fork))
         .route("/v1/sessions/{id}/ws", get(ws::upgrade))
         .route("/v1/sessions/{id}/children", get(rest::children))
+        .route("/v1/sessions/{id}/approvals", get(rest::tree_approvals))
         .route(
             "/v1/sessions/{id}/schedules",
             get(rest::list_schedules).post(rest::create_schedule),

@@ -263,6 +263,11 @@ pub struct InboxApproval {
     pub approval: PendingApproval,
     pub session_id: Uuid,
     pub agent: String,
+    /// Set for a child session's approval: the session whose `agent` call started it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent_session_id: Option<Uuid>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent_call_id: Option<String>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -390,6 +395,7 @@ impl Modify for BearerAuth {
         rest::state_at,
         rest::fork,
         rest::children,
+        rest::tree_approvals,
         rest::create_schedule,
         rest::list_schedules,
         rest::cancel_schedule,

@@ -93,6 +93,18 @@ pub enum ServerFrame {
         #[serde(skip_serializing_if = "Option::is_none")]
         #[ts(optional)]
         message: Option<String>,
+        /// An `agent` call's child session.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        #[ts(optional)]
+        child_session_id: Option<String>,
+        /// The child session's status.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        #[ts(optional)]
+        child_status: Option<String>,
+        /// What the child did last, in a line.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        #[ts(optional)]
+        text: Option<String>,
     },
     Error {
         code: ErrorCode,
@@ -108,6 +120,9 @@ impl ServerFrame {
             progress: progress.progress,
             total: progress.total,
             message: progress.message.clone(),
+            child_session_id: progress.child_session_id.clone(),
+            child_status: progress.child_status.clone(),
+            text: progress.text.clone(),
         }
     }
 }

@@ -48,7 +48,7 @@ pub fn ops_agent() -> Agent {
             message_mode: Default::default(),
             schedules: Default::default(),
             callbacks: Default::default(),
-            max_depth: stead_actors::DEFAULT_MAX_DEPTH,
+            delegation: Default::default(),
         },
         tools: BTreeMap::new(),
         dynamic: None,

@@ -12,6 +12,8 @@
 //! - [`ops`]: the `ops` scenario (upstream, webhook and `stead.toml`) of the end-to-end tests;
 //! - [`db`] (feature `db`): fresh databases on SQLite and PostgreSQL, and
 //!   [`both_backends!`] to run a test on each;
+//! - [`delegation`] (feature `actors`): the sub-agent scenario (a coordinator, two child
+//!   agents, their scripted model);
 //! - [`crash`]: the crash harness (a child re-run of the test binary, killed with SIGKILL);
 //! - [`external`]: running an external client (Python, Schemathesis, a browser) with a time
 //!   limit, its output shown on failure.
@@ -27,6 +29,8 @@ pub mod client;
 pub mod crash;
 #[cfg(feature = "db")]
 pub mod db;
+#[cfg(feature = "actors")]
+pub mod delegation;
 pub mod external;
 #[cfg(feature = "actors")]
 pub mod model;

@@ -39,6 +39,8 @@ pub enum Reply {
     },
     /// Answers with one tool call (streamed whole in a single `tool_calls` delta).
     Tool { name: String, arguments: Value },
+    /// Answers with several tool calls at once (each streamed whole, in one delta).
+    Tools(Vec<(String, Value)>),
     /// An HTTP error, with `Retry-After: secs` when given.
     Status {
         status: u16,
@@ -245,21 +247,38 @@ async fn chat(State(shared): State<Arc<Shared>>, Json(body): Json<Value>) -> Res
             tokio::time::sleep(Duration::from_secs(3600)).await;
             StatusCode::GATEWAY_TIMEOUT.into_response()
         }
-        Reply::Tool { name, arguments } => {
-            let call = json!({
-                "id": "call_double",
-                "type": "function",
-                "function": { "name": name, "arguments": arguments.to_string() },
-            });
+        Reply::Tool { .. } | Reply::Tools(_) => {
+            let calls = match reply {
+                Reply::Tool { name, arguments } => vec![(name, arguments)],
+                Reply::Tools(calls) => calls,
+                _ => unreachable!("a tool reply"),
+            };
+            let calls: Vec<Value> = calls
+                .into_iter()
+                .enumerate()
+                .map(|(i, (name, arguments))| {
+                    json!({
+                        "id": if i == 0 { "call_double".to_string() } else { format!("call_double_{i}") },
+                        "type": "function",
+                        "function": { "name": name, "arguments": arguments.to_string() },
+                    })
+                })
+                .collect();
             let usage = json!({ "prompt_tokens": 5, "completion_tokens": 7 });
             if !stream {
-                let message = json!({ "role": "assistant", "content": null, "tool_calls": [call] });
+                let message = json!({ "role": "assistant", "content": null, "tool_calls": calls });
                 return completion(message, "tool_calls", usage);
             }
-            let mut indexed = call;
-            indexed["index"] = json!(0);
+            let indexed: Vec<Value> = calls
+                .into_iter()
+                .enumerate()
+                .map(|(i, mut call)| {
+                    call["index"] = json!(i);
+                    call
+                })
+                .collect();
             let mut events = vec![
-                chunk(json!({ "tool_calls": [indexed] }), None),
+                chunk(json!({ "tool_calls": indexed }), None),
                 chunk(json!({}), Some("tool_calls")),
             ];
             events.extend(usage_chunk(&body, &usage));

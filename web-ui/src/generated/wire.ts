@@ -137,7 +137,19 @@ export type ErrorCode = "agent_not_configured" | "already_decided" | "approval_n
 /**
  * A WebSocket frame from the server.
  */
-export type ServerFrame = { "type": "hello", session_id: string, last_seq: number, status: SessionStatus, } | { "type": "event" } & EventView | { "type": "delta", call_id: string, attempt: number, text: string, offset: number, } | { "type": "tool_progress", call_id: string, progress?: number, total?: number, message?: string, } | { "type": "error", code: ErrorCode, message: string, };
+export type ServerFrame = { "type": "hello", session_id: string, last_seq: number, status: SessionStatus, } | { "type": "event" } & EventView | { "type": "delta", call_id: string, attempt: number, text: string, offset: number, } | { "type": "tool_progress", call_id: string, progress?: number, total?: number, message?: string, 
+/**
+ * An `agent` call's child session.
+ */
+child_session_id?: string, 
+/**
+ * The child session's status.
+ */
+child_status?: string, 
+/**
+ * What the child did last, in a line.
+ */
+text?: string, } | { "type": "error", code: ErrorCode, message: string, };
 
 /**
  * A WebSocket frame from a client.

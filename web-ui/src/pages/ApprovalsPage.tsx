@@ -2,18 +2,10 @@
 
 import { useCallback, useEffect, useState } from "react";
 
-import { api, ApiError, call } from "../api";
+import { api, ApiError, type PendingApproval } from "../api";
 import { operator } from "../credentials";
 
-interface Pending {
-  session_id: string;
-  agent: string;
-  call_id: string;
-  tool: string;
-  arguments: unknown;
-  args_hash: string;
-  reason: string;
-}
+type Pending = PendingApproval;
 
 export function ApprovalsPage() {
   const [items, setItems] = useState<Pending[]>([]);
@@ -33,11 +25,7 @@ export function ApprovalsPage() {
   }, [load]);
   const decide = async (p: Pending, approved: boolean) => {
     try {
-      await call(operator(), "POST", `/v1/sessions/${p.session_id}/approvals/${p.call_id}`, {
-        approved,
-        reason: approved ? "approved from the inbox" : "rejected from the inbox",
-        args_hash: p.args_hash,
-      });
+      await api.decide(operator(), p, approved, approved ? "approved from the inbox" : "rejected from the inbox");
     } catch (e) {
       setError(e instanceof ApiError ? `${e.code}: ${e.message}` : String(e));
     }
@@ -52,6 +40,12 @@ export function ApprovalsPage() {
         <article key={`${p.session_id}/${p.call_id}`} className="tool awaiting_approval">
           <header>
             <code>{p.tool}</code> in <a href={`#/sessions/${p.session_id}`}>{p.session_id.slice(0, 8)}</a> ({p.agent})
+            {p.parent_session_id && (
+              <>
+                {" "}
+                — a sub-agent of <a href={`#/sessions/${p.parent_session_id}`}>{p.parent_session_id.slice(0, 8)}</a>
+              </>
+            )}
           </header>
           <pre>{JSON.stringify(p.arguments, null, 2)}</pre>
           <p>{p.reason}</p>

@@ -1,13 +1,16 @@
 // One session: the chat with streamed text, tool calls as cards with their arguments and
 // results, approval cards (approve, approve for the rest of the session, reject with a reason)
 // that update live in every open tab, cancel, the connection state, and in-doubt tool calls
-// asked as a question; below, the session's schedules (SchedulesPanel).
+// asked as a question; an `agent` call's card shows its child session (status, latest line, a
+// link) and the sub-agents' approvals are decided here (ChildApprovals); below, the session's
+// schedules (SchedulesPanel).
 
 import { useState } from "react";
 
 import { operator, sessionToken } from "../credentials";
-import type { ToolCard, ToolProgress } from "../reducer";
+import type { ChildLink, ToolCard, ToolProgress } from "../reducer";
 import { useSteadSession } from "../useSteadSession";
+import { ChildApprovals } from "./ChildApprovals";
 import { SchedulesPanel } from "./SchedulesPanel";
 
 function json(value: unknown) {
@@ -65,6 +68,18 @@ function Progress({ progress, tool }: { progress: ToolProgress; tool: string }) 
   );
 }
 
+/** An `agent` call's child session: its status, what it did last, and a link to it. */
+function Child({ child }: { child: ChildLink }) {
+  return (
+    <div className="child" data-testid="child-session">
+      <span>Sub-agent session </span>
+      <a href={`#/sessions/${child.sessionId}`}>{child.sessionId.slice(0, 8)}</a>{" "}
+      {child.status && <span className={`status ${child.status}`}>{child.status.replace("_", " ")}</span>}
+      {child.text && <p className="child-line">{child.text}</p>}
+    </div>
+  );
+}
+
 function Card({
   card,
   approve,
@@ -88,6 +103,7 @@ function Card({
         <span className={`status ${card.status}`}>{card.status.replace("_", " ")}</span>
       </header>
       {card.status === "running" && card.progress && <Progress progress={card.progress} tool={card.tool} />}
+      {card.child && <Child child={card.child} />}
       <details open={card.status === "awaiting_approval"}>
         <summary>Arguments</summary>
         <pre>{json(card.arguments)}</pre>
@@ -209,6 +225,11 @@ export function SessionPage({ id }: { id: string }) {
           Cancel turn
         </button>
       </form>
+      <ChildApprovals
+        id={id}
+        creds={creds}
+        refresh={`${session.view.lastSeq}:${session.tools.map((t) => `${t.child?.sessionId}=${t.child?.status}`).join(",")}`}
+      />
       <SchedulesPanel id={id} creds={creds} lastSeq={session.view.lastSeq} />
     </section>
   );

@@ -41,7 +41,7 @@ fn rules(gated: ApprovalPolicy) -> AgentRules {
         message_mode: Default::default(),
         schedules: Default::default(),
         callbacks: Default::default(),
-        max_depth: crate::DEFAULT_MAX_DEPTH,
+        delegation: Default::default(),
     }
 }
 

@@ -97,7 +97,7 @@ impl Session {
                 message_mode: Default::default(),
                 schedules: Default::default(),
                 callbacks: Default::default(),
-                max_depth: stead_actors::DEFAULT_MAX_DEPTH,
+                delegation: Default::default(),
             },
         };
         s.commit(vec![SessionEvent::SessionCreated {

@@ -6,6 +6,7 @@
 mod activation;
 mod agent_schedules;
 mod children;
+mod delegation;
 mod fencing;
 mod schedule_tool;
 mod schedules;
@@ -73,7 +74,7 @@ fn agent(url: &str) -> Agent {
         message_mode: Default::default(),
         schedules: Default::default(),
         callbacks: Default::default(),
-        max_depth: stead_actors::DEFAULT_MAX_DEPTH,
+        delegation: Default::default(),
     };
     Agent {
         name: "ops".into(),

@@ -98,6 +98,41 @@ impl Principal {
     }
 }
 
+/// How many parent links a session token's reach follows (more than any sensible
+/// `sessions.max_delegation_depth`).
+const MAX_REACH: usize = 16;
+
+impl Principal {
+    /// Like [`Principal::require_session`], and a session token also reaches the descendants
+    /// of its session: the child sessions its `agent` calls started, their children, and so on
+    /// (reading them and deciding their approvals; docs/security.md). A session that does not
+    /// exist is not found for operators and forbidden for a token.
+    pub async fn require_session_tree(
+        &self,
+        store: &dyn stead_persistence::JournalStore,
+        session: Uuid,
+    ) -> Result<(), ApiError> {
+        let Principal::Session(own) = self else {
+            return Ok(());
+        };
+        let mut at = session;
+        for _ in 0..=MAX_REACH {
+            if at == *own {
+                return Ok(());
+            }
+            match store.get_session(at).await {
+                Ok(row) => match row.parent {
+                    Some(parent) => at = parent.session_id,
+                    None => break,
+                },
+                Err(stead_persistence::Error::SessionNotFound(_)) => break,
+                Err(error) => return Err(error.into()),
+            }
+        }
+        self.require_session(session)
+    }
+}
+
 impl Auth {
     /// `api_keys` as configured (validated by the configuration); `secret` signs session
     /// tokens (at least 32 bytes, kept by the binary).

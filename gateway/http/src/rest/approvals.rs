@@ -59,7 +59,9 @@ pub async fn decide_approval(
     ApiPath((id, call_id)): ApiPath<(Uuid, String)>,
     ApiJson(body): ApiJson<Decide>,
 ) -> Result<Json<Value>, ApiError> {
-    caller.require_session(id)?;
+    caller
+        .require_session_tree(state.store.as_ref(), id)
+        .await?;
     let input = decision_input(
         call_id.clone(),
         body.approved,
@@ -137,16 +139,7 @@ pub async fn pending_approvals(
             })
             .await?;
         for row in &page.sessions {
-            let folded = match state.sessions.state(row.id).await {
-                Ok(folded) => folded,
-                Err(error) => {
-                    tracing::warn!(session = %row.id, %error, "cannot read a parked session");
-                    continue;
-                }
-            };
-            for mut approval in pending_view(&folded) {
-                approval["session_id"] = json!(row.id);
-                approval["agent"] = json!(row.agent);
+            for approval in approvals_of(&state, row).await {
                 approvals.push(approval);
                 if approvals.len() >= limit as usize {
                     break 'pages;
@@ -157,6 +150,75 @@ pub async fn pending_approvals(
             Some(next) => cursor = Some(next),
             None => break,
         }
+    }
+    Ok(Json(json!({ "approvals": approvals })))
+}
+
+/// The approvals a parked session waits for, each naming its session, agent and (for a child
+/// session) its parent.
+async fn approvals_of(state: &AppState, row: &stead_persistence::Session) -> Vec<Value> {
+    let folded = match state.sessions.state(row.id).await {
+        Ok(folded) => folded,
+        Err(error) => {
+            tracing::warn!(session = %row.id, %error, "cannot read a parked session");
+            return Vec::new();
+        }
+    };
+    pending_view(&folded)
+        .into_iter()
+        .map(|mut approval| {
+            approval["session_id"] = json!(row.id);
+            approval["agent"] = json!(row.agent);
+            if let Some(parent) = &row.parent {
+                approval["parent_session_id"] = json!(parent.session_id);
+                approval["parent_call_id"] = json!(parent.call_id);
+            }
+            approval
+        })
+        .collect()
+}
+
+/// How many levels of descendants the tree's approvals cover.
+const TREE_DEPTH: usize = 16;
+
+/// `GET /v1/sessions/{id}/approvals`: what the session's tree waits for — the session's own
+/// pending approvals and its descendants' (child sessions of `agent` calls, their children…),
+/// each naming its session and parent, the session's own first. A session token reaches its
+/// descendants, so the person on the parent's page can decide a child's call.
+#[utoipa::path(get, path = "/v1/sessions/{id}/approvals", params(("id" = Uuid, Path, description = "Session id")), responses((status = 200, body = Inbox), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
+pub async fn tree_approvals(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath(id): ApiPath<Uuid>,
+) -> Result<Json<Value>, ApiError> {
+    caller
+        .require_session_tree(state.store.as_ref(), id)
+        .await?;
+    let root = state.store.get_session(id).await?;
+    let mut approvals = Vec::new();
+    let mut level = vec![root];
+    for _ in 0..=TREE_DEPTH {
+        let mut next = Vec::new();
+        for row in &level {
+            if row.status == SessionStatus::AwaitingApproval {
+                approvals.extend(approvals_of(&state, row).await);
+            }
+            let children = state
+                .store
+                .list_sessions(&SessionQuery {
+                    agent: None,
+                    parent: Some(row.id),
+                    status: None,
+                    limit: stead_persistence::MAX_PAGE,
+                    cursor: None,
+                })
+                .await?;
+            next.extend(children.sessions);
+        }
+        if next.is_empty() {
+            break;
+        }
+        level = next;
     }
     Ok(Json(json!({ "approvals": approvals })))
 }

@@ -176,7 +176,9 @@ pub async fn events(
     ApiPath(id): ApiPath<Uuid>,
     ApiQuery(query): ApiQuery<EventsQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    caller.require_session(id)?;
+    caller
+        .require_session_tree(state.store.as_ref(), id)
+        .await?;
     let after = query.after.unwrap_or(0);
     if after < 0 {
         return Err(ApiError::new(

@@ -18,7 +18,9 @@ pub async fn state_at(
     ApiPath(id): ApiPath<Uuid>,
     ApiQuery(query): ApiQuery<AtQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    caller.require_session(id)?;
+    caller
+        .require_session_tree(state.store.as_ref(), id)
+        .await?;
     let row = state.store.get_session(id).await?;
     let folded = match query.at {
         None => state.sessions.state(id).await?,

@@ -143,7 +143,9 @@ pub async fn get_session(
     Caller(caller): Caller,
     ApiPath(id): ApiPath<Uuid>,
 ) -> Result<Json<Value>, ApiError> {
-    caller.require_session(id)?;
+    caller
+        .require_session_tree(state.store.as_ref(), id)
+        .await?;
     let row = state.store.get_session(id).await?;
     let folded = state.sessions.state(id).await?;
     Ok(Json(session_view(&row, &folded)))
@@ -267,7 +269,9 @@ pub async fn children(
     Caller(caller): Caller,
     ApiPath(id): ApiPath<Uuid>,
 ) -> Result<Json<Value>, ApiError> {
-    caller.require_session(id)?;
+    caller
+        .require_session_tree(state.store.as_ref(), id)
+        .await?;
     state.store.get_session(id).await?;
     let page = state
         .store

@@ -11,6 +11,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod delegation;
 mod edge;
 mod input;
 mod metrics;

@@ -1,0 +1,211 @@
+//! The delegation scenario (`stead_testkit::delegation`) through session actors and the
+//! scheduler, on SQLite and PostgreSQL: the coordinator's one answer starts two children that
+//! run at once, the writer parks on an approval that reaches the parent as `tool_progress`,
+//! a person approves it, both replies come back once and the coordinator finishes; the decision
+//! check holds for the parent and both children. A fork of the coordinator taken while a child
+//! works starts a child of its own and never touches the original.
+
+use stead_actors::agent_tool::child_session_id;
+use stead_actors::session::{Scheduler, SchedulerOptions};
+use stead_persistence::Backend;
+use stead_testkit::db;
+use stead_testkit::delegation::{self, DRAFT, FINDINGS};
+
+use super::*;
+
+stead_testkit::both_backends!(
+    two_children_run_at_once_and_a_childs_approval_reaches_the_parent,
+    a_fork_inside_a_delegation_starts_its_own_child_and_leaves_the_original_alone,
+);
+
+async fn two_children_run_at_once_and_a_childs_approval_reaches_the_parent(backend: Backend) {
+    let db = db::open(backend).await;
+    let store = db.store.clone();
+    let registry = SessionRegistry::new(
+        store.clone(),
+        Arc::new(delegation::model()),
+        delegation::agents(),
+    );
+    let options = SchedulerOptions {
+        poll: Duration::from_millis(100),
+        ..Default::default()
+    };
+    let scheduler = Scheduler::new(registry.clone(), options).spawn();
+    let lead = store
+        .create_session(NewSession::for_agent("lead"))
+        .await
+        .unwrap()
+        .id;
+    let mut frames = registry.subscribe(lead).await.unwrap();
+    say(&registry, lead, "Explain the sky, and write a line.").await;
+
+    // The writer's park reaches the parent as progress of its `write` call (t2).
+    let writer = child_session_id(lead, "t2");
+    let researcher = child_session_id(lead, "t1");
+    let parked = loop {
+        let frame = tokio::time::timeout(Duration::from_secs(20), frames.recv())
+            .await
+            .expect("progress within 20 s")
+            .expect("stream open");
+        if let Frame::Progress { call_id, progress } = frame {
+            if progress.child_status.as_deref() == Some("awaiting_approval") {
+                break (call_id, progress);
+            }
+        }
+    };
+    assert_eq!(parked.0, "t2");
+    assert_eq!(parked.1.child_session_id, Some(writer.to_string()));
+    assert_eq!(parked.1.text.as_deref(), Some("awaiting approval of clock"));
+
+    // Both calls started together, before either had a result.
+    let kinds = journal_kinds(&store, lead).await;
+    let answered = kinds
+        .iter()
+        .position(|k| k == "model_call_finished")
+        .unwrap();
+    assert_eq!(
+        kinds[answered + 3..answered + 5],
+        ["tool_call_started", "tool_call_started"],
+        "{kinds:?}"
+    );
+
+    // A person approves the writer's call; both replies come back and the lead finishes.
+    let call = registry.state(writer).await.unwrap().pending_approvals()[0]
+        .call_id
+        .clone();
+    let decision = Input::Decision {
+        call_id: call,
+        approved: true,
+        reason: None,
+        decided_by: "ada".into(),
+        scope: stead_actors::ApprovalScope::Once,
+        args_hash: None,
+    };
+    registry.send(writer, decision).await.unwrap();
+    let seen = wait_for(&mut frames, "turn_finished").await;
+    let answer = seen.iter().find_map(|f| match f {
+        Frame::Event { event, .. } => match event.as_ref() {
+            SessionEvent::AssistantMessage { text } => Some(text.clone()),
+            _ => None,
+        },
+        _ => None,
+    });
+    assert_eq!(answer, Some(delegation::lead_answer(FINDINGS, DRAFT)));
+    let kinds = journal_kinds(&store, lead).await;
+    assert_eq!(
+        kinds.iter().filter(|k| *k == "tool_call_finished").count(),
+        2
+    );
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|k| *k == "child_session_started")
+            .count(),
+        2
+    );
+
+    // The decision check holds for the whole tree.
+    for (id, agent) in [
+        (lead, "lead"),
+        (researcher, "researcher"),
+        (writer, "writer"),
+    ] {
+        let journal = store.read(id, 0, 1000).await.unwrap();
+        let rules = &registry.agent(agent).unwrap().rules;
+        let checked = stead_actors::replay::check(id, &json!({}), &journal, rules).unwrap();
+        assert_eq!(checked.divergence, None, "{agent}");
+    }
+    scheduler.abort();
+    registry.stop_all();
+}
+
+/// Waits until `id` is parked on an approval; returns the call waiting.
+async fn parked_call(registry: &SessionRegistry, id: uuid::Uuid) -> String {
+    for _ in 0..500 {
+        if let Ok(state) = registry.state(id).await {
+            if let Some(call) = state.pending_approvals().first() {
+                return call.call_id.clone();
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("session {id} never parked");
+}
+
+fn approve(call_id: String) -> Input {
+    Input::Decision {
+        call_id,
+        approved: true,
+        reason: None,
+        decided_by: "ada".into(),
+        scope: stead_actors::ApprovalScope::Once,
+        args_hash: None,
+    }
+}
+
+async fn a_fork_inside_a_delegation_starts_its_own_child_and_leaves_the_original_alone(
+    backend: Backend,
+) {
+    let db = db::open(backend).await;
+    let store = db.store.clone();
+    let registry = SessionRegistry::new(
+        store.clone(),
+        Arc::new(delegation::model()),
+        delegation::agents(),
+    );
+    let options = SchedulerOptions {
+        poll: Duration::from_millis(100),
+        ..Default::default()
+    };
+    let scheduler = Scheduler::new(registry.clone(), options).spawn();
+    let lead = store
+        .create_session(NewSession::for_agent("lead"))
+        .await
+        .unwrap()
+        .id;
+    say(&registry, lead, "Explain the sky, and write a line.").await;
+    let writer = child_session_id(lead, "t2");
+    parked_call(&registry, writer).await;
+    let writer_journal = store.read(writer, 0, 1000).await.unwrap().len();
+
+    // Fork the lead while its `write` call waits for the writer child.
+    let row = store.get_session(lead).await.unwrap();
+    let (fork, _) =
+        stead_actors::replay::fork(&store, &row, row.last_seq, Default::default(), "local")
+            .await
+            .unwrap();
+    let forked_writer = child_session_id(fork.id, "t2");
+    assert_ne!(forked_writer, writer);
+    registry.state(fork.id).await.unwrap();
+    let call = parked_call(&registry, forked_writer).await;
+    let state = registry.state(fork.id).await.unwrap();
+    assert_eq!(state.children["t2"], forked_writer.to_string());
+    assert_eq!(state.parent, None);
+    let child_row = store.get_session(forked_writer).await.unwrap();
+    assert_eq!(child_row.parent.unwrap().session_id, fork.id);
+    // The original writer is untouched: same journal, still waiting for its person.
+    assert_eq!(
+        store.read(writer, 0, 1000).await.unwrap().len(),
+        writer_journal
+    );
+
+    // Each tree finishes on its own decision.
+    let mut fork_frames = registry.subscribe(fork.id).await.unwrap();
+    registry.send(forked_writer, approve(call)).await.unwrap();
+    wait_for(&mut fork_frames, "turn_finished").await;
+    assert_eq!(registry.state(lead).await.unwrap().status(), "running");
+    let mut frames = registry.subscribe(lead).await.unwrap();
+    let call = parked_call(&registry, writer).await;
+    registry.send(writer, approve(call)).await.unwrap();
+    wait_for(&mut frames, "turn_finished").await;
+    for id in [lead, fork.id] {
+        let kinds = journal_kinds(&store, id).await;
+        assert_eq!(
+            kinds.iter().filter(|k| *k == "tool_call_finished").count(),
+            2,
+            "{kinds:?}"
+        );
+    }
+    scheduler.abort();
+    registry.stop_all();
+}
