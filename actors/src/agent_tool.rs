@@ -239,6 +239,33 @@ pub fn waits_for_child(state: &SessionState, call_id: &str) -> bool {
             .is_some_and(|c| matches!(c.status, CallStatus::Started { .. }))
 }
 
+/// What a child's decision did, in a line for its parent's `tool_progress` (`None`: nothing a
+/// person follows — the last such event of the decision counts).
+pub fn progress_line(events: &[SessionEvent]) -> Option<String> {
+    events.iter().rev().find_map(|event| match event {
+        SessionEvent::AssistantMessage { text } => Some(clip(text)),
+        SessionEvent::ApprovalRequested { tool, .. } => {
+            Some(format!("awaiting approval of {tool}"))
+        }
+        SessionEvent::ToolCallStarted { tool, .. } => Some(format!("calling {tool}")),
+        SessionEvent::ToolCallFinished { tool, .. } => Some(format!("{tool} finished")),
+        SessionEvent::ToolCallFailed { tool, .. } => Some(format!("{tool} failed")),
+        SessionEvent::ModelCallStarted { .. } => Some("thinking".into()),
+        SessionEvent::TurnCancelled { reason } => Some(format!("cancelled: {}", clip(reason))),
+        SessionEvent::SessionFailed { reason } => Some(format!("failed: {}", clip(reason))),
+        _ => None,
+    })
+}
+
+/// At most 200 characters of `text`, on one line.
+fn clip(text: &str) -> String {
+    let line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    match line.char_indices().nth(200) {
+        Some((at, _)) => format!("{}…", &line[..at]),
+        None => line,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -293,32 +320,5 @@ mod tests {
             .unwrap()
             .unwrap_err()
             .contains("failed: crashed"));
-    }
-}
-
-/// What a child's decision did, in a line for its parent's `tool_progress` (`None`: nothing a
-/// person follows — the last such event of the decision counts).
-pub fn progress_line(events: &[SessionEvent]) -> Option<String> {
-    events.iter().rev().find_map(|event| match event {
-        SessionEvent::AssistantMessage { text } => Some(clip(text)),
-        SessionEvent::ApprovalRequested { tool, .. } => {
-            Some(format!("awaiting approval of {tool}"))
-        }
-        SessionEvent::ToolCallStarted { tool, .. } => Some(format!("calling {tool}")),
-        SessionEvent::ToolCallFinished { tool, .. } => Some(format!("{tool} finished")),
-        SessionEvent::ToolCallFailed { tool, .. } => Some(format!("{tool} failed")),
-        SessionEvent::ModelCallStarted { .. } => Some("thinking".into()),
-        SessionEvent::TurnCancelled { reason } => Some(format!("cancelled: {}", clip(reason))),
-        SessionEvent::SessionFailed { reason } => Some(format!("failed: {}", clip(reason))),
-        _ => None,
-    })
-}
-
-/// At most 200 characters of `text`, on one line.
-fn clip(text: &str) -> String {
-    let line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    match line.char_indices().nth(200) {
-        Some((at, _)) => format!("{}…", &line[..at]),
-        None => line,
     }
 }

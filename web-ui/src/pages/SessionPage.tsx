@@ -179,6 +179,11 @@ export function SessionPage({ id }: { id: string }) {
           </p>
         )}
       </div>
+      <ChildApprovals
+        id={id}
+        creds={creds}
+        refresh={`${session.view.lastSeq}:${session.tools.map((t) => `${t.child?.sessionId}=${t.child?.status}`).join(",")}`}
+      />
       {session.error && (
         <p role="alert" className="error">
           {session.error.code}: {session.error.message}
@@ -225,11 +230,6 @@ export function SessionPage({ id }: { id: string }) {
           Cancel turn
         </button>
       </form>
-      <ChildApprovals
-        id={id}
-        creds={creds}
-        refresh={`${session.view.lastSeq}:${session.tools.map((t) => `${t.child?.sessionId}=${t.child?.status}`).join(",")}`}
-      />
       <SchedulesPanel id={id} creds={creds} lastSeq={session.view.lastSeq} />
     </section>
   );
