@@ -35,6 +35,7 @@ pub fn build(
             built.rules.delegation = stead_actors::Delegation {
                 max_depth: config.sessions.max_delegation_depth,
                 max_fanout: config.sessions.max_delegation_fanout,
+                max_steps: config.sessions.max_delegation_steps,
             };
             built.dynamic = match mcp {
                 Some(mcp) => mcp_tools(agent, &built.rules, mcp, config)?,

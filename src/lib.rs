@@ -11,6 +11,7 @@
 pub mod agents;
 pub mod bench;
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod eval;
 pub mod mcp;

@@ -120,6 +120,23 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
                     .unwrap_or_else(stead_actors::session::default_node_name),
             ),
     );
+    // A node of a cluster registers before it serves, keeps its heartbeat and sweeps for a
+    // dead node's running sessions (docs/cluster.md).
+    let membership = match &config.cluster {
+        Some(cluster) => Some(crate::cluster::Membership::new(cluster, sessions.node())?),
+        None => None,
+    };
+    let cluster_tasks = match &membership {
+        Some(membership) => membership.start(store.clone(), sessions.clone()).await?,
+        None => Vec::new(),
+    };
+    let peers = match membership {
+        Some(membership) => Some(Arc::new(crate::cluster::forward::Peers::new(
+            membership,
+            store.clone(),
+        )?) as Arc<dyn stead_http::cluster::Cluster>),
+        None => None,
+    };
     tokio::spawn(resume_running_sessions(store.clone(), sessions.clone()));
     // Schedules and approval expiries: the due index's poller (docs/schedules.md).
     let scheduler = stead_actors::session::Scheduler::new(
@@ -163,6 +180,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         session_sockets: Default::default(),
         metrics: Default::default(),
         mcp: (!config.mcp_servers.is_empty()).then(|| mcp.clone() as Arc<dyn stead_http::McpView>),
+        cluster: peers,
     };
     let router = stead_http::router_with(state, crate::mcp::endpoint::route(mcp_inner.clone()));
     let _ = mcp_inner.set(router.clone());
@@ -217,6 +235,16 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         Err(_) => tracing::warn!(?grace, "requests still in flight after the grace period"),
     }
     scheduler.abort();
+    for task in &cluster_tasks {
+        task.abort();
+    }
+    // Live sessions pass their leases on, so other nodes take them at once.
+    sessions.passivate_all(grace).await;
+    if config.cluster.is_some() {
+        if let Err(error) = store.leave_cluster(sessions.node()).await {
+            tracing::warn!(%error, "cluster: cannot leave");
+        }
+    }
     sessions.stop_all();
     mcp.shutdown().await;
     stop_local_models(&pools).await;

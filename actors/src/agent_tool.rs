@@ -100,17 +100,17 @@ pub fn child_task(arguments: &Value) -> String {
     }
 }
 
-/// Creates the child session of `call_id` (if it does not exist) with its first message, and
-/// a due-index row that wakes it. Every step finds its effect in place when repeated.
+/// Creates the child session of `link`'s call (if it does not exist) with its first message,
+/// and a due-index row that wakes it. Every step finds its effect in place when repeated.
 pub async fn start_child(
     store: &dyn JournalStore,
     parent: Uuid,
+    link: ParentRef,
     principal: &str,
-    call_id: &str,
     agent: &str,
     task: String,
-    depth: u32,
 ) -> Result<Uuid, Error> {
+    let call_id = link.call_id.as_str();
     let child = child_session_id(parent, call_id);
     let created = store
         .create_session(NewSession {
@@ -133,11 +133,7 @@ pub async fn start_child(
         SessionEvent::SessionCreated {
             agent: agent.to_string(),
             principal: Some(principal.to_string()),
-            parent: Some(ParentRef {
-                session_id: parent.to_string(),
-                call_id: call_id.to_string(),
-                depth,
-            }),
+            parent: Some(link.clone()),
         },
         SessionEvent::UserMessage {
             text: task,

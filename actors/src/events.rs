@@ -149,6 +149,12 @@ pub struct ParentRef {
     /// The child's depth: 1 for a child of a top-level session (absent in older journals: 1).
     #[serde(default = "first_level")]
     pub depth: u32,
+    /// The delegation this child belongs to: the child session of a top-level session's call
+    /// that it descends from (absent at depth 1: the child itself). Its row counts the
+    /// delegation's model calls (`sessions.max_delegation_steps`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub delegation: Option<String>,
 }
 
 fn first_level() -> u32 {

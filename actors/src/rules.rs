@@ -53,18 +53,24 @@ pub struct Delegation {
     /// The most agent calls one model answer may start; the rest fail back to the model
     /// (`sessions.max_delegation_fanout`).
     pub max_fanout: u32,
+    /// The most model calls one delegation — the child session of a top-level session's agent
+    /// call and all its descendants — may make together (`sessions.max_delegation_steps`).
+    pub max_steps: u32,
 }
 
 /// The default delegation depth: a coordinator, its children and their children.
 pub const DEFAULT_MAX_DEPTH: u32 = 3;
 /// The default fan-out: agent calls one model answer may start.
 pub const DEFAULT_MAX_FANOUT: u32 = 8;
+/// The default step limit of one delegation (its whole subtree).
+pub const DEFAULT_MAX_DELEGATION_STEPS: u32 = 100;
 
 impl Default for Delegation {
     fn default() -> Self {
         Delegation {
             max_depth: DEFAULT_MAX_DEPTH,
             max_fanout: DEFAULT_MAX_FANOUT,
+            max_steps: DEFAULT_MAX_DELEGATION_STEPS,
         }
     }
 }

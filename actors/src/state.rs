@@ -141,6 +141,19 @@ impl SessionState {
         self.parent.as_ref().map_or(0, |p| p.depth)
     }
 
+    /// The delegation this session's model calls count against (docs/sessions.md): its own id
+    /// for a child of a top-level session, its ancestors' delegation below that, `None` for a
+    /// top-level session.
+    pub fn delegation(&self, own_id: &str) -> Option<String> {
+        let parent = self.parent.as_ref()?;
+        Some(
+            parent
+                .delegation
+                .clone()
+                .unwrap_or_else(|| own_id.to_string()),
+        )
+    }
+
     /// Who this session's model calls are charged to.
     pub fn principal(&self) -> &str {
         self.principal.as_deref().unwrap_or(LOCAL_PRINCIPAL)

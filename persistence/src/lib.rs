@@ -35,8 +35,8 @@ pub use group_commit::JournalStats;
 pub use schedules::{ScheduleOwner, ScheduleQuery, ScheduleRow};
 pub use traits::{Journal, JournalStore, Kv, Leases, RequestLog, Schedules, Sessions, Snapshots};
 pub use types::{
-    Compaction, Event, KvEntry, Lease, NewEvent, NewSession, ParentLink, Purged, Session,
-    SessionPage, SessionQuery, SessionStatus, Snapshot, DEFAULT_PAGE, MAX_PAGE,
+    ClusterNode, Compaction, Event, KvEntry, Lease, NewEvent, NewSession, NodeStatus, ParentLink,
+    Purged, Session, SessionPage, SessionQuery, SessionStatus, Snapshot, DEFAULT_PAGE, MAX_PAGE,
 };
 
 /// Default limit on one event's serialized payload.

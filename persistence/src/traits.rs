@@ -12,8 +12,9 @@ use uuid::Uuid;
 
 use crate::request_log;
 use crate::{
-    Backend, Compaction, Event, JournalStats, KvEntry, Lease, MigrationReport, NewEvent,
-    NewSession, Result, Session, SessionPage, SessionQuery, SessionStatus, Snapshot,
+    Backend, ClusterNode, Compaction, Event, JournalStats, KvEntry, Lease, MigrationReport,
+    NewEvent, NewSession, NodeStatus, Result, Session, SessionPage, SessionQuery, SessionStatus,
+    Snapshot,
 };
 
 /// Durable storage for sessions and their journals. One implementation, written once over a
@@ -56,6 +57,10 @@ pub trait Sessions: Send + Sync {
     /// Moves the session's token to the next generation (every older token stops being
     /// valid) and returns the session as it now is.
     async fn rotate_token(&self, id: Uuid) -> Result<Session>;
+
+    /// Counts one model call against the delegation whose top child session is `id` (it and
+    /// its descendants share the count); returns the count with this one.
+    async fn charge_delegation_step(&self, id: Uuid) -> Result<i64>;
 
     /// Deletes a session with its journal, snapshot, compaction and storage. Only for undoing
     /// a session that was never complete (an import or fork whose copy failed).
@@ -120,6 +125,20 @@ pub trait Leases: Send + Sync {
 
     /// Gives the lease up (when still held at `epoch`), so another node may take it at once.
     async fn release_lease(&self, session_id: Uuid, owner: &str, epoch: i64) -> Result<()>;
+
+    /// Registers `node` or refreshes its heartbeat (now, on the leases' clock).
+    async fn heartbeat_node(&self, node: &ClusterNode) -> Result<()>;
+
+    /// Every registered node, alive when its heartbeat is younger than `ttl`, with the number
+    /// of sessions whose live lease it holds.
+    async fn cluster_nodes(&self, ttl: Duration) -> Result<Vec<NodeStatus>>;
+
+    /// Removes a node that leaves (a drained shutdown).
+    async fn leave_cluster(&self, node_id: &str) -> Result<()>;
+
+    /// Up to `limit` running sessions whose lease ran out (their node died mid-turn), oldest
+    /// expiry first: a live node's sweep takes them over.
+    async fn orphaned_sessions(&self, limit: u32) -> Result<Vec<Uuid>>;
 }
 
 /// Snapshots of folded state and compaction of ended sessions' journals.

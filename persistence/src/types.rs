@@ -255,6 +255,31 @@ pub struct Event {
     pub created_at: DateTime<Utc>,
 }
 
+/// A node as it registers in the cluster (docs/cluster.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterNode {
+    pub node_id: String,
+    /// How other nodes reach this one (`[cluster] advertise_url`).
+    pub advertise_url: String,
+    pub version: String,
+    /// The node's first heartbeat since it started: `started_at` is set to now.
+    pub starting: bool,
+}
+
+/// A registered node as the cluster sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeStatus {
+    pub node_id: String,
+    pub advertise_url: String,
+    pub version: String,
+    pub started_at: DateTime<Utc>,
+    pub heartbeat_at: DateTime<Utc>,
+    /// Its heartbeat is fresher than the TTL asked with.
+    pub alive: bool,
+    /// Sessions whose live lease it holds.
+    pub sessions: i64,
+}
+
 /// A session's lease as held: who, the fencing epoch, and until when.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lease {

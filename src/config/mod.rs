@@ -22,8 +22,8 @@ pub use stead_router::config::{GatewayConfig, RouteConfig, TargetConfig};
 
 pub use mcp::{invalid_server_name, McpServerConfig};
 pub use sections::{
-    AgentConfig, DatabaseConfig, EngineConfig, LogConfig, LogFormat, ProviderConfig, ProviderKind,
-    SchedulesConfig, ServerConfig, SessionsConfig, ToolConfig,
+    AgentConfig, ClusterConfig, DatabaseConfig, EngineConfig, LogConfig, LogFormat, ProviderConfig,
+    ProviderKind, SchedulesConfig, ServerConfig, SessionsConfig, ToolConfig,
 };
 
 /// Variables with a fixed meaning that the generic `STEAD_*` mapping must not see.
@@ -45,6 +45,9 @@ pub struct Config {
     pub mcp_servers: Vec<McpServerConfig>,
     /// The model router's cache, cooldown, limits, prices and request log (`[gateway]`).
     pub gateway: GatewayConfig,
+    /// Several nodes on one PostgreSQL (`[cluster]`, docs/cluster.md; absent: alone).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterConfig>,
 }
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
@@ -97,6 +100,7 @@ impl Default for Config {
                 cache: true,
             }],
             gateway: GatewayConfig::default(),
+            cluster: None,
             mcp_servers: Vec::new(),
             agents: vec![AgentConfig {
                 name: "demo".into(),

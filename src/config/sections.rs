@@ -76,6 +76,9 @@ pub struct SessionsConfig {
     pub max_delegation_depth: u32,
     /// The most `agent` calls one model answer may start (the rest fail back to the model).
     pub max_delegation_fanout: u32,
+    /// The most model calls one delegation (a top-level session's child and all its
+    /// descendants) may make together.
+    pub max_delegation_steps: u32,
 }
 
 impl Default for SessionsConfig {
@@ -95,6 +98,7 @@ impl Default for SessionsConfig {
             token_ttl_secs: 30 * 24 * 3600,
             max_delegation_depth: stead_actors::DEFAULT_MAX_DEPTH,
             max_delegation_fanout: stead_actors::DEFAULT_MAX_FANOUT,
+            max_delegation_steps: stead_actors::DEFAULT_MAX_DELEGATION_STEPS,
         }
     }
 }
@@ -385,4 +389,37 @@ impl Default for LogConfig {
             format: LogFormat::Text,
         }
     }
+}
+
+/// `[cluster]`: several nodes on one PostgreSQL (docs/cluster.md). Absent: the node runs alone.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// How the other nodes reach this one (`http://node-a.internal:8787`).
+    pub advertise_url: String,
+    /// The environment variable that holds the node-to-node secret every node shares (at
+    /// least 32 bytes); the value itself never goes in the file.
+    pub secret_env: String,
+    /// How often the node refreshes its heartbeat.
+    #[serde(default = "default_heartbeat_secs")]
+    pub heartbeat_secs: u64,
+    /// A node whose heartbeat is older than this is dead.
+    #[serde(default = "default_node_ttl_secs")]
+    pub node_ttl_secs: u64,
+    /// How often the node looks for running sessions whose lease ran out (a dead node's
+    /// turns) and takes them over.
+    #[serde(default = "default_sweep_secs")]
+    pub sweep_secs: u64,
+}
+
+fn default_heartbeat_secs() -> u64 {
+    2
+}
+
+fn default_node_ttl_secs() -> u64 {
+    10
+}
+
+fn default_sweep_secs() -> u64 {
+    2
 }

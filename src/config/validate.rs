@@ -104,8 +104,59 @@ impl Config {
                 return Err(bad(&format!("schedules.{name}"), "must be at least 1"));
             }
         }
+        self.validate_cluster()?;
         self.validate_models()?;
         self.validate_agents()
+    }
+
+    /// `[cluster]` needs PostgreSQL, a node id, an http(s) address and sane timings.
+    fn validate_cluster(&self) -> Result<(), ConfigError> {
+        let Some(cluster) = &self.cluster else {
+            return Ok(());
+        };
+        if !matches!(self.database_url(), DatabaseUrl::Postgres(_)) {
+            return Err(bad(
+                "cluster",
+                "nodes share their sessions through PostgreSQL: set database.url to a postgres:// URL",
+            ));
+        }
+        if self.server.node_id.as_deref().is_none_or(str::is_empty) {
+            return Err(bad(
+                "server.node_id",
+                "a node of a cluster needs a stable id of its own",
+            ));
+        }
+        let url = cluster.advertise_url.as_str();
+        let ok = url::Url::parse(url)
+            .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some());
+        if !ok {
+            return Err(bad(
+                "cluster.advertise_url",
+                format!("`{url}` is not an http(s) URL other nodes can reach"),
+            ));
+        }
+        if cluster.secret_env.is_empty() {
+            return Err(bad(
+                "cluster.secret_env",
+                "name the environment variable that holds the cluster secret",
+            ));
+        }
+        for (name, value) in [
+            ("heartbeat_secs", cluster.heartbeat_secs),
+            ("node_ttl_secs", cluster.node_ttl_secs),
+            ("sweep_secs", cluster.sweep_secs),
+        ] {
+            if value == 0 {
+                return Err(bad(&format!("cluster.{name}"), "must be at least 1"));
+            }
+        }
+        if cluster.node_ttl_secs < 2 * cluster.heartbeat_secs {
+            return Err(bad(
+                "cluster.node_ttl_secs",
+                "must be at least twice heartbeat_secs (one late beat must not kill a node)",
+            ));
+        }
+        Ok(())
     }
 
     fn validate_models(&self) -> Result<(), ConfigError> {

@@ -27,34 +27,32 @@ impl Live {
         let store = self.deps.store.clone();
         let parent = self.deps.session_id;
         let principal = self.state.principal().to_string();
-        let depth = self.state.depth() + 1;
+        let link = crate::events::ParentRef {
+            session_id: parent.to_string(),
+            call_id: call_id.clone(),
+            depth: self.state.depth() + 1,
+            // A child of a top-level session is a delegation of its own; deeper children
+            // count against their ancestors'.
+            delegation: self.state.delegation(&parent.to_string()),
+        };
         let due_changed = self.deps.due_changed.clone();
         let me = myself.clone();
         tokio::spawn(async move {
             let task = child_task(&arguments);
-            let input = match start_child(
-                store.as_ref(),
-                parent,
-                &principal,
-                &call_id,
-                &agent,
-                task,
-                depth,
-            )
-            .await
-            {
-                Ok(child) => {
-                    due_changed.notify_one();
-                    Input::ChildStarted {
-                        call_id,
-                        child_session_id: child.to_string(),
+            let input =
+                match start_child(store.as_ref(), parent, link, &principal, &agent, task).await {
+                    Ok(child) => {
+                        due_changed.notify_one();
+                        Input::ChildStarted {
+                            call_id,
+                            child_session_id: child.to_string(),
+                        }
                     }
-                }
-                Err(error) => Input::ToolFailed {
-                    call_id,
-                    error: format!("the child session could not be started: {error}"),
-                },
-            };
+                    Err(error) => Input::ToolFailed {
+                        call_id,
+                        error: format!("the child session could not be started: {error}"),
+                    },
+                };
             let _ = me.cast(SessionMsg::Input(input, None));
         });
     }
@@ -115,6 +113,17 @@ impl Live {
             call_id: parent.call_id.clone(),
             progress,
         });
+    }
+
+    /// What a model call of this session counts against: its delegation's step counter, when
+    /// it belongs to one.
+    pub(super) fn delegation_steps(&self) -> DelegationSteps {
+        let own = self.deps.session_id.to_string();
+        DelegationSteps {
+            delegation: self.state.delegation(&own).and_then(|id| id.parse().ok()),
+            limit: self.deps.agent.rules.delegation.max_steps,
+            store: self.deps.store.clone(),
+        }
     }
 
     /// A child session whose turn ended wakes its parent: a due-index row of the parent, due
@@ -210,5 +219,33 @@ impl Live {
                 error,
             },
         })
+    }
+}
+
+/// A model call's charge against its delegation's steps (`sessions.max_delegation_steps`).
+pub(super) struct DelegationSteps {
+    delegation: Option<Uuid>,
+    limit: u32,
+    store: std::sync::Arc<dyn stead_persistence::JournalStore>,
+}
+
+impl DelegationSteps {
+    /// Counts the call; the error that fails it when the delegation has made its limit of
+    /// model calls. A database that cannot count lets the call go ahead (logged): the limit is
+    /// a bound on runaway delegation, and the journal's own writes report the database.
+    pub(super) async fn charge(&self) -> Option<String> {
+        let delegation = self.delegation?;
+        match self.store.charge_delegation_step(delegation).await {
+            Ok(steps) if steps > i64::from(self.limit) => Some(format!(
+                "this delegation (session {delegation} and its sub-agents) has made {} model \
+                 calls, the most sessions.max_delegation_steps allows",
+                self.limit
+            )),
+            Ok(_) => None,
+            Err(error) => {
+                tracing::warn!(%delegation, %error, "the delegation's step could not be counted");
+                None
+            }
+        }
     }
 }

@@ -306,7 +306,15 @@ impl Live {
                 let model = self.deps.model.clone();
                 let me = myself.clone();
                 let turn = self.turn_span.clone().unwrap_or_else(tracing::Span::none);
+                let steps = self.delegation_steps();
                 tokio::spawn(async move {
+                    if let Some(error) = steps.charge().await {
+                        let _ = me.cast(SessionMsg::Input(
+                            Input::ModelFailed { call_id, error },
+                            None,
+                        ));
+                        return;
+                    }
                     let (deltas, mut stream) = tokio::sync::mpsc::unbounded_channel();
                     let forward = {
                         let me = me.clone();

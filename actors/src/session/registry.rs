@@ -240,6 +240,11 @@ impl SessionRegistry {
         self
     }
 
+    /// This registry's name as a lease owner (`server.node_id`, or host, process, instance).
+    pub fn node(&self) -> &str {
+        &self.shared.node
+    }
+
     /// Sets restart, snapshot and passivation rules.
     ///
     /// # Panics
@@ -439,6 +444,26 @@ impl SessionRegistry {
                 )
                 .await;
         }
+    }
+
+    /// Stops every live actor and waits (up to `grace`) until each has stopped and released
+    /// its lease, so another node can take its session at once (a draining shutdown). A
+    /// session that was mid-turn is taken over by that node's sweep, under the recovery rules.
+    pub async fn passivate_all(&self, grace: std::time::Duration) {
+        let actors: Vec<_> = self
+            .shared
+            .live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .drain()
+            .map(|(_, actor)| actor)
+            .collect();
+        let stops = actors.into_iter().map(|actor| async move {
+            let _ = actor
+                .stop_and_wait(Some("the node is draining".into()), Some(grace))
+                .await;
+        });
+        futures_util::future::join_all(stops).await;
     }
 
     /// Stops every live actor (what a process exit does to them).

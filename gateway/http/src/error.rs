@@ -20,6 +20,9 @@ use crate::error_code::ErrorCode;
 pub struct ApiError {
     pub code: ErrorCode,
     pub message: String,
+    /// For `session_elsewhere`: the node that holds the session's lease, which a cluster
+    /// forwards the request to (never shown to the caller).
+    pub owner: Option<String>,
 }
 
 impl ApiError {
@@ -27,6 +30,7 @@ impl ApiError {
         ApiError {
             code,
             message: message.into(),
+            owner: None,
         }
     }
 
@@ -68,10 +72,13 @@ impl From<SessionError> for ApiError {
             // The owner (a node name, often a host name) goes to the log, not to the caller.
             SessionError::HeldElsewhere(owner) => {
                 tracing::info!(%owner, "a request for a session active on another node");
-                ApiError::new(
-                    ErrorCode::SessionElsewhere,
-                    "the session is active on another node; try again later",
-                )
+                ApiError {
+                    owner: Some(owner),
+                    ..ApiError::new(
+                        ErrorCode::SessionElsewhere,
+                        "the session is active on another node; try again later",
+                    )
+                }
             }
             SessionError::UnknownAgent(agent) => ApiError::new(
                 ErrorCode::AgentNotConfigured,
@@ -193,7 +200,13 @@ pub fn refusal_error(refusal: Refusal) -> ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = json!({ "error": { "code": self.code, "message": self.message } });
-        (self.status(), Json(body)).into_response()
+        let mut response = (self.status(), Json(body)).into_response();
+        if let Some(owner) = self.owner {
+            response
+                .extensions_mut()
+                .insert(crate::cluster::Elsewhere(owner));
+        }
+        response
     }
 }
 

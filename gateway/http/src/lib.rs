@@ -8,6 +8,7 @@
 //! arguments, so tests bind `127.0.0.1:0`.
 
 pub mod auth;
+pub mod cluster;
 mod edge;
 mod error;
 pub mod error_code;
@@ -93,6 +94,8 @@ pub struct AppState {
     pub model_router: Arc<stead_router::Router>,
     /// The MCP servers Stead is a client of (`None`: none configured).
     pub mcp: Option<Arc<dyn McpView>>,
+    /// The other nodes on this database (`None`: the node runs alone; docs/cluster.md).
+    pub cluster: Option<Arc<dyn cluster::Cluster>>,
 }
 
 /// What the HTTP edge shows of the MCP servers Stead uses (the `stead` crate's registry).
@@ -166,6 +169,7 @@ pub fn router_with(state: AppState, extra: Router<AppState>) -> Router {
             axum::routing::delete(rest::cancel_agent_schedule),
         )
         .route("/v1/approvals", get(rest::pending_approvals))
+        .route("/v1/cluster", get(cluster::report))
         .route("/v1/agents", get(rest::agents))
         .route("/v1/mcp/servers", get(rest::mcp_servers))
         .route("/v1/models", get(rest::models))
@@ -175,6 +179,10 @@ pub fn router_with(state: AppState, extra: Router<AppState>) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            cluster::forward,
+        ))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             metrics::track,

@@ -126,6 +126,9 @@ pub async fn render(
     if let Some(mcp) = &state.mcp {
         out.push_str(&mcp.metrics());
     }
+    if let Some(cluster) = &state.cluster {
+        out.push_str(&cluster.metrics());
+    }
     out.push_str(
         "# HELP stead_http_requests_total HTTP requests by route, method and status.\n\
          # TYPE stead_http_requests_total counter\n",

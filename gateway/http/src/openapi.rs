@@ -270,6 +270,30 @@ pub struct InboxApproval {
     pub parent_call_id: Option<String>,
 }
 
+/// A node of the cluster.
+#[derive(Serialize, ToSchema)]
+pub struct ClusterNodeView {
+    pub node_id: String,
+    pub advertise_url: String,
+    pub version: String,
+    pub started_at: String,
+    pub heartbeat_at: String,
+    /// Its heartbeat is younger than `cluster.node_ttl_secs`.
+    pub alive: bool,
+    /// Sessions whose live lease it holds.
+    pub sessions: i64,
+}
+
+/// `GET /v1/cluster`.
+#[derive(Serialize, ToSchema)]
+pub struct ClusterReport {
+    /// Whether this node runs with `[cluster]`.
+    pub clustered: bool,
+    /// The node that answered.
+    pub node_id: String,
+    pub nodes: Vec<ClusterNodeView>,
+}
+
 #[derive(Serialize, ToSchema)]
 pub struct Inbox {
     pub approvals: Vec<InboxApproval>,
@@ -404,6 +428,7 @@ impl Modify for BearerAuth {
         rest::list_agent_schedules,
         rest::cancel_agent_schedule,
         rest::pending_approvals,
+        crate::cluster::report,
         rest::agents,
         rest::mcp_servers,
         rest::models,

@@ -4,6 +4,7 @@
 //! migrations, the set-based journal writes, a few expressions — is in `postgres.rs` and
 //! `sqlite.rs`.
 
+mod cluster;
 mod compaction;
 mod dialect;
 mod leases;
@@ -258,6 +259,18 @@ impl<D: Dialect> Sessions for SqlStore<D> {
         self.update_session(id, update).await
     }
 
+    async fn charge_delegation_step(&self, id: Uuid) -> Result<i64> {
+        let mut update = Sql::<D>::new(
+            "UPDATE sessions SET delegation_steps = delegation_steps + 1 WHERE id = ",
+        );
+        update.bind(id).push(" RETURNING delegation_steps");
+        let row = update.fetch_optional(self.on_write()).await?;
+        match row {
+            Some(row) => row.int("delegation_steps"),
+            None => Err(Error::SessionNotFound(id)),
+        }
+    }
+
     async fn purge_session(&self, id: Uuid) -> Result<crate::Purged> {
         let mut tx = self.db.writer().begin().await?;
         // The journal and log rows, then the row, whose cascade removes snapshots, KV entries
@@ -360,6 +373,22 @@ impl<D: Dialect> Leases for SqlStore<D> {
         ttl: Duration,
     ) -> Result<Lease> {
         self.renew(session_id, owner, epoch, ttl).await
+    }
+
+    async fn heartbeat_node(&self, node: &crate::ClusterNode) -> Result<()> {
+        self.heartbeat(node).await
+    }
+
+    async fn cluster_nodes(&self, ttl: Duration) -> Result<Vec<crate::NodeStatus>> {
+        self.nodes(ttl).await
+    }
+
+    async fn leave_cluster(&self, node_id: &str) -> Result<()> {
+        self.leave(node_id).await
+    }
+
+    async fn orphaned_sessions(&self, limit: u32) -> Result<Vec<Uuid>> {
+        self.orphans(limit).await
     }
 
     async fn release_lease(&self, session_id: Uuid, owner: &str, epoch: i64) -> Result<()> {

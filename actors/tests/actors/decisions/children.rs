@@ -26,6 +26,7 @@ fn delegating(depth: u32) -> Session {
             session_id: "parent".into(),
             call_id: "t1".into(),
             depth,
+            delegation: None,
         });
     }
     s

@@ -166,14 +166,19 @@ async fn a_child_session_answers_its_parents_call_once(backend: Backend) {
 
     // Starting it again (a recovery) finds the same child and asks nothing twice; a second
     // wake-up of the parent delivers nothing.
+    let link = stead_actors::events::ParentRef {
+        session_id: parent.to_string(),
+        call_id: "t1".into(),
+        depth: 1,
+        delegation: None,
+    };
     let again = start_child(
         store.as_ref(),
         parent,
+        link,
         "local",
-        "t1",
         "researcher",
         "Why is the sky blue?".into(),
-        1,
     )
     .await
     .unwrap();

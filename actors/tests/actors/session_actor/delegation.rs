@@ -3,7 +3,8 @@
 //! run at once, the writer parks on an approval that reaches the parent as `tool_progress`,
 //! a person approves it, both replies come back once and the coordinator finishes; the decision
 //! check holds for the parent and both children. A fork of the coordinator taken while a child
-//! works starts a child of its own and never touches the original.
+//! works starts a child of its own and never touches the original. A child that loops stops at
+//! the delegation's step limit and its parent hears why.
 
 use stead_actors::agent_tool::child_session_id;
 use stead_actors::session::{Scheduler, SchedulerOptions};
@@ -16,6 +17,7 @@ use super::*;
 stead_testkit::both_backends!(
     two_children_run_at_once_and_a_childs_approval_reaches_the_parent,
     a_fork_inside_a_delegation_starts_its_own_child_and_leaves_the_original_alone,
+    a_delegation_stops_at_its_step_limit,
 );
 
 async fn two_children_run_at_once_and_a_childs_approval_reaches_the_parent(backend: Backend) {
@@ -206,6 +208,110 @@ async fn a_fork_inside_a_delegation_starts_its_own_child_and_leaves_the_original
             "{kinds:?}"
         );
     }
+    scheduler.abort();
+    registry.stop_all();
+}
+
+/// The researcher loops on a clock it may call freely; the lead reports what came back.
+fn looping() -> (Vec<Agent>, Arc<ScriptedModel>) {
+    let mut agents = delegation::agents();
+    for agent in &mut agents {
+        agent.rules.delegation.max_steps = 3;
+        agent.rules.max_steps = 10;
+    }
+    let researcher = agents.iter_mut().find(|a| a.name == "researcher").unwrap();
+    let clock = ClockTool {
+        info: ToolInfo {
+            name: "clock".into(),
+            description: String::new(),
+            approval: ApprovalPolicy::Never,
+            idempotent: true,
+        },
+    };
+    researcher.rules.tools.insert(
+        "clock".into(),
+        ToolRules {
+            approval: ApprovalPolicy::Never,
+            idempotent: true,
+            arguments: Default::default(),
+            approver: Default::default(),
+            builtin: None,
+        },
+    );
+    researcher.tools.insert("clock".into(), Arc::new(clock));
+    let model = ScriptedModel::respond(|request| {
+        if request.system_prompt == delegation::RESEARCHER_PROMPT {
+            return (String::new(), vec![("clock".to_string(), json!({}))]);
+        }
+        let error = request.transcript.iter().find_map(|e| match e {
+            stead_actors::TranscriptEntry::Tool { content, .. } => Some(content["error"].clone()),
+            _ => None,
+        });
+        match error {
+            Some(error) => (format!("Gave up: {error}"), vec![]),
+            None => (
+                String::new(),
+                vec![("research".to_string(), json!({"task": "Loop."}))],
+            ),
+        }
+    });
+    (agents, Arc::new(model))
+}
+
+async fn a_delegation_stops_at_its_step_limit(backend: Backend) {
+    let db = db::open(backend).await;
+    let store = db.store.clone();
+    let (agents, model) = looping();
+    let registry = SessionRegistry::new(store.clone(), model, agents);
+    let options = SchedulerOptions {
+        poll: Duration::from_millis(100),
+        ..Default::default()
+    };
+    let scheduler = Scheduler::new(registry.clone(), options).spawn();
+    let lead = store
+        .create_session(NewSession::for_agent("lead"))
+        .await
+        .unwrap()
+        .id;
+    let mut frames = registry.subscribe(lead).await.unwrap();
+    say(&registry, lead, "Loop forever.").await;
+    wait_for(&mut frames, "turn_finished").await;
+
+    // The child made its three model calls; the fourth failed with the limit's name.
+    let child = child_session_id(lead, "t1");
+    let events = store.read(child, 0, 1000).await.unwrap();
+    let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|k| **k == "model_call_finished")
+            .count(),
+        3
+    );
+    let failed = events
+        .iter()
+        .find(|e| e.kind == "model_call_failed")
+        .unwrap();
+    let error = failed.payload["error"].as_str().unwrap();
+    assert!(error.contains("max_delegation_steps"), "{error}");
+    // The lead's call failed with it, and the lead answered.
+    let lead_events = store.read(lead, 0, 1000).await.unwrap();
+    let call_failed = lead_events
+        .iter()
+        .find(|e| e.kind == "tool_call_failed")
+        .unwrap();
+    let reason = call_failed.payload["error"].as_str().unwrap();
+    assert!(reason.contains("max_delegation_steps"), "{reason}");
+    assert_eq!(
+        store
+            .get_session(child)
+            .await
+            .unwrap()
+            .parent
+            .unwrap()
+            .session_id,
+        lead
+    );
     scheduler.abort();
     registry.stop_all();
 }

@@ -50,6 +50,7 @@ pub async fn upgrade(
     ApiPath(id): ApiPath<Uuid>,
     ApiQuery(query): ApiQuery<WsQuery>,
     headers: axum::http::HeaderMap,
+    uri: axum::http::Uri,
     upgrade: WebSocketUpgrade,
 ) -> Result<Response, ApiError> {
     // The session-scoped credential's token generation and expiry, re-checked on every
@@ -100,6 +101,29 @@ pub async fn upgrade(
     };
     caller.require_session(id)?;
     state.store.get_session(id).await?;
+    // Another node of the cluster holds the session: the socket is proxied to it
+    // (docs/cluster.md); the owner checks the credentials again and counts the socket.
+    if let Some(cluster) = state.cluster.clone() {
+        let from_client = cluster.origin(&axum::http::Method::GET, &uri, &headers)
+            == crate::cluster::Origin::Client;
+        if from_client {
+            if let Err(stead_actors::session::SessionError::HeldElsewhere(owner)) =
+                state.sessions.session(id).await
+            {
+                if cluster.reachable(&owner).await {
+                    let permit = state
+                        .connections
+                        .clone()
+                        .try_acquire_owned()
+                        .map_err(|_| ApiError::unavailable("too many connections"))?;
+                    return Ok(upgrade.on_upgrade(move |socket| async move {
+                        cluster.proxy_ws(&owner, uri, headers, socket).await;
+                        drop(permit);
+                    }));
+                }
+            }
+        }
+    }
     let per_session = state
         .session_sockets
         .take(id, state.limits.ws_per_session)

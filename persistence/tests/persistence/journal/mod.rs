@@ -3,6 +3,7 @@
 //! and migrations (`storage`).
 
 mod appends;
+mod cluster;
 mod sessions;
 mod storage;
 

@@ -1,5 +1,6 @@
 //! Sessions: listing and filters, unknown ids, the lifecycle, leases that fence an earlier
-//! holder, compaction of ended journals, and child sessions linked to their parent.
+//! holder, compaction of ended journals, child sessions linked to their parent, and the step
+//! counter of a delegation.
 
 use stead_persistence::ParentLink;
 
@@ -10,6 +11,7 @@ stead_testkit::both_backends!(
     unknown_session_is_a_typed_error,
     session_lifecycle,
     children_name_their_parent_and_are_listed_by_it,
+    a_delegations_steps_are_counted_on_its_row_under_concurrency,
     leases_fence_every_write_of_an_earlier_holder,
     compaction_replaces_an_ended_journal_only,
 );
@@ -398,5 +400,31 @@ async fn compaction_replaces_an_ended_journal_only(backend: Backend) {
     assert!(matches!(
         t.store.compaction(id).await,
         Err(Error::SessionNotFound(_))
+    ));
+}
+
+/// `charge_delegation_step` counts atomically: 40 concurrent charges of one row end at 40, each
+/// answer a distinct count; an unknown id is `SessionNotFound`.
+async fn a_delegations_steps_are_counted_on_its_row_under_concurrency(backend: Backend) {
+    let t = db::open(backend).await;
+    let child = new_session(&t.store).await;
+    let other = new_session(&t.store).await;
+    let charges: Vec<_> = (0..40)
+        .map(|_| {
+            let store = t.store.clone();
+            tokio::spawn(async move { store.charge_delegation_step(child).await.unwrap() })
+        })
+        .collect();
+    let mut counts = Vec::new();
+    for charge in charges {
+        counts.push(charge.await.unwrap());
+    }
+    counts.sort_unstable();
+    assert_eq!(counts, (1..=40).collect::<Vec<i64>>());
+    assert_eq!(t.store.charge_delegation_step(other).await.unwrap(), 1);
+    let unknown = Uuid::now_v7();
+    assert!(matches!(
+        t.store.charge_delegation_step(unknown).await,
+        Err(stead_persistence::Error::SessionNotFound(id)) if id == unknown
     ));
 }

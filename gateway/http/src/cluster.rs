@@ -1,0 +1,130 @@
+//! Several nodes on one database (docs/cluster.md). A session's request that reaches a node not
+//! holding the session's lease is served by the node that does: the handler answers
+//! `session_elsewhere` with the owner attached ([`Elsewhere`]), and the [`forward`] middleware
+//! sends the request — method, path, query, the client's own credentials and body — to the
+//! owner's advertised address, signed with the cluster secret, and answers with the owner's
+//! response. WebSockets are proxied the same way (`ws::upgrade`). A request another node
+//! forwarded is never forwarded again, and one whose node signature does not verify is refused.
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, Method, Uri};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+
+use crate::auth::Caller;
+use crate::{ApiError, AppState, ErrorCode};
+
+/// The response extension of a `session_elsewhere` answer: the lease holder's node id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Elsewhere(pub String);
+
+/// A request as a node forwards it.
+#[derive(Debug, Clone)]
+pub struct Forwarded {
+    pub method: Method,
+    pub uri: Uri,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+/// Whether a request came from another node of the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// From a client: it may be forwarded.
+    Client,
+    /// From another node, its signature verified: served here, never forwarded again.
+    Node,
+    /// It claims to come from a node and its signature does not verify.
+    Forged,
+}
+
+/// The cluster as the HTTP edge uses it (the `stead` crate's membership and forwarding).
+#[async_trait::async_trait]
+pub trait Cluster: Send + Sync {
+    /// `GET /v1/cluster`: this node and every registered node with its state.
+    async fn report(&self) -> Result<Value, ApiError>;
+    /// The owner's answer to `request`; `None` when the owner is not a live node this one can
+    /// reach (the caller then gets the local answer, `session_elsewhere`).
+    async fn forward(&self, owner: &str, request: Forwarded) -> Option<Response>;
+    /// Connects to the owner's WebSocket for `uri` (with the client's `headers`) and pumps
+    /// frames both ways until either side closes; `Err` when the owner cannot be reached.
+    async fn proxy_ws(
+        &self,
+        owner: &str,
+        uri: Uri,
+        headers: HeaderMap,
+        socket: axum::extract::ws::WebSocket,
+    );
+    /// Whether the owner is a live node this one can reach (checked before a WebSocket
+    /// upgrade is accepted for proxying).
+    async fn reachable(&self, owner: &str) -> bool;
+    /// Where the request came from (the node signature headers).
+    fn origin(&self, method: &Method, uri: &Uri, headers: &HeaderMap) -> Origin;
+    /// The `stead_cluster_*` series of `/metrics`.
+    fn metrics(&self) -> String;
+}
+
+/// The middleware: session requests answered `session_elsewhere` go to the owner.
+pub async fn forward(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let Some(cluster) = state.cluster.clone() else {
+        return next.run(request).await;
+    };
+    match cluster.origin(request.method(), request.uri(), request.headers()) {
+        Origin::Forged => {
+            return ApiError::new(
+                ErrorCode::InvalidCredentials,
+                "the node signature of this forwarded request does not verify",
+            )
+            .into_response()
+        }
+        Origin::Node => return next.run(request).await,
+        Origin::Client => {}
+    }
+    let upgrade = request.headers().contains_key(axum::http::header::UPGRADE);
+    if !request.uri().path().starts_with("/v1/sessions/") || upgrade {
+        return next.run(request).await;
+    }
+    let (parts, body) = request.into_parts();
+    let body = match axum::body::to_bytes(body, state.limits.body_bytes).await {
+        Ok(body) => body,
+        Err(_) => {
+            return ApiError::new(
+                ErrorCode::PayloadTooLarge,
+                format!("the body is over {} bytes", state.limits.body_bytes),
+            )
+            .into_response()
+        }
+    };
+    let saved = Forwarded {
+        method: parts.method.clone(),
+        uri: parts.uri.clone(),
+        headers: parts.headers.clone(),
+        body: body.clone(),
+    };
+    let response = next.run(Request::from_parts(parts, Body::from(body))).await;
+    let Some(Elsewhere(owner)) = response.extensions().get::<Elsewhere>().cloned() else {
+        return response;
+    };
+    cluster.forward(&owner, saved).await.unwrap_or(response)
+}
+
+/// `GET /v1/cluster` (operators): the nodes sharing this database — each with its advertised
+/// address, version, start and heartbeat times, whether it is alive and how many sessions' live
+/// leases it holds — and which one answered. A node without `[cluster]` reports itself alone.
+#[utoipa::path(get, path = "/v1/cluster", responses((status = 200, body = crate::openapi::ClusterReport), (status = 401, description = "Missing or invalid credentials", body = crate::openapi::ErrorBody), (status = 403, description = "Not allowed for this credential", body = crate::openapi::ErrorBody)))]
+pub async fn report(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+) -> Result<axum::Json<Value>, ApiError> {
+    caller.require_operator()?;
+    match &state.cluster {
+        Some(cluster) => Ok(axum::Json(cluster.report().await?)),
+        None => Ok(axum::Json(serde_json::json!({
+            "clustered": false,
+            "node_id": state.sessions.node(),
+            "nodes": [],
+        }))),
+    }
+}

@@ -1,0 +1,104 @@
+//! Cluster membership (docs/cluster.md): nodes register with their advertised address and keep
+//! a heartbeat, judged on the same clock as leases (the database's on PostgreSQL); the sweep's
+//! question — running sessions whose lease ran out — is answered here too.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::dialect::{Columns, Dialect, Sql};
+use super::SqlStore;
+use crate::types::now_micros;
+use crate::{ClusterNode, NodeStatus, Result};
+
+impl<D: Dialect> SqlStore<D> {
+    /// `ago` before now, on the leases' clock.
+    fn push_ago(&self, sql: &mut Sql<D>, ago: Duration) {
+        if D::DATABASE_CLOCK {
+            sql.push("clock_timestamp() - make_interval(secs => ")
+                .bind(ago.as_secs_f64().min(1e9))
+                .push(")");
+        } else {
+            let now = now_micros() + self.clock_skew;
+            let ago = chrono::Duration::from_std(ago).unwrap_or(chrono::Duration::MAX);
+            sql.bind(
+                now.checked_sub_signed(ago)
+                    .unwrap_or(DateTime::<Utc>::UNIX_EPOCH),
+            );
+        }
+    }
+
+    pub(super) async fn heartbeat(&self, node: &ClusterNode) -> Result<()> {
+        let mut upsert = Sql::<D>::new(
+            "INSERT INTO cluster_nodes (node_id, advertise_url, version, started_at, heartbeat_at) VALUES (",
+        );
+        upsert
+            .bind(node.node_id.as_str())
+            .push(", ")
+            .bind(node.advertise_url.as_str())
+            .push(", ")
+            .bind(node.version.as_str())
+            .push(", ");
+        self.push_ago(&mut upsert, Duration::ZERO);
+        upsert.push(", ");
+        self.push_ago(&mut upsert, Duration::ZERO);
+        upsert.push(
+            ") ON CONFLICT (node_id) DO UPDATE SET advertise_url = excluded.advertise_url, \
+             version = excluded.version, heartbeat_at = excluded.heartbeat_at",
+        );
+        if node.starting {
+            upsert.push(", started_at = excluded.started_at");
+        }
+        upsert.execute(self.on_write()).await?;
+        Ok(())
+    }
+
+    pub(super) async fn nodes(&self, ttl: Duration) -> Result<Vec<NodeStatus>> {
+        let mut select = Sql::<D>::new(
+            "SELECT n.node_id, n.advertise_url, n.version, n.started_at, n.heartbeat_at, \
+             (n.heartbeat_at >= ",
+        );
+        self.push_ago(&mut select, ttl);
+        select.push(
+            ") AS alive, (SELECT COUNT(*) FROM sessions s WHERE s.lease_owner = n.node_id \
+             AND s.lease_expires_at > ",
+        );
+        self.push_ago(&mut select, Duration::ZERO);
+        select.push(") AS sessions FROM cluster_nodes n ORDER BY n.node_id");
+        let rows = select.fetch_all(self.on_read()).await?;
+        rows.iter()
+            .map(|row| {
+                Ok(NodeStatus {
+                    node_id: row.text("node_id")?,
+                    advertise_url: row.text("advertise_url")?,
+                    version: row.text("version")?,
+                    started_at: row.time("started_at")?,
+                    heartbeat_at: row.time("heartbeat_at")?,
+                    alive: row.flag("alive")?,
+                    sessions: row.int("sessions")?,
+                })
+            })
+            .collect()
+    }
+
+    pub(super) async fn leave(&self, node_id: &str) -> Result<()> {
+        Sql::<D>::new("DELETE FROM cluster_nodes WHERE node_id = ")
+            .bind(node_id)
+            .execute(self.on_write())
+            .await?;
+        Ok(())
+    }
+
+    pub(super) async fn orphans(&self, limit: u32) -> Result<Vec<Uuid>> {
+        let mut select = Sql::<D>::new(
+            "SELECT id FROM sessions WHERE status = 'running' AND lease_expires_at < ",
+        );
+        self.push_ago(&mut select, Duration::ZERO);
+        select
+            .push(" ORDER BY lease_expires_at LIMIT ")
+            .bind(i64::from(limit));
+        let rows = select.fetch_all(self.on_read()).await?;
+        rows.iter().map(|row| row.id("id")).collect()
+    }
+}

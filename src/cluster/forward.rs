@@ -1,0 +1,301 @@
+//! Forwarding between nodes: a request (or WebSocket) for a session another node holds goes to
+//! that node's advertised address, signed with the cluster secret — HMAC-SHA256 over the
+//! sending node, the time, the method and the path with its query — and carries the client's
+//! own credentials, which the owner checks as if the client had come to it. A signature more
+//! than a minute old, or one that does not verify, is refused.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::ws::{Message as AxumMessage, WebSocket};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Uri};
+use axum::response::Response;
+use futures_util::{SinkExt, StreamExt};
+use hmac::{Hmac, Mac};
+use serde_json::{json, Value};
+use sha2::Sha256;
+use stead_http::cluster::{Cluster, Forwarded, Origin};
+use stead_http::ApiError;
+use stead_persistence::JournalStore;
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+
+use super::Membership;
+
+pub const NODE_HEADER: &str = "x-stead-node";
+pub const TIME_HEADER: &str = "x-stead-node-time";
+pub const SIGNATURE_HEADER: &str = "x-stead-node-signature";
+/// How old a node signature may be.
+const SIGNATURE_WINDOW_SECS: i64 = 60;
+
+/// Headers that belong to one hop, not to the request.
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "upgrade",
+    "te",
+    "trailer",
+    "host",
+    "content-length",
+];
+
+/// This node's view of the others, and what it forwards to them.
+pub struct Peers {
+    membership: Membership,
+    store: Arc<dyn JournalStore>,
+    client: reqwest::Client,
+    forwarded_http: AtomicU64,
+    forwarded_ws: AtomicU64,
+    forward_failures: AtomicU64,
+}
+
+impl Peers {
+    pub fn new(membership: Membership, store: Arc<dyn JournalStore>) -> anyhow::Result<Peers> {
+        let client = reqwest::Client::builder()
+            .connect_timeout(std::time::Duration::from_secs(5))
+            .build()?;
+        Ok(Peers {
+            membership,
+            store,
+            client,
+            forwarded_http: AtomicU64::new(0),
+            forwarded_ws: AtomicU64::new(0),
+            forward_failures: AtomicU64::new(0),
+        })
+    }
+
+    fn signature(&self, node: &str, time: i64, method: &Method, uri: &Uri) -> Hmac<Sha256> {
+        #[allow(clippy::expect_used)]
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.membership.secret)
+            .expect("HMAC takes keys of any length");
+        let path = uri.path_and_query().map_or("/", |p| p.as_str());
+        mac.update(format!("stead-node\n{node}\n{time}\n{method}\n{path}").as_bytes());
+        mac
+    }
+
+    /// The headers that sign a request this node forwards.
+    fn sign(&self, method: &Method, uri: &Uri) -> Vec<(&'static str, String)> {
+        let node = &self.membership.node.node_id;
+        let time = chrono::Utc::now().timestamp();
+        let signature = hex(&self
+            .signature(node, time, method, uri)
+            .finalize()
+            .into_bytes());
+        vec![
+            (NODE_HEADER, node.clone()),
+            (TIME_HEADER, time.to_string()),
+            (SIGNATURE_HEADER, signature),
+        ]
+    }
+
+    /// The advertised address of `owner` when it is a live node other than this one.
+    async fn address(&self, owner: &str) -> Option<String> {
+        if owner == self.membership.node.node_id {
+            return None;
+        }
+        let nodes = match self.store.cluster_nodes(self.membership.ttl).await {
+            Ok(nodes) => nodes,
+            Err(error) => {
+                tracing::warn!(%error, "cluster: cannot read the nodes");
+                return None;
+            }
+        };
+        nodes
+            .into_iter()
+            .find(|n| n.node_id == owner && n.alive)
+            .map(|n| n.advertise_url)
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(text: &str) -> Option<Vec<u8>> {
+    if text.len() % 2 != 0 {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+#[async_trait::async_trait]
+impl Cluster for Peers {
+    async fn report(&self) -> Result<Value, ApiError> {
+        let nodes = self
+            .store
+            .cluster_nodes(self.membership.ttl)
+            .await
+            .map_err(|e| ApiError::internal("cannot read the cluster's nodes", e))?;
+        Ok(json!({
+            "clustered": true,
+            "node_id": self.membership.node.node_id,
+            "nodes": nodes,
+        }))
+    }
+
+    async fn forward(&self, owner: &str, request: Forwarded) -> Option<Response> {
+        let base = self.address(owner).await?;
+        let path = request.uri.path_and_query().map_or("/", |p| p.as_str());
+        let mut outgoing = self
+            .client
+            .request(request.method.clone(), format!("{base}{path}"))
+            .body(request.body);
+        for (name, value) in &request.headers {
+            if !HOP_BY_HOP.contains(&name.as_str()) && !name.as_str().starts_with("x-stead-node") {
+                outgoing = outgoing.header(name, value);
+            }
+        }
+        for (name, value) in self.sign(&request.method, &request.uri) {
+            outgoing = outgoing.header(name, value);
+        }
+        let answer = match outgoing.send().await {
+            Ok(answer) => answer,
+            Err(error) => {
+                self.forward_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(%owner, %error, "cluster: the owner did not answer a forwarded request");
+                return None;
+            }
+        };
+        self.forwarded_http.fetch_add(1, Ordering::Relaxed);
+        let mut response = Response::builder().status(answer.status());
+        for (name, value) in answer.headers() {
+            if !HOP_BY_HOP.contains(&name.as_str()) {
+                response = response.header(name, value);
+            }
+        }
+        response.body(Body::from_stream(answer.bytes_stream())).ok()
+    }
+
+    async fn reachable(&self, owner: &str) -> bool {
+        self.address(owner).await.is_some()
+    }
+
+    async fn proxy_ws(&self, owner: &str, uri: Uri, headers: HeaderMap, socket: WebSocket) {
+        let Some(base) = self.address(owner).await else {
+            return;
+        };
+        let path = uri.path_and_query().map_or("/", |p| p.as_str());
+        let url = format!("{}{path}", base.replacen("http", "ws", 1));
+        let mut request =
+            match tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(
+                url.as_str(),
+            ) {
+                Ok(request) => request,
+                Err(error) => {
+                    tracing::warn!(%owner, %error, "cluster: bad WebSocket address");
+                    return;
+                }
+            };
+        for name in [axum::http::header::AUTHORIZATION] {
+            if let Some(value) = headers.get(&name) {
+                request.headers_mut().insert(name, value.clone());
+            }
+        }
+        for (name, value) in self.sign(&Method::GET, &uri) {
+            if let (Ok(name), Ok(value)) = (
+                HeaderName::from_bytes(name.as_bytes()),
+                HeaderValue::from_str(&value),
+            ) {
+                request.headers_mut().insert(name, value);
+            }
+        }
+        let upstream = match tokio_tungstenite::connect_async(request).await {
+            Ok((upstream, _)) => upstream,
+            Err(error) => {
+                self.forward_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(%owner, %error, "cluster: cannot open the owner's WebSocket");
+                return;
+            }
+        };
+        self.forwarded_ws.fetch_add(1, Ordering::Relaxed);
+        let (mut up_tx, mut up_rx) = upstream.split();
+        let (mut client_tx, mut client_rx) = socket.split();
+        let to_owner = async {
+            while let Some(Ok(message)) = client_rx.next().await {
+                let message = match message {
+                    AxumMessage::Text(text) => WsMessage::text(text.as_str()),
+                    AxumMessage::Binary(bytes) => WsMessage::binary(bytes),
+                    AxumMessage::Ping(bytes) => WsMessage::Ping(bytes),
+                    AxumMessage::Pong(bytes) => WsMessage::Pong(bytes),
+                    AxumMessage::Close(_) => break,
+                };
+                if up_tx.send(message).await.is_err() {
+                    break;
+                }
+            }
+            let _ = up_tx.close().await;
+        };
+        let to_client = async {
+            while let Some(Ok(message)) = up_rx.next().await {
+                let message = match message {
+                    WsMessage::Text(text) => AxumMessage::text(text.as_str()),
+                    WsMessage::Binary(bytes) => AxumMessage::Binary(bytes),
+                    WsMessage::Ping(bytes) => AxumMessage::Ping(bytes),
+                    WsMessage::Pong(bytes) => AxumMessage::Pong(bytes),
+                    WsMessage::Close(frame) => {
+                        let frame = frame.map(|f| axum::extract::ws::CloseFrame {
+                            code: f.code.into(),
+                            reason: f.reason.as_str().into(),
+                        });
+                        let _ = client_tx.send(AxumMessage::Close(frame)).await;
+                        break;
+                    }
+                    WsMessage::Frame(_) => continue,
+                };
+                if client_tx.send(message).await.is_err() {
+                    break;
+                }
+            }
+        };
+        // Either side ending ends the proxy.
+        tokio::select! {
+            () = to_owner => {}
+            () = to_client => {}
+        }
+    }
+
+    fn origin(&self, method: &Method, uri: &Uri, headers: &HeaderMap) -> Origin {
+        let Some(node) = header(headers, NODE_HEADER) else {
+            return Origin::Client;
+        };
+        let verified = (|| {
+            let time: i64 = header(headers, TIME_HEADER)?.parse().ok()?;
+            let age = (chrono::Utc::now().timestamp() - time).abs();
+            if age > SIGNATURE_WINDOW_SECS {
+                return None;
+            }
+            let given = unhex(header(headers, SIGNATURE_HEADER)?)?;
+            self.signature(node, time, method, uri)
+                .verify_slice(&given)
+                .ok()
+        })();
+        match verified {
+            Some(()) => Origin::Node,
+            None => Origin::Forged,
+        }
+    }
+
+    fn metrics(&self) -> String {
+        format!(
+            "# HELP stead_cluster_forwarded_total Requests this node forwarded to the session's owner, by kind.\n\
+             # TYPE stead_cluster_forwarded_total counter\n\
+             stead_cluster_forwarded_total{{kind=\"http\"}} {}\n\
+             stead_cluster_forwarded_total{{kind=\"websocket\"}} {}\n\
+             # HELP stead_cluster_forward_failures_total Forwards whose owner did not answer.\n\
+             # TYPE stead_cluster_forward_failures_total counter\n\
+             stead_cluster_forward_failures_total {}\n",
+            self.forwarded_http.load(Ordering::Relaxed),
+            self.forwarded_ws.load(Ordering::Relaxed),
+            self.forward_failures.load(Ordering::Relaxed),
+        )
+    }
+}
