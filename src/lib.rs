@@ -1,7 +1,8 @@
 //! The root package `stead`: the one binary's library. It owns the command line, the layered
 //! configuration (`config`), and the wiring of the crates into a running server (`serve`):
 //! agents built from configuration (`agents`), the model router's providers, request log and
-//! the sessions' `ModelClient` over it (`model_router`), journal retention (`retention`), plus
+//! the sessions' `ModelClient` over it (`model_router`), journal retention (`retention`), a
+//! node's cluster membership, takeover sweep and request forwarding (`cluster`), plus
 //! the operator commands (`setup`, `migrate`, `session` and `replay` in `replay_cli`, and the
 //! benchmarks of `stead bench …` in `bench`, the model evaluation of `stead eval` in `eval`).
 //! Behaviour lives in the crates it wires:

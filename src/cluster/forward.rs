@@ -15,9 +15,10 @@ use futures_util::{SinkExt, StreamExt};
 use hmac::{Hmac, Mac};
 use serde_json::{json, Value};
 use sha2::Sha256;
-use stead_http::cluster::{Cluster, Forwarded, Origin};
+use stead_http::cluster::{Cluster, Forwarded, Origin, WsPump};
 use stead_http::ApiError;
 use stead_persistence::JournalStore;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
 use super::Membership;
@@ -175,30 +176,21 @@ impl Cluster for Peers {
         response.body(Body::from_stream(answer.bytes_stream())).ok()
     }
 
-    async fn reachable(&self, owner: &str) -> bool {
-        self.address(owner).await.is_some()
-    }
-
-    async fn proxy_ws(&self, owner: &str, uri: Uri, headers: HeaderMap, socket: WebSocket) {
-        let Some(base) = self.address(owner).await else {
-            return;
-        };
+    async fn proxy_ws(&self, owner: &str, uri: Uri, headers: HeaderMap) -> Option<WsPump> {
+        let base = self.address(owner).await?;
         let path = uri.path_and_query().map_or("/", |p| p.as_str());
         let url = format!("{}{path}", base.replacen("http", "ws", 1));
-        let mut request =
-            match tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(
-                url.as_str(),
-            ) {
-                Ok(request) => request,
-                Err(error) => {
-                    tracing::warn!(%owner, %error, "cluster: bad WebSocket address");
-                    return;
-                }
-            };
-        for name in [axum::http::header::AUTHORIZATION] {
-            if let Some(value) = headers.get(&name) {
-                request.headers_mut().insert(name, value.clone());
+        let mut request = match url.as_str().into_client_request() {
+            Ok(request) => request,
+            Err(error) => {
+                tracing::warn!(%owner, %error, "cluster: bad WebSocket address");
+                return None;
             }
+        };
+        if let Some(value) = headers.get(axum::http::header::AUTHORIZATION) {
+            request
+                .headers_mut()
+                .insert(axum::http::header::AUTHORIZATION, value.clone());
         }
         for (name, value) in self.sign(&Method::GET, &uri) {
             if let (Ok(name), Ok(value)) = (
@@ -213,54 +205,15 @@ impl Cluster for Peers {
             Err(error) => {
                 self.forward_failures.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(%owner, %error, "cluster: cannot open the owner's WebSocket");
-                return;
+                return None;
             }
         };
         self.forwarded_ws.fetch_add(1, Ordering::Relaxed);
-        let (mut up_tx, mut up_rx) = upstream.split();
-        let (mut client_tx, mut client_rx) = socket.split();
-        let to_owner = async {
-            while let Some(Ok(message)) = client_rx.next().await {
-                let message = match message {
-                    AxumMessage::Text(text) => WsMessage::text(text.as_str()),
-                    AxumMessage::Binary(bytes) => WsMessage::binary(bytes),
-                    AxumMessage::Ping(bytes) => WsMessage::Ping(bytes),
-                    AxumMessage::Pong(bytes) => WsMessage::Pong(bytes),
-                    AxumMessage::Close(_) => break,
-                };
-                if up_tx.send(message).await.is_err() {
-                    break;
-                }
-            }
-            let _ = up_tx.close().await;
-        };
-        let to_client = async {
-            while let Some(Ok(message)) = up_rx.next().await {
-                let message = match message {
-                    WsMessage::Text(text) => AxumMessage::text(text.as_str()),
-                    WsMessage::Binary(bytes) => AxumMessage::Binary(bytes),
-                    WsMessage::Ping(bytes) => AxumMessage::Ping(bytes),
-                    WsMessage::Pong(bytes) => AxumMessage::Pong(bytes),
-                    WsMessage::Close(frame) => {
-                        let frame = frame.map(|f| axum::extract::ws::CloseFrame {
-                            code: f.code.into(),
-                            reason: f.reason.as_str().into(),
-                        });
-                        let _ = client_tx.send(AxumMessage::Close(frame)).await;
-                        break;
-                    }
-                    WsMessage::Frame(_) => continue,
-                };
-                if client_tx.send(message).await.is_err() {
-                    break;
-                }
-            }
-        };
-        // Either side ending ends the proxy.
-        tokio::select! {
-            () = to_owner => {}
-            () = to_client => {}
-        }
+        Some(Box::new(move |socket: WebSocket| {
+            let pumping: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> =
+                Box::pin(pump(upstream, socket));
+            pumping
+        }))
     }
 
     fn origin(&self, method: &Method, uri: &Uri, headers: &HeaderMap) -> Origin {
@@ -297,5 +250,58 @@ impl Cluster for Peers {
             self.forwarded_ws.load(Ordering::Relaxed),
             self.forward_failures.load(Ordering::Relaxed),
         )
+    }
+}
+
+/// Frames both ways between the client's socket and the owner's, until either side ends.
+async fn pump(
+    upstream: tokio_tungstenite::WebSocketStream<
+        tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+    >,
+    socket: WebSocket,
+) {
+    let (mut up_tx, mut up_rx) = upstream.split();
+    let (mut client_tx, mut client_rx) = socket.split();
+    let to_owner = async {
+        while let Some(Ok(message)) = client_rx.next().await {
+            let message = match message {
+                AxumMessage::Text(text) => WsMessage::text(text.as_str()),
+                AxumMessage::Binary(bytes) => WsMessage::binary(bytes),
+                AxumMessage::Ping(bytes) => WsMessage::Ping(bytes),
+                AxumMessage::Pong(bytes) => WsMessage::Pong(bytes),
+                AxumMessage::Close(_) => break,
+            };
+            if up_tx.send(message).await.is_err() {
+                break;
+            }
+        }
+        let _ = up_tx.close().await;
+    };
+    let to_client = async {
+        while let Some(Ok(message)) = up_rx.next().await {
+            let message = match message {
+                WsMessage::Text(text) => AxumMessage::text(text.as_str()),
+                WsMessage::Binary(bytes) => AxumMessage::Binary(bytes),
+                WsMessage::Ping(bytes) => AxumMessage::Ping(bytes),
+                WsMessage::Pong(bytes) => AxumMessage::Pong(bytes),
+                WsMessage::Close(frame) => {
+                    let frame = frame.map(|f| axum::extract::ws::CloseFrame {
+                        code: f.code.into(),
+                        reason: f.reason.as_str().into(),
+                    });
+                    let _ = client_tx.send(AxumMessage::Close(frame)).await;
+                    break;
+                }
+                WsMessage::Frame(_) => continue,
+            };
+            if client_tx.send(message).await.is_err() {
+                break;
+            }
+        }
+    };
+    // Either side ending ends the proxy.
+    tokio::select! {
+        () = to_owner => {}
+        () = to_client => {}
     }
 }

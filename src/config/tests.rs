@@ -33,6 +33,53 @@ fn api_keys_are_checked_and_allow_listening_off_loopback() {
     assert!(invalid(|c| c.server.api_keys = vec!["sha256:abc".into()]).contains("64 hex"));
 }
 
+/// `[cluster]` needs PostgreSQL, a node id, an http(s) address, a secret variable outside
+/// `STEAD_*` and a TTL of at least two heartbeats; each refusal names its key.
+#[test]
+fn a_cluster_needs_postgres_a_node_id_and_sane_timings() {
+    let cluster = ClusterConfig {
+        advertise_url: "http://node-a.internal:8787".into(),
+        secret_env: "CLUSTER_SECRET".into(),
+        heartbeat_secs: 2,
+        node_ttl_secs: 10,
+        sweep_secs: 2,
+    };
+    let clustered = |c: &mut Config| {
+        c.cluster = Some(cluster.clone());
+        c.server.node_id = Some("node-a".into());
+        c.database.url = Some("postgres://stead@db/stead".into());
+    };
+    let mut config = Config::default();
+    config.resolve_defaults();
+    clustered(&mut config);
+    config.validate().unwrap();
+    assert!(invalid(|c| {
+        clustered(c);
+        c.database.url = None;
+    })
+    .contains("postgres"));
+    assert!(invalid(|c| {
+        clustered(c);
+        c.server.node_id = None;
+    })
+    .contains("server.node_id"));
+    assert!(invalid(|c| {
+        clustered(c);
+        c.cluster.as_mut().unwrap().advertise_url = "node-a:8787".into();
+    })
+    .contains("cluster.advertise_url"));
+    assert!(invalid(|c| {
+        clustered(c);
+        c.cluster.as_mut().unwrap().secret_env = "STEAD_CLUSTER_SECRET".into();
+    })
+    .contains("cluster.secret_env"));
+    assert!(invalid(|c| {
+        clustered(c);
+        c.cluster.as_mut().unwrap().node_ttl_secs = 3;
+    })
+    .contains("cluster.node_ttl_secs"));
+}
+
 /// The prefix cache's keys: on by default (256 MiB, 32 tokens), set per `onnx` provider in
 /// TOML, and a minimum of 0 refused with the key named.
 #[test]

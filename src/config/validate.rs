@@ -141,6 +141,13 @@ impl Config {
                 "name the environment variable that holds the cluster secret",
             ));
         }
+        if cluster.secret_env.starts_with("STEAD_") {
+            return Err(bad(
+                "cluster.secret_env",
+                "STEAD_* variables are configuration settings; name one outside that prefix \
+                 (e.g. CLUSTER_SECRET)",
+            ));
+        }
         for (name, value) in [
             ("heartbeat_secs", cluster.heartbeat_secs),
             ("node_ttl_secs", cluster.node_ttl_secs),

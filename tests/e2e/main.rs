@@ -20,6 +20,7 @@
 mod architecture;
 mod chaos;
 mod cli;
+mod cluster;
 mod delegation_budget;
 mod gateway;
 mod gateway_router;

@@ -96,6 +96,41 @@ pub async fn fold_until(
     Ok(folded)
 }
 
+/// The session's latest state from the database alone — its latest snapshot, then the journal
+/// after it — without activating it (listings that span sessions read parked sessions this
+/// way, on whichever node of a cluster they run, without taking their leases).
+pub async fn fold_latest(
+    store: &Arc<dyn JournalStore>,
+    id: Uuid,
+) -> Result<SessionState, ReplayError> {
+    let mut folded = SessionState::default();
+    if let Some(snapshot) = store.latest_snapshot(id).await? {
+        if let Some(state) = state_from_document(&snapshot.state) {
+            folded = state;
+        }
+    }
+    if folded.last_seq == 0 {
+        if let Some(compaction) = store.compaction(id).await? {
+            folded = state_from_document(&compaction.state).ok_or_else(|| {
+                ReplayError::Invalid("the compaction's state is of another version".into())
+            })?;
+        }
+    }
+    loop {
+        let page = store.read(id, folded.last_seq, 1000).await?;
+        let done = page.len() < 1000;
+        for event in &page {
+            match typed(event) {
+                Some(typed) => folded.apply(event.seq, &typed),
+                None => folded.last_seq = event.seq,
+            }
+        }
+        if done {
+            return Ok(folded);
+        }
+    }
+}
+
 /// The state view `GET /v1/sessions/{id}/state` and `stead replay state` print.
 pub fn state_view(id: Uuid, folded: &SessionState) -> Value {
     json!({

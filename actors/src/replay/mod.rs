@@ -16,7 +16,8 @@ pub use export::{
     ImportError, EXPORT_FORMAT, EXPORT_VERSION, IMPORTED_FROM,
 };
 pub use fold::{
-    fold_until, read_all, snapshot_document, state_from_document, state_view, SNAPSHOT_VERSION,
+    fold_latest, fold_until, read_all, snapshot_document, state_from_document, state_view,
+    SNAPSHOT_VERSION,
 };
 pub use fork::{fork, settle_status};
 

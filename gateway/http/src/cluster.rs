@@ -29,6 +29,14 @@ pub struct Forwarded {
     pub body: Bytes,
 }
 
+/// Pumps frames between the client's socket and the owner's, until either side closes.
+pub type WsPump = Box<
+    dyn FnOnce(
+            axum::extract::ws::WebSocket,
+        ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>
+        + Send,
+>;
+
 /// Whether a request came from another node of the cluster.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Origin {
@@ -48,18 +56,10 @@ pub trait Cluster: Send + Sync {
     /// The owner's answer to `request`; `None` when the owner is not a live node this one can
     /// reach (the caller then gets the local answer, `session_elsewhere`).
     async fn forward(&self, owner: &str, request: Forwarded) -> Option<Response>;
-    /// Connects to the owner's WebSocket for `uri` (with the client's `headers`) and pumps
-    /// frames both ways until either side closes; `Err` when the owner cannot be reached.
-    async fn proxy_ws(
-        &self,
-        owner: &str,
-        uri: Uri,
-        headers: HeaderMap,
-        socket: axum::extract::ws::WebSocket,
-    );
-    /// Whether the owner is a live node this one can reach (checked before a WebSocket
-    /// upgrade is accepted for proxying).
-    async fn reachable(&self, owner: &str) -> bool;
+    /// Opens the owner's WebSocket for `uri` (with the client's `headers`) before the client's
+    /// upgrade is accepted, and returns what pumps frames between it and the client's socket
+    /// until either side closes; `None` when the owner cannot be reached.
+    async fn proxy_ws(&self, owner: &str, uri: Uri, headers: HeaderMap) -> Option<WsPump>;
     /// Where the request came from (the node signature headers).
     fn origin(&self, method: &Method, uri: &Uri, headers: &HeaderMap) -> Origin;
     /// The `stead_cluster_*` series of `/metrics`.

@@ -104,6 +104,18 @@ impl Stead {
         database_url: Option<&str>,
         env: &[(&str, &str)],
     ) -> Stead {
+        Self::start_listening(data, config, database_url, env, "127.0.0.1:0")
+    }
+
+    /// Starts it in `data` listening on `listen` (a node of a cluster must know its port
+    /// before it starts: it advertises it).
+    pub fn start_listening(
+        data: tempfile::TempDir,
+        config: &str,
+        database_url: Option<&str>,
+        env: &[(&str, &str)],
+        listen: &str,
+    ) -> Stead {
         std::fs::write(data.path().join("stead.toml"), config).unwrap();
         let mut cmd = command();
         for (name, value) in env {
@@ -114,7 +126,7 @@ impl Stead {
         }
         let mut child = cmd
             .current_dir(data.path())
-            .args(["serve", "--listen", "127.0.0.1:0", "--config", "stead.toml"])
+            .args(["serve", "--listen", listen, "--config", "stead.toml"])
             .arg("--data-dir")
             .arg(data.path())
             .stdout(Stdio::piped())
@@ -228,4 +240,12 @@ impl Drop for Stead {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A free loopback port (bound, then released for the caller to use at once).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
 }

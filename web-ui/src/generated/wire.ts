@@ -68,7 +68,13 @@ export type ParentRef = { session_id: string, call_id: string,
 /**
  * The child's depth: 1 for a child of a top-level session (absent in older journals: 1).
  */
-depth: number, };
+depth: number, 
+/**
+ * The delegation this child belongs to: the child session of a top-level session's call
+ * that it descends from (absent at depth 1: the child itself). Its row counts the
+ * delegation's model calls (`sessions.max_delegation_steps`).
+ */
+delegation?: string, };
 
 /**
  * What a firing delivers: a user message — its `text`, or the agent's `callback` (a prompt

@@ -157,7 +157,8 @@ pub async fn pending_approvals(
 /// The approvals a parked session waits for, each naming its session, agent and (for a child
 /// session) its parent.
 async fn approvals_of(state: &AppState, row: &stead_persistence::Session) -> Vec<Value> {
-    let folded = match state.sessions.state(row.id).await {
+    // From the database, not the actor: the same on every node, and no lease moves.
+    let folded = match stead_actors::replay::fold_latest(&state.store, row.id).await {
         Ok(folded) => folded,
         Err(error) => {
             tracing::warn!(session = %row.id, %error, "cannot read a parked session");

@@ -110,16 +110,25 @@ pub async fn upgrade(
             if let Err(stead_actors::session::SessionError::HeldElsewhere(owner)) =
                 state.sessions.session(id).await
             {
-                if cluster.reachable(&owner).await {
-                    let permit = state
-                        .connections
-                        .clone()
-                        .try_acquire_owned()
-                        .map_err(|_| ApiError::unavailable("too many connections"))?;
-                    return Ok(upgrade.on_upgrade(move |socket| async move {
-                        cluster.proxy_ws(&owner, uri, headers, socket).await;
-                        drop(permit);
-                    }));
+                let permit = state
+                    .connections
+                    .clone()
+                    .try_acquire_owned()
+                    .map_err(|_| ApiError::unavailable("too many connections"))?;
+                // The owner's socket is open (and attached) before the client's upgrade is
+                // answered; an owner that cannot be reached leaves the local answer.
+                match cluster.proxy_ws(&owner, uri, headers).await {
+                    Some(pump) => {
+                        return Ok(upgrade.on_upgrade(move |socket| async move {
+                            pump(socket).await;
+                            drop(permit);
+                        }))
+                    }
+                    None => {
+                        return Err(
+                            stead_actors::session::SessionError::HeldElsewhere(owner).into()
+                        );
+                    }
                 }
             }
         }
