@@ -281,6 +281,10 @@ async fn resume_running_sessions(
         for row in &page.sessions {
             match sessions.session(row.id).await {
                 Ok(_) => resumed += 1,
+                // Another node of the cluster runs it.
+                Err(stead_actors::session::SessionError::HeldElsewhere(owner)) => {
+                    tracing::debug!(session = %row.id, %owner, "running on another node")
+                }
                 Err(error) => tracing::warn!(session = %row.id, %error, "cannot resume"),
             }
         }

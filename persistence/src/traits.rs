@@ -133,6 +133,9 @@ pub trait Leases: Send + Sync {
     /// of sessions whose live lease it holds.
     async fn cluster_nodes(&self, ttl: Duration) -> Result<Vec<NodeStatus>>;
 
+    /// The node whose live lease holds the session (`None`: free, expired, or no session).
+    async fn lease_holder(&self, session_id: Uuid) -> Result<Option<String>>;
+
     /// Removes a node that leaves (a drained shutdown).
     async fn leave_cluster(&self, node_id: &str) -> Result<()>;
 

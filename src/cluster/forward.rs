@@ -10,7 +10,7 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::extract::ws::{Message as AxumMessage, WebSocket};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Uri};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use futures_util::{SinkExt, StreamExt};
 use hmac::{Hmac, Mac};
 use serde_json::{json, Value};
@@ -160,10 +160,23 @@ impl Cluster for Peers {
         }
         let answer = match outgoing.send().await {
             Ok(answer) => answer,
+            // Not connected: nothing reached the owner (it is down or draining).
+            Err(error) if error.is_connect() => {
+                self.forward_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(%owner, %error, "cluster: the owner is not reachable");
+                return None;
+            }
             Err(error) => {
                 self.forward_failures.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(%owner, %error, "cluster: the owner did not answer a forwarded request");
-                return None;
+                return Some(
+                    ApiError::new(
+                        stead_http::error_code::ErrorCode::NotReady,
+                        "the node holding the session stopped answering; the request may have \
+                         been applied (read the session's events before sending it again)",
+                    )
+                    .into_response(),
+                );
             }
         };
         self.forwarded_http.fetch_add(1, Ordering::Relaxed);

@@ -38,6 +38,9 @@ fn reply(request: &Value) -> Reply {
 
 struct Cluster {
     nodes: Vec<Option<Stead>>,
+    /// Each node's configuration and port, to start it again.
+    configs: Vec<(String, u16)>,
+    url: String,
     _db: stead_persistence::scratch::ScratchDatabase,
     _up: Upstream,
 }
@@ -48,6 +51,7 @@ impl Cluster {
         let up = Upstream::respond(reply).await;
         let key: Vec<u8> = (0..32u8).collect();
         let mut nodes = Vec::new();
+        let mut configs = Vec::new();
         for i in 0..size {
             let port = free_port();
             let config = up.config(
@@ -91,9 +95,12 @@ approval = "always"
                 &[(SECRET_ENV, SECRET)],
                 &format!("127.0.0.1:{port}"),
             )));
+            configs.push((config, port));
         }
         Cluster {
             nodes,
+            configs,
+            url: scratch.url().to_string(),
             _db: scratch,
             _up: up,
         }
@@ -103,6 +110,23 @@ approval = "always"
         self.nodes[i % self.nodes.len()]
             .as_ref()
             .expect("a live node")
+    }
+
+    /// SIGTERM to node `i` (it drains), then the node again on its data directory and port.
+    fn restart(&mut self, i: usize) {
+        let mut node = self.nodes[i].take().expect("a live node");
+        let status = node.signal(libc::SIGTERM);
+        assert!(status.success(), "node {i} drained and exited 0: {status}");
+        let data = std::mem::replace(&mut node.data, tempfile::tempdir().unwrap());
+        drop(node);
+        let (config, port) = &self.configs[i];
+        self.nodes[i] = Some(Stead::start_listening(
+            data,
+            config,
+            Some(&self.url),
+            &[(SECRET_ENV, SECRET)],
+            &format!("127.0.0.1:{port}"),
+        ));
     }
 }
 
@@ -292,4 +316,128 @@ async fn owner_of(cluster: &Cluster, _id: &str) -> usize {
     owner["node_id"].as_str().unwrap()["node-".len()..]
         .parse()
         .unwrap()
+}
+
+/// A rolling restart under steady chat load: each node in turn gets SIGTERM (it drains and
+/// hands its sessions over), exits 0 and starts again, while a client keeps messaging three
+/// sessions through the nodes that are up. No request fails (a connection a stopping node
+/// refuses is a reconnect, tried on another node); every answered message is in its journal
+/// once, and the journals have no gaps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_under_chat_load_fails_no_request() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    let mut cluster = Cluster::start(3).await;
+    let bases: Vec<String> = (0..3).map(|i| cluster.node(i).base.clone()).collect();
+    let mut sessions = Vec::new();
+    for i in 0..3 {
+        sessions.push(cluster.node(i).create("ops").await.0);
+    }
+    let down: Arc<Vec<AtomicBool>> = Arc::new((0..3).map(|_| AtomicBool::new(false)).collect());
+    let stop = Arc::new(AtomicBool::new(false));
+    let failures = Arc::new(Mutex::new(Vec::<String>::new()));
+    let reconnects = Arc::new(AtomicUsize::new(0));
+    let answered = Arc::new(Mutex::new(Vec::<(String, String)>::new()));
+    let load = {
+        let (down, stop, failures, reconnects, answered) = (
+            down.clone(),
+            stop.clone(),
+            failures.clone(),
+            reconnects.clone(),
+            answered.clone(),
+        );
+        let sessions = sessions.clone();
+        tokio::spawn(async move {
+            let client = reqwest::Client::new();
+            let mut n = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                n += 1;
+                let session = &sessions[n % sessions.len()];
+                let text = format!("message {n}");
+                let mut node = n % 3;
+                loop {
+                    if down[node].load(Ordering::Relaxed) {
+                        node = (node + 1) % 3;
+                        continue;
+                    }
+                    let sent = client
+                        .post(format!(
+                            "{}/v1/sessions/{session}/messages?wait=true",
+                            bases[node]
+                        ))
+                        .json(&json!({ "text": text }))
+                        .send()
+                        .await;
+                    match sent {
+                        Ok(response) if response.status() == 200 => {
+                            answered
+                                .lock()
+                                .unwrap()
+                                .push((session.clone(), text.clone()));
+                            break;
+                        }
+                        Ok(response) => {
+                            let status = response.status();
+                            let body = response.text().await.unwrap_or_default();
+                            failures
+                                .lock()
+                                .unwrap()
+                                .push(format!("node {node}: {status} {body}"));
+                            break;
+                        }
+                        // The node stopped accepting between the check and the send.
+                        Err(error) if error.is_connect() => {
+                            reconnects.fetch_add(1, Ordering::Relaxed);
+                            node = (node + 1) % 3;
+                        }
+                        Err(error) => {
+                            failures
+                                .lock()
+                                .unwrap()
+                                .push(format!("node {node}: {error}"));
+                            break;
+                        }
+                    }
+                }
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for i in 0..3 {
+        down[i].store(true, Ordering::Relaxed);
+        cluster.restart(i);
+        down[i].store(false, Ordering::Relaxed);
+        eprintln!("rolling restart: node {i} is back");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    load.await.unwrap();
+    let failures = failures.lock().unwrap().clone();
+    assert!(failures.is_empty(), "failed requests: {failures:#?}");
+    let answered = answered.lock().unwrap().clone();
+    eprintln!(
+        "rolling restart: {} messages answered, {} reconnects, 0 failures",
+        answered.len(),
+        reconnects.load(Ordering::Relaxed)
+    );
+    assert!(
+        answered.len() > 30,
+        "the load kept going: {}",
+        answered.len()
+    );
+    for session in &sessions {
+        let journal = cluster.node(0).journal(session).await;
+        let seqs: Vec<i64> = journal.iter().map(|e| e["seq"].as_i64().unwrap()).collect();
+        assert_eq!(seqs, (1..=seqs.len() as i64).collect::<Vec<_>>(), "no gaps");
+        let texts: Vec<&str> = journal
+            .iter()
+            .filter(|e| e["kind"] == "user_message")
+            .filter_map(|e| e["payload"]["text"].as_str())
+            .collect();
+        for (_, text) in answered.iter().filter(|(s, _)| s == session) {
+            let copies = texts.iter().filter(|t| *t == text).count();
+            assert_eq!(copies, 1, "{text} is in {session}'s journal once");
+        }
+    }
 }

@@ -54,7 +54,8 @@ pub trait Cluster: Send + Sync {
     /// `GET /v1/cluster`: this node and every registered node with its state.
     async fn report(&self) -> Result<Value, ApiError>;
     /// The owner's answer to `request`; `None` when the owner is not a live node this one can
-    /// reach (the caller then gets the local answer, `session_elsewhere`).
+    /// connect to (nothing was sent: the request may go elsewhere). A request sent whose
+    /// answer never came is answered 503 (it may have been applied), never sent again.
     async fn forward(&self, owner: &str, request: Forwarded) -> Option<Response>;
     /// Opens the owner's WebSocket for `uri` (with the client's `headers`) before the client's
     /// upgrade is accepted, and returns what pumps frames between it and the client's socket
@@ -83,7 +84,10 @@ pub async fn forward(State(state): State<AppState>, request: Request, next: Next
         Origin::Client => {}
     }
     let upgrade = request.headers().contains_key(axum::http::header::UPGRADE);
-    if !request.uri().path().starts_with("/v1/sessions/") || upgrade {
+    let Some(id) = session_in_path(request.uri().path()) else {
+        return next.run(request).await;
+    };
+    if upgrade {
         return next.run(request).await;
     }
     let (parts, body) = request.into_parts();
@@ -103,11 +107,45 @@ pub async fn forward(State(state): State<AppState>, request: Request, next: Next
         headers: parts.headers.clone(),
         body: body.clone(),
     };
+    // Where the session lives decides where the request runs. An owner that does not answer
+    // may be draining (it releases its leases as it stops): the lease is looked at again
+    // until it is free or another node answers, for up to `OWNER_WAIT`.
+    let deadline = std::time::Instant::now() + OWNER_WAIT;
+    let local = state.sessions.node().to_string();
+    loop {
+        let holder = match state.store.lease_holder(id).await {
+            Ok(holder) => holder.filter(|h| *h != local),
+            Err(_) => None,
+        };
+        let Some(owner) = holder else { break };
+        if let Some(forwarded) = cluster.forward(&owner, saved.clone()).await {
+            return forwarded;
+        }
+        if std::time::Instant::now() >= deadline {
+            break;
+        }
+        tokio::time::sleep(OWNER_RETRY).await;
+    }
     let response = next.run(Request::from_parts(parts, Body::from(body))).await;
+    // Taken by another node meanwhile: that one answers.
     let Some(Elsewhere(owner)) = response.extensions().get::<Elsewhere>().cloned() else {
         return response;
     };
     cluster.forward(&owner, saved).await.unwrap_or(response)
+}
+
+/// How long a request waits for a session's owner that does not answer (a draining node
+/// releases its leases within it).
+const OWNER_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+const OWNER_RETRY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The session id of a `/v1/sessions/{id}/…` path.
+fn session_in_path(path: &str) -> Option<uuid::Uuid> {
+    path.strip_prefix("/v1/sessions/")?
+        .split('/')
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// `GET /v1/cluster` (operators): the nodes sharing this database — each with its advertised

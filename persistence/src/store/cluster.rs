@@ -90,6 +90,18 @@ impl<D: Dialect> SqlStore<D> {
         Ok(())
     }
 
+    pub(super) async fn holder(&self, session_id: Uuid) -> Result<Option<String>> {
+        let mut select = Sql::<D>::new("SELECT lease_owner FROM sessions WHERE id = ");
+        select
+            .bind(session_id)
+            .push(" AND lease_owner IS NOT NULL AND lease_expires_at > ");
+        self.push_ago(&mut select, Duration::ZERO);
+        match select.fetch_optional(self.on_read()).await? {
+            Some(row) => row.opt_text("lease_owner"),
+            None => Ok(None),
+        }
+    }
+
     pub(super) async fn orphans(&self, limit: u32) -> Result<Vec<Uuid>> {
         let mut select = Sql::<D>::new(
             "SELECT id FROM sessions WHERE status = 'running' AND lease_expires_at < ",

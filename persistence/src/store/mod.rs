@@ -383,6 +383,10 @@ impl<D: Dialect> Leases for SqlStore<D> {
         self.nodes(ttl).await
     }
 
+    async fn lease_holder(&self, session_id: Uuid) -> Result<Option<String>> {
+        self.holder(session_id).await
+    }
+
     async fn leave_cluster(&self, node_id: &str) -> Result<()> {
         self.leave(node_id).await
     }
