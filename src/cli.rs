@@ -97,6 +97,28 @@ pub enum BenchCommand {
     Chaos(ChaosBenchArgs),
     /// Many schedules over many sessions: firing lag at offered rates, memory, idle CPU.
     Schedules(SchedulesBenchArgs),
+    /// Two nodes on one PostgreSQL: what forwarding costs, and the takeover of a dead node's
+    /// running turn (needs DATABASE_URL=postgres://…).
+    Cluster(ClusterBenchArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ClusterBenchArgs {
+    /// Requests per measurement (latency: one at a time; throughput: --concurrency at once).
+    #[arg(long, default_value_t = 2_000)]
+    pub requests: usize,
+    #[arg(long, default_value_t = 8)]
+    pub concurrency: usize,
+    /// SIGKILLs of the node running a turn, each timed until another node finished it.
+    #[arg(long, default_value_t = 5)]
+    pub takeovers: usize,
+    #[arg(long, default_value_t = 3)]
+    pub lease_ttl_secs: u64,
+    #[arg(long, default_value_t = 1)]
+    pub sweep_secs: u64,
+    /// Print the results as one JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -413,6 +435,9 @@ async fn run_command(config: Config, command: Command) -> anyhow::Result<ExitCod
         Command::Bench(BenchCommand::Chaos(args)) => crate::bench::chaos::chaos(config, args).await,
         Command::Bench(BenchCommand::Schedules(args)) => {
             done(crate::bench::schedules::schedules(config, args).await)
+        }
+        Command::Bench(BenchCommand::Cluster(args)) => {
+            crate::bench::cluster::cluster(config, args).await
         }
     }
 }

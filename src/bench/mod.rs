@@ -9,6 +9,7 @@
 
 mod agent_turn;
 pub mod chaos;
+pub mod cluster;
 pub mod gateway;
 pub mod inference;
 pub mod journal;

@@ -10,7 +10,7 @@
 //! counts of many runs add up, so that a thousand kills can be reached over several runs.
 
 mod check;
-mod doubles;
+pub(crate) mod doubles;
 mod workload;
 
 use std::path::Path;
