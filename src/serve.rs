@@ -232,7 +232,11 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         Ok(result) => result
             .context("server task failed")?
             .context("server failed")?,
-        Err(_) => tracing::warn!(?grace, "requests still in flight after the grace period"),
+        Err(_) => {
+            tracing::warn!(?grace, "requests still in flight after the grace period");
+            // They stop here: none may activate a session again once its lease is released.
+            server.abort();
+        }
     }
     scheduler.abort();
     for task in &cluster_tasks {

@@ -27,7 +27,7 @@ pub const NODE_HEADER: &str = "x-stead-node";
 pub const TIME_HEADER: &str = "x-stead-node-time";
 pub const SIGNATURE_HEADER: &str = "x-stead-node-signature";
 /// How old a node signature may be.
-const SIGNATURE_WINDOW_SECS: i64 = 60;
+const SIGNATURE_WINDOW_SECS: u64 = 60;
 
 /// Headers that belong to one hop, not to the request.
 const HOP_BY_HOP: [&str; 9] = [
@@ -50,12 +50,22 @@ pub struct Peers {
     forwarded_http: AtomicU64,
     forwarded_ws: AtomicU64,
     forward_failures: AtomicU64,
+    /// The nodes as last read, and when (forwards read them at most once per `NODES_CACHE`).
+    nodes: std::sync::Mutex<Option<(std::time::Instant, Vec<stead_persistence::NodeStatus>)>>,
 }
+
+/// How long a read of the cluster's nodes serves forwards.
+const NODES_CACHE: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Peers {
     pub fn new(membership: Membership, store: Arc<dyn JournalStore>) -> anyhow::Result<Peers> {
+        // Straight to the owner: no proxy from the environment (it would see the clients'
+        // credentials), no redirects, and a short connect timeout (an owner that does not
+        // accept is retried while its lease is watched).
         let client = reqwest::Client::builder()
-            .connect_timeout(std::time::Duration::from_secs(5))
+            .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(std::time::Duration::from_secs(1))
             .build()?;
         Ok(Peers {
             membership,
@@ -64,24 +74,30 @@ impl Peers {
             forwarded_http: AtomicU64::new(0),
             forwarded_ws: AtomicU64::new(0),
             forward_failures: AtomicU64::new(0),
+            nodes: std::sync::Mutex::new(None),
         })
     }
 
-    fn signature(&self, node: &str, time: i64, method: &Method, uri: &Uri) -> Hmac<Sha256> {
+    /// The MAC over a request: the sending node, the time, the method and the path with its
+    /// query exactly as sent (after the URL's normalisation).
+    fn signature(&self, node: &str, time: i64, method: &Method, path: &str) -> Hmac<Sha256> {
         #[allow(clippy::expect_used)]
         let mut mac = Hmac::<Sha256>::new_from_slice(&self.membership.secret)
             .expect("HMAC takes keys of any length");
-        let path = uri.path_and_query().map_or("/", |p| p.as_str());
         mac.update(format!("stead-node\n{node}\n{time}\n{method}\n{path}").as_bytes());
         mac
     }
 
     /// The headers that sign a request this node forwards.
-    fn sign(&self, method: &Method, uri: &Uri) -> Vec<(&'static str, String)> {
+    fn sign(&self, method: &Method, url: &url::Url) -> Vec<(&'static str, String)> {
         let node = &self.membership.node.node_id;
         let time = chrono::Utc::now().timestamp();
+        let path = match url.query() {
+            Some(query) => format!("{}?{query}", url.path()),
+            None => url.path().to_string(),
+        };
         let signature = hex(&self
-            .signature(node, time, method, uri)
+            .signature(node, time, method, &path)
             .finalize()
             .into_bytes());
         vec![
@@ -96,12 +112,32 @@ impl Peers {
         if owner == self.membership.node.node_id {
             return None;
         }
-        let nodes = match self.store.cluster_nodes(self.membership.ttl).await {
-            Ok(nodes) => nodes,
-            Err(error) => {
-                tracing::warn!(%error, "cluster: cannot read the nodes");
-                return None;
-            }
+        let cached = {
+            let cache = self
+                .nodes
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            cache
+                .as_ref()
+                .filter(|(at, _)| at.elapsed() < NODES_CACHE)
+                .map(|(_, nodes)| nodes.clone())
+        };
+        let nodes = match cached {
+            Some(nodes) => nodes,
+            None => match self.store.cluster_nodes(self.membership.ttl).await {
+                Ok(nodes) => {
+                    *self
+                        .nodes
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) =
+                        Some((std::time::Instant::now(), nodes.clone()));
+                    nodes
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "cluster: cannot read the nodes");
+                    return None;
+                }
+            },
         };
         nodes
             .into_iter()
@@ -146,16 +182,17 @@ impl Cluster for Peers {
     async fn forward(&self, owner: &str, request: Forwarded) -> Option<Response> {
         let base = self.address(owner).await?;
         let path = request.uri.path_and_query().map_or("/", |p| p.as_str());
+        let url = url::Url::parse(&format!("{base}{path}")).ok()?;
         let mut outgoing = self
             .client
-            .request(request.method.clone(), format!("{base}{path}"))
+            .request(request.method.clone(), url.clone())
             .body(request.body);
         for (name, value) in &request.headers {
             if !HOP_BY_HOP.contains(&name.as_str()) && !name.as_str().starts_with("x-stead-node") {
                 outgoing = outgoing.header(name, value);
             }
         }
-        for (name, value) in self.sign(&request.method, &request.uri) {
+        for (name, value) in self.sign(&request.method, &url) {
             outgoing = outgoing.header(name, value);
         }
         let answer = match outgoing.send().await {
@@ -186,13 +223,24 @@ impl Cluster for Peers {
                 response = response.header(name, value);
             }
         }
-        response.body(Body::from_stream(answer.bytes_stream())).ok()
+        // Delivered: whatever happens now, it is not sent again.
+        Some(
+            response
+                .body(Body::from_stream(answer.bytes_stream()))
+                .unwrap_or_else(|_| {
+                    ApiError::new(
+                        stead_http::error_code::ErrorCode::NotReady,
+                        "the owner's answer could not be passed on; the request may have been applied",
+                    )
+                    .into_response()
+                }),
+        )
     }
 
     async fn proxy_ws(&self, owner: &str, uri: Uri, headers: HeaderMap) -> Option<WsPump> {
         let base = self.address(owner).await?;
         let path = uri.path_and_query().map_or("/", |p| p.as_str());
-        let url = format!("{}{path}", base.replacen("http", "ws", 1));
+        let url = url::Url::parse(&format!("{}{path}", base.replacen("http", "ws", 1))).ok()?;
         let mut request = match url.as_str().into_client_request() {
             Ok(request) => request,
             Err(error) => {
@@ -205,7 +253,7 @@ impl Cluster for Peers {
                 .headers_mut()
                 .insert(axum::http::header::AUTHORIZATION, value.clone());
         }
-        for (name, value) in self.sign(&Method::GET, &uri) {
+        for (name, value) in self.sign(&Method::GET, &url) {
             if let (Ok(name), Ok(value)) = (
                 HeaderName::from_bytes(name.as_bytes()),
                 HeaderValue::from_str(&value),
@@ -213,7 +261,11 @@ impl Cluster for Peers {
                 request.headers_mut().insert(name, value);
             }
         }
-        let upstream = match tokio_tungstenite::connect_async(request).await {
+        let connecting = tokio_tungstenite::connect_async(request);
+        let upstream = match tokio::time::timeout(std::time::Duration::from_secs(5), connecting)
+            .await
+            .unwrap_or(Err(tokio_tungstenite::tungstenite::Error::ConnectionClosed))
+        {
             Ok((upstream, _)) => upstream,
             Err(error) => {
                 self.forward_failures.fetch_add(1, Ordering::Relaxed);
@@ -235,12 +287,12 @@ impl Cluster for Peers {
         };
         let verified = (|| {
             let time: i64 = header(headers, TIME_HEADER)?.parse().ok()?;
-            let age = (chrono::Utc::now().timestamp() - time).abs();
-            if age > SIGNATURE_WINDOW_SECS {
+            if chrono::Utc::now().timestamp().abs_diff(time) > SIGNATURE_WINDOW_SECS {
                 return None;
             }
             let given = unhex(header(headers, SIGNATURE_HEADER)?)?;
-            self.signature(node, time, method, uri)
+            let path = uri.path_and_query().map_or("/", |p| p.as_str());
+            self.signature(node, time, method, path)
                 .verify_slice(&given)
                 .ok()
         })();

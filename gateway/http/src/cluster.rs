@@ -127,10 +127,14 @@ pub async fn forward(State(state): State<AppState>, request: Request, next: Next
         tokio::time::sleep(OWNER_RETRY).await;
     }
     let response = next.run(Request::from_parts(parts, Body::from(body))).await;
-    // Taken by another node meanwhile: that one answers.
+    // Taken by another node meanwhile: a read goes there. A write that ran here is never sent
+    // again (it may have been applied before the session moved): its 409 stands.
     let Some(Elsewhere(owner)) = response.extensions().get::<Elsewhere>().cloned() else {
         return response;
     };
+    if !matches!(saved.method, Method::GET | Method::HEAD) {
+        return response;
+    }
     cluster.forward(&owner, saved).await.unwrap_or(response)
 }
 
