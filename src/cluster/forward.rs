@@ -274,11 +274,13 @@ impl Cluster for Peers {
             }
         };
         self.forwarded_ws.fetch_add(1, Ordering::Relaxed);
-        Some(Box::new(move |socket: WebSocket| {
-            let pumping: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> =
-                Box::pin(pump(upstream, socket));
-            pumping
-        }))
+        Some(Box::new(
+            move |socket: WebSocket, shutdown: tokio::sync::watch::Receiver<bool>| {
+                let pumping: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> =
+                    Box::pin(pump(upstream, socket, shutdown));
+                pumping
+            },
+        ))
     }
 
     fn origin(&self, method: &Method, uri: &Uri, headers: &HeaderMap) -> Origin {
@@ -324,6 +326,7 @@ async fn pump(
         tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
     >,
     socket: WebSocket,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     let (mut up_tx, mut up_rx) = upstream.split();
     let (mut client_tx, mut client_rx) = socket.split();
@@ -364,9 +367,19 @@ async fn pump(
             }
         }
     };
-    // Either side ending ends the proxy.
-    tokio::select! {
-        () = to_owner => {}
-        () = to_client => {}
+    // Either side ending ends the proxy; so does this node's shutdown, which closes the
+    // client's socket with 1001 (it reconnects through another node and resumes).
+    let draining = tokio::select! {
+        () = to_owner => false,
+        () = to_client => false,
+        _ = shutdown.wait_for(|stop| *stop) => true,
+    };
+    if draining {
+        let close = axum::extract::ws::CloseFrame {
+            code: 1001,
+            reason: "the server is shutting down".into(),
+        };
+        let _ = client_tx.send(AxumMessage::Close(Some(close))).await;
+        let _ = up_tx.close().await;
     }
 }

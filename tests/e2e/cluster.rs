@@ -335,9 +335,31 @@ async fn a_rolling_restart_under_chat_load_fails_no_request() {
     let mut cluster = Cluster::start(3).await;
     let bases: Vec<String> = (0..3).map(|i| cluster.node(i).base.clone()).collect();
     let mut sessions = Vec::new();
+    let mut tokens = Vec::new();
     for i in 0..3 {
-        sessions.push(cluster.node(i).create("ops").await.0);
+        let (id, token) = cluster.node(i).create("ops").await;
+        sessions.push(id);
+        tokens.push(token);
     }
+    // The third session held by node 2 (restarted last); a WebSocket to it through every
+    // node, those on nodes 0 and 1 proxied. Each must end with 1001 when its own node drains
+    // — a proxying node closes its proxied clients as it closes its own — so that the client
+    // knows to reconnect and resume.
+    let (status, _) = cluster.node(2).say(&sessions[2], "hello").await;
+    assert_eq!(status, 200);
+    let mut sockets = Vec::new();
+    for i in 0..3 {
+        let mut ws = cluster.node(i).ws(&sessions[2], &tokens[2], "").await;
+        assert_eq!(ws.next().await.expect("hello")["type"], "hello");
+        sockets.push(ws);
+    }
+    let closes = tokio::spawn(async move {
+        let mut codes = Vec::new();
+        for mut ws in sockets {
+            codes.push(close_code(&mut ws).await);
+        }
+        codes
+    });
     let down: Arc<Vec<AtomicBool>> = Arc::new((0..3).map(|_| AtomicBool::new(false)).collect());
     let stop = Arc::new(AtomicBool::new(false));
     let failures = Arc::new(Mutex::new(Vec::<String>::new()));
@@ -417,6 +439,11 @@ async fn a_rolling_restart_under_chat_load_fails_no_request() {
     }
     stop.store(true, Ordering::Relaxed);
     load.await.unwrap();
+    let codes = tokio::time::timeout(Duration::from_secs(30), closes)
+        .await
+        .expect("every WebSocket closed")
+        .unwrap();
+    assert_eq!(codes, [Some(1001); 3], "each WebSocket ended with 1001");
     let failures = failures.lock().unwrap().clone();
     assert!(failures.is_empty(), "failed requests: {failures:#?}");
     let answered = answered.lock().unwrap().clone();
@@ -572,4 +599,18 @@ async fn thirty_kills_of_a_sessions_owner_lose_and_repeat_nothing() {
         "cluster chaos: {KILLS} kills ({killed_busy} of a node holding sessions), {checked} acknowledged messages each journaled once"
     );
     assert!(killed_busy > KILLS / 2, "the kills hit busy nodes");
+}
+
+/// The close code a WebSocket ends with (frames before it skipped); `None` when it ended
+/// without a close frame.
+async fn close_code(ws: &mut stead_testkit::client::Ws) -> Option<u16> {
+    use futures_util::StreamExt;
+    use tokio_tungstenite::tungstenite::Message;
+    loop {
+        match ws.stream.next().await {
+            Some(Ok(Message::Close(frame))) => return frame.map(|f| u16::from(f.code)),
+            Some(Ok(_)) => continue,
+            Some(Err(_)) | None => return None,
+        }
+    }
 }

@@ -29,10 +29,12 @@ pub struct Forwarded {
     pub body: Bytes,
 }
 
-/// Pumps frames between the client's socket and the owner's, until either side closes.
+/// Pumps frames between the client's socket and the owner's, until either side closes or
+/// this node shuts down (the client then gets 1001, as from a local socket).
 pub type WsPump = Box<
     dyn FnOnce(
             axum::extract::ws::WebSocket,
+            tokio::sync::watch::Receiver<bool>,
         ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>
         + Send,
 >;

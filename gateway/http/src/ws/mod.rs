@@ -119,14 +119,15 @@ pub async fn upgrade(
                 // answered; an owner that cannot be reached leaves the local answer.
                 match cluster.proxy_ws(&owner, uri, headers).await {
                     Some(pump) => {
+                        let shutdown = state.shutdown.clone();
                         return Ok(upgrade
                             .read_buffer_size(READ_BUFFER)
                             .max_message_size(TRANSPORT_MAX)
                             .max_frame_size(TRANSPORT_MAX)
                             .on_upgrade(move |socket| async move {
-                                pump(socket).await;
+                                pump(socket, shutdown).await;
                                 drop(permit);
-                            }))
+                            }));
                     }
                     None => {
                         return Err(
