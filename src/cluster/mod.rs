@@ -89,24 +89,42 @@ impl Membership {
     }
 }
 
+/// Orphans one sweep takes on.
+const SWEEP_BATCH: usize = 100;
+/// How long the sweep leaves alone a session it could not activate (an agent this node does
+/// not configure, a child whose journal is not written yet), so that the others get their turn.
+const SWEEP_BACKOFF: Duration = Duration::from_secs(60);
+
 /// Every `every`, running sessions whose lease ran out (their node died mid-turn) are
 /// activated here: the activation takes the lease (one node wins; the others see it held) and
 /// carries the turn on under the recovery rules.
 async fn sweep(store: Arc<dyn JournalStore>, sessions: Arc<SessionRegistry>, every: Duration) {
     let mut tick = tokio::time::interval(every);
+    let mut failing: std::collections::HashMap<uuid::Uuid, std::time::Instant> = Default::default();
     loop {
         tick.tick().await;
-        let orphans = match store.orphaned_sessions(100).await {
+        failing.retain(|_, until| until.elapsed() < SWEEP_BACKOFF);
+        let limit = u32::try_from(SWEEP_BATCH + failing.len()).unwrap_or(u32::MAX);
+        let orphans = match store.orphaned_sessions(limit).await {
             Ok(orphans) => orphans,
             Err(error) => {
                 tracing::warn!(%error, "cluster: cannot look for orphaned sessions");
                 continue;
             }
         };
-        for id in orphans {
+        let fresh: Vec<uuid::Uuid> = orphans
+            .into_iter()
+            .filter(|id| !failing.contains_key(id))
+            .collect();
+        for id in fresh {
             match sessions.session(id).await {
                 Ok(_) => tracing::info!(session = %id, "cluster: took over a running session"),
-                Err(error) => tracing::debug!(session = %id, %error, "cluster: not taken over"),
+                // Another node was quicker: nothing to back off from.
+                Err(stead_actors::session::SessionError::HeldElsewhere(_)) => {}
+                Err(error) => {
+                    tracing::debug!(session = %id, %error, "cluster: not taken over");
+                    failing.insert(id, std::time::Instant::now());
+                }
             }
         }
     }
