@@ -20,24 +20,38 @@ stead_testkit::both_backends!(
     a_delegation_stops_at_its_step_limit,
 );
 
-async fn two_children_run_at_once_and_a_childs_approval_reaches_the_parent(backend: Backend) {
+/// A store, a registry of `agents` answered by `model`, a scheduler that looks every 100 ms,
+/// and a session of `lead`.
+async fn tree(
+    backend: Backend,
+    model: Arc<ScriptedModel>,
+    agents: Vec<Agent>,
+) -> (
+    db::TestStore,
+    SessionRegistry,
+    tokio::task::JoinHandle<()>,
+    uuid::Uuid,
+) {
     let db = db::open(backend).await;
-    let store = db.store.clone();
-    let registry = SessionRegistry::new(
-        store.clone(),
-        Arc::new(delegation::model()),
-        delegation::agents(),
-    );
+    let registry = SessionRegistry::new(db.store.clone(), model, agents);
     let options = SchedulerOptions {
         poll: Duration::from_millis(100),
         ..Default::default()
     };
     let scheduler = Scheduler::new(registry.clone(), options).spawn();
-    let lead = store
+    let lead = db
+        .store
         .create_session(NewSession::for_agent("lead"))
         .await
         .unwrap()
         .id;
+    (db, registry, scheduler, lead)
+}
+
+async fn two_children_run_at_once_and_a_childs_approval_reaches_the_parent(backend: Backend) {
+    let (db, registry, scheduler, lead) =
+        tree(backend, Arc::new(delegation::model()), delegation::agents()).await;
+    let store = db.store.clone();
     let mut frames = registry.subscribe(lead).await.unwrap();
     say(&registry, lead, "Explain the sky, and write a line.").await;
 
@@ -148,23 +162,9 @@ fn approve(call_id: String) -> Input {
 async fn a_fork_inside_a_delegation_starts_its_own_child_and_leaves_the_original_alone(
     backend: Backend,
 ) {
-    let db = db::open(backend).await;
+    let (db, registry, scheduler, lead) =
+        tree(backend, Arc::new(delegation::model()), delegation::agents()).await;
     let store = db.store.clone();
-    let registry = SessionRegistry::new(
-        store.clone(),
-        Arc::new(delegation::model()),
-        delegation::agents(),
-    );
-    let options = SchedulerOptions {
-        poll: Duration::from_millis(100),
-        ..Default::default()
-    };
-    let scheduler = Scheduler::new(registry.clone(), options).spawn();
-    let lead = store
-        .create_session(NewSession::for_agent("lead"))
-        .await
-        .unwrap()
-        .id;
     say(&registry, lead, "Explain the sky, and write a line.").await;
     let writer = child_session_id(lead, "t2");
     parked_call(&registry, writer).await;
@@ -259,20 +259,9 @@ fn looping() -> (Vec<Agent>, Arc<ScriptedModel>) {
 }
 
 async fn a_delegation_stops_at_its_step_limit(backend: Backend) {
-    let db = db::open(backend).await;
-    let store = db.store.clone();
     let (agents, model) = looping();
-    let registry = SessionRegistry::new(store.clone(), model, agents);
-    let options = SchedulerOptions {
-        poll: Duration::from_millis(100),
-        ..Default::default()
-    };
-    let scheduler = Scheduler::new(registry.clone(), options).spawn();
-    let lead = store
-        .create_session(NewSession::for_agent("lead"))
-        .await
-        .unwrap()
-        .id;
+    let (db, registry, scheduler, lead) = tree(backend, model, agents).await;
+    let store = db.store.clone();
     let mut frames = registry.subscribe(lead).await.unwrap();
     say(&registry, lead, "Loop forever.").await;
     wait_for(&mut frames, "turn_finished").await;

@@ -204,17 +204,7 @@ pub async fn tree_approvals(
             if row.status == SessionStatus::AwaitingApproval {
                 approvals.extend(approvals_of(&state, row).await);
             }
-            let children = state
-                .store
-                .list_sessions(&SessionQuery {
-                    agent: None,
-                    parent: Some(row.id),
-                    status: None,
-                    limit: stead_persistence::MAX_PAGE,
-                    cursor: None,
-                })
-                .await?;
-            next.extend(children.sessions);
+            next.extend(children_page(&state, row.id).await?.sessions);
         }
         if next.is_empty() {
             break;

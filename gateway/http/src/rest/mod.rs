@@ -66,6 +66,23 @@ pub fn row_view(row: &Session) -> Value {
     json!(SessionRow::from(row))
 }
 
+/// The first page (500) of a session's children, newest first.
+async fn children_page(
+    state: &AppState,
+    id: Uuid,
+) -> Result<stead_persistence::SessionPage, ApiError> {
+    Ok(state
+        .store
+        .list_sessions(&SessionQuery {
+            agent: None,
+            parent: Some(id),
+            status: None,
+            limit: stead_persistence::MAX_PAGE,
+            cursor: None,
+        })
+        .await?)
+}
+
 /// A session in full: the row plus what its folded state knows.
 pub fn session_view(row: &Session, folded: &SessionState) -> Value {
     let mut view = row_view(row);

@@ -273,16 +273,7 @@ pub async fn children(
         .require_session_tree(state.store.as_ref(), id)
         .await?;
     state.store.get_session(id).await?;
-    let page = state
-        .store
-        .list_sessions(&SessionQuery {
-            agent: None,
-            parent: Some(id),
-            status: None,
-            limit: stead_persistence::MAX_PAGE,
-            cursor: None,
-        })
-        .await?;
+    let page = children_page(&state, id).await?;
     Ok(Json(json!({
         "sessions": page.sessions.iter().map(row_view).collect::<Vec<_>>(),
         "next_cursor": page.next_cursor,
