@@ -168,6 +168,11 @@ pub struct ChaosBenchArgs {
     /// Concurrent clients of the workload.
     #[arg(long, default_value_t = 6)]
     pub clients: usize,
+    /// Nodes: more than one runs a cluster on one PostgreSQL (docs/cluster.md; needs
+    /// --backend postgres): clients pick a node per request, each kill hits the node holding
+    /// the most sessions.
+    #[arg(long, default_value_t = 1)]
+    pub nodes: usize,
     /// The server runs between this and --max-up-ms (uniformly at random) before each kill.
     #[arg(long, default_value_t = 200)]
     pub min_up_ms: u64,

@@ -18,16 +18,18 @@ use stead_persistence::RequestLog;
 use stead_router::chat::{ChatMessage, Role, ToolCall, ToolSpec};
 use stead_router::log::{LogRecord, RequestLogSink, SinkError};
 use stead_router::openai::OpenAiProvider;
-use stead_router::{CallOptions, Provider, Providers, Router, RouterRequest};
+use stead_router::{CallOptions, Provider, Providers, Router, RouterRequest, SharedLedger};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::config::{Config, ProviderKind};
 
-/// Builds the router over the started local pools (by provider name), logging into `store`.
+/// Builds the router over the started local pools (by provider name), logging into `store`,
+/// its strict budgets kept in `budgets` when given (a cluster's shared ledger).
 pub fn build(
     config: &Config,
     pools: &[(String, Arc<InferencePool>)],
     store: Option<Arc<dyn RequestLog>>,
+    budgets: Option<Arc<dyn SharedLedger>>,
 ) -> anyhow::Result<Arc<Router>> {
     let client = reqwest::Client::builder()
         .user_agent(concat!("stead/", env!("CARGO_PKG_VERSION")))
@@ -66,7 +68,10 @@ pub fn build(
     let sink = store.map(|store| Arc::new(StoreSink { store }) as Arc<dyn RequestLogSink>);
     let router = Router::new(&config.routes, config.gateway.clone(), &providers, sink)
         .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
-    Ok(Arc::new(router))
+    Ok(Arc::new(match budgets {
+        Some(ledger) => router.with_shared_budgets(ledger),
+        None => router,
+    }))
 }
 
 /// Writes request-log batches into the database.

@@ -100,8 +100,30 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         }
     };
     let local = listener.local_addr()?;
-    let model_router =
-        crate::model_router::build(&config, &pools, Some(store.clone() as Arc<dyn RequestLog>))?;
+    let node = config
+        .server
+        .node_id
+        .clone()
+        .unwrap_or_else(stead_actors::session::default_node_name);
+    // A node of a cluster registers before it serves, keeps its heartbeat and sweeps for a
+    // dead node's running sessions; its strict budgets are the cluster's (docs/cluster.md).
+    let membership = match &config.cluster {
+        Some(cluster) => Some(crate::cluster::Membership::new(cluster, &node)?),
+        None => None,
+    };
+    let shared_budgets = membership.as_ref().map(|membership| {
+        Arc::new(crate::cluster::SharedBudgets {
+            store: store.clone(),
+            node_id: node.clone(),
+            node_ttl: membership.ttl,
+        }) as Arc<dyn stead_router::SharedLedger>
+    });
+    let model_router = crate::model_router::build(
+        &config,
+        &pools,
+        Some(store.clone() as Arc<dyn RequestLog>),
+        shared_budgets,
+    )?;
     // MCP servers start in the background: a slow or broken one does not hold up the start.
     let mcp = crate::mcp::McpRegistry::new(&config.mcp_servers)?;
     mcp.start();
@@ -112,24 +134,14 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let sessions = Arc::new(
         stead_actors::session::SessionRegistry::new(store.clone(), session_model, agents)
             .with_lifecycle(config.sessions.lifecycle())
-            .with_node(
-                config
-                    .server
-                    .node_id
-                    .clone()
-                    .unwrap_or_else(stead_actors::session::default_node_name),
-            ),
+            .with_node(node),
     );
-    // A node of a cluster registers before it serves, keeps its heartbeat and sweeps for a
-    // dead node's running sessions (docs/cluster.md).
-    let membership = match &config.cluster {
-        Some(cluster) => Some(crate::cluster::Membership::new(cluster, sessions.node())?),
-        None => None,
-    };
     let cluster_tasks = match &membership {
         Some(membership) => membership.start(store.clone(), sessions.clone()).await?,
         None => Vec::new(),
     };
+    let superseded = membership.as_ref().map(|m| m.superseded.clone());
+    let registered = membership.as_ref().map(|m| m.node.clone());
     let peers = match membership {
         Some(membership) => Some(Arc::new(crate::cluster::forward::Peers::new(
             membership,
@@ -172,6 +184,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         model_router: model_router.clone(),
         limits: stead_http::Limits {
             ws_per_session: config.server.max_websockets_per_session,
+            ws_heartbeat: Duration::from_secs(config.server.ws_heartbeat_secs),
             ..Default::default()
         },
         version: env!("CARGO_PKG_VERSION"),
@@ -207,7 +220,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     }));
     tokio::pin!(server);
     let grace = Duration::from_secs(config.server.shutdown_grace_secs);
-    tokio::select! {
+    let superseded = tokio::select! {
         result = &mut server => {
             scheduler.abort();
             sessions.stop_all();
@@ -218,8 +231,18 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         }
         signal = signals.recv() => {
             tracing::info!(signal, "shutting down");
+            false
         }
-    }
+        () = async {
+            match &superseded {
+                Some(superseded) => superseded.notified().await,
+                None => std::future::pending().await,
+            }
+        } => {
+            tracing::error!("shutting down: another process took this node's id");
+            true
+        }
+    };
     let _ = stop_tx.send(true);
     // WebSockets flush what is committed and close with a close frame; requests finish.
     if !stead_http::drain_connections(&connections, grace).await {
@@ -244,8 +267,8 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     }
     // Live sessions pass their leases on, so other nodes take them at once.
     sessions.passivate_all(grace).await;
-    if config.cluster.is_some() {
-        if let Err(error) = store.leave_cluster(sessions.node()).await {
+    if let Some(node) = &registered {
+        if let Err(error) = store.leave_cluster(node).await {
             tracing::warn!(%error, "cluster: cannot leave");
         }
     }
@@ -254,6 +277,11 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     stop_local_models(&pools).await;
     store.shutdown().await;
     tracing::info!("stopped");
+    anyhow::ensure!(
+        !superseded,
+        "cluster: another process registered this node's id (server.node_id) while this one's \
+         heartbeat had lapsed; this node stopped so that the two do not take each other's sessions"
+    );
     Ok(())
 }
 

@@ -33,10 +33,13 @@ use serde_json::Value;
 pub use error::{Error, Result};
 pub use group_commit::JournalStats;
 pub use schedules::{ScheduleOwner, ScheduleQuery, ScheduleRow};
-pub use traits::{Journal, JournalStore, Kv, Leases, RequestLog, Schedules, Sessions, Snapshots};
+pub use traits::{
+    Budgets, Journal, JournalStore, Kv, Leases, RequestLog, Schedules, Sessions, Snapshots,
+};
 pub use types::{
-    ClusterNode, Compaction, Event, KvEntry, Lease, NewEvent, NewSession, NodeStatus, ParentLink,
-    Purged, Session, SessionPage, SessionQuery, SessionStatus, Snapshot, DEFAULT_PAGE, MAX_PAGE,
+    BudgetDecision, BudgetRequest, ClusterNode, Compaction, Event, KvEntry, Lease, NewEvent,
+    NewSession, NodeStatus, ParentLink, Purged, Session, SessionPage, SessionQuery, SessionStatus,
+    Snapshot, DEFAULT_PAGE, MAX_PAGE,
 };
 
 /// Default limit on one event's serialized payload.

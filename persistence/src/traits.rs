@@ -22,7 +22,17 @@ use crate::{
 /// (`persistence/tests/journal.rs`).
 #[async_trait]
 pub trait JournalStore:
-    Sessions + Journal + Leases + Snapshots + Kv + RequestLog + Schedules + Send + Sync + 'static
+    Sessions
+    + Journal
+    + Leases
+    + Snapshots
+    + Kv
+    + RequestLog
+    + Schedules
+    + Budgets
+    + Send
+    + Sync
+    + 'static
 {
     fn backend(&self) -> Backend;
 
@@ -126,8 +136,10 @@ pub trait Leases: Send + Sync {
     /// Gives the lease up (when still held at `epoch`), so another node may take it at once.
     async fn release_lease(&self, session_id: Uuid, owner: &str, epoch: i64) -> Result<()>;
 
-    /// Registers `node` or refreshes its heartbeat (now, on the leases' clock).
-    async fn heartbeat_node(&self, node: &ClusterNode) -> Result<()>;
+    /// Registers `node` or refreshes its heartbeat (now, on the leases' clock). `false`: the
+    /// node id is held by another process (`instance`) — one alive (heartbeat younger than
+    /// `ttl`) at another address when starting, or any other one afterwards.
+    async fn heartbeat_node(&self, node: &ClusterNode, ttl: Duration) -> Result<bool>;
 
     /// Every registered node, alive when its heartbeat is younger than `ttl`, with the number
     /// of sessions whose live lease it holds.
@@ -136,8 +148,8 @@ pub trait Leases: Send + Sync {
     /// The node whose live lease holds the session (`None`: free, expired, or no session).
     async fn lease_holder(&self, session_id: Uuid) -> Result<Option<String>>;
 
-    /// Removes a node that leaves (a drained shutdown).
-    async fn leave_cluster(&self, node_id: &str) -> Result<()>;
+    /// Removes a node that leaves (a drained shutdown), when its row is still this process's.
+    async fn leave_cluster(&self, node: &ClusterNode) -> Result<()>;
 
     /// Up to `limit` running sessions whose lease ran out (their node died mid-turn), oldest
     /// expiry first: a live node's sweep takes them over.
@@ -210,6 +222,19 @@ pub trait RequestLog: Send + Sync {
         query: &request_log::RequestLogQuery,
         group_by: &request_log::StatsGroupBy,
     ) -> Result<Vec<request_log::StatsRow>>;
+}
+
+/// Strict budgets shared by the nodes of a cluster (`store::budgets`).
+#[async_trait]
+pub trait Budgets: Send + Sync {
+    /// Sets `amount` aside for the key when spent + reserved + amount fits the budget (first
+    /// booking as spent the reservations of nodes that are dead or started again since).
+    async fn reserve_budget(&self, request: &crate::BudgetRequest)
+        -> Result<crate::BudgetDecision>;
+
+    /// Ends a reservation and books what its call really cost; `false` when it was already
+    /// booked in full (its node looked dead to another node).
+    async fn settle_budget(&self, reservation: Uuid, cost: f64) -> Result<bool>;
 }
 
 /// The schedules' due index (`crate::schedules`).

@@ -1,3 +1,5 @@
+use std::time::Duration;
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -262,7 +264,12 @@ pub struct ClusterNode {
     /// How other nodes reach this one (`[cluster] advertise_url`).
     pub advertise_url: String,
     pub version: String,
-    /// The node's first heartbeat since it started: `started_at` is set to now.
+    /// This process, new at each start: a node's own heartbeat is told from another live
+    /// process's under the same node id.
+    pub instance: Uuid,
+    /// The node's first heartbeat since it started: `started_at` is set to now, and the row is
+    /// taken over when its holder is this node's predecessor (the same advertised address) or
+    /// dead.
     pub starting: bool,
 }
 
@@ -278,6 +285,36 @@ pub struct NodeStatus {
     pub alive: bool,
     /// Sessions whose live lease it holds.
     pub sessions: i64,
+}
+
+/// A strict budget's reservation as a node asks for it (docs/cluster.md: budgets shared by
+/// the nodes of a cluster).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BudgetRequest {
+    /// Whose budget (the router's limits key).
+    pub key: String,
+    /// The node that holds the reservation until its call settles.
+    pub node_id: String,
+    /// The most the call may cost.
+    pub amount: f64,
+    /// The budget per window.
+    pub budget: f64,
+    pub window: Duration,
+    /// A node whose heartbeat is older than this is dead: its reservations are booked as spent.
+    pub node_ttl: Duration,
+}
+
+/// What a reservation came to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BudgetDecision {
+    /// Set aside; settle it with this id.
+    Reserved(Uuid),
+    /// It does not fit what is left of the window.
+    Refused {
+        spent: f64,
+        reserved: f64,
+        window_start: DateTime<Utc>,
+    },
 }
 
 /// A session's lease as held: who, the fencing epoch, and until when.

@@ -275,9 +275,11 @@ impl Cluster for Peers {
         };
         self.forwarded_ws.fetch_add(1, Ordering::Relaxed);
         Some(Box::new(
-            move |socket: WebSocket, shutdown: tokio::sync::watch::Receiver<bool>| {
+            move |socket: WebSocket,
+                  shutdown: tokio::sync::watch::Receiver<bool>,
+                  heartbeat: std::time::Duration| {
                 let pumping: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> =
-                    Box::pin(pump(upstream, socket, shutdown));
+                    Box::pin(pump(upstream, socket, shutdown, heartbeat));
                 pumping
             },
         ))
@@ -320,18 +322,39 @@ impl Cluster for Peers {
     }
 }
 
-/// Frames both ways between the client's socket and the owner's, until either side ends.
+/// Frames both ways between the client's socket and the owner's, until either side ends or
+/// the client is silent for three `heartbeat`s. The owner's pings reach the client and its
+/// pongs the owner; but the owner also hears this side's own answers to its pings, so it is
+/// here that a vanished client is noticed.
 async fn pump(
     upstream: tokio_tungstenite::WebSocketStream<
         tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
     >,
     socket: WebSocket,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
+    heartbeat: std::time::Duration,
 ) {
     let (mut up_tx, mut up_rx) = upstream.split();
     let (mut client_tx, mut client_rx) = socket.split();
+    let started = std::time::Instant::now();
+    // When the client was last heard, in milliseconds since `started`.
+    let heard = std::sync::atomic::AtomicU64::new(0);
+    let client_silent = async {
+        let mut tick = tokio::time::interval(heartbeat);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            let silent = (started.elapsed().as_millis() as u64)
+                .saturating_sub(heard.load(Ordering::Relaxed));
+            if silent > (heartbeat * 3).as_millis() as u64 {
+                tracing::debug!("cluster: a proxied WebSocket client went silent; closing");
+                return;
+            }
+        }
+    };
     let to_owner = async {
         while let Some(Ok(message)) = client_rx.next().await {
+            heard.store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
             let message = match message {
                 AxumMessage::Text(text) => WsMessage::text(text.as_str()),
                 AxumMessage::Binary(bytes) => WsMessage::binary(bytes),
@@ -369,12 +392,21 @@ async fn pump(
     };
     // Either side ending ends the proxy; so does this node's shutdown, which closes the
     // client's socket with 1001 (it reconnects through another node and resumes).
-    let draining = tokio::select! {
-        () = to_owner => false,
-        () = to_client => false,
-        _ = shutdown.wait_for(|stop| *stop) => true,
+    enum End {
+        Closed,
+        Silent,
+        Draining,
+    }
+    let end = tokio::select! {
+        () = to_owner => End::Closed,
+        () = to_client => End::Closed,
+        () = client_silent => End::Silent,
+        _ = shutdown.wait_for(|stop| *stop) => End::Draining,
     };
-    if draining {
+    if matches!(end, End::Silent) {
+        let _ = up_tx.close().await;
+    }
+    if matches!(end, End::Draining) {
         let close = axum::extract::ws::CloseFrame {
             code: 1001,
             reason: "the server is shutting down".into(),

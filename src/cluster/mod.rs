@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use stead_actors::session::SessionRegistry;
-use stead_persistence::{ClusterNode, JournalStore};
+use stead_persistence::{BudgetDecision, BudgetRequest, ClusterNode, JournalStore};
+use stead_router::{SharedLedger, SharedReservation};
 
 use crate::config::ClusterConfig;
 
@@ -22,6 +23,9 @@ pub struct Membership {
     pub sweep: Duration,
     /// The shared node-to-node secret (from `cluster.secret_env`).
     pub secret: Arc<Vec<u8>>,
+    /// Told when another process took this node's id (this one's heartbeat had lapsed): the
+    /// node must stop, as two live nodes with one id would take each other's sessions.
+    pub superseded: Arc<tokio::sync::Notify>,
 }
 
 impl Membership {
@@ -45,26 +49,53 @@ impl Membership {
                 node_id: node_id.to_string(),
                 advertise_url: config.advertise_url.trim_end_matches('/').to_string(),
                 version: env!("CARGO_PKG_VERSION").to_string(),
+                instance: uuid::Uuid::new_v4(),
                 starting: true,
             },
             heartbeat: Duration::from_secs(config.heartbeat_secs),
             ttl: Duration::from_secs(config.node_ttl_secs),
             sweep: Duration::from_secs(config.sweep_secs),
             secret: Arc::new(secret.into_bytes()),
+            superseded: Arc::new(tokio::sync::Notify::new()),
         })
     }
 
     /// Registers the node (before it serves), then keeps its heartbeat fresh and sweeps for
-    /// orphaned sessions until the returned tasks are aborted.
+    /// orphaned sessions until the returned tasks are aborted. Another live process holding
+    /// this node id at another address is waited for until its heartbeat lapses; one that
+    /// keeps beating stops the start.
     pub async fn start(
         &self,
         store: Arc<dyn JournalStore>,
         sessions: Arc<SessionRegistry>,
     ) -> anyhow::Result<Vec<tokio::task::JoinHandle<()>>> {
-        store
-            .heartbeat_node(&self.node)
-            .await
-            .map_err(|e| anyhow::anyhow!("cluster: cannot register this node: {e}"))?;
+        let patience = self.ttl + 2 * self.heartbeat;
+        let started = std::time::Instant::now();
+        loop {
+            let registered = store
+                .heartbeat_node(&self.node, self.ttl)
+                .await
+                .map_err(|e| anyhow::anyhow!("cluster: cannot register this node: {e}"))?;
+            if registered {
+                break;
+            }
+            let holder = store
+                .cluster_nodes(self.ttl)
+                .await
+                .ok()
+                .and_then(|nodes| nodes.into_iter().find(|n| n.node_id == self.node.node_id));
+            let at = holder.map(|n| n.advertise_url).unwrap_or_default();
+            anyhow::ensure!(
+                started.elapsed() < patience,
+                "cluster: node id `{}` is in use by a live node at {at}; every node needs a \
+                 server.node_id of its own",
+                self.node.node_id
+            );
+            tracing::warn!(node = %self.node.node_id, holder = %at,
+                "cluster: this node id is held by a live process elsewhere; waiting for its \
+                 heartbeat to lapse");
+            tokio::time::sleep(self.heartbeat).await;
+        }
         tracing::info!(node = %self.node.node_id, url = %self.node.advertise_url, "joined the cluster");
         let beat = {
             let store = store.clone();
@@ -72,14 +103,23 @@ impl Membership {
                 starting: false,
                 ..self.node.clone()
             };
-            let every = self.heartbeat;
+            let (every, ttl) = (self.heartbeat, self.ttl);
+            let superseded = self.superseded.clone();
             tokio::spawn(async move {
                 let mut tick = tokio::time::interval(every);
                 tick.tick().await;
                 loop {
                     tick.tick().await;
-                    if let Err(error) = store.heartbeat_node(&node).await {
-                        tracing::warn!(%error, "cluster: heartbeat failed");
+                    match store.heartbeat_node(&node, ttl).await {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            tracing::error!(node = %node.node_id,
+                                "cluster: another process registered this node id while this \
+                                 one's heartbeat had lapsed; this node stops");
+                            superseded.notify_one();
+                            return;
+                        }
+                        Err(error) => tracing::warn!(%error, "cluster: heartbeat failed"),
                     }
                 }
             })
@@ -126,6 +166,64 @@ async fn sweep(store: Arc<dyn JournalStore>, sessions: Arc<SessionRegistry>, eve
                     failing.insert(id, std::time::Instant::now());
                 }
             }
+        }
+    }
+}
+
+/// The router's strict budgets kept in the database the nodes share (docs/cluster.md): a
+/// reservation made on any node counts on every node.
+pub struct SharedBudgets {
+    pub store: Arc<dyn JournalStore>,
+    pub node_id: String,
+    /// A node whose heartbeat is older than this is dead: its reservations are booked as spent.
+    pub node_ttl: Duration,
+}
+
+#[async_trait::async_trait]
+impl SharedLedger for SharedBudgets {
+    async fn reserve(
+        &self,
+        key: &str,
+        amount: f64,
+        budget: f64,
+        window: Duration,
+    ) -> Result<SharedReservation, String> {
+        let request = BudgetRequest {
+            key: key.to_string(),
+            node_id: self.node_id.clone(),
+            amount,
+            budget,
+            window,
+            node_ttl: self.node_ttl,
+        };
+        match self.store.reserve_budget(&request).await {
+            Ok(BudgetDecision::Reserved(id)) => Ok(SharedReservation::Reserved(id)),
+            Ok(BudgetDecision::Refused {
+                spent,
+                reserved,
+                window_start,
+            }) => {
+                let ends = window_start + chrono::Duration::from_std(window).unwrap_or_default();
+                Ok(SharedReservation::Refused {
+                    spent,
+                    reserved,
+                    retry_after: (ends - chrono::Utc::now()).to_std().unwrap_or_default(),
+                })
+            }
+            Err(error) => {
+                tracing::warn!(%error, "the shared budget ledger failed");
+                Err(error.to_string())
+            }
+        }
+    }
+
+    async fn settle(&self, id: uuid::Uuid, cost: f64) {
+        match self.store.settle_budget(id, cost).await {
+            Ok(true) => {}
+            Ok(false) => tracing::warn!(reservation = %id,
+                "a budget reservation was already booked in full (this node looked dead)"),
+            Err(error) => tracing::warn!(reservation = %id, %error,
+                "a budget reservation could not be settled; it is booked in full when this node restarts"),
         }
     }
 }

@@ -140,6 +140,9 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// Most WebSocket connections one session holds at once.
     pub max_websockets_per_session: usize,
+    /// Seconds between a WebSocket's pings (and credential re-checks); a client silent for
+    /// three of them is gone and its socket closes.
+    pub ws_heartbeat_secs: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -367,6 +370,7 @@ impl Default for ServerConfig {
             header_timeout_secs: 10,
             max_connections: 10_000,
             max_websockets_per_session: 16,
+            ws_heartbeat_secs: 20,
         }
     }
 }

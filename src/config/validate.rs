@@ -62,6 +62,7 @@ impl Config {
                 "max_websockets_per_session",
                 self.server.max_websockets_per_session as u64,
             ),
+            ("ws_heartbeat_secs", self.server.ws_heartbeat_secs),
         ] {
             if value == 0 {
                 return Err(bad(&format!("server.{name}"), "must be at least 1"));

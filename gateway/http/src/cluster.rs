@@ -29,12 +29,15 @@ pub struct Forwarded {
     pub body: Bytes,
 }
 
-/// Pumps frames between the client's socket and the owner's, until either side closes or
-/// this node shuts down (the client then gets 1001, as from a local socket).
+/// Pumps frames between the client's socket and the owner's, until either side closes, the
+/// client is silent for three heartbeats (the `Duration`: it vanished — the owner, which hears
+/// this node answer its pings, cannot tell), or this node shuts down (the client then gets
+/// 1001, as from a local socket).
 pub type WsPump = Box<
     dyn FnOnce(
             axum::extract::ws::WebSocket,
             tokio::sync::watch::Receiver<bool>,
+            std::time::Duration,
         ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>
         + Send,
 >;

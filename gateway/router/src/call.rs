@@ -326,7 +326,7 @@ impl Router {
                     .max()
                     .unwrap_or(BUDGET_MAX_TOKENS) as f64;
                 let amount = (most.input * prompt + most.output * completion) / 1e6;
-                Some(budgets.reserve(key, amount).map_err(|refused| {
+                Some(budgets.reserve(key, amount).await.map_err(|refused| {
                     refuse(refused.code, refused.message, Some(refused.retry_after))
                 })?)
             }

@@ -43,6 +43,7 @@ use self::breaker::Breaker;
 use self::cache::Answer;
 use self::config::{GatewayConfig, RouteConfig};
 use self::limits::{Budgets, RequestRate, TokenRate};
+pub use self::limits::{SharedLedger, SharedReservation};
 use self::log::{AttemptRecord, RequestLog, RequestLogSink};
 use self::metrics::RouterMetrics;
 pub use self::provider::{
@@ -300,6 +301,13 @@ impl Router {
             },
             gateway,
         })
+    }
+
+    /// Keeps the strict budgets (`[gateway.limits] budget_usd`) in `ledger` — the database
+    /// a cluster's nodes share — instead of this process.
+    pub fn with_shared_budgets(mut self, ledger: Arc<dyn SharedLedger>) -> Self {
+        self.budgets = self.budgets.map(|budgets| budgets.shared(ledger));
+        self
     }
 
     /// The route names, sorted.

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use governor::clock::{Clock, DefaultClock};
@@ -112,13 +112,44 @@ struct Spending {
     reserved: f64,
 }
 
+/// A budget ledger kept outside this process — the database the nodes of a cluster share
+/// (docs/cluster.md) — so that the budget holds whichever node serves.
+#[async_trait::async_trait]
+pub trait SharedLedger: Send + Sync {
+    /// Sets `amount` aside for `key` when it fits `budget` per `window`; `Err`: the ledger
+    /// cannot be reached (the call is refused: a budget is never overspent).
+    async fn reserve(
+        &self,
+        key: &str,
+        amount: f64,
+        budget: f64,
+        window: Duration,
+    ) -> Result<SharedReservation, String>;
+
+    /// Ends a reservation with what its call really cost.
+    async fn settle(&self, id: uuid::Uuid, cost: f64);
+}
+
+/// What a shared reservation came to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SharedReservation {
+    Reserved(uuid::Uuid),
+    Refused {
+        spent: f64,
+        reserved: f64,
+        /// Until the window starts again.
+        retry_after: Duration,
+    },
+}
+
 /// Strict per-key budgets: the sum of what is spent and what running calls may still spend
-/// never exceeds the budget, however many calls arrive at once.
-#[derive(Debug)]
+/// never exceeds the budget, however many calls arrive at once — on this node, or on every
+/// node of a cluster with a [`SharedLedger`].
 pub struct Budgets {
     budget: f64,
     window: Duration,
     keys: Mutex<HashMap<String, Spending>>,
+    shared: Option<Arc<dyn SharedLedger>>,
 }
 
 /// Money set aside for one call; hand it back with [`Budgets::settle`].
@@ -126,6 +157,8 @@ pub struct Budgets {
 pub struct Reservation {
     key: String,
     amount: f64,
+    /// The reservation's id in the shared ledger.
+    shared: Option<uuid::Uuid>,
 }
 
 impl Budgets {
@@ -134,11 +167,60 @@ impl Budgets {
             budget,
             window,
             keys: Mutex::new(HashMap::new()),
+            shared: None,
+        }
+    }
+
+    /// Keeps the ledger in `shared` instead of this process.
+    pub fn shared(mut self, shared: Arc<dyn SharedLedger>) -> Self {
+        self.shared = Some(shared);
+        self
+    }
+
+    fn refused(&self, spent: f64, reserved: f64, amount: f64, retry_after: Duration) -> Refused {
+        Refused {
+            code: RouterErrorCode::BudgetExceeded,
+            message: format!(
+                "the budget of {} USD per {} s is spent or reserved (spent {:.6}, reserved \
+                 {:.6}; this call may cost up to {:.6})",
+                self.budget,
+                self.window.as_secs(),
+                spent,
+                reserved,
+                amount
+            ),
+            retry_after: retry_after.max(Duration::from_secs(1)),
         }
     }
 
     /// Sets `amount` aside for `key`, or refuses when it does not fit what is left.
-    pub fn reserve(&self, key: &str, amount: f64) -> Result<Reservation, Refused> {
+    pub async fn reserve(&self, key: &str, amount: f64) -> Result<Reservation, Refused> {
+        let Some(shared) = &self.shared else {
+            return self.reserve_here(key, amount);
+        };
+        match shared.reserve(key, amount, self.budget, self.window).await {
+            Ok(SharedReservation::Reserved(id)) => Ok(Reservation {
+                key: key.to_string(),
+                amount,
+                shared: Some(id),
+            }),
+            Ok(SharedReservation::Refused {
+                spent,
+                reserved,
+                retry_after,
+            }) => Err(self.refused(spent, reserved, amount, retry_after)),
+            Err(problem) => Err(Refused {
+                code: RouterErrorCode::Unavailable,
+                message: format!(
+                    "the shared budget ledger cannot be reached ({problem}); the call is \
+                     refused so that the budget is never overspent"
+                ),
+                retry_after: Duration::from_secs(1),
+            }),
+        }
+    }
+
+    fn reserve_here(&self, key: &str, amount: f64) -> Result<Reservation, Refused> {
         let now = Instant::now();
         let mut keys = self.keys.lock().unwrap_or_else(PoisonError::into_inner);
         let spending = keys.entry(key.to_string()).or_insert(Spending {
@@ -155,29 +237,31 @@ impl Budgets {
             let retry_after = self
                 .window
                 .saturating_sub(now.duration_since(spending.window_start));
-            return Err(Refused {
-                code: RouterErrorCode::BudgetExceeded,
-                message: format!(
-                    "the budget of {} USD per {} s is spent or reserved (spent {:.6}, reserved \
-                     {:.6}; this call may cost up to {:.6})",
-                    self.budget,
-                    self.window.as_secs(),
-                    spending.spent,
-                    spending.reserved,
-                    amount
-                ),
-                retry_after: retry_after.max(Duration::from_secs(1)),
-            });
+            return Err(self.refused(spending.spent, spending.reserved, amount, retry_after));
         }
         spending.reserved += amount;
         Ok(Reservation {
             key: key.to_string(),
             amount,
+            shared: None,
         })
     }
 
-    /// Releases a reservation and books what the call really cost.
+    /// Releases a reservation and books what the call really cost (a shared one in the
+    /// background: this runs where a dropped call is settled, which cannot wait).
     pub fn settle(&self, reservation: Reservation, cost: f64) {
+        if let (Some(shared), Some(id)) = (&self.shared, reservation.shared) {
+            let shared = shared.clone();
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => {
+                    runtime.spawn(async move { shared.settle(id, cost).await });
+                }
+                // No runtime (the process is ending): the reservation stays until this node
+                // is judged dead or starts again, and is then booked in full.
+                Err(_) => tracing::warn!(reservation = %id, "budget reservation left unsettled"),
+            }
+            return;
+        }
         let mut keys = self.keys.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(spending) = keys.get_mut(&reservation.key) {
             spending.reserved = (spending.reserved - reservation.amount).max(0.0);
@@ -194,20 +278,20 @@ mod tests {
     fn budgets_refuse_what_would_overspend_and_settle_to_the_real_cost() {
         let budgets = Budgets::new(1.0, Duration::from_secs(60));
         let held: Vec<_> = (0..10)
-            .map(|_| budgets.reserve("k", 0.1).expect("fits"))
+            .map(|_| budgets.reserve_here("k", 0.1).expect("fits"))
             .collect();
-        let refused = budgets.reserve("k", 0.1).unwrap_err();
+        let refused = budgets.reserve_here("k", 0.1).unwrap_err();
         assert_eq!(refused.code, "budget_exceeded");
         assert!(refused.retry_after > Duration::ZERO);
         // Another key has its own budget.
-        budgets.reserve("other", 1.0).expect("other key");
+        budgets.reserve_here("other", 1.0).expect("other key");
         // Settling at a lower cost frees the difference.
         for r in held {
             budgets.settle(r, 0.05);
         }
-        let again: Vec<_> = (0..10).map(|_| budgets.reserve("k", 0.05)).collect();
+        let again: Vec<_> = (0..10).map(|_| budgets.reserve_here("k", 0.05)).collect();
         assert!(again.iter().all(Result::is_ok));
-        assert!(budgets.reserve("k", 0.05).is_err());
+        assert!(budgets.reserve_here("k", 0.05).is_err());
     }
 
     #[test]

@@ -14,7 +14,7 @@ use crate::{ClusterNode, NodeStatus, Result};
 
 impl<D: Dialect> SqlStore<D> {
     /// `ago` before now, on the leases' clock.
-    fn push_ago(&self, sql: &mut Sql<D>, ago: Duration) {
+    pub(super) fn push_ago(&self, sql: &mut Sql<D>, ago: Duration) {
         if D::DATABASE_CLOCK {
             sql.push("clock_timestamp() - make_interval(secs => ")
                 .bind(ago.as_secs_f64().min(1e9))
@@ -29,9 +29,10 @@ impl<D: Dialect> SqlStore<D> {
         }
     }
 
-    pub(super) async fn heartbeat(&self, node: &ClusterNode) -> Result<()> {
+    pub(super) async fn heartbeat(&self, node: &ClusterNode, ttl: Duration) -> Result<bool> {
         let mut upsert = Sql::<D>::new(
-            "INSERT INTO cluster_nodes (node_id, advertise_url, version, started_at, heartbeat_at) VALUES (",
+            "INSERT INTO cluster_nodes (node_id, advertise_url, version, started_at, heartbeat_at, \
+             instance) VALUES (",
         );
         upsert
             .bind(node.node_id.as_str())
@@ -43,15 +44,28 @@ impl<D: Dialect> SqlStore<D> {
         self.push_ago(&mut upsert, Duration::ZERO);
         upsert.push(", ");
         self.push_ago(&mut upsert, Duration::ZERO);
-        upsert.push(
+        upsert.push(", ").bind(node.instance.to_string()).push(
             ") ON CONFLICT (node_id) DO UPDATE SET advertise_url = excluded.advertise_url, \
-             version = excluded.version, heartbeat_at = excluded.heartbeat_at",
+             version = excluded.version, heartbeat_at = excluded.heartbeat_at, \
+             instance = excluded.instance",
         );
         if node.starting {
             upsert.push(", started_at = excluded.started_at");
         }
-        upsert.execute(self.on_write()).await?;
-        Ok(())
+        // This process's own row, or one of an older node version; when starting, also the row
+        // of this node's predecessor (it advertised this address, which this process now
+        // listens on) or of a process that died.
+        upsert.push(
+            " WHERE cluster_nodes.instance IS NULL OR cluster_nodes.instance = excluded.instance",
+        );
+        if node.starting {
+            upsert.push(
+                " OR cluster_nodes.advertise_url = excluded.advertise_url OR \
+                 cluster_nodes.heartbeat_at < ",
+            );
+            self.push_ago(&mut upsert, ttl);
+        }
+        Ok(upsert.execute(self.on_write()).await? == 1)
     }
 
     pub(super) async fn nodes(&self, ttl: Duration) -> Result<Vec<NodeStatus>> {
@@ -82,9 +96,11 @@ impl<D: Dialect> SqlStore<D> {
             .collect()
     }
 
-    pub(super) async fn leave(&self, node_id: &str) -> Result<()> {
+    pub(super) async fn leave(&self, node: &ClusterNode) -> Result<()> {
         Sql::<D>::new("DELETE FROM cluster_nodes WHERE node_id = ")
-            .bind(node_id)
+            .bind(node.node_id.as_str())
+            .push(" AND instance = ")
+            .bind(node.instance.to_string())
             .execute(self.on_write())
             .await?;
         Ok(())

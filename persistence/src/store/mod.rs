@@ -4,6 +4,7 @@
 //! migrations, the set-based journal writes, a few expressions — is in `postgres.rs` and
 //! `sqlite.rs`.
 
+mod budgets;
 mod cluster;
 mod compaction;
 mod dialect;
@@ -375,8 +376,8 @@ impl<D: Dialect> Leases for SqlStore<D> {
         self.renew(session_id, owner, epoch, ttl).await
     }
 
-    async fn heartbeat_node(&self, node: &crate::ClusterNode) -> Result<()> {
-        self.heartbeat(node).await
+    async fn heartbeat_node(&self, node: &crate::ClusterNode, ttl: Duration) -> Result<bool> {
+        self.heartbeat(node, ttl).await
     }
 
     async fn cluster_nodes(&self, ttl: Duration) -> Result<Vec<crate::NodeStatus>> {
@@ -387,8 +388,8 @@ impl<D: Dialect> Leases for SqlStore<D> {
         self.holder(session_id).await
     }
 
-    async fn leave_cluster(&self, node_id: &str) -> Result<()> {
-        self.leave(node_id).await
+    async fn leave_cluster(&self, node: &crate::ClusterNode) -> Result<()> {
+        self.leave(node).await
     }
 
     async fn orphaned_sessions(&self, limit: u32) -> Result<Vec<Uuid>> {
@@ -461,6 +462,20 @@ impl<D: Dialect> Snapshots for SqlStore<D> {
         limit: u32,
     ) -> Result<Vec<(Uuid, DateTime<Utc>)>> {
         self.candidates(before, after, limit).await
+    }
+}
+
+#[async_trait]
+impl<D: Dialect> crate::Budgets for SqlStore<D> {
+    async fn reserve_budget(
+        &self,
+        request: &crate::BudgetRequest,
+    ) -> Result<crate::BudgetDecision> {
+        self.reserve(request).await
+    }
+
+    async fn settle_budget(&self, reservation: Uuid, cost: f64) -> Result<bool> {
+        self.settle(reservation, cost).await
     }
 }
 

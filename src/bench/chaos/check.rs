@@ -30,6 +30,10 @@ pub struct Checked {
     pub in_doubt: u64,
     /// Calls of idempotent tools that ran again after a restart (more than one delivery).
     pub idempotent_reruns: u64,
+    /// Longest time from a fault to every session checked after it having settled (ms):
+    /// with a cluster, the takeover of the killed node's running sessions.
+    #[serde(default)]
+    pub max_settle_ms: u64,
 }
 
 impl Checked {
@@ -41,17 +45,20 @@ impl Checked {
         self.non_idempotent_effects += other.non_idempotent_effects;
         self.in_doubt += other.in_doubt;
         self.idempotent_reruns += other.idempotent_reruns;
+        self.max_settle_ms = self.max_settle_ms.max(other.max_settle_ms);
     }
 }
 
 /// How long a session may take to settle after a restart.
 const SETTLE: Duration = Duration::from_secs(60);
 
-/// Checks `ids` (all when `None`), adds to `checked` and returns the violations found.
+/// Checks `ids` (all when `None`), adds to `checked` (with the time from `fault_at` until
+/// they all settled) and returns the violations found.
 pub async fn check(
     shared: &Shared,
     effects: &Effects,
     ids: Option<Vec<Uuid>>,
+    fault_at: Instant,
     checked: &mut Checked,
 ) -> Vec<String> {
     let ids = ids.unwrap_or_else(|| shared.ledger().sessions.keys().copied().collect());
@@ -63,6 +70,9 @@ pub async fn check(
             Err(e) => violations.push(format!("session {id} did not resume: {e:#}")),
         }
     }
+    checked.max_settle_ms = checked
+        .max_settle_ms
+        .max(fault_at.elapsed().as_millis() as u64);
     for &id in &ids {
         match journal(shared, id).await {
             Ok(events) => {

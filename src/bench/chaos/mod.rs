@@ -8,13 +8,16 @@
 //! webhooks, decide approvals over REST and WebSocket, cancel, fork and close; after each
 //! restart they pause and `check` judges every session they touched. With `--tally FILE` the
 //! counts of many runs add up, so that a thousand kills can be reached over several runs.
+//! With `--nodes N` (PostgreSQL) the server is a cluster of N nodes (`servers`): clients pick a
+//! node per request and each fault kills the node holding the most sessions.
 
 mod check;
 pub(crate) mod doubles;
+mod servers;
 mod workload;
 
 use std::path::Path;
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::{Child, ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -30,6 +33,7 @@ use crate::cli::{BenchBackend, ChaosBenchArgs, ChaosFault};
 use crate::config::Config;
 use crate::serve::prepare_data_dir;
 use check::Checked;
+use servers::Servers;
 use workload::{Counts, Shared};
 
 /// Every this many kills, the check covers every session of the run, not only those touched.
@@ -107,22 +111,12 @@ fn window(shared: &Shared, child: &Child, elapsed: Duration) -> Window {
     }
 }
 
-/// `/readyz`'s status, asked outside the clients' tallies; `None` when nothing answered.
-/// The wait is longer than the server's own readiness timeout (2 s), so that its 503 is heard.
-async fn readyz(shared: &Shared) -> Option<reqwest::StatusCode> {
-    let answer = shared
-        .http
-        .get(format!("{}/readyz", shared.base))
-        .timeout(Duration::from_secs(5))
-        .send()
-        .await;
-    answer.ok().map(|r| r.status())
-}
-
 /// Polls `/readyz` (not through the clients' tallies) and sets `seen` at its first 503.
 async fn watch_readiness(shared: Arc<Shared>, seen: Arc<AtomicBool>) {
     loop {
-        if readyz(&shared).await == Some(reqwest::StatusCode::SERVICE_UNAVAILABLE) {
+        if servers::readyz(&shared.http, shared.base()).await
+            == Some(reqwest::StatusCode::SERVICE_UNAVAILABLE)
+        {
             seen.store(true, Ordering::Relaxed);
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -166,6 +160,13 @@ pub async fn chaos(config: Config, args: ChaosBenchArgs) -> anyhow::Result<ExitC
     );
     anyhow::ensure!(args.clients > 0, "--clients must be at least 1");
     anyhow::ensure!(
+        args.nodes == 1
+            || (args.nodes > 1
+                && args.backend == BenchBackend::Postgres
+                && matches!(args.fault, ChaosFault::Kill | ChaosFault::None)),
+        "--nodes: a cluster (more than one node) needs --backend postgres and --fault kill or none"
+    );
+    anyhow::ensure!(
         args.min_up_ms <= args.max_up_ms,
         "--min-up-ms must not exceed --max-up-ms"
     );
@@ -190,7 +191,7 @@ pub async fn chaos(config: Config, args: ChaosBenchArgs) -> anyhow::Result<ExitC
         );
     }
     let run = result?;
-    let backend = match (args.backend, args.fault) {
+    let single = match (args.backend, args.fault) {
         (BenchBackend::Sqlite, ChaosFault::Kill) => "sqlite",
         (BenchBackend::Postgres, ChaosFault::Kill) => "postgres",
         (_, ChaosFault::DiskFull) => "sqlite-disk-full",
@@ -198,6 +199,12 @@ pub async fn chaos(config: Config, args: ChaosBenchArgs) -> anyhow::Result<ExitC
         (BenchBackend::Sqlite, ChaosFault::None) => "sqlite-soak",
         (BenchBackend::Postgres, ChaosFault::None) => "postgres-soak",
     };
+    let backend = if args.nodes > 1 {
+        format!("{single}-cluster-{}", args.nodes)
+    } else {
+        single.to_string()
+    };
+    let backend = backend.as_str();
     let total = match &args.tally {
         Some(file) => Some(add_to_tally(file, backend, &run)?),
         None => None,
@@ -240,7 +247,8 @@ fn print_totals(title: &str, t: &Totals) {
     println!(
         "  checked: {} session checks, {} events, {} acknowledgements at their seq; effects: {} \
          idempotent delivered with their key ({} of them more than once: after a kill, or carried on in a fork made mid-call), {} non-idempotent \
-         exactly once, {} left in doubt; slowest restart to ready {} ms",
+         exactly once, {} left in doubt; slowest restart to ready {} ms; longest from a fault \
+         to every session checked settled {} ms",
         c.sessions,
         c.events,
         c.acks,
@@ -248,7 +256,8 @@ fn print_totals(title: &str, t: &Totals) {
         c.idempotent_reruns,
         c.non_idempotent_effects,
         c.in_doubt,
-        t.max_ready_ms
+        t.max_ready_ms,
+        c.max_settle_ms
     );
     if !t.server_errors.is_empty() {
         let errors: Vec<String> = t
@@ -280,53 +289,6 @@ fn add_to_tally(file: &Path, backend: &str, run: &Totals) -> anyhow::Result<Tota
     std::fs::write(file, serde_json::to_vec_pretty(&all)?)
         .with_context(|| format!("cannot write {}", file.display()))?;
     Ok(total)
-}
-
-/// `stead serve` on `port`, its stderr appended to `serve.log` in `dir`.
-fn start(dir: &Path, port: u16, database: &str) -> anyhow::Result<Child> {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join("serve.log"))?;
-    Command::new(std::env::current_exe()?)
-        .arg("serve")
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .arg("--config")
-        .arg(dir.join("stead.toml"))
-        .arg("--data-dir")
-        .arg(dir)
-        .args(["--database-url", database])
-        .env_remove("DATABASE_URL")
-        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .context("cannot start `stead serve`")
-}
-
-/// Waits until the server answers `/readyz` with 200; fails when it exits first.
-async fn ready(shared: &Shared, child: &mut Child, dir: &Path) -> anyhow::Result<Duration> {
-    let started = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait()? {
-            anyhow::bail!(
-                "`stead serve` exited ({status}) before it was ready; see {}",
-                dir.join("serve.log").display()
-            );
-        }
-        if readyz(shared)
-            .await
-            .is_some_and(|status| status.is_success())
-        {
-            return Ok(started.elapsed());
-        }
-        anyhow::ensure!(
-            started.elapsed() < Duration::from_secs(60),
-            "the server was not ready 60 s after its start"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// Fills the filesystem of `dir` with a ballast file until a write fails for lack of space;
@@ -373,24 +335,27 @@ async fn run(dir: &Path, database: &str, args: &ChaosBenchArgs) -> anyhow::Resul
     });
     let upstream = doubles::upstream().await?;
     let (webhook, effects) = doubles::webhook().await?;
-    std::fs::write(dir.join("stead.toml"), doubles::config(&upstream, &webhook))?;
-    // A port free now, kept across restarts so that clients need not learn a new one.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let shared = Arc::new(Shared::new(format!("http://127.0.0.1:{port}")));
+    let mut servers = Servers::start(
+        dir,
+        database,
+        &doubles::config(&upstream, &webhook),
+        args.nodes,
+    )
+    .await?;
+    // Ports stay the same across restarts, so that clients need not learn new ones; with a
+    // cluster each request goes to a node picked at random.
+    let shared = Arc::new(Shared::new(servers.bases()));
     let fault = match args.fault {
+        ChaosFault::Kill if args.nodes > 1 => "SIGKILLs of the node holding the most sessions",
         ChaosFault::Kill => "SIGKILLs of stead serve",
         ChaosFault::DiskFull => "disk-full episodes (as long as the time between them)",
         ChaosFault::DbRestart => "restarts of the database",
         ChaosFault::None => "soak windows (no fault)",
     };
     println!(
-        "chaos: {} {fault}, {} clients, up {}–{} ms between faults, seed {seed}",
-        args.kills, args.clients, args.min_up_ms, args.max_up_ms
+        "chaos: {} {fault}, {} node(s), {} clients, up {}–{} ms between faults, seed {seed}",
+        args.kills, args.nodes, args.clients, args.min_up_ms, args.max_up_ms
     );
-    let mut child = start(dir, port, database)?;
-    ready(&shared, &mut child, dir).await?;
     let clients: Vec<_> = (0..args.clients)
         .map(|i| {
             tokio::spawn(workload::client(
@@ -409,13 +374,13 @@ async fn run(dir: &Path, database: &str, args: &ChaosBenchArgs) -> anyhow::Resul
     for kill in 1..=args.kills {
         let up = rng.random_range(args.min_up_ms..=args.max_up_ms);
         tokio::time::sleep(Duration::from_millis(up)).await;
+        let fault_at = Instant::now();
         let paused = match args.fault {
             ChaosFault::Kill => {
-                child.kill().context("SIGKILL")?;
-                child.wait()?;
+                let victim = servers.victim(&mut rng).await;
+                servers.kill(victim)?;
                 let paused = shared.gate.write().await;
-                child = start(dir, port, database)?;
-                let took = ready(&shared, &mut child, dir).await?;
+                let took = servers.restart(victim).await?;
                 run.max_ready_ms = run.max_ready_ms.max(took.as_millis() as u64);
                 paused
             }
@@ -425,12 +390,10 @@ async fn run(dir: &Path, database: &str, args: &ChaosBenchArgs) -> anyhow::Resul
                 tokio::time::sleep(Duration::from_millis(full_for)).await;
                 std::fs::remove_file(&ballast)?;
                 let paused = shared.gate.write().await;
-                anyhow::ensure!(
-                    child.try_wait()?.is_none(),
-                    "`stead serve` exited while the disk was full; see {}",
-                    dir.join("serve.log").display()
-                );
-                let took = ready(&shared, &mut child, dir).await?;
+                servers
+                    .running(0)
+                    .context("`stead serve` exited while the disk was full")?;
+                let took = servers.ready(0).await?;
                 run.max_ready_ms = run.max_ready_ms.max(took.as_millis() as u64);
                 paused
             }
@@ -448,7 +411,7 @@ async fn run(dir: &Path, database: &str, args: &ChaosBenchArgs) -> anyhow::Resul
                 anyhow::ensure!(status.success(), "--db-restart-command failed ({status})");
                 let down_for = started.elapsed();
                 let paused = shared.gate.write().await;
-                let took = ready(&shared, &mut child, dir).await?;
+                let took = servers.ready(0).await?;
                 watch.abort();
                 let saw_503 = seen.load(Ordering::Relaxed);
                 run.max_ready_ms = run.max_ready_ms.max((down_for + took).as_millis() as u64);
@@ -461,16 +424,14 @@ async fn run(dir: &Path, database: &str, args: &ChaosBenchArgs) -> anyhow::Resul
                         )],
                     );
                 }
-                anyhow::ensure!(
-                    child.try_wait()?.is_none(),
-                    "`stead serve` exited while the database restarted; see {}",
-                    dir.join("serve.log").display()
-                );
+                servers
+                    .running(0)
+                    .context("`stead serve` exited while the database restarted")?;
                 paused
             }
             ChaosFault::None => {
                 let paused = shared.gate.write().await;
-                let w = window(&shared, &child, started.elapsed());
+                let w = window(&shared, servers.first(), started.elapsed());
                 println!("  {}", w.line());
                 run.windows.push(w);
                 paused
@@ -483,7 +444,7 @@ async fn run(dir: &Path, database: &str, args: &ChaosBenchArgs) -> anyhow::Resul
             Some(shared.ledger().dirty.drain().collect::<Vec<_>>())
         };
         let checked_now = ids.as_ref().map_or(0, Vec::len);
-        let found = check::check(&shared, &effects, ids, &mut run.checked).await;
+        let found = check::check(&shared, &effects, ids, fault_at, &mut run.checked).await;
         report(&mut run, found);
         drop(paused);
         if kill % 10 == 0 || kill == args.kills {
@@ -508,13 +469,12 @@ async fn run(dir: &Path, database: &str, args: &ChaosBenchArgs) -> anyhow::Resul
     }
     // The last word: every session of the run, once more.
     let paused = shared.gate.write().await;
-    let found = check::check(&shared, &effects, None, &mut run.checked).await;
+    let found = check::check(&shared, &effects, None, Instant::now(), &mut run.checked).await;
     report(&mut run, found);
     drop(paused);
     run.acknowledged.add(shared.ledger().counts);
     run.server_errors = shared.ledger().server_errors.clone();
     run.unexpected_errors = shared.ledger().unexpected_errors.clone();
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(servers);
     Ok(run)
 }

@@ -98,8 +98,8 @@ pub struct Ledger {
 
 /// What the clients and the checks share.
 pub struct Shared {
-    /// `http://127.0.0.1:PORT` (the same port across restarts).
-    pub base: String,
+    /// Each node's `http://127.0.0.1:PORT` (the same ports across restarts).
+    bases: Vec<String>,
     pub http: reqwest::Client,
     /// Clients hold it shared while they act; the checks take it exclusively.
     pub gate: tokio::sync::RwLock<()>,
@@ -110,9 +110,9 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub fn new(base: String) -> Self {
+    pub fn new(bases: Vec<String>) -> Self {
         Shared {
-            base,
+            bases,
             http: reqwest::Client::builder()
                 .timeout(Duration::from_secs(15))
                 .pool_max_idle_per_host(0)
@@ -123,6 +123,12 @@ impl Shared {
             stop: AtomicBool::new(false),
             latency: Mutex::new(latency_histogram()),
         }
+    }
+
+    /// The node a request goes to: one picked at random (a cluster serves any session on
+    /// any node).
+    pub fn base(&self) -> &str {
+        &self.bases[rand::random_range(0..self.bases.len())]
     }
 
     /// The latency recorded since the last call, and a fresh start.
@@ -145,7 +151,7 @@ impl Shared {
     ) -> anyhow::Result<(u16, Value)> {
         let mut request = self
             .http
-            .request(method.clone(), format!("{}{path}", self.base));
+            .request(method.clone(), format!("{}{path}", self.base()));
         if let Some(body) = body {
             request = request.json(&body);
         }
@@ -454,7 +460,7 @@ async fn over_ws(
 ) -> anyhow::Result<Option<i64>> {
     let url = format!(
         "{}/v1/sessions/{id}/ws?after_seq={after_seq}",
-        shared.base.replacen("http://", "ws://", 1)
+        shared.base().replacen("http://", "ws://", 1)
     );
     let (mut socket, _) = tokio::time::timeout(
         Duration::from_secs(10),

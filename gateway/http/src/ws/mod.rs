@@ -120,12 +120,13 @@ pub async fn upgrade(
                 match cluster.proxy_ws(&owner, uri, headers).await {
                     Some(pump) => {
                         let shutdown = state.shutdown.clone();
+                        let heartbeat = state.limits.ws_heartbeat;
                         return Ok(upgrade
                             .read_buffer_size(READ_BUFFER)
                             .max_message_size(TRANSPORT_MAX)
                             .max_frame_size(TRANSPORT_MAX)
                             .on_upgrade(move |socket| async move {
-                                pump(socket, shutdown).await;
+                                pump(socket, shutdown, heartbeat).await;
                                 drop(permit);
                             }));
                     }

@@ -8,22 +8,18 @@ use stead_persistence::ClusterNode;
 
 use super::*;
 
-stead_testkit::both_backends!(nodes_register_beat_and_count_their_sessions);
+stead_testkit::both_backends!(
+    nodes_register_beat_and_count_their_sessions,
+    a_second_live_process_cannot_take_a_node_id,
+);
 
-fn node(id: &str, starting: bool) -> ClusterNode {
-    ClusterNode {
-        node_id: id.into(),
-        advertise_url: format!("http://{id}.internal:8787"),
-        version: "0.1.0".into(),
-        starting,
-    }
-}
+const TTL: Duration = Duration::from_secs(60);
 
 async fn nodes_register_beat_and_count_their_sessions(backend: Backend) {
     let t = db::open(backend).await;
     let store = &t.store;
-    store.heartbeat_node(&node("a", true)).await.unwrap();
-    store.heartbeat_node(&node("b", true)).await.unwrap();
+    assert!(store.heartbeat_node(&node("a", true), TTL).await.unwrap());
+    assert!(store.heartbeat_node(&node("b", true), TTL).await.unwrap());
     let first = store.cluster_nodes(Duration::from_secs(60)).await.unwrap();
     let ids: Vec<&str> = first.iter().map(|n| n.node_id.as_str()).collect();
     assert_eq!(ids, ["a", "b"]);
@@ -42,16 +38,18 @@ async fn nodes_register_beat_and_count_their_sessions(backend: Backend) {
         .await
         .unwrap();
     assert!(store.orphaned_sessions(10).await.unwrap().is_empty());
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    store.heartbeat_node(&node("a", false)).await.unwrap();
+    // Two seconds later a beats again and b does not.
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    assert!(store.heartbeat_node(&node("a", false), TTL).await.unwrap());
     let nodes = store.cluster_nodes(Duration::from_secs(60)).await.unwrap();
     assert_eq!((nodes[0].sessions, nodes[1].sessions), (1, 0));
     // A later beat moves the heartbeat, not the start.
     assert_eq!(nodes[0].started_at, first[0].started_at);
     assert!(nodes[0].heartbeat_at > first[0].heartbeat_at);
-    // b's heartbeat is older than 10 ms: with that TTL it is dead, a (just beat) is not.
+    // b's heartbeat is two seconds old: with a TTL of 1.5 s it is dead, a (just beat) is not
+    // (a loaded machine may take some time between the beat and the question).
     let strict = store
-        .cluster_nodes(Duration::from_millis(10))
+        .cluster_nodes(Duration::from_millis(1500))
         .await
         .unwrap();
     assert!(strict[0].alive && !strict[1].alive, "{strict:?}");
@@ -65,7 +63,7 @@ async fn nodes_register_beat_and_count_their_sessions(backend: Backend) {
     assert_eq!(store.orphaned_sessions(10).await.unwrap(), [running]);
     assert!(!store.orphaned_sessions(10).await.unwrap().contains(&idle));
 
-    store.leave_cluster("b").await.unwrap();
+    store.leave_cluster(&node("b", false)).await.unwrap();
     let left: Vec<String> = store
         .cluster_nodes(Duration::from_secs(60))
         .await
@@ -74,4 +72,48 @@ async fn nodes_register_beat_and_count_their_sessions(backend: Backend) {
         .map(|n| n.node_id)
         .collect();
     assert_eq!(left, ["a"]);
+}
+
+/// A node id belongs to one live process: another process starting under it at another
+/// address is refused while the holder beats, takes it once the holder is dead, and the old
+/// process's beats (and its leave) are refused from then on; a process starting at the same
+/// address is the node's successor and takes it at once.
+async fn a_second_live_process_cannot_take_a_node_id(backend: Backend) {
+    let t = db::open(backend).await;
+    let store = &t.store;
+    let first = node("a", true);
+    assert!(store.heartbeat_node(&first, TTL).await.unwrap());
+    let elsewhere = ClusterNode {
+        advertise_url: "http://a-copy.internal:8787".into(),
+        instance: Uuid::new_v4(),
+        ..first.clone()
+    };
+    assert!(!store.heartbeat_node(&elsewhere, TTL).await.unwrap());
+    let beat = ClusterNode {
+        starting: false,
+        ..first.clone()
+    };
+    assert!(store.heartbeat_node(&beat, TTL).await.unwrap());
+    // The first process's heartbeat lapses (a TTL of 10 ms, 30 ms later): the other takes the id.
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert!(store
+        .heartbeat_node(&elsewhere, Duration::from_millis(10))
+        .await
+        .unwrap());
+    assert!(!store.heartbeat_node(&beat, TTL).await.unwrap());
+    store.leave_cluster(&first).await.unwrap();
+    let nodes = store.cluster_nodes(TTL).await.unwrap();
+    assert_eq!(nodes.len(), 1);
+    assert_eq!(nodes[0].advertise_url, "http://a-copy.internal:8787");
+    // A successor at the same address (a restart after a crash) takes over at once.
+    let successor = ClusterNode {
+        instance: Uuid::new_v4(),
+        ..elsewhere.clone()
+    };
+    assert!(store.heartbeat_node(&successor, TTL).await.unwrap());
+    let old = ClusterNode {
+        starting: false,
+        ..elsewhere
+    };
+    assert!(!store.heartbeat_node(&old, TTL).await.unwrap());
 }

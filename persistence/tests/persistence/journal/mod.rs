@@ -1,8 +1,10 @@
 //! The journal contract, run against both backends. By topic: appends and reads (`appends`),
-//! sessions, leases and compaction (`sessions`), snapshots, key-value storage, input checks
+//! sessions, leases and compaction (`sessions`), cluster membership (`cluster`), strict budgets
+//! shared by a cluster (`budgets`), snapshots, key-value storage, input checks
 //! and migrations (`storage`).
 
 mod appends;
+mod budgets;
 mod cluster;
 mod sessions;
 mod storage;
@@ -16,6 +18,21 @@ use stead_persistence::{
 };
 use stead_testkit::db;
 use uuid::Uuid;
+
+/// Node `id` as one process registers it (its instance fixed by the id).
+fn node(id: &str, starting: bool) -> stead_persistence::ClusterNode {
+    let mut instance = [0u8; 16];
+    for (slot, byte) in instance.iter_mut().zip(id.bytes()) {
+        *slot = byte;
+    }
+    stead_persistence::ClusterNode {
+        node_id: id.into(),
+        advertise_url: format!("http://{id}.internal:8787"),
+        version: "0.1.0".into(),
+        instance: Uuid::from_bytes(instance),
+        starting,
+    }
+}
 
 fn event(n: i64) -> NewEvent {
     NewEvent::new(

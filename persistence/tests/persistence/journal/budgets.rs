@@ -1,0 +1,183 @@
+//! Strict budgets shared by the nodes of a cluster, on both backends: concurrent reservations
+//! from two nodes never exceed the budget, settling books the real cost and frees the rest, a
+//! dead node's reservations (and those of a node that started again) are booked as spent in
+//! full, and the window starts again once it has run out.
+
+use std::time::Duration;
+
+use stead_persistence::{BudgetDecision, BudgetRequest, ClusterNode};
+
+use super::*;
+
+stead_testkit::both_backends!(
+    reservations_from_two_nodes_never_exceed_the_budget,
+    a_dead_or_restarted_nodes_reservations_are_booked_in_full,
+);
+
+fn request(node: &str, amount: f64, window: Duration, node_ttl: Duration) -> BudgetRequest {
+    BudgetRequest {
+        key: "api_key:0badf00d".into(),
+        node_id: node.into(),
+        amount,
+        budget: 1.0,
+        window,
+        node_ttl,
+    }
+}
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+fn reserved(decision: &BudgetDecision) -> Option<Uuid> {
+    match decision {
+        BudgetDecision::Reserved(id) => Some(*id),
+        BudgetDecision::Refused { .. } => None,
+    }
+}
+
+async fn reservations_from_two_nodes_never_exceed_the_budget(backend: Backend) {
+    let t = db::open(backend).await;
+    let store = &t.store;
+    assert!(store.heartbeat_node(&node("a", true), HOUR).await.unwrap());
+    assert!(store.heartbeat_node(&node("b", true), HOUR).await.unwrap());
+    // 40 reservations of a tenth at once, half from each node, against a budget of one.
+    let attempts: Vec<_> = (0..40)
+        .map(|i| {
+            let store = store.clone();
+            let node = if i % 2 == 0 { "a" } else { "b" };
+            tokio::spawn(async move {
+                store
+                    .reserve_budget(&request(node, 0.1, HOUR, HOUR))
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    let mut decisions = Vec::new();
+    for attempt in attempts {
+        decisions.push(attempt.await.unwrap());
+    }
+    let held: Vec<Uuid> = decisions.iter().filter_map(reserved).collect();
+    assert_eq!(held.len(), 10, "{decisions:?}");
+    for refused in decisions.iter().filter(|d| reserved(d).is_none()) {
+        let BudgetDecision::Refused {
+            spent, reserved, ..
+        } = refused
+        else {
+            unreachable!()
+        };
+        assert_eq!(*spent, 0.0);
+        assert!((reserved - 1.0).abs() < 1e-9, "{reserved}");
+    }
+    // Settled at half the reservation, each call frees the other half.
+    for id in &held {
+        assert!(store.settle_budget(*id, 0.05).await.unwrap());
+    }
+    // Settling again finds nothing (and books nothing).
+    assert!(!store.settle_budget(held[0], 0.05).await.unwrap());
+    let mut again = Vec::new();
+    for _ in 0..10 {
+        let decision = store
+            .reserve_budget(&request("b", 0.05, HOUR, HOUR))
+            .await
+            .unwrap();
+        again.push(reserved(&decision).expect("fits in what is left"));
+    }
+    match store
+        .reserve_budget(&request("a", 0.05, HOUR, HOUR))
+        .await
+        .unwrap()
+    {
+        BudgetDecision::Refused {
+            spent, reserved, ..
+        } => {
+            assert!((spent - 0.5).abs() < 1e-9, "{spent}");
+            assert!((reserved - 0.5).abs() < 1e-9, "{reserved}");
+        }
+        other => panic!("over the budget: {other:?}"),
+    }
+    // Another key has a budget of its own.
+    let other = BudgetRequest {
+        key: "session:other".into(),
+        ..request("a", 1.0, HOUR, HOUR)
+    };
+    assert!(reserved(&store.reserve_budget(&other).await.unwrap()).is_some());
+
+    // A window that has run out starts again: what was spent no longer counts.
+    for id in again {
+        store.settle_budget(id, 0.05).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    let fresh = store
+        .reserve_budget(&request("a", 1.0, Duration::from_millis(50), HOUR))
+        .await
+        .unwrap();
+    assert!(reserved(&fresh).is_some(), "{fresh:?}");
+}
+
+async fn a_dead_or_restarted_nodes_reservations_are_booked_in_full(backend: Backend) {
+    let t = db::open(backend).await;
+    let store = &t.store;
+    assert!(store.heartbeat_node(&node("a", true), HOUR).await.unwrap());
+    assert!(store
+        .heartbeat_node(&node("dead", true), HOUR)
+        .await
+        .unwrap());
+    let lost = store
+        .reserve_budget(&request("dead", 0.3, HOUR, HOUR))
+        .await
+        .unwrap();
+    let lost = reserved(&lost).unwrap();
+    // "dead" stops beating; "a" beats on. With a TTL shorter than dead's silence, a's next
+    // reservation books dead's 0.3 as spent.
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    assert!(store.heartbeat_node(&node("a", false), HOUR).await.unwrap());
+    let ttl = Duration::from_millis(1500);
+    let mine = store
+        .reserve_budget(&request("a", 0.2, HOUR, ttl))
+        .await
+        .unwrap();
+    let mine = reserved(&mine).unwrap();
+    match store
+        .reserve_budget(&request("a", 0.6, HOUR, ttl))
+        .await
+        .unwrap()
+    {
+        BudgetDecision::Refused {
+            spent, reserved, ..
+        } => {
+            assert!((spent - 0.3).abs() < 1e-9, "{spent}");
+            assert!((reserved - 0.2).abs() < 1e-9, "{reserved}");
+        }
+        other => panic!("0.3 spent + 0.2 reserved + 0.6 is over one: {other:?}"),
+    }
+    // The dead node's late settle books nothing more.
+    assert!(!store.settle_budget(lost, 0.01).await.unwrap());
+    assert!(store.settle_budget(mine, 0.2).await.unwrap());
+
+    // A node that starts again under the same id: what it reserved before is booked in full.
+    let before = store
+        .reserve_budget(&request("a", 0.4, HOUR, HOUR))
+        .await
+        .unwrap();
+    let before = reserved(&before).unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let restarted = ClusterNode {
+        instance: Uuid::new_v4(),
+        ..node("a", true)
+    };
+    assert!(store.heartbeat_node(&restarted, HOUR).await.unwrap());
+    match store
+        .reserve_budget(&request("a", 0.2, HOUR, HOUR))
+        .await
+        .unwrap()
+    {
+        BudgetDecision::Refused {
+            spent, reserved, ..
+        } => {
+            assert!((spent - 0.9).abs() < 1e-9, "{spent}");
+            assert_eq!(reserved, 0.0);
+        }
+        other => panic!("0.3 + 0.2 + 0.4 spent, 0.2 more is over one: {other:?}"),
+    }
+    assert!(!store.settle_budget(before, 0.0).await.unwrap());
+}
