@@ -450,9 +450,10 @@ pub async fn setup(config: Config, args: crate::cli::SetupArgs) -> anyhow::Resul
     .await
     .context("setup task failed")??;
     println!(
-        "setup done in {:.1} s: model {} · runtime {}",
+        "setup done in {:.1} s: model {} · embedding model {} · runtime {}",
         started.elapsed().as_secs_f64(),
         prepared.model_dir.display(),
+        prepared.embedding_dir.display(),
         prepared.runtime_library.display()
     );
     Ok(())

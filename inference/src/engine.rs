@@ -278,7 +278,7 @@ impl Engine {
     }
 }
 
-fn build_session(
+pub(crate) fn build_session(
     env: &ort::environment::Environment,
     path: &Path,
     intra_threads: usize,

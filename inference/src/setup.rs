@@ -173,6 +173,8 @@ pub struct SetupOptions {
 pub struct Prepared {
     pub runtime_library: PathBuf,
     pub model_dir: PathBuf,
+    /// The embedding model (`crate::embedding`).
+    pub embedding_dir: PathBuf,
 }
 
 /// The GGUF a prepared model directory was converted from, as its setup stamp records it.
@@ -196,7 +198,7 @@ pub fn run(options: &SetupOptions, progress: &mut dyn FnMut(&str)) -> Result<Pre
     let setup_dir = options.data_dir.join("setup");
     std::fs::create_dir_all(&setup_dir).map_err(|e| io("create", &setup_dir, e))?;
 
-    progress("[1/4] Python environment");
+    progress("[1/5] Python environment");
     let python = ensure_venv(
         &setup_dir,
         &options.python,
@@ -206,7 +208,7 @@ pub fn run(options: &SetupOptions, progress: &mut dyn FnMut(&str)) -> Result<Pre
         progress,
     )?;
 
-    progress("[2/4] ONNX Runtime");
+    progress("[2/5] ONNX Runtime");
     let site = site_packages(&python)?;
     let library = runtime_library(&options.data_dir);
     let source = site.join("onnxruntime").join("capi");
@@ -239,7 +241,7 @@ pub fn run(options: &SetupOptions, progress: &mut dyn FnMut(&str)) -> Result<Pre
         progress(&format!("      {}", library.display()));
     }
 
-    progress("[3/4] model source");
+    progress("[3/5] model source");
     let (gguf, default_name) = match (&options.gguf, &options.model) {
         (Some(_), Some(_)) => {
             return Err(Error::InvalidRequest(
@@ -280,7 +282,7 @@ pub fn run(options: &SetupOptions, progress: &mut dyn FnMut(&str)) -> Result<Pre
         metadata.len() / 1_000_000
     ));
 
-    progress("[4/4] convert to ONNX");
+    progress("[4/5] convert to ONNX");
     let target = model_dir(&options.data_dir, &name);
     let model_stamp = target.join("setup.stamp");
     let wanted = format!(
@@ -321,9 +323,13 @@ pub fn run(options: &SetupOptions, progress: &mut dyn FnMut(&str)) -> Result<Pre
         std::fs::rename(&staging, &target).map_err(|e| io("move into place", &target, e))?;
         progress(&format!("      {}", target.display()));
     }
+    progress("[5/5] embedding model");
+    let embedding_dir =
+        crate::embedding_setup::prepare(&options.data_dir, &python, &site, progress)?;
     Ok(Prepared {
         runtime_library: library,
         model_dir: target,
+        embedding_dir,
     })
 }
 
@@ -409,7 +415,7 @@ fn concatenate(parts: &[PathBuf], to: &Path, progress: &mut dyn FnMut(&str)) -> 
 }
 
 /// Size and lowercase hex SHA-256 of a file.
-fn file_sha256(path: &Path) -> Result<(u64, String)> {
+pub(crate) fn file_sha256(path: &Path) -> Result<(u64, String)> {
     use sha2::{Digest, Sha256};
     use std::io::Read;
     let mut file = std::fs::File::open(path).map_err(|e| io("open", path, e))?;
@@ -473,7 +479,7 @@ pub fn ensure_venv(
 
 /// `python -m pip install --no-deps`, quiet about its version and progress bar: every pin is
 /// complete, nothing is resolved.
-fn pip_install(python: &Path) -> Command {
+pub(crate) fn pip_install(python: &Path) -> Command {
     let mut command = Command::new(python);
     command
         .args([
@@ -507,7 +513,7 @@ fn site_packages(python: &Path) -> Result<PathBuf> {
 
 /// Runs a command, passing each output line to `progress`; on failure the error names what
 /// failed, the last lines of output, and a hint.
-fn run_command(
+pub(crate) fn run_command(
     command: &mut Command,
     what: &str,
     hint: &str,
@@ -549,7 +555,7 @@ fn run_command(
     )))
 }
 
-fn copy_atomically(from: &Path, to: &Path) -> Result<()> {
+pub(crate) fn copy_atomically(from: &Path, to: &Path) -> Result<()> {
     let staging = to.with_file_name(format!(
         "{}.partial",
         to.file_name()
@@ -559,14 +565,14 @@ fn copy_atomically(from: &Path, to: &Path) -> Result<()> {
     std::fs::rename(&staging, to).map_err(|e| io("move into place", to, e))
 }
 
-fn read(path: &Path) -> Option<String> {
+pub(crate) fn read(path: &Path) -> Option<String> {
     std::fs::read_to_string(path).ok()
 }
 
-fn write(path: &Path, text: &str) -> Result<()> {
+pub(crate) fn write(path: &Path, text: &str) -> Result<()> {
     std::fs::write(path, text).map_err(|e| io("write", path, e))
 }
 
-fn io(what: &str, path: &Path, error: std::io::Error) -> Error {
+pub(crate) fn io(what: &str, path: &Path, error: std::io::Error) -> Error {
     Error::Runtime(format!("cannot {what} {}: {error}", path.display()))
 }

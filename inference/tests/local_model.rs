@@ -15,6 +15,8 @@ use stead_inference::{
     ToolSpec,
 };
 
+#[path = "local_model/embedding.rs"]
+mod embedding;
 #[path = "local_model/prefix_cache.rs"]
 mod prefix_cache;
 
