@@ -16,6 +16,8 @@ use stead_actors::{AgentRules, ApprovalPolicy, DynamicToolRule, ToolRules};
 use stead_persistence::JournalStore;
 
 use crate::config::{AgentConfig, Config, ToolConfig};
+use crate::knowledge::tool::KnowledgeTool;
+use crate::knowledge::Knowledge;
 use crate::mcp::McpRegistry;
 
 /// Every configured agent, ready for the session registry; `mcp` holds the configured MCP
@@ -24,13 +26,14 @@ pub fn build(
     config: &Config,
     store: &Arc<dyn JournalStore>,
     mcp: Option<&Arc<McpRegistry>>,
+    knowledge: Option<&Arc<Knowledge>>,
 ) -> anyhow::Result<Vec<Agent>> {
     let client = webhook_client()?;
     config
         .agents
         .iter()
         .map(|agent| {
-            let mut built = build_agent(agent, store, &client)?;
+            let mut built = build_agent(agent, store, &client, knowledge)?;
             built.rules.schedules = config.schedules.limits();
             built.rules.delegation = stead_actors::Delegation {
                 max_depth: config.sessions.max_delegation_depth,
@@ -80,10 +83,11 @@ pub(crate) fn build_agent(
     config: &AgentConfig,
     store: &Arc<dyn JournalStore>,
     client: &reqwest::Client,
+    knowledge: Option<&Arc<Knowledge>>,
 ) -> anyhow::Result<Agent> {
     let mut tools: BTreeMap<String, Arc<dyn Tool>> = BTreeMap::new();
     for tool in config.tools.iter().filter(|t| t.kind != "mcp") {
-        let built = build_tool(tool, store, client)
+        let built = build_tool(tool, store, client, knowledge)
             .with_context(|| format!("agent `{}`, tool `{}`", config.name, tool.name))?;
         tools.insert(tool.name.clone(), built);
     }
@@ -145,8 +149,9 @@ pub fn rules(config: &AgentConfig) -> anyhow::Result<AgentRules> {
             tool.name.clone(),
             ToolRules {
                 approval,
-                // A built-in call journals its effect with its result: always safe to re-run.
-                idempotent: tool.idempotent || builtin.is_some(),
+                // A built-in call journals its effect with its result, and a knowledge search
+                // only reads: always safe to re-run.
+                idempotent: tool.idempotent || builtin.is_some() || tool.kind == "knowledge",
                 arguments: Default::default(),
                 approver: tool.approver,
                 builtin,
@@ -232,6 +237,7 @@ fn build_tool(
     config: &ToolConfig,
     store: &Arc<dyn JournalStore>,
     client: &reqwest::Client,
+    knowledge: Option<&Arc<Knowledge>>,
 ) -> anyhow::Result<Arc<dyn Tool>> {
     let info = ToolInfo {
         name: config.name.clone(),
@@ -276,6 +282,27 @@ fn build_tool(
             attempts: config.attempts,
             client: client.clone(),
         }),
+        "knowledge" => {
+            let collections = config.collections.clone().unwrap_or_default();
+            let mut info = info;
+            if info.description.is_empty() {
+                info.description = KnowledgeTool::default_description(&collections);
+            }
+            info.idempotent = true;
+            Arc::new(KnowledgeTool {
+                info,
+                service: knowledge.cloned(),
+                collections,
+                top_k: config
+                    .top_k
+                    .unwrap_or(crate::knowledge::tool::DEFAULT_TOP_K),
+                mode: config
+                    .search
+                    .as_deref()
+                    .and_then(crate::knowledge::Mode::parse)
+                    .unwrap_or(crate::knowledge::Mode::Hybrid),
+            })
+        }
         other => anyhow::bail!("unknown tool kind `{other}`"),
     })
 }
@@ -293,7 +320,7 @@ mod tests {
         )))
         .await
         .unwrap();
-        let agents = build(&Config::default(), &store, None).unwrap();
+        let agents = build(&Config::default(), &store, None, None).unwrap();
         assert_eq!(agents.len(), 1);
         let demo = &agents[0];
         assert_eq!(demo.name, "demo");
@@ -344,7 +371,7 @@ mod tests {
         .unwrap();
         config.resolve_defaults();
         config.validate().unwrap();
-        let agents = build(&config, &store, None).unwrap();
+        let agents = build(&config, &store, None, None).unwrap();
         let ops = &agents[0];
         assert_eq!(ops.rules.max_steps, 3);
         assert_eq!(ops.rules.approval_timeout, Some(Duration::from_secs(600)));

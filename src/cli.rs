@@ -59,6 +59,9 @@ pub enum Command {
     /// Evaluate the local model's behaviour for agents.
     #[command(subcommand)]
     Eval(EvalCommand),
+    /// Knowledge collections: add files, re-embed, query (docs/knowledge.md).
+    #[command(subcommand)]
+    Knowledge(crate::knowledge::cli::KnowledgeCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -100,6 +103,55 @@ pub enum BenchCommand {
     /// Two nodes on one PostgreSQL: what forwarding costs, and the takeover of a dead node's
     /// running turn (needs DATABASE_URL=postgres://…).
     Cluster(ClusterBenchArgs),
+    /// Embedding throughput of the local embedding model, against Python onnxruntime.
+    Knowledge(KnowledgeBenchArgs),
+}
+
+/// What `stead bench knowledge` measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum KnowledgePart {
+    /// Embedding throughput against Python onnxruntime on the same model.
+    Embed,
+    /// Query latency over --index-chunks synthetic chunks on --backend.
+    Query,
+    /// Recall@5 and MRR of exact, ANN and hybrid search on the repository's docs.
+    Eval,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct KnowledgeBenchArgs {
+    #[arg(long, value_enum, default_value = "embed")]
+    pub part: KnowledgePart,
+    /// Chunks to embed.
+    #[arg(long, default_value_t = 2_000)]
+    pub chunks: usize,
+    /// Words per chunk (synthetic, deterministic).
+    #[arg(long, default_value_t = 80)]
+    pub words: usize,
+    /// Chunks per model run.
+    #[arg(long, default_value_t = 32)]
+    pub batch: usize,
+    /// Skip the Python onnxruntime run.
+    #[arg(long)]
+    pub no_peer: bool,
+    /// query: chunks in the collection (1,000 documents).
+    #[arg(long, default_value_t = 100_000)]
+    pub index_chunks: usize,
+    /// query: vector queries per measurement.
+    #[arg(long, default_value_t = 200)]
+    pub queries: usize,
+    /// query: the database.
+    #[arg(long, value_enum, default_value = "sqlite")]
+    pub backend: BenchBackend,
+    /// eval: the Markdown files to search.
+    #[arg(long, default_value = "docs")]
+    pub docs: std::path::PathBuf,
+    /// eval: the labelled questions.
+    #[arg(long, default_value = "tests/fixtures/knowledge-eval/queries.jsonl")]
+    pub eval_queries: std::path::PathBuf,
+    /// Print the results as one JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -421,6 +473,7 @@ async fn run_command(config: Config, command: Command) -> anyhow::Result<ExitCod
         Command::Migrate => done(crate::serve::migrate(config).await),
         Command::Setup(args) => done(crate::serve::setup(config, args).await),
         Command::Eval(EvalCommand::Tools(args)) => done(crate::eval::tools(config, args).await),
+        Command::Knowledge(command) => crate::knowledge::cli::run(config, command).await,
         Command::Bench(BenchCommand::Journal(args)) => {
             done(crate::bench::journal::journal(config, args).await)
         }
@@ -443,6 +496,9 @@ async fn run_command(config: Config, command: Command) -> anyhow::Result<ExitCod
         }
         Command::Bench(BenchCommand::Cluster(args)) => {
             crate::bench::cluster::cluster(config, args).await
+        }
+        Command::Bench(BenchCommand::Knowledge(args)) => {
+            crate::bench::knowledge::knowledge(config, args).await
         }
     }
 }

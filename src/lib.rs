@@ -2,7 +2,8 @@
 //! configuration (`config`), and the wiring of the crates into a running server (`serve`):
 //! agents built from configuration (`agents`), the model router's providers, request log and
 //! the sessions' `ModelClient` over it (`model_router`), journal retention (`retention`), a
-//! node's cluster membership, takeover sweep and request forwarding (`cluster`), plus
+//! node's cluster membership, takeover sweep and request forwarding (`cluster`), knowledge
+//! collections and the `knowledge` tool (`knowledge`), plus
 //! the operator commands (`setup`, `migrate`, `session` and `replay` in `replay_cli`, and the
 //! benchmarks of `stead bench …` in `bench`, the model evaluation of `stead eval` in `eval`).
 //! Behaviour lives in the crates it wires:
@@ -15,6 +16,7 @@ pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod eval;
+pub mod knowledge;
 pub mod mcp;
 pub mod model_router;
 pub mod replay_cli;

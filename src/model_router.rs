@@ -12,7 +12,7 @@ use serde_json::Value;
 use stead_actors::session::{ModelClient, ModelError, ModelRequest};
 use stead_actors::{ModelOutput, TranscriptEntry, Usage};
 use stead_inference::pool::InferencePool;
-use stead_inference::provider::OnnxProvider;
+use stead_inference::provider::{OnnxEmbeddingProvider, OnnxProvider};
 use stead_persistence::request_log::RequestLogEntry;
 use stead_persistence::RequestLog;
 use stead_router::chat::{ChatMessage, Role, ToolCall, ToolSpec};
@@ -28,6 +28,7 @@ use crate::config::{Config, ProviderKind};
 pub fn build(
     config: &Config,
     pools: &[(String, Arc<InferencePool>)],
+    embedders: &[crate::serve::EmbeddingModel],
     store: Option<Arc<dyn RequestLog>>,
     budgets: Option<Arc<dyn SharedLedger>>,
 ) -> anyhow::Result<Arc<Router>> {
@@ -46,6 +47,16 @@ pub fn build(
                             as Arc<dyn Provider>
                     })
             }
+            ProviderKind::OnnxEmbedding => embedders
+                .iter()
+                .find(|(name, _, _)| *name == provider.name)
+                .map(|(name, model, pool)| {
+                    Arc::new(OnnxEmbeddingProvider::new(
+                        name.clone(),
+                        model.clone(),
+                        pool.clone(),
+                    )) as Arc<dyn Provider>
+                }),
             ProviderKind::Openai => {
                 let api_key = provider.api_key_env.as_ref().and_then(|var| {
                     let key = std::env::var(var).ok();

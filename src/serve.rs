@@ -92,6 +92,13 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     // Models first: a provider that cannot start is a configuration error, reported before
     // the database is touched.
     let pools = start_local_models(&config).await?;
+    let embedders = match start_embedding_models(&config).await {
+        Ok(embedders) => embedders,
+        Err(error) => {
+            stop_local_models(&pools).await;
+            return Err(error);
+        }
+    };
     let store = match open_store(&config, true).await {
         Ok(store) => store,
         Err(error) => {
@@ -121,13 +128,19 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let model_router = crate::model_router::build(
         &config,
         &pools,
+        &embedders,
         Some(store.clone() as Arc<dyn RequestLog>),
         shared_budgets,
     )?;
     // MCP servers start in the background: a slow or broken one does not hold up the start.
     let mcp = crate::mcp::McpRegistry::new(&config.mcp_servers)?;
     mcp.start();
-    let agents = crate::agents::build(&config, &store, Some(&mcp))?;
+    let knowledge = Arc::new(crate::knowledge::Knowledge::new(
+        store.clone(),
+        model_router.clone(),
+        config.knowledge.clone(),
+    ));
+    let agents = crate::agents::build(&config, &store, Some(&mcp), Some(&knowledge))?;
     let session_model = Arc::new(crate::model_router::SessionModel {
         router: model_router.clone(),
     });
@@ -194,6 +207,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         metrics: Default::default(),
         mcp: (!config.mcp_servers.is_empty()).then(|| mcp.clone() as Arc<dyn stead_http::McpView>),
         cluster: peers,
+        knowledge: Some(knowledge.clone() as Arc<dyn stead_http::knowledge::KnowledgeApi>),
     };
     let router = stead_http::router_with(state, crate::mcp::endpoint::route(mcp_inner.clone()));
     let _ = mcp_inner.set(router.clone());
@@ -512,6 +526,55 @@ async fn start_local_models(
         pools.push((provider.name.clone(), Arc::new(started)));
     }
     Ok(pools)
+}
+
+/// A started local embedding pool: its provider's name, its model's name and the pool.
+pub type EmbeddingModel = (
+    String,
+    String,
+    Arc<stead_inference::embedding_pool::EmbeddingPool>,
+);
+
+/// Starts the embedding pool of every `onnx_embedding` provider whose model is prepared (one
+/// that is not is skipped with a warning, like a chat model).
+pub(crate) async fn start_embedding_models(config: &Config) -> anyhow::Result<Vec<EmbeddingModel>> {
+    use stead_inference::embedding_pool::{EmbeddingPool, EmbeddingPoolConfig};
+    let mut started = Vec::new();
+    for (index, provider) in config.providers.iter().enumerate() {
+        if provider.kind != crate::config::ProviderKind::OnnxEmbedding {
+            continue;
+        }
+        let Some(model_dir) = provider.model_dir.clone() else {
+            anyhow::bail!("providers[{index}].model_dir: an onnx_embedding provider needs one");
+        };
+        let (onnx, tokenizer) = stead_inference::embedding::model_files(&model_dir);
+        if !onnx.is_file() || !tokenizer.is_file() {
+            tracing::warn!(
+                provider = %provider.name,
+                model_dir = %model_dir.display(),
+                "embedding model not prepared; run `stead setup` (the provider is unavailable)"
+            );
+            continue;
+        }
+        let model = model_dir.file_name().map_or_else(
+            || provider.name.clone(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        let mut pool = EmbeddingPoolConfig::new(
+            model_dir,
+            stead_inference::setup::runtime_library(&config.server.data_dir),
+        );
+        pool.threads = provider.engine.threads_per_worker;
+        pool.max_batch = provider.engine.max_batch;
+        pool.queue_capacity = provider.engine.queue_capacity;
+        let pool = EmbeddingPool::start(pool)
+            .await
+            .map_err(|e| anyhow::anyhow!("providers[{index}] (`{}`): {e}", provider.name))?;
+        tracing::info!(provider = %provider.name, model = %model, dimension = pool.dimension(),
+            "local embedding model ready");
+        started.push((provider.name.clone(), model, Arc::new(pool)));
+    }
+    Ok(started)
 }
 
 async fn stop_local_models(pools: &[(String, Arc<stead_inference::pool::InferencePool>)]) {

@@ -91,16 +91,33 @@ impl Embedder {
         Ok(encoding.len())
     }
 
+    /// The token ids the model is given for each text (cut at [`MAX_TOKENS`]): what a peer
+    /// runtime is fed to compare like with like.
+    pub fn token_ids(&self, texts: &[&str]) -> Result<Vec<Vec<u32>>> {
+        let encodings = self
+            .tokenizer
+            .encode_batch(texts.to_vec(), true)
+            .map_err(|e| Error::Inference(format!("tokenization: {e}")))?;
+        Ok(encodings.iter().map(|e| e.get_ids().to_vec()).collect())
+    }
+
     /// One unit-length embedding per text, in order, from one run of the model.
     pub fn embed(&mut self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+        Ok(self.embed_counted(texts)?.0)
+    }
+
+    /// [`Embedder::embed`], and the tokens the model was given for each text (after the
+    /// cut).
+    pub fn embed_counted(&mut self, texts: &[&str]) -> Result<(Vec<Vec<f32>>, Vec<usize>)> {
         if texts.is_empty() {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), Vec::new()));
         }
         let encodings = self
             .tokenizer
             .encode_batch(texts.to_vec(), true)
             .map_err(|e| Error::Inference(format!("tokenization: {e}")))?;
         let batch = encodings.len();
+        let tokens: Vec<usize> = encodings.iter().map(|e| e.len()).collect();
         let seq = encodings.iter().map(|e| e.len()).max().unwrap_or(0).max(1);
         let mut ids = vec![0i64; batch * seq];
         let mut mask = vec![0i64; batch * seq];
@@ -135,7 +152,7 @@ impl Embedder {
                 )))
             }
         };
-        Ok((0..batch)
+        let vectors = (0..batch)
             .map(|row| {
                 let mut pooled = vec![0f32; dim];
                 let mut count = 0f32;
@@ -155,6 +172,7 @@ impl Embedder {
                 pooled.iter_mut().for_each(|v| *v /= norm);
                 pooled
             })
-            .collect())
+            .collect();
+        Ok((vectors, tokens))
     }
 }

@@ -40,7 +40,14 @@ impl EmbeddingPoolConfig {
 
 struct Job {
     texts: Vec<String>,
-    reply: oneshot::Sender<Result<Vec<Vec<f32>>>>,
+    reply: oneshot::Sender<Result<Embedded>>,
+}
+
+/// A request's embeddings and the tokens the model was given for them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Embedded {
+    pub vectors: Vec<Vec<f32>>,
+    pub tokens: usize,
 }
 
 /// A running embedding engine; cheap to share behind an `Arc`.
@@ -108,8 +115,10 @@ impl EmbeddingPool {
                     let mut failed = None;
                     for chunk in all.chunks(max_batch) {
                         worker_runs.fetch_add(1, Ordering::Relaxed);
-                        match embedder.embed(chunk) {
-                            Ok(mut out) => vectors.append(&mut out),
+                        match embedder.embed_counted(chunk) {
+                            Ok((out, tokens)) => {
+                                vectors.extend(out.into_iter().zip(tokens.iter().copied()))
+                            }
                             Err(error) => {
                                 failed = Some(error.to_string());
                                 break;
@@ -121,7 +130,14 @@ impl EmbeddingPool {
                     for job in batch {
                         let answer = match &failed {
                             Some(message) => Err(Error::Inference(message.clone())),
-                            None => Ok(vectors.by_ref().take(job.texts.len()).collect()),
+                            None => {
+                                let (vectors, tokens): (Vec<Vec<f32>>, Vec<usize>) =
+                                    vectors.by_ref().take(job.texts.len()).unzip();
+                                Ok(Embedded {
+                                    vectors,
+                                    tokens: tokens.iter().sum(),
+                                })
+                            }
                         };
                         let _ = job.reply.send(answer);
                     }
@@ -156,8 +172,16 @@ impl EmbeddingPool {
 
     /// One unit-length embedding per text, in order.
     pub async fn embed(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>> {
+        Ok(self.embed_counted(texts).await?.vectors)
+    }
+
+    /// [`EmbeddingPool::embed`], and the tokens the model was given.
+    pub async fn embed_counted(&self, texts: Vec<String>) -> Result<Embedded> {
         if texts.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Embedded {
+                vectors: Vec::new(),
+                tokens: 0,
+            });
         }
         let (reply, answer) = oneshot::channel();
         let queued = self.queued.fetch_add(1, Ordering::Relaxed);

@@ -1,5 +1,6 @@
 //! The `onnx` provider: the pooled local ONNX Runtime engine as one of the model router's
-//! providers (`stead_router::Provider`); the binary registers one per started pool.
+//! providers (`stead_router::Provider`); the binary registers one per started pool. The
+//! `onnx_embedding` provider does the same for the local embedding pool.
 
 use async_trait::async_trait;
 
@@ -160,5 +161,95 @@ impl Provider for OnnxProvider {
                 }
             }
         }
+    }
+}
+
+/// The `onnx_embedding` provider: the local embedding pool (all-MiniLM-L6-v2 by default) as
+/// one of the router's providers. It makes embeddings only; a chat call is refused as invalid.
+pub struct OnnxEmbeddingProvider {
+    name: String,
+    /// The model as routes name it (its directory's name).
+    model: String,
+    pool: std::sync::Arc<crate::embedding_pool::EmbeddingPool>,
+}
+
+impl OnnxEmbeddingProvider {
+    pub fn new(
+        name: impl Into<String>,
+        model: impl Into<String>,
+        pool: std::sync::Arc<crate::embedding_pool::EmbeddingPool>,
+    ) -> Self {
+        OnnxEmbeddingProvider {
+            name: name.into(),
+            model: model.into(),
+            pool,
+        }
+    }
+}
+
+#[async_trait]
+impl Provider for OnnxEmbeddingProvider {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn system(&self) -> &str {
+        "onnx"
+    }
+
+    async fn chat(&self, _call: ProviderCall<'_>) -> Result<ProviderReply, ProviderError> {
+        Err(ProviderError::new(
+            FailureKind::Invalid,
+            format!(
+                "provider `{}` makes embeddings only (model `{}`)",
+                self.name, self.model
+            ),
+        ))
+    }
+
+    async fn embed(
+        &self,
+        model: &str,
+        inputs: &[String],
+    ) -> Result<stead_router::EmbedReply, ProviderError> {
+        if model != self.model {
+            return Err(ProviderError::new(
+                FailureKind::Invalid,
+                format!(
+                    "provider `{}` serves the model `{}`, not `{model}`",
+                    self.name, self.model
+                ),
+            ));
+        }
+        let embedded = self
+            .pool
+            .embed_counted(inputs.to_vec())
+            .await
+            .map_err(failure)?;
+        Ok(stead_router::EmbedReply {
+            vectors: embedded.vectors,
+            prompt_tokens: embedded.tokens,
+            model: self.model.clone(),
+        })
+    }
+
+    fn metrics(&self) -> Vec<ProviderMetric> {
+        let (runs, texts) = self.pool.counts();
+        vec![
+            ProviderMetric {
+                name: "stead_embedding_runs_total",
+                help: "Runs of the local embedding model (each embeds a batch of texts)",
+                counter: true,
+                model: self.model.clone(),
+                value: runs as f64,
+            },
+            ProviderMetric {
+                name: "stead_embedding_texts_total",
+                help: "Texts embedded by the local embedding model",
+                counter: true,
+                model: self.model.clone(),
+                value: texts as f64,
+            },
+        ]
     }
 }

@@ -74,6 +74,22 @@ pub enum Error {
     #[error("the journal store is shut down")]
     ShutDown,
 
+    /// A named thing (a knowledge collection or document) does not exist.
+    #[error("{0} not found")]
+    NotFound(String),
+
+    /// A named thing exists already with another definition.
+    #[error("{0}")]
+    Exists(String),
+
+    /// The write does not fit what is stored (an embedding of another model or dimension).
+    #[error("{0}")]
+    Mismatch(String),
+
+    /// What the write was computed from changed meanwhile; nothing was written.
+    #[error("{0}")]
+    Stale(String),
+
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
 

@@ -17,6 +17,7 @@
 
 mod error;
 pub mod group_commit;
+pub mod knowledge;
 pub mod request_log;
 pub mod schedules;
 pub mod scratch;
@@ -32,9 +33,14 @@ use serde_json::Value;
 
 pub use error::{Error, Result};
 pub use group_commit::JournalStats;
+pub use knowledge::{
+    ChunkRow, CollectionChunks, CollectionRow, DocumentRow, NewChunk, PutDocument, PutOutcome,
+    Reembedding,
+};
 pub use schedules::{ScheduleOwner, ScheduleQuery, ScheduleRow};
 pub use traits::{
-    Budgets, Journal, JournalStore, Kv, Leases, RequestLog, Schedules, Sessions, Snapshots,
+    Budgets, Journal, JournalStore, Knowledge, Kv, Leases, RequestLog, Schedules, Sessions,
+    Snapshots,
 };
 pub use types::{
     BudgetDecision, BudgetRequest, ClusterNode, Compaction, Event, KvEntry, Lease, NewEvent,

@@ -30,6 +30,7 @@ pub trait JournalStore:
     + RequestLog
     + Schedules
     + Budgets
+    + Knowledge
     + Send
     + Sync
     + 'static
@@ -270,4 +271,56 @@ pub trait Schedules: Send + Sync {
         from: chrono::DateTime<chrono::Utc>,
         to: Option<chrono::DateTime<chrono::Utc>>,
     ) -> Result<bool>;
+}
+
+/// Knowledge collections, documents and chunks (`crate::knowledge`, docs/knowledge.md).
+#[async_trait]
+pub trait Knowledge: Send + Sync {
+    /// Creates the collection; `Ok((row, false))` when it exists with this route already.
+    /// One with another route is [`crate::Error::Exists`].
+    async fn create_collection(
+        &self,
+        name: &str,
+        embedding_route: &str,
+    ) -> Result<(crate::CollectionRow, bool)>;
+
+    /// [`crate::Error::NotFound`] when there is none.
+    async fn get_collection(&self, name: &str) -> Result<crate::CollectionRow>;
+
+    /// Every collection, by name.
+    async fn list_collections(&self) -> Result<Vec<crate::CollectionRow>>;
+
+    /// Removes the collection with its documents and chunks; whether there was one.
+    async fn delete_collection(&self, name: &str) -> Result<bool>;
+
+    /// Writes the document in place of any of the same id, in one transaction: the
+    /// collection's model is set by its first document, and a document of another model is
+    /// [`crate::Error::Mismatch`]. A document whose text and metadata are unchanged is left
+    /// alone.
+    async fn put_document(&self, put: crate::PutDocument) -> Result<crate::PutOutcome>;
+
+    /// Removes a document and its chunks; whether there was one.
+    async fn delete_document(&self, collection: &str, id: &str) -> Result<bool>;
+
+    /// Documents by id, after `after`, at most `limit`.
+    async fn list_documents(
+        &self,
+        collection: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<crate::DocumentRow>>;
+
+    /// A document with its text and its chunks' texts, in order.
+    async fn get_document(
+        &self,
+        collection: &str,
+        id: &str,
+    ) -> Result<(crate::DocumentRow, String, Vec<String>)>;
+
+    /// Every chunk of the collection with its embedding, as of one version.
+    async fn collection_chunks(&self, collection: &str) -> Result<crate::CollectionChunks>;
+
+    /// Replaces every chunk's embedding and the collection's model, in one transaction, when
+    /// the collection is still at `from_version` (else [`crate::Error::Stale`]).
+    async fn reembed_collection(&self, reembedding: crate::Reembedding) -> Result<()>;
 }

@@ -22,7 +22,7 @@ async fn demo_agent(config: &Config) -> anyhow::Result<(String, Vec<ToolSpec>)> 
     let database = super::BenchDatabase::create(config, crate::cli::BenchBackend::Sqlite).await?;
     let options = stead_persistence::StoreOptions::new(database.url.clone());
     let store = stead_persistence::open(options).await?;
-    let built = crate::agents::build_agent(agent, &store, &crate::agents::webhook_client()?)?;
+    let built = crate::agents::build_agent(agent, &store, &crate::agents::webhook_client()?, None)?;
     let tools = built
         .tools
         .values()

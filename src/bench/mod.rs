@@ -1,7 +1,7 @@
-//! The benchmarks behind `stead bench …`, one module per subcommand (`chaos`, `journal`,
-//! `gateway`, `inference`, `replay`, `schedules`, `sessions`, `ws`), and what they share: a scratch database
-//! (`BenchDatabase`), a `stead serve` child process (`ServeProcess`) and a process's memory and
-//! CPU time read from `/proc`.
+//! The benchmarks behind `stead bench …`, one module per subcommand (`chaos`, `cluster`,
+//! `journal`, `gateway`, `inference`, `knowledge`, `replay`, `schedules`, `sessions`, `ws`),
+//! and what they share: a scratch database (`BenchDatabase`), a `stead serve` child process
+//! (`ServeProcess`) and a process's memory and CPU time read from `/proc`.
 //!
 //! Benchmarks are operator tools: a setup that does not hold (a histogram's fixed bounds, a
 //! scripted input the decisions refuse) makes the run meaningless, so they stop loudly there.
@@ -14,6 +14,9 @@ pub mod gateway;
 pub mod inference;
 pub mod journal;
 mod journal_raw;
+pub mod knowledge;
+mod knowledge_eval;
+mod knowledge_query;
 pub mod replay;
 pub mod schedules;
 pub mod sessions;

@@ -22,8 +22,9 @@ pub use stead_router::config::{GatewayConfig, RouteConfig, TargetConfig};
 
 pub use mcp::{invalid_server_name, McpServerConfig};
 pub use sections::{
-    AgentConfig, ClusterConfig, DatabaseConfig, EngineConfig, LogConfig, LogFormat, ProviderConfig,
-    ProviderKind, SchedulesConfig, ServerConfig, SessionsConfig, ToolConfig,
+    AgentConfig, ClusterConfig, DatabaseConfig, EngineConfig, KnowledgeConfig, LogConfig,
+    LogFormat, ProviderConfig, ProviderKind, SchedulesConfig, ServerConfig, SessionsConfig,
+    ToolConfig,
 };
 
 /// Variables with a fixed meaning that the generic `STEAD_*` mapping must not see.
@@ -48,13 +49,20 @@ pub struct Config {
     /// Several nodes on one PostgreSQL (`[cluster]`, docs/cluster.md; absent: alone).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cluster: Option<ClusterConfig>,
+    /// Knowledge collections (`[knowledge]`, docs/knowledge.md).
+    pub knowledge: KnowledgeConfig,
 }
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
 pub const DEFAULT_DATA_DIR: &str = ".stead";
 /// The bundled model the built-in configuration serves (`stead setup` prepares it).
 pub const LOCAL_MODEL: &str = stead_inference::setup::DEFAULT_MODEL;
-pub const TOOL_KINDS: [&str; 7] = [
+/// The embedding model the built-in configuration serves (`stead setup` prepares it).
+pub const EMBEDDING_MODEL: &str = stead_inference::embedding::DEFAULT_EMBEDDING_MODEL;
+/// The built-in embedding provider's name and its route's.
+pub const LOCAL_EMBEDDING_PROVIDER: &str = "local-embed";
+pub const EMBEDDING_ROUTE: &str = "embed";
+pub const TOOL_KINDS: [&str; 8] = [
     "webhook",
     "memory",
     "clock",
@@ -62,6 +70,7 @@ pub const TOOL_KINDS: [&str; 7] = [
     "mcp",
     "schedule",
     "agent",
+    "knowledge",
 ];
 pub const MEMORY_OPS: [&str; 4] = ["get", "set", "list", "delete"];
 
@@ -101,6 +110,7 @@ impl Default for Config {
             }],
             gateway: GatewayConfig::default(),
             cluster: None,
+            knowledge: KnowledgeConfig::default(),
             mcp_servers: Vec::new(),
             agents: vec![AgentConfig {
                 name: "demo".into(),
@@ -148,6 +158,42 @@ impl Default for Config {
                 ],
             }],
         }
+    }
+}
+
+/// The provider of the built-in embedding model (docs/knowledge.md).
+fn local_embedding_provider() -> ProviderConfig {
+    ProviderConfig {
+        name: LOCAL_EMBEDDING_PROVIDER.into(),
+        kind: ProviderKind::OnnxEmbedding,
+        // Resolved at load to `{data_dir}/models/all-minilm-l6-v2`.
+        model_dir: None,
+        base_url: None,
+        api_key_env: None,
+        engine: EngineConfig {
+            max_batch: 32,
+            queue_capacity: 256,
+            ..EngineConfig::default()
+        },
+    }
+}
+
+/// The built-in `embed` route to it.
+fn local_embedding_route() -> RouteConfig {
+    RouteConfig {
+        name: EMBEDDING_ROUTE.into(),
+        targets: vec![TargetConfig {
+            provider: LOCAL_EMBEDDING_PROVIDER.into(),
+            model: EMBEDDING_MODEL.into(),
+            weight: None,
+            timeout_secs: 60.0,
+            ttft_timeout_secs: None,
+            max_tokens: None,
+            retry: Default::default(),
+        }],
+        requests_per_min: None,
+        tokens_per_min: None,
+        cache: true,
     }
 }
 
@@ -253,9 +299,25 @@ impl Config {
 
     /// Fills values that depend on others (the local model lives under the data dir).
     pub(crate) fn resolve_defaults(&mut self) {
+        // The built-in embedding model and its route, unless the configuration has an
+        // embedding provider or an `embed` route of its own (a file's `[[providers]]` or
+        // `[[routes]]` replace the built-in lists, and must not lose embeddings with them).
+        let own_embeddings =
+            self.providers.iter().any(|p| {
+                p.kind == ProviderKind::OnnxEmbedding || p.name == LOCAL_EMBEDDING_PROVIDER
+            }) || self.routes.iter().any(|r| r.name == EMBEDDING_ROUTE);
+        if !own_embeddings {
+            self.providers.push(local_embedding_provider());
+            self.routes.push(local_embedding_route());
+        }
         for provider in &mut self.providers {
-            if provider.kind == ProviderKind::Onnx && provider.model_dir.is_none() {
-                provider.model_dir = Some(self.server.data_dir.join("models").join(LOCAL_MODEL));
+            if provider.model_dir.is_none() {
+                let model = match provider.kind {
+                    ProviderKind::Onnx => LOCAL_MODEL,
+                    ProviderKind::OnnxEmbedding => EMBEDDING_MODEL,
+                    ProviderKind::Openai => continue,
+                };
+                provider.model_dir = Some(self.server.data_dir.join("models").join(model));
             }
         }
     }

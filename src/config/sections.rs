@@ -177,6 +177,9 @@ pub enum ProviderKind {
     Onnx,
     /// Any OpenAI-compatible HTTP API.
     Openai,
+    /// The local embedding model (docs/knowledge.md): embeddings only.
+    #[serde(rename = "onnx_embedding")]
+    OnnxEmbedding,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -263,7 +266,7 @@ pub struct ToolConfig {
     /// The name the model sees (`mcp` entries: unused; the model sees `{server}__{tool}`).
     #[serde(default)]
     pub name: String,
-    /// `webhook`, `memory`, `clock`, `calculator` or `mcp`.
+    /// `webhook`, `memory`, `clock`, `calculator`, `mcp`, `schedule`, `agent` or `knowledge`.
     pub kind: String,
     /// `mcp`: the `[[mcp_servers]]` entry whose tools this entry takes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -311,6 +314,15 @@ pub struct ToolConfig {
     /// `agent`: the configured agent whose child sessions this tool's calls start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
+    /// `knowledge`: the collections this tool reads (docs/knowledge.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collections: Option<Vec<String>>,
+    /// `knowledge`: chunks a call returns (default 4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_k: Option<usize>,
+    /// `knowledge`: `exact`, `ann` or `hybrid` (default `hybrid`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub search: Option<String>,
 }
 
 fn is_queue(mode: &stead_actors::MessageMode) -> bool {
@@ -346,6 +358,9 @@ impl ToolConfig {
             ops: None,
             timings: None,
             agent: None,
+            collections: None,
+            top_k: None,
+            search: None,
         }
     }
 }
@@ -426,4 +441,32 @@ fn default_node_ttl_secs() -> u64 {
 
 fn default_sweep_secs() -> u64 {
     2
+}
+
+/// Knowledge collections (`[knowledge]`, docs/knowledge.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KnowledgeConfig {
+    /// The route new collections embed through when they name none.
+    pub embedding_route: String,
+    /// Most words in one chunk.
+    pub chunk_words: usize,
+    /// Words a chunk repeats from the end of the one before it.
+    pub chunk_overlap_words: usize,
+    /// Largest document text accepted, in bytes.
+    pub max_document_bytes: usize,
+    /// Largest `top_k` of a query.
+    pub max_top_k: usize,
+}
+
+impl Default for KnowledgeConfig {
+    fn default() -> Self {
+        KnowledgeConfig {
+            embedding_route: "embed".into(),
+            chunk_words: 120,
+            chunk_overlap_words: 24,
+            max_document_bytes: 512 * 1024,
+            max_top_k: 50,
+        }
+    }
 }

@@ -119,11 +119,14 @@ fn the_prefix_cache_is_configured_per_local_provider() {
 fn cross_references_and_duplicates_are_named() {
     assert!(invalid(|c| c.routes[0].targets[0].provider = "nope".into())
         .contains("routes[0].targets[0].provider"));
+    let mut resolved = Config::default();
+    resolved.resolve_defaults();
+    let next = resolved.providers.len();
     assert!(invalid(|c| {
         let p = c.providers[0].clone();
         c.providers.push(p);
     })
-    .contains("providers[1].name"));
+    .contains(&format!("providers[{next}].name")));
     assert!(
         invalid(|c| c.agents[0].tools[0].kind = "shell".into()).contains("agents[0].tools[0].kind")
     );
@@ -140,7 +143,7 @@ fn cross_references_and_duplicates_are_named() {
         api_key_env: None,
         engine: EngineConfig::default(),
     }))
-    .contains("providers[1].base_url"));
+    .contains(&format!("providers[{next}].base_url")));
     assert!(invalid(|c| c.database.max_event_bytes = 0).contains("database.max_event_bytes"));
     assert!(invalid(|c| c.sessions.restart_limit = 0).contains("sessions.restart_limit"));
     assert!(invalid(|c| c.agents[0].approval_timeout_secs = Some(0))
@@ -273,4 +276,39 @@ mod fuzz {
             }
         }
     }
+}
+
+/// The built-in embedding provider and route come with the defaults, and stay when a file
+/// brings its own chat providers, but never shadow an embedding setup of the file's own.
+#[test]
+fn the_embedding_route_is_added_unless_the_file_has_its_own() {
+    let names = |c: &Config| -> (Vec<String>, Vec<String>) {
+        (
+            c.providers.iter().map(|p| p.name.clone()).collect(),
+            c.routes.iter().map(|r| r.name.clone()).collect(),
+        )
+    };
+    let mut config = Config::default();
+    config.resolve_defaults();
+    assert_eq!(
+        names(&config),
+        (
+            vec!["local".to_string(), "local-embed".into()],
+            vec!["default".to_string(), "embed".into()]
+        )
+    );
+    assert_eq!(
+        config.providers[1].model_dir,
+        Some(config.server.data_dir.join("models/all-minilm-l6-v2"))
+    );
+    config.resolve_defaults();
+    assert_eq!(names(&config).0.len(), 2, "resolving twice adds nothing");
+
+    let mut own = Config::default();
+    own.routes.push(RouteConfig {
+        name: "embed".into(),
+        ..own.routes[0].clone()
+    });
+    own.resolve_defaults();
+    assert_eq!(names(&own).0, ["local"]);
 }

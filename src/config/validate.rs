@@ -6,7 +6,9 @@ use std::net::SocketAddr;
 use stead_actors::schedule_tool::ScheduleTool;
 use stead_persistence::DatabaseUrl;
 
-use super::{Config, ConfigError, ProviderKind, DEFAULT_LISTEN, MEMORY_OPS, TOOL_KINDS};
+use super::{
+    Config, ConfigError, ProviderKind, ToolConfig, DEFAULT_LISTEN, MEMORY_OPS, TOOL_KINDS,
+};
 
 fn bad(key: &str, problem: impl std::fmt::Display) -> ConfigError {
     ConfigError(format!("invalid configuration: {key}: {problem}"))
@@ -107,6 +109,7 @@ impl Config {
         }
         self.validate_cluster()?;
         self.validate_models()?;
+        self.validate_knowledge()?;
         self.validate_agents()
     }
 
@@ -168,6 +171,73 @@ impl Config {
         Ok(())
     }
 
+    fn validate_knowledge_tool(&self, key: &str, tool: &ToolConfig) -> Result<(), ConfigError> {
+        if tool.kind != "knowledge" {
+            for (field, set) in [
+                ("collections", tool.collections.is_some()),
+                ("top_k", tool.top_k.is_some()),
+                ("search", tool.search.is_some()),
+            ] {
+                if set {
+                    return Err(bad(
+                        &format!("{key}.{field}"),
+                        "only for kind \"knowledge\"",
+                    ));
+                }
+            }
+            return Ok(());
+        }
+        match &tool.collections {
+            Some(names) if !names.is_empty() && names.iter().all(|n| !n.is_empty()) => {}
+            _ => {
+                return Err(bad(
+                    &format!("{key}.collections"),
+                    "required for kind \"knowledge\": a non-empty list of collection names",
+                ))
+            }
+        }
+        if let Some(k) = tool.top_k {
+            if !(1..=self.knowledge.max_top_k).contains(&k) {
+                return Err(bad(
+                    &format!("{key}.top_k"),
+                    format!(
+                        "must be from 1 to knowledge.max_top_k ({})",
+                        self.knowledge.max_top_k
+                    ),
+                ));
+            }
+        }
+        if let Some(search) = &tool.search {
+            if crate::knowledge::Mode::parse(search).is_none() {
+                return Err(bad(
+                    &format!("{key}.search"),
+                    format!("`{search}` is not one of exact, ann, hybrid"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_knowledge(&self) -> Result<(), ConfigError> {
+        let k = &self.knowledge;
+        if k.chunk_words < 8 {
+            return Err(bad("knowledge.chunk_words", "must be at least 8"));
+        }
+        if k.chunk_overlap_words >= k.chunk_words / 2 {
+            return Err(bad(
+                "knowledge.chunk_overlap_words",
+                "must be under half of chunk_words",
+            ));
+        }
+        if k.max_document_bytes == 0 {
+            return Err(bad("knowledge.max_document_bytes", "must be at least 1"));
+        }
+        if !(1..=1000).contains(&k.max_top_k) {
+            return Err(bad("knowledge.max_top_k", "must be from 1 to 1000"));
+        }
+        Ok(())
+    }
+
     fn validate_models(&self) -> Result<(), ConfigError> {
         let mut seen = Vec::new();
         for (i, provider) in self.providers.iter().enumerate() {
@@ -180,10 +250,12 @@ impl Config {
             }
             seen.push(&provider.name);
             match provider.kind {
-                ProviderKind::Onnx if provider.model_dir.is_none() => {
+                ProviderKind::Onnx | ProviderKind::OnnxEmbedding
+                    if provider.model_dir.is_none() =>
+                {
                     return Err(bad(
                         &format!("{key}.model_dir"),
-                        "required for kind \"onnx\"",
+                        "required for local models",
                     ));
                 }
                 ProviderKind::Onnx if provider.engine.prefix_cache_min_tokens == 0 => {
@@ -325,6 +397,7 @@ impl Config {
                 } else if tool.agent.is_some() {
                     return Err(bad(&format!("{key}.agent"), "only for kind \"agent\""));
                 }
+                self.validate_knowledge_tool(&key, tool)?;
                 if tool.kind == "webhook" && tool.url.is_none() {
                     return Err(bad(&format!("{key}.url"), "required for kind \"webhook\""));
                 }

@@ -51,7 +51,7 @@ pub(super) async fn check(
     for agent in &config.agents {
         rules.insert(
             agent.name.clone(),
-            crate::agents::build_agent(agent, store, &client)
+            crate::agents::build_agent(agent, store, &client, None)
                 .map(|built| built.rules)
                 .map_err(|e| format!("{e:#}")),
         );

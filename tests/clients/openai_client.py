@@ -126,3 +126,30 @@ try:
     check("unknown model is refused", False, "no error")
 except openai.NotFoundError as error:
     check("unknown model is refused", error.status_code == 404, str(error))
+
+# Embeddings through the `embed` route (the local all-MiniLM-L6-v2): the client asks for
+# base64 by default and decodes it; floats when asked. Unit vectors of 384 dimensions, and
+# meaning ranks: a question is nearer its answer than an unrelated text.
+texts = [
+    "How hot should the water be for green tea?",
+    "Green tea is steeped at 80 degrees Celsius.",
+    "Patch the inner tube to fix a flat bicycle tyre.",
+]
+embedded = client.embeddings.create(model="embed", input=texts)
+vectors = [d.embedding for d in embedded.data]
+dot = lambda a, b: sum(x * y for x, y in zip(a, b))
+check(
+    "embeddings (base64, the client's default)",
+    len(vectors) == 3
+    and all(len(v) == 384 for v in vectors)
+    and all(abs(dot(v, v) - 1.0) < 1e-3 for v in vectors)
+    and dot(vectors[0], vectors[1]) > dot(vectors[0], vectors[2]) + 0.2
+    and embedded.usage.prompt_tokens > 0,
+    {"dims": [len(v) for v in vectors], "sims": [dot(vectors[0], vectors[1]), dot(vectors[0], vectors[2])]},
+)
+floats = client.embeddings.create(model="embed", input=texts[0], encoding_format="float")
+check(
+    "embeddings as floats equal the decoded base64",
+    max(abs(a - b) for a, b in zip(floats.data[0].embedding, vectors[0])) < 1e-6,
+    floats.usage.model_dump(),
+)

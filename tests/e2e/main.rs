@@ -10,6 +10,8 @@
 //! - `schedules`: schedules across a SIGKILL, and two servers on one PostgreSQL;
 //! - `gateway`: WebSocket and REST end to end (bad input and auth: stead-http's own tests);
 //! - `gateway_router`: the model router through `/v1/chat/completions` and its log;
+//! - `knowledge`, `knowledge_checks`: knowledge collections over REST, `/v1/embeddings`, the
+//!   `knowledge` tool; the evaluation's labels and the query benchmark's short run;
 //! - `mcp`: MCP servers as agent tools (npm and Python servers) and Stead's own `/mcp`;
 //! - `replay`: `stead session …` and `stead replay …`;
 //! - `telemetry`: OTLP spans;
@@ -24,6 +26,8 @@ mod cluster;
 mod delegation_budget;
 mod gateway;
 mod gateway_router;
+mod knowledge;
+mod knowledge_checks;
 mod mcp;
 mod replay;
 mod schedules;

@@ -5,7 +5,10 @@
 //! - `agent`: a session actor through the `ModelClient` the binary wires (SmolLM2);
 //! - `converter`: both conversions against llama.cpp, and an architecture it refuses;
 //! - `gateway`: a streamed chat over the WebSocket of `stead serve` (the default model);
-//! - `openai_client`: the official `openai` Python client against the OpenAI-compatible API;
+//! - `knowledge`: the Knowledge page in a real browser, queries and the `knowledge` tool on the
+//!   real embedding and chat models;
+//! - `openai_client`: the official `openai` Python client against the OpenAI-compatible API
+//!   (chat and embeddings);
 //! - `web_demo`: the demo flow (remember, forget after approval) in a real browser.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -13,5 +16,6 @@
 mod agent;
 mod converter;
 mod gateway;
+mod knowledge;
 mod openai_client;
 mod web_demo;

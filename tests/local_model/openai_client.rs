@@ -1,7 +1,7 @@
 //! The official `openai` Python client (PyPI, installed by `scripts/test.sh` into a venv named
 //! by `OPENAI_PYTHON`) against a running `stead serve` with its built-in configuration: the
 //! model router's OpenAI-compatible API over the real local model, streamed and not, with and
-//! without tools (`tests/clients/openai_client.py`).
+//! without tools, and embeddings through the `embed` route (`tests/clients/openai_client.py`).
 
 use std::process::Command;
 use std::time::Duration;
@@ -28,6 +28,6 @@ async fn the_official_openai_client_talks_to_the_local_model_through_the_router(
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(checks.len(), 7, "{stdout}");
+    assert_eq!(checks.len(), 9, "{stdout}");
     assert!(checks.iter().all(|c| c["ok"] == true), "{stdout}");
 }

@@ -1,14 +1,17 @@
-// The app shell: a hash router over the pages (sessions, one session, approvals inbox) and the
-// operator key field. Pages speak only the public REST and WebSocket APIs.
+// The app shell: a hash router over the pages (sessions, one session, approvals inbox, replay,
+// gateway log, knowledge) and the operator key field. Pages speak only the public REST and
+// WebSocket APIs.
 
 import { useEffect, useState } from "react";
 
 import { ApprovalsPage } from "./pages/ApprovalsPage";
 import { GatewayPage } from "./pages/GatewayPage";
+import { KnowledgePage } from "./pages/KnowledgePage";
 import { ReplayPage } from "./pages/ReplayPage";
 import { SessionPage } from "./pages/SessionPage";
 import { SessionsPage } from "./pages/SessionsPage";
 import { operator, setApiKey } from "./credentials";
+import { selectedCollection } from "./knowledge";
 
 function useHash(): string {
   const [hash, setHash] = useState(window.location.hash || "#/");
@@ -31,6 +34,8 @@ export function App() {
   else if (replay) page = <ReplayPage id={replay} />;
   else if (path === "/approvals") page = <ApprovalsPage />;
   else if (path === "/gateway") page = <GatewayPage />;
+  else if (path === "/knowledge" || path.startsWith("/knowledge/"))
+    page = <KnowledgePage selected={selectedCollection(path)} />;
   else page = <SessionsPage />;
   return (
     <div className="app">
@@ -47,6 +52,12 @@ export function App() {
           </a>
           <a href="#/gateway" aria-current={path === "/gateway" ? "page" : undefined}>
             Gateway log
+          </a>
+          <a
+            href="#/knowledge"
+            aria-current={path === "/knowledge" || path.startsWith("/knowledge/") ? "page" : undefined}
+          >
+            Knowledge
           </a>
         </nav>
         <form

@@ -1,7 +1,17 @@
 // REST calls of the public API (docs/api.md), with the caller's credential. Errors become `ApiError`
 // with the server's `code` and `message`.
 
-import type { JournalEvent, RequestLogRow, ScheduleView, SessionRow } from "./protocol";
+import type {
+  JournalEvent,
+  KnowledgeCollection,
+  KnowledgeDocumentFull,
+  KnowledgeDocumentPage,
+  KnowledgePutAnswer,
+  KnowledgeQueryAnswer,
+  RequestLogRow,
+  ScheduleView,
+  SessionRow,
+} from "./protocol";
 
 export class ApiError extends Error {
   constructor(
@@ -116,4 +126,43 @@ export const api = {
       "GET",
       `/v1/gateway/logs?${new URLSearchParams(query)}`,
     ),
+  // Knowledge collections (docs/knowledge.md). Names and document ids are path segments.
+  collections: (c: Credentials) =>
+    call<{ collections: KnowledgeCollection[] }>(c, "GET", "/v1/collections"),
+  createCollection: (c: Credentials, name: string, embeddingRoute?: string) =>
+    call<KnowledgeCollection>(
+      c,
+      "POST",
+      "/v1/collections",
+      embeddingRoute ? { name, embedding_route: embeddingRoute } : { name },
+    ),
+  deleteCollection: (c: Credentials, name: string) =>
+    call<null>(c, "DELETE", `/v1/collections/${encodeURIComponent(name)}`),
+  documents: (c: Credentials, collection: string, after: string | null, limit: number) =>
+    call<KnowledgeDocumentPage>(c, "GET", documentsPath(collection, after, limit)),
+  document: (c: Credentials, collection: string, id: string) =>
+    call<KnowledgeDocumentFull>(c, "GET", documentPath(collection, id)),
+  putDocument: (c: Credentials, collection: string, id: string, body: { text: string; metadata?: unknown }) =>
+    call<KnowledgePutAnswer>(c, "PUT", documentPath(collection, id), body),
+  deleteDocument: (c: Credentials, collection: string, id: string) =>
+    call<null>(c, "DELETE", documentPath(collection, id)),
+  queryCollection: (c: Credentials, collection: string, body: unknown) =>
+    call<KnowledgeQueryAnswer>(c, "POST", `/v1/collections/${encodeURIComponent(collection)}/query`, body),
 };
+
+/** `GET /v1/collections/{c}/documents?limit=…&after=…`. */
+export function documentsPath(collection: string, after: string | null, limit: number): string {
+  const query = new URLSearchParams({ limit: String(limit) });
+  if (after !== null) query.set("after", after);
+  return `/v1/collections/${encodeURIComponent(collection)}/documents?${query}`;
+}
+
+/** `/v1/collections/{c}/documents/{id}`, the id one path segment whatever it holds (`docs/a.md`). */
+export function documentPath(collection: string, id: string): string {
+  return `/v1/collections/${encodeURIComponent(collection)}/documents/${encodeURIComponent(id)}`;
+}
+
+/** An error as a page shows it: `code: message` for the API's own. */
+export function errorText(e: unknown): string {
+  return e instanceof ApiError ? `${e.code}: ${e.message}` : String(e);
+}

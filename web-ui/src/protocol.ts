@@ -47,3 +47,55 @@ export type ScheduleView = Wire.ScheduleDef & {
 
 /** `GET /v1/gateway/logs` rows. */
 export type RequestLogRow = Wire.RequestLogEntry;
+
+/** A knowledge collection (docs/knowledge.md). `model` and `dimension` are null while it is empty. */
+export interface KnowledgeCollection {
+  name: string;
+  embedding_route: string;
+  model: string | null;
+  dimension: number | null;
+  documents: number;
+  chunks: number;
+  created_at: string;
+  updated_at: string;
+}
+
+/** A document of a collection, as `GET …/documents` lists it. */
+export interface KnowledgeDocument {
+  id: string;
+  metadata: Record<string, unknown> | null;
+  chunks: number;
+  bytes: number;
+  sha256: string;
+  created_at: string;
+  updated_at: string;
+}
+
+/** `GET /v1/collections/{c}/documents`: null `next_after` when this is the last page. */
+export interface KnowledgeDocumentPage {
+  documents: KnowledgeDocument[];
+  next_after: string | null;
+}
+
+/** The answer of `PUT /v1/collections/{c}/documents/{id}`. */
+export type KnowledgePutAnswer = KnowledgeDocument & { outcome: "created" | "replaced" | "unchanged" };
+
+/** `GET /v1/collections/{c}/documents/{id}`: the document with its text and its chunks. */
+export type KnowledgeDocumentFull = KnowledgeDocument & { text: string; chunk_texts: string[] };
+
+export type KnowledgeMode = "exact" | "ann" | "hybrid";
+
+/** One ranked chunk of `POST /v1/collections/{c}/query`, best first. */
+export interface KnowledgeResult {
+  document_id: string;
+  chunk_index: number;
+  chunk: string;
+  /** Cosine similarity (exact, ann) or a reciprocal-rank fusion score (hybrid). */
+  score: number;
+  metadata: Record<string, unknown> | null;
+}
+
+export interface KnowledgeQueryAnswer {
+  results: KnowledgeResult[];
+  mode: KnowledgeMode;
+}

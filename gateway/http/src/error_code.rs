@@ -79,6 +79,10 @@ error_codes! {
     ApprovalNotFound = (NOT_FOUND, "approval_not_found"),
     /// No schedule with that key in the session.
     ScheduleNotFound = (NOT_FOUND, "schedule_not_found"),
+    /// No knowledge collection of that name.
+    CollectionNotFound = (NOT_FOUND, "collection_not_found"),
+    /// No document of that id in the collection.
+    DocumentNotFound = (NOT_FOUND, "document_not_found"),
     /// `/v1/chat/completions`: no route of that name.
     ModelNotFound = (NOT_FOUND, "model_not_found"),
     /// The endpoint does not take that method.
@@ -93,6 +97,10 @@ error_codes! {
     Busy = (CONFLICT, "busy"),
     /// Another schedule holds the key (send `replace: true` to redefine it).
     ScheduleConflict = (CONFLICT, "schedule_conflict"),
+    /// A collection of that name exists with another embedding route.
+    CollectionExists = (CONFLICT, "collection_exists"),
+    /// Embeddings of another model or dimension than the collection holds.
+    EmbeddingMismatch = (CONFLICT, "embedding_mismatch"),
     /// Cancel with no turn in progress.
     NothingToCancel = (CONFLICT, "nothing_to_cancel"),
     /// Input to a closed or failed session.
@@ -113,6 +121,8 @@ error_codes! {
     EventTooLarge = (PAYLOAD_TOO_LARGE, "event_too_large"),
     /// A WebSocket frame over the frame limit.
     FrameTooLarge = (PAYLOAD_TOO_LARGE, "frame_too_large"),
+    /// A document over `knowledge.max_document_bytes`.
+    DocumentTooLarge = (PAYLOAD_TOO_LARGE, "document_too_large"),
     /// A body without `Content-Type: application/json`.
     UnsupportedMediaType = (UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
     /// Wrong or missing fields, unknown fields, empty text (the session API).
@@ -128,6 +138,16 @@ error_codes! {
     InvalidSchedule = (UNPROCESSABLE_ENTITY, "invalid_schedule"),
     /// The session holds `schedules.max_per_session` pending schedules.
     TooManySchedules = (UNPROCESSABLE_ENTITY, "too_many_schedules"),
+    /// A bad collection name, or an embedding route that is not configured.
+    InvalidCollection = (UNPROCESSABLE_ENTITY, "invalid_collection"),
+    /// A document with empty text, a bad id or metadata that is not an object of scalars.
+    InvalidDocument = (UNPROCESSABLE_ENTITY, "invalid_document"),
+    /// A knowledge query with neither text nor vector (or both), a bad `top_k` or `mode`.
+    InvalidSearch = (UNPROCESSABLE_ENTITY, "invalid_search"),
+    /// A query vector of another dimension than the collection's.
+    WrongDimension = (UNPROCESSABLE_ENTITY, "wrong_dimension"),
+    /// A filter on a metadata field no document of the collection has.
+    UnknownFilterField = (UNPROCESSABLE_ENTITY, "unknown_filter_field"),
     /// A per-key or per-route rate limit.
     RateLimited = (TOO_MANY_REQUESTS, "rate_limited"),
     /// The key's budget is spent.

@@ -10,8 +10,10 @@
 pub mod auth;
 pub mod cluster;
 mod edge;
+mod embeddings;
 mod error;
 pub mod error_code;
+pub mod knowledge;
 pub mod metrics;
 mod openai;
 pub mod openapi;
@@ -96,6 +98,8 @@ pub struct AppState {
     pub mcp: Option<Arc<dyn McpView>>,
     /// The other nodes on this database (`None`: the node runs alone; docs/cluster.md).
     pub cluster: Option<Arc<dyn cluster::Cluster>>,
+    /// Knowledge collections (`None`: not served; docs/knowledge.md).
+    pub knowledge: Option<Arc<dyn knowledge::KnowledgeApi>>,
 }
 
 /// What the HTTP edge shows of the MCP servers Stead uses (the `stead` crate's registry).
@@ -174,6 +178,26 @@ pub fn router_with(state: AppState, extra: Router<AppState>) -> Router {
         .route("/v1/mcp/servers", get(rest::mcp_servers))
         .route("/v1/models", get(rest::models))
         .route("/v1/chat/completions", post(openai::chat_completions))
+        .route("/v1/embeddings", post(embeddings::embeddings))
+        .route(
+            "/v1/collections",
+            get(knowledge::list_collections).post(knowledge::create_collection),
+        )
+        .route(
+            "/v1/collections/{name}",
+            get(knowledge::get_collection).delete(knowledge::delete_collection),
+        )
+        .route(
+            "/v1/collections/{name}/documents",
+            get(knowledge::list_documents),
+        )
+        .route(
+            "/v1/collections/{name}/documents/{id}",
+            get(knowledge::get_document)
+                .put(knowledge::put_document)
+                .delete(knowledge::delete_document),
+        )
+        .route("/v1/collections/{name}/query", post(knowledge::query))
         .route("/v1/gateway/logs", get(openai::logs))
         .route("/v1/gateway/stats", get(openai::stats))
         .fallback(not_found)

@@ -28,7 +28,7 @@ use crate::openapi::ErrorBody;
 use crate::{ApiError, ApiJson, ApiQuery, AppState, ErrorCode};
 
 /// The per-key name limits and budgets count against.
-fn router_error(error: &RouterError) -> Response {
+pub(crate) fn router_error(error: &RouterError) -> Response {
     let mut response = ApiError::new(error.code.into(), error.message.clone()).into_response();
     let headers = response.headers_mut();
     if let Some(after) = error.retry_after {
@@ -42,14 +42,14 @@ fn router_error(error: &RouterError) -> Response {
     response
 }
 
-fn set(headers: &mut HeaderMap, name: &'static str, value: &str) {
+pub(crate) fn set(headers: &mut HeaderMap, name: &'static str, value: &str) {
     if let Ok(value) = HeaderValue::from_str(value) {
         headers.insert(name, value);
     }
 }
 
 /// The call's options from the caller and the request headers.
-fn options(principal: &Principal, headers: &HeaderMap) -> Result<CallOptions, ApiError> {
+pub(crate) fn options(principal: &Principal, headers: &HeaderMap) -> Result<CallOptions, ApiError> {
     let metadata = match headers.get("x-stead-metadata") {
         None => Default::default(),
         Some(value) => {

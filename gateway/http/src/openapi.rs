@@ -433,6 +433,7 @@ impl Modify for BearerAuth {
         rest::mcp_servers,
         rest::models,
         crate::openai::chat_completions,
+        crate::embeddings::embeddings,
         crate::openai::logs,
         crate::openai::stats,
     ),

@@ -6,7 +6,8 @@
 //! that uses it). A stream that breaks after some text continues on the next attempt from that
 //! text, so the caller sees one answer. Answers may be cached (exact match, concurrent identical
 //! calls coalesced into one); calls are limited per API key and per route, and every call
-//! becomes one request-log record.
+//! becomes one request-log record. Embeddings (`Router::embed`) go the same way: a route's
+//! targets in order, with retries, breakers, limits, budgets, the cache and the log.
 //!
 //! It owns the chat vocabulary ([`chat`]), the `Provider` trait and the OpenAI-compatible
 //! provider and wire format ([`openai`], [`wire`]), the `[gateway]`/`[[routes]]` configuration
@@ -21,6 +22,7 @@ mod cache;
 mod call;
 pub mod chat;
 pub mod config;
+mod embed;
 mod failover;
 mod limits;
 pub mod log;
@@ -42,12 +44,13 @@ use uuid::Uuid;
 use self::breaker::Breaker;
 use self::cache::Answer;
 use self::config::{GatewayConfig, RouteConfig};
+pub use self::embed::{EmbedRequest, EmbedResponse};
 use self::limits::{Budgets, RequestRate, TokenRate};
 pub use self::limits::{SharedLedger, SharedReservation};
 use self::log::{AttemptRecord, RequestLog, RequestLogSink};
 use self::metrics::RouterMetrics;
 pub use self::provider::{
-    Chunk, FailureKind, Params, Provider, ProviderCall, ProviderError, ProviderMetric,
+    Chunk, EmbedReply, FailureKind, Params, Provider, ProviderCall, ProviderError, ProviderMetric,
     ProviderReply, RouterRequest,
 };
 use self::route::{Route, Target};
@@ -201,6 +204,8 @@ pub struct Router {
     routes: HashMap<String, Route>,
     gateway: GatewayConfig,
     cache: Option<moka::future::Cache<[u8; 32], Arc<Answer>>>,
+    /// Cached embeddings (`/v1/embeddings`), under the same settings as answers.
+    embed_cache: Option<moka::future::Cache<[u8; 32], Arc<embed::Embedded>>>,
     key_requests: Option<RequestRate>,
     key_tokens: Option<TokenRate>,
     budgets: Option<Budgets>,
@@ -277,10 +282,17 @@ impl Router {
                 .time_to_live(Duration::from_secs(gateway.cache.ttl_secs))
                 .build()
         });
+        let embed_cache = gateway.cache.enabled.then(|| {
+            moka::future::Cache::builder()
+                .max_capacity(gateway.cache.max_entries)
+                .time_to_live(Duration::from_secs(gateway.cache.ttl_secs))
+                .build()
+        });
         let limits = &gateway.limits;
         Ok(Router {
             routes: built,
             cache,
+            embed_cache,
             key_requests: limits.requests_per_min.map(RequestRate::keyed),
             key_tokens: limits.tokens_per_min.map(TokenRate::new),
             budgets: limits

@@ -161,6 +161,13 @@ pub struct Reservation {
     shared: Option<uuid::Uuid>,
 }
 
+impl Reservation {
+    /// The most the call may cost (what an abandoned call is charged).
+    pub fn amount(&self) -> f64 {
+        self.amount
+    }
+}
+
 impl Budgets {
     pub fn new(budget: f64, window: Duration) -> Self {
         Budgets {

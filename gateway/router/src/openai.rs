@@ -1,4 +1,4 @@
-//! The `openai` provider: any OpenAI-compatible chat completions API (OpenAI itself, vLLM,
+//! The `openai` provider: any OpenAI-compatible chat completions (and embeddings) API (OpenAI itself, vLLM,
 //! llama.cpp's server, Ollama, hosted gateways), streamed over server-sent events or not.
 //! Errors carry the HTTP status and `Retry-After`, so the router's retry rules can read them.
 
@@ -8,7 +8,9 @@ use async_trait::async_trait;
 use futures_util::StreamExt;
 use serde_json::Value;
 
-use super::provider::{Chunk, FailureKind, Provider, ProviderCall, ProviderError, ProviderReply};
+use super::provider::{
+    Chunk, EmbedReply, FailureKind, Provider, ProviderCall, ProviderError, ProviderReply,
+};
 use super::wire::{self, excerpt, Folded, StreamAccumulator};
 use crate::chat::Usage;
 
@@ -17,6 +19,8 @@ pub struct OpenAiProvider {
     name: String,
     /// `{base_url}/chat/completions`, parsed once.
     url: reqwest::Url,
+    /// `{base_url}/embeddings`.
+    embeddings_url: reqwest::Url,
     api_key: Option<String>,
     client: reqwest::Client,
 }
@@ -33,13 +37,16 @@ impl OpenAiProvider {
         api_key: Option<String>,
         client: reqwest::Client,
     ) -> Self {
-        let url = format!("{}/chat/completions", base_url.trim_end_matches('/'));
+        let base = base_url.trim_end_matches('/');
         // Documented under `# Panics`: the configuration checks `base_url` before this runs.
         #[allow(clippy::expect_used)]
-        let url = reqwest::Url::parse(&url).expect("a validated base_url");
+        let parse = |path: &str| {
+            reqwest::Url::parse(&format!("{base}{path}")).expect("a validated base_url")
+        };
         OpenAiProvider {
             name: name.into(),
-            url,
+            url: parse("/chat/completions"),
+            embeddings_url: parse("/embeddings"),
             api_key,
             client,
         }
@@ -86,6 +93,55 @@ impl OpenAiProvider {
     }
 }
 
+impl OpenAiProvider {
+    /// An HTTP error answer, with the provider's own message and its `Retry-After`.
+    async fn status_error(&self, response: reqwest::Response) -> ProviderError {
+        let status = response.status();
+        let after = retry_after(response.headers());
+        let body = response.text().await.unwrap_or_default();
+        let message = serde_json::from_str::<Value>(&body)
+            .ok()
+            .and_then(|v| v["error"]["message"].as_str().map(String::from))
+            .unwrap_or_else(|| excerpt(&body));
+        ProviderError::status(
+            status.as_u16(),
+            after,
+            format!("{} answered {status}: {message}", self.name),
+        )
+    }
+}
+
+/// An OpenAI embeddings answer: `data[i].embedding` (floats) by `index`, and `usage`.
+fn parse_embeddings(value: &Value, inputs: usize, asked: &str) -> Result<EmbedReply, String> {
+    let data = value["data"]
+        .as_array()
+        .ok_or("the answer has no `data` array")?;
+    let mut vectors: Vec<Option<Vec<f32>>> = vec![None; inputs];
+    for (position, item) in data.iter().enumerate() {
+        let index = item["index"].as_u64().map_or(position, |i| i as usize);
+        let values = item["embedding"]
+            .as_array()
+            .ok_or("an embedding is not an array of numbers")?
+            .iter()
+            .map(|v| v.as_f64().map(|f| f as f32))
+            .collect::<Option<Vec<f32>>>()
+            .ok_or("an embedding holds something other than numbers")?;
+        match vectors.get_mut(index) {
+            Some(slot) => *slot = Some(values),
+            None => return Err(format!("an embedding for input {index} of {inputs}")),
+        }
+    }
+    let vectors = vectors
+        .into_iter()
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| format!("{} embeddings for {inputs} inputs", data.len()))?;
+    Ok(EmbedReply {
+        vectors,
+        prompt_tokens: value["usage"]["prompt_tokens"].as_u64().unwrap_or(0) as usize,
+        model: value["model"].as_str().unwrap_or(asked).to_string(),
+    })
+}
+
 /// `Retry-After` as seconds (or an HTTP date, which is read as "now": retry after the backoff).
 fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     let value = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
@@ -106,6 +162,29 @@ impl Provider for OpenAiProvider {
         "openai"
     }
 
+    async fn embed(&self, model: &str, inputs: &[String]) -> Result<EmbedReply, ProviderError> {
+        let body =
+            serde_json::json!({ "model": model, "input": inputs, "encoding_format": "float" });
+        let mut request = self.client.post(self.embeddings_url.clone()).json(&body);
+        if let Some(key) = &self.api_key {
+            request = request.bearer_auth(key);
+        }
+        let response = request
+            .send()
+            .await
+            .map_err(|e| self.transport_error(&e, false))?;
+        let status = response.status();
+        if !status.is_success() {
+            return Err(self.status_error(response).await);
+        }
+        let value: Value = response
+            .json()
+            .await
+            .map_err(|e| self.transport_error(&e, true))?;
+        parse_embeddings(&value, inputs.len(), model)
+            .map_err(|e| ProviderError::new(FailureKind::Stream, format!("{}: {e}", self.name)))
+    }
+
     async fn chat(&self, call: ProviderCall<'_>) -> Result<ProviderReply, ProviderError> {
         let streaming = call.chunks.is_some();
         let body = wire::provider_body(
@@ -123,19 +202,8 @@ impl Provider for OpenAiProvider {
             .send()
             .await
             .map_err(|e| self.transport_error(&e, false))?;
-        let status = response.status();
-        if !status.is_success() {
-            let after = retry_after(response.headers());
-            let body = response.text().await.unwrap_or_default();
-            let message = serde_json::from_str::<Value>(&body)
-                .ok()
-                .and_then(|v| v["error"]["message"].as_str().map(String::from))
-                .unwrap_or_else(|| excerpt(&body));
-            return Err(ProviderError::status(
-                status.as_u16(),
-                after,
-                format!("{} answered {status}: {message}", self.name),
-            ));
+        if !response.status().is_success() {
+            return Err(self.status_error(response).await);
         }
         let folded = match call.chunks {
             None => {

@@ -1,4 +1,5 @@
-//! What the router asks of a provider: one chat completion for one model, streamed or not.
+//! What the router asks of a provider: one chat completion for one model, streamed or not, and
+//! (where it makes them) embeddings of some texts.
 
 use std::time::Duration;
 
@@ -67,6 +68,16 @@ pub struct ProviderReply {
     pub tool_calls: Vec<ToolCall>,
     pub finish_reason: FinishReason,
     pub usage: Usage,
+    /// The model that answered, as the provider names it.
+    pub model: String,
+}
+
+/// A provider's embeddings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EmbedReply {
+    /// One vector per input, in order.
+    pub vectors: Vec<Vec<f32>>,
+    pub prompt_tokens: usize,
     /// The model that answered, as the provider names it.
     pub model: String,
 }
@@ -165,6 +176,15 @@ pub trait Provider: Send + Sync + 'static {
     fn system(&self) -> &str;
     /// Runs one attempt. Dropping the future abandons it (the provider stops its work).
     async fn chat(&self, call: ProviderCall<'_>) -> Result<ProviderReply, ProviderError>;
+    /// Embeds `inputs` with `model`, one vector per input in order. A provider that makes no
+    /// embeddings refuses the request as invalid (the route moves on to its next target).
+    async fn embed(&self, model: &str, inputs: &[String]) -> Result<EmbedReply, ProviderError> {
+        let _ = (model, inputs);
+        Err(ProviderError::new(
+            FailureKind::Invalid,
+            format!("provider `{}` does not make embeddings", self.name()),
+        ))
+    }
     /// Figures of the provider's own for `/metrics` (the local engine's prefix cache); none
     /// by default.
     fn metrics(&self) -> Vec<ProviderMetric> {

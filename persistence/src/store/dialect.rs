@@ -29,6 +29,8 @@ pub(crate) enum Arg {
     Real(f64),
     OptReal(Option<f64>),
     Bool(bool),
+    Bytes(Vec<u8>),
+    OptInt(Option<i64>),
 }
 
 macro_rules! arg_from {
@@ -52,6 +54,8 @@ arg_from!(
     f64 => Real,
     Option<f64> => OptReal,
     bool => Bool,
+    Vec<u8> => Bytes,
+    Option<i64> => OptInt,
 );
 
 impl From<&Value> for Arg {
@@ -78,6 +82,8 @@ pub(crate) trait Columns {
     fn int(&self, column: &str) -> Result<i64>;
     fn real(&self, column: &str) -> Result<f64>;
     fn opt_real(&self, column: &str) -> Result<Option<f64>>;
+    fn opt_int(&self, column: &str) -> Result<Option<i64>>;
+    fn bytes(&self, column: &str) -> Result<Vec<u8>>;
     fn flag(&self, column: &str) -> Result<bool>;
     fn text(&self, column: &str) -> Result<String>;
     fn opt_text(&self, column: &str) -> Result<Option<String>>;

@@ -8,6 +8,7 @@ mod budgets;
 mod cluster;
 mod compaction;
 mod dialect;
+mod knowledge;
 mod leases;
 pub(crate) mod postgres;
 mod request_log;

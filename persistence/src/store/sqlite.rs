@@ -113,6 +113,12 @@ impl Columns for SqliteRow {
     fn opt_real(&self, column: &str) -> Result<Option<f64>> {
         Ok(self.try_get(column)?)
     }
+    fn opt_int(&self, column: &str) -> Result<Option<i64>> {
+        Ok(self.try_get(column)?)
+    }
+    fn bytes(&self, column: &str) -> Result<Vec<u8>> {
+        Ok(self.try_get(column)?)
+    }
     fn flag(&self, column: &str) -> Result<bool> {
         Ok(self.try_get(column)?)
     }
@@ -199,6 +205,8 @@ impl Dialect for Lite {
             Arg::Real(v) => builder.push_bind(v),
             Arg::OptReal(v) => builder.push_bind(v),
             Arg::Bool(v) => builder.push_bind(v),
+            Arg::Bytes(v) => builder.push_bind(v),
+            Arg::OptInt(v) => builder.push_bind(v),
         };
     }
 

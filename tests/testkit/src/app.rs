@@ -115,6 +115,7 @@ impl App {
             model_router: Arc::new(model_router),
             mcp: None,
             cluster: None,
+            knowledge: None,
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());

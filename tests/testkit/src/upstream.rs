@@ -154,6 +154,7 @@ impl Upstream {
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
+            .route("/v1/embeddings", post(embeddings))
             .with_state(shared.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -217,6 +218,55 @@ fn completion(message: Value, finish: &str, usage: Value) -> Response {
         "model": "double-model",
         "choices": [{ "index": 0, "message": message, "finish_reason": finish }],
         "usage": usage,
+    }))
+    .into_response()
+}
+
+/// Dimensions of [`bag_of_words`].
+pub const DOUBLE_DIMENSION: usize = 64;
+
+/// The embedding double's vector of `text`: each lowercase word of three or more letters or
+/// digits counted in one of 64 buckets (FNV-1a of the word), then scaled to unit length. Texts
+/// that share words are near; it is a test double, not a model of meaning.
+pub fn bag_of_words(text: &str) -> Vec<f32> {
+    let mut v = vec![0f32; DOUBLE_DIMENSION];
+    for word in text
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| w.chars().count() >= 3)
+    {
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        for byte in word.to_lowercase().bytes() {
+            hash = (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+        }
+        v[(hash % DOUBLE_DIMENSION as u64) as usize] += 1.0;
+    }
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        v.iter_mut().for_each(|x| *x /= norm);
+    }
+    v
+}
+
+/// `POST /v1/embeddings` of the double: [`bag_of_words`] of each input, as model
+/// `double-embed`, a token per word.
+async fn embeddings(State(shared): State<Arc<Shared>>, Json(body): Json<Value>) -> Response {
+    shared.requests.lock().expect("requests").push(body.clone());
+    let inputs: Vec<String> = match &body["input"] {
+        Value::String(s) => vec![s.clone()],
+        Value::Array(items) => items
+            .iter()
+            .map(|i| i.as_str().unwrap_or_default().to_string())
+            .collect(),
+        _ => Vec::new(),
+    };
+    let tokens: usize = inputs.iter().map(|i| i.split_whitespace().count()).sum();
+    Json(json!({
+        "object": "list",
+        "model": "double-embed",
+        "data": inputs.iter().enumerate().map(|(index, text)| json!({
+            "object": "embedding", "index": index, "embedding": bag_of_words(text),
+        })).collect::<Vec<_>>(),
+        "usage": { "prompt_tokens": tokens, "total_tokens": tokens },
     }))
     .into_response()
 }

@@ -1,11 +1,12 @@
 //! The journal contract, run against both backends. By topic: appends and reads (`appends`),
 //! sessions, leases and compaction (`sessions`), cluster membership (`cluster`), strict budgets
-//! shared by a cluster (`budgets`), snapshots, key-value storage, input checks
+//! shared by a cluster (`budgets`), knowledge collections (`knowledge`), snapshots, key-value storage, input checks
 //! and migrations (`storage`).
 
 mod appends;
 mod budgets;
 mod cluster;
+mod knowledge;
 mod sessions;
 mod storage;
 

@@ -1,0 +1,211 @@
+//! Knowledge collections over REST (docs/knowledge.md): collections, their documents and
+//! queries. Operator credentials only. The work is the binary's knowledge service (chunking,
+//! embedding through the router, the store, the search index), reached through
+//! [`KnowledgeApi`]; this module is the HTTP shape of it.
+
+use async_trait::async_trait;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::auth::Caller;
+use crate::{ApiError, ApiJson, ApiPath, ApiQuery, AppState, ErrorCode};
+
+/// What the HTTP edge asks of the knowledge service. Errors are answered as they are.
+#[async_trait]
+pub trait KnowledgeApi: Send + Sync {
+    /// `(collection, created)`.
+    async fn create_collection(
+        &self,
+        name: &str,
+        embedding_route: Option<&str>,
+    ) -> Result<(Value, bool), ApiError>;
+    async fn list_collections(&self) -> Result<Value, ApiError>;
+    async fn get_collection(&self, name: &str) -> Result<Value, ApiError>;
+    async fn delete_collection(&self, name: &str) -> Result<(), ApiError>;
+    /// `(document, created)`; `api_key` is whom the embeddings are charged to.
+    async fn put_document(
+        &self,
+        collection: &str,
+        id: &str,
+        text: &str,
+        metadata: Option<Value>,
+        api_key: Option<String>,
+    ) -> Result<(Value, bool), ApiError>;
+    async fn list_documents(
+        &self,
+        collection: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Value, ApiError>;
+    async fn get_document(&self, collection: &str, id: &str) -> Result<Value, ApiError>;
+    async fn delete_document(&self, collection: &str, id: &str) -> Result<(), ApiError>;
+    async fn query(
+        &self,
+        collection: &str,
+        body: Value,
+        api_key: Option<String>,
+    ) -> Result<Value, ApiError>;
+}
+
+fn service(state: &AppState) -> Result<&dyn KnowledgeApi, ApiError> {
+    state
+        .knowledge
+        .as_deref()
+        .ok_or_else(|| ApiError::not_found("knowledge collections are not served here"))
+}
+
+fn created(created: bool, body: Value) -> Response {
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    (status, Json(body)).into_response()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewCollection {
+    name: String,
+    #[serde(default)]
+    embedding_route: Option<String>,
+}
+
+pub async fn create_collection(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiJson(body): ApiJson<NewCollection>,
+) -> Result<Response, ApiError> {
+    caller.require_operator()?;
+    let (collection, new) = service(&state)?
+        .create_collection(&body.name, body.embedding_route.as_deref())
+        .await?;
+    Ok(created(new, collection))
+}
+
+pub async fn list_collections(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+) -> Result<Json<Value>, ApiError> {
+    caller.require_operator()?;
+    Ok(Json(service(&state)?.list_collections().await?))
+}
+
+pub async fn get_collection(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath(name): ApiPath<String>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require_operator()?;
+    Ok(Json(service(&state)?.get_collection(&name).await?))
+}
+
+pub async fn delete_collection(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath(name): ApiPath<String>,
+) -> Result<StatusCode, ApiError> {
+    caller.require_operator()?;
+    service(&state)?.delete_collection(&name).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DocumentBody {
+    text: String,
+    #[serde(default)]
+    metadata: Option<Value>,
+}
+
+pub async fn put_document(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath((collection, id)): ApiPath<(String, String)>,
+    ApiJson(body): ApiJson<DocumentBody>,
+) -> Result<Response, ApiError> {
+    caller.require_operator()?;
+    let (document, new) = service(&state)?
+        .put_document(
+            &collection,
+            &id,
+            &body.text,
+            body.metadata,
+            caller.limits_key(),
+        )
+        .await?;
+    Ok(created(new, document))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DocumentPage {
+    #[serde(default)]
+    after: Option<String>,
+    #[serde(default)]
+    limit: Option<u32>,
+}
+
+pub async fn list_documents(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath(collection): ApiPath<String>,
+    ApiQuery(page): ApiQuery<DocumentPage>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require_operator()?;
+    let limit = page.limit.unwrap_or(100);
+    if !(1..=500).contains(&limit) {
+        return Err(ApiError::new(
+            ErrorCode::InvalidQuery,
+            "limit must be from 1 to 500",
+        ));
+    }
+    Ok(Json(
+        service(&state)?
+            .list_documents(&collection, page.after.as_deref(), limit)
+            .await?,
+    ))
+}
+
+pub async fn get_document(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath((collection, id)): ApiPath<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require_operator()?;
+    Ok(Json(service(&state)?.get_document(&collection, &id).await?))
+}
+
+pub async fn delete_document(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath((collection, id)): ApiPath<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    caller.require_operator()?;
+    service(&state)?.delete_document(&collection, &id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub async fn query(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath(collection): ApiPath<String>,
+    ApiJson(body): ApiJson<Value>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require_operator()?;
+    if !body.is_object() {
+        return Err(ApiError::new(
+            ErrorCode::InvalidSearch,
+            "the body must be a JSON object",
+        ));
+    }
+    Ok(Json(
+        service(&state)?
+            .query(&collection, body, caller.limits_key())
+            .await?,
+    ))
+}
