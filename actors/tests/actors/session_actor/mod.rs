@@ -8,6 +8,7 @@ mod agent_schedules;
 mod children;
 mod delegation;
 mod fencing;
+mod mid_turn;
 mod schedule_rules;
 mod schedule_tool;
 mod schedules;

@@ -1,26 +1,15 @@
-//! Schedule rules and messages that arrive mid-turn through the session actor, on SQLite and
-//! PostgreSQL (issue 18): re-creating a schedule under its key with the same definition
-//! journals nothing, another definition is a conflict unless replaced; the catch-up modes on a
-//! real store with an injected clock; an interrupt and a steering message through a live turn,
-//! with a model double that holds its calls until the test lets them answer. The decision check
-//! passes on every journal these record.
+//! Schedule rules through the session actor, on SQLite and PostgreSQL (issue 18): re-creating
+//! a schedule under its key with the same definition journals nothing, another definition is a
+//! conflict unless replaced; the catch-up modes on a real store with an injected clock. The
+//! decision check passes on every journal these record (`mid_turn` holds the interrupt and
+//! steering tests, which share these helpers).
 
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Mutex;
-
-use async_trait::async_trait;
 use chrono::{DateTime, Duration as Span, Utc};
 use serde_json::Value;
-use stead_actors::session::{ModelClient, ModelError, ModelRequest, SessionError};
-use stead_actors::{
-    CatchUp, MessageMode, ModelOutput, Refusal, RequestedCall, ScheduleDef, ScheduleState,
-    TranscriptEntry, Usage,
-};
+use stead_actors::session::SessionError;
+use stead_actors::{CatchUp, MessageMode, Refusal, ScheduleDef, ScheduleState, TranscriptEntry};
 use stead_persistence::{Backend, ScheduleQuery};
 use stead_testkit::db;
-use stead_testkit::model::Answer;
-use tokio::sync::mpsc::UnboundedSender;
 
 use super::schedules::{schedule, t, FakeClock};
 use super::*;
@@ -28,105 +17,17 @@ use super::*;
 stead_testkit::both_backends!(
     recreating_a_schedule_by_key_is_idempotent_and_replace_redefines_it,
     missed_occurrences_follow_the_catch_up_rule_on_a_real_store,
-    an_interrupt_cancels_the_running_turn_and_runs_ahead_of_the_queue,
-    a_steering_message_joins_the_turn_before_its_next_model_call,
 );
 
 /// No webhook listens here: the tests never call `delete_records`.
-const NOWHERE: &str = "http://127.0.0.1:9";
+pub(super) const NOWHERE: &str = "http://127.0.0.1:9";
 
-/// A model double that holds each call until the test lets one more answer through
-/// ([`GatedModel::open`]), or until the call is cancelled (it then stops with
-/// `ModelError::Cancelled`, as the router's client does). It answers from a script, in order,
-/// and keeps the transcript each call was sent.
-struct GatedModel {
-    gate: tokio::sync::Semaphore,
-    script: Mutex<VecDeque<Answer>>,
-    sent: Mutex<Vec<Vec<TranscriptEntry>>>,
-    cancelled: AtomicUsize,
-}
-
-impl GatedModel {
-    fn new(script: Vec<(&str, Vec<(&str, Value)>)>) -> Arc<GatedModel> {
-        let script = script
-            .into_iter()
-            .map(|(text, calls)| {
-                let calls = calls
-                    .into_iter()
-                    .map(|(tool, arguments)| (tool.to_string(), arguments))
-                    .collect();
-                (text.to_string(), calls)
-            })
-            .collect();
-        Arc::new(GatedModel {
-            gate: tokio::sync::Semaphore::new(0),
-            script: Mutex::new(script),
-            sent: Mutex::new(Vec::new()),
-            cancelled: AtomicUsize::new(0),
-        })
-    }
-
-    /// Lets `answers` more calls answer.
-    fn open(&self, answers: usize) {
-        self.gate.add_permits(answers);
-    }
-
-    /// Calls made (answered, held or cancelled).
-    fn calls(&self) -> usize {
-        self.sent.lock().unwrap().len()
-    }
-
-    fn cancelled(&self) -> usize {
-        self.cancelled.load(Ordering::SeqCst)
-    }
-
-    /// Each call's transcript, in call order.
-    fn transcripts(&self) -> Vec<Vec<TranscriptEntry>> {
-        self.sent.lock().unwrap().clone()
-    }
-}
-
-#[async_trait]
-impl ModelClient for GatedModel {
-    async fn complete(
-        &self,
-        request: ModelRequest,
-        deltas: UnboundedSender<String>,
-        cancel: Arc<AtomicBool>,
-    ) -> Result<ModelOutput, ModelError> {
-        self.sent.lock().unwrap().push(request.transcript);
-        loop {
-            if cancel.load(Ordering::SeqCst) {
-                self.cancelled.fetch_add(1, Ordering::SeqCst);
-                return Err(ModelError::Cancelled);
-            }
-            let wait = tokio::time::timeout(Duration::from_millis(10), self.gate.acquire());
-            if let Ok(Ok(permit)) = wait.await {
-                permit.forget();
-                break;
-            }
-        }
-        let (text, tool_calls) = self
-            .script
-            .lock()
-            .unwrap()
-            .pop_front()
-            .unwrap_or_else(|| ("(script ended)".to_string(), Vec::new()));
-        let _ = deltas.send(text.clone());
-        Ok(ModelOutput {
-            text,
-            tool_calls,
-            usage: Usage::default(),
-            provider: "gated".into(),
-            model: "double".into(),
-            latency_ms: 1.0,
-            ttft_ms: 0.1,
-            cost: 0.0,
-        })
-    }
-}
-
-fn create_schedule(key: &str, def: ScheduleDef, replace: bool, now: DateTime<Utc>) -> Input {
+pub(super) fn create_schedule(
+    key: &str,
+    def: ScheduleDef,
+    replace: bool,
+    now: DateTime<Utc>,
+) -> Input {
     Input::CreateSchedule {
         key: key.into(),
         def: Box::new(def),
@@ -136,7 +37,12 @@ fn create_schedule(key: &str, def: ScheduleDef, replace: bool, now: DateTime<Utc
 }
 
 /// Sends a user message with `mode` and waits for its commit.
-async fn say_with(registry: &SessionRegistry, id: uuid::Uuid, text: &str, mode: MessageMode) {
+pub(super) async fn say_with(
+    registry: &SessionRegistry,
+    id: uuid::Uuid,
+    text: &str,
+    mode: MessageMode,
+) {
     registry
         .send(
             id,
@@ -151,7 +57,7 @@ async fn say_with(registry: &SessionRegistry, id: uuid::Uuid, text: &str, mode: 
 }
 
 /// The session's journal as `(kind, payload)`, by value.
-async fn journal(store: &Arc<dyn JournalStore>, id: uuid::Uuid) -> Vec<(String, Value)> {
+pub(super) async fn journal(store: &Arc<dyn JournalStore>, id: uuid::Uuid) -> Vec<(String, Value)> {
     store
         .read(id, 0, 1000)
         .await
@@ -162,7 +68,7 @@ async fn journal(store: &Arc<dyn JournalStore>, id: uuid::Uuid) -> Vec<(String, 
 }
 
 /// The journal once `turns` turns have finished, the last event ending one (up to 10 s).
-async fn after_turns(
+pub(super) async fn after_turns(
     store: &Arc<dyn JournalStore>,
     id: uuid::Uuid,
     turns: usize,
@@ -180,12 +86,12 @@ async fn after_turns(
     panic!("session {id}: {turns} turns did not finish; journal: {kinds:?}");
 }
 
-fn kinds_of(events: &[(String, Value)]) -> Vec<String> {
+pub(super) fn kinds_of(events: &[(String, Value)]) -> Vec<String> {
     events.iter().map(|(kind, _)| kind.clone()).collect()
 }
 
 /// The schedule events and user messages of a journal, typed.
-fn scheduling(events: &[(String, Value)]) -> Vec<SessionEvent> {
+pub(super) fn scheduling(events: &[(String, Value)]) -> Vec<SessionEvent> {
     events
         .iter()
         .filter(|(kind, _)| kind.starts_with("schedule_") || kind == "user_message")
@@ -195,7 +101,7 @@ fn scheduling(events: &[(String, Value)]) -> Vec<SessionEvent> {
 
 /// The journal by value, less what varies from run to run: a model call's figures and a
 /// tool's key and result (their call id, tool and text stay).
-fn stable(events: Vec<(String, Value)>) -> Vec<(String, Value)> {
+pub(super) fn stable(events: Vec<(String, Value)>) -> Vec<(String, Value)> {
     events
         .into_iter()
         .map(|(kind, p)| {
@@ -216,7 +122,10 @@ fn stable(events: Vec<(String, Value)>) -> Vec<(String, Value)> {
 }
 
 /// `(key, next_due_at)` of the session's rows in the due index.
-async fn due_rows(store: &Arc<dyn JournalStore>, id: uuid::Uuid) -> Vec<(String, DateTime<Utc>)> {
+pub(super) async fn due_rows(
+    store: &Arc<dyn JournalStore>,
+    id: uuid::Uuid,
+) -> Vec<(String, DateTime<Utc>)> {
     store
         .list_schedules(&ScheduleQuery {
             session_id: Some(id),
@@ -231,7 +140,11 @@ async fn due_rows(store: &Arc<dyn JournalStore>, id: uuid::Uuid) -> Vec<(String,
 }
 
 /// The decision check over the session's journal as the store holds it.
-async fn check(store: &Arc<dyn JournalStore>, registry: &SessionRegistry, id: uuid::Uuid) {
+pub(super) async fn check(
+    store: &Arc<dyn JournalStore>,
+    registry: &SessionRegistry,
+    id: uuid::Uuid,
+) {
     let events = store.read(id, 0, 1000).await.unwrap();
     let ops = registry.agent("ops").unwrap();
     let report = stead_actors::replay::check(id, &json!({}), &events, &ops.rules).unwrap();
@@ -239,11 +152,11 @@ async fn check(store: &Arc<dyn JournalStore>, registry: &SessionRegistry, id: uu
     assert!(report.decisions > 0, "session {id}");
 }
 
-fn event(kind: &str, payload: Value) -> (String, Value) {
+pub(super) fn event(kind: &str, payload: Value) -> (String, Value) {
     (kind.to_string(), payload)
 }
 
-fn model_call_started(call_id: &str) -> (String, Value) {
+pub(super) fn model_call_started(call_id: &str) -> (String, Value) {
     event(
         "model_call_started",
         json!({"call_id": call_id, "route": "default", "model": "default"}),
@@ -251,7 +164,7 @@ fn model_call_started(call_id: &str) -> (String, Value) {
 }
 
 /// A user message's event: with `mode` when it interrupted or steered a turn.
-fn message(text: &str, mode: Option<&str>) -> (String, Value) {
+pub(super) fn message(text: &str, mode: Option<&str>) -> (String, Value) {
     let mut payload = json!({"text": text, "client_id": null});
     if let Some(mode) = mode {
         payload["mode"] = json!(mode);
@@ -260,7 +173,7 @@ fn message(text: &str, mode: Option<&str>) -> (String, Value) {
 }
 
 /// A model call's answer without tool calls (as [`stable`] keeps it), which ends the turn.
-fn answered(call_id: &str, text: &str) -> [(String, Value); 3] {
+pub(super) fn answered(call_id: &str, text: &str) -> [(String, Value); 3] {
     [
         event(
             "model_call_finished",
@@ -271,7 +184,7 @@ fn answered(call_id: &str, text: &str) -> [(String, Value); 3] {
     ]
 }
 
-fn user(text: &str) -> TranscriptEntry {
+pub(super) fn user(text: &str) -> TranscriptEntry {
     TranscriptEntry::User { text: text.into() }
 }
 
@@ -487,138 +400,5 @@ async fn missed_occurrences_follow_the_catch_up_rule_on_a_real_store(backend: Ba
         assert_eq!(due_rows(&store, id).await, [(key.to_string(), next)]);
         check(&store, &registry, id).await;
     }
-    registry.stop_all();
-}
-
-async fn an_interrupt_cancels_the_running_turn_and_runs_ahead_of_the_queue(backend: Backend) {
-    let db = db::open(backend).await;
-    let store = db.store.clone();
-    let model = GatedModel::new(vec![("Done.", vec![]), ("Queued one done.", vec![])]);
-    let registry = SessionRegistry::new(store.clone(), model.clone(), vec![agent(NOWHERE)]);
-    let id = new_session(&store).await;
-    say(&registry, id, "slow question").await;
-    assert!(
-        eventually(|| model.calls() == 1).await,
-        "the model call runs"
-    );
-    say(&registry, id, "queued").await;
-    say_with(
-        &registry,
-        id,
-        "stop, do this instead",
-        MessageMode::Interrupt,
-    )
-    .await;
-    assert!(
-        eventually(|| model.cancelled() == 1).await,
-        "the running model call is told to stop"
-    );
-    model.open(2);
-    let events = after_turns(&store, id, 2).await;
-    // The cancelled call's outcome journals nothing: the interrupting message's turn runs
-    // first, then the queued one's.
-    let mut want = vec![
-        message("slow question", None),
-        model_call_started("m1"),
-        message("queued", None),
-        message("stop, do this instead", Some("interrupt")),
-        event(
-            "turn_cancelled",
-            json!({"reason": "interrupted by a new message"}),
-        ),
-        model_call_started("m2"),
-    ];
-    want.extend(answered("m2", "Done."));
-    want.push(model_call_started("m3"));
-    want.extend(answered("m3", "Queued one done."));
-    assert_eq!(stable(events), want);
-    let done = TranscriptEntry::Assistant {
-        text: "Done.".into(),
-        tool_calls: vec![],
-    };
-    assert_eq!(
-        model.transcripts(),
-        [
-            vec![user("slow question")],
-            vec![user("slow question"), user("stop, do this instead")],
-            vec![
-                user("slow question"),
-                user("stop, do this instead"),
-                done,
-                user("queued")
-            ],
-        ]
-    );
-    let state = registry.state(id).await.unwrap();
-    assert!(state.turn.is_none() && state.queued.is_empty());
-    check(&store, &registry, id).await;
-    registry.stop_all();
-}
-
-async fn a_steering_message_joins_the_turn_before_its_next_model_call(backend: Backend) {
-    let db = db::open(backend).await;
-    let store = db.store.clone();
-    let model = GatedModel::new(vec![
-        ("", vec![("clock", json!({}))]),
-        ("Noon in Paris.", vec![]),
-    ]);
-    let registry = SessionRegistry::new(store.clone(), model.clone(), vec![agent(NOWHERE)]);
-    let id = new_session(&store).await;
-    say(&registry, id, "what time is it").await;
-    assert!(
-        eventually(|| model.calls() == 1).await,
-        "the model call runs"
-    );
-    say_with(&registry, id, "in Paris, please", MessageMode::Steer).await;
-    // Not queued: it waits in the running turn for the turn's next model call.
-    let state = registry.state(id).await.unwrap();
-    assert!(state.queued.is_empty());
-    assert_eq!(
-        state.turn.map(|turn| turn.steering),
-        Some(vec!["in Paris, please".to_string()])
-    );
-    model.open(2);
-    let events = after_turns(&store, id, 1).await;
-    let clock_call = json!({"call_id": "t1", "tool": "clock", "arguments": {}});
-    let mut want = vec![
-        message("what time is it", None),
-        model_call_started("m1"),
-        message("in Paris, please", Some("steer")),
-        event(
-            "model_call_finished",
-            json!({"call_id": "m1", "text": "", "tool_calls": [clock_call.clone()]}),
-        ),
-        event("tool_call_requested", clock_call),
-        event(
-            "tool_call_started",
-            json!({"call_id": "t1", "tool": "clock"}),
-        ),
-        event(
-            "tool_call_finished",
-            json!({"call_id": "t1", "tool": "clock"}),
-        ),
-        model_call_started("m2"),
-    ];
-    want.extend(answered("m2", "Noon in Paris."));
-    assert_eq!(stable(events), want);
-    // The first call saw the question alone; the second, the model's tool call, the tool's
-    // result and then the steering text.
-    let sent = model.transcripts();
-    assert_eq!((sent.len(), sent[1].len()), (2, 4));
-    assert_eq!(sent[0], [user("what time is it")]);
-    let called = TranscriptEntry::Assistant {
-        text: String::new(),
-        tool_calls: vec![RequestedCall {
-            call_id: "t1".into(),
-            tool: "clock".into(),
-            arguments: json!({}),
-        }],
-    };
-    assert_eq!(sent[1][..2], [user("what time is it"), called]);
-    assert!(matches!(&sent[1][2], TranscriptEntry::Tool { call_id, .. } if call_id == "t1"));
-    assert_eq!(sent[1][3], user("in Paris, please"));
-    let state = registry.state(id).await.unwrap();
-    assert!(state.turn.is_none() && state.queued.is_empty());
-    check(&store, &registry, id).await;
     registry.stop_all();
 }
