@@ -300,7 +300,7 @@ fn build_tool(
                     .search
                     .as_deref()
                     .and_then(crate::knowledge::Mode::parse)
-                    .unwrap_or(crate::knowledge::Mode::Hybrid),
+                    .unwrap_or(crate::knowledge::Mode::Exact),
             })
         }
         other => anyhow::bail!("unknown tool kind `{other}`"),

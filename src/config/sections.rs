@@ -320,7 +320,7 @@ pub struct ToolConfig {
     /// `knowledge`: chunks a call returns (default 4).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub top_k: Option<usize>,
-    /// `knowledge`: `exact`, `ann` or `hybrid` (default `hybrid`).
+    /// `knowledge`: `exact`, `ann` or `hybrid` (default `exact`: docs/knowledge.md, "Evaluation").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub search: Option<String>,
 }
