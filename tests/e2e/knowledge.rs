@@ -71,6 +71,9 @@ name = "search"
 kind = "knowledge"
 collections = ["handbook"]
 top_k = 2
+# The bag-of-words double counts "the" and "for" as much as "tea": words decide here (the real
+# model's ranking with the default, exact, is tested in tests/local_model/knowledge.rs).
+search = "hybrid"
 "#,
         up.base_url
     )
