@@ -13,7 +13,7 @@ use uuid::Uuid;
 use crate::log::{AttemptRecord, LogRecord};
 use crate::metrics::Observation;
 use crate::provider::{FailureKind, ProviderError};
-use crate::route::{backoff, Route};
+use crate::route::{retry_wait, Route};
 use crate::settle::millis;
 use crate::{CacheMode, CacheStatus, CallOptions, Router, RouterError, RouterErrorCode};
 
@@ -424,24 +424,11 @@ impl Router {
                             model = %target.model, attempt, error = %error.message,
                             "an embedding attempt failed");
                         attempts.push(record(target, "error", Some(&error), latency_ms));
-                        let retryable = match error.kind {
-                            FailureKind::Status => {
-                                retry.on_status.contains(&error.status.unwrap_or(0))
-                            }
-                            FailureKind::Invalid | FailureKind::Unavailable => false,
-                            ref kind => retry.on_errors.iter().any(|e| e == kind.as_str()),
-                        };
-                        let wait = match error.retry_after {
-                            Some(after) if after.as_secs_f64() > retry.max_retry_after_secs => None,
-                            Some(after) => Some(after),
-                            None => Some(backoff(&target.config, attempt)),
-                        };
+                        let wait = retry_wait(&target.config, &error, attempt);
                         last_error = Some(error);
                         match wait {
-                            Some(wait) if retryable && attempt < retry.attempts => {
-                                tokio::time::sleep(wait).await
-                            }
-                            _ => break,
+                            Some(wait) => tokio::time::sleep(wait).await,
+                            None => break,
                         }
                     }
                 }

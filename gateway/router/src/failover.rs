@@ -11,7 +11,7 @@ use crate::cache::Answer;
 use crate::call::Execution;
 use crate::log::AttemptRecord;
 use crate::provider::{FailureKind, ProviderError, RouterRequest};
-use crate::route::{backoff, Route};
+use crate::route::{retry_wait, Route};
 use crate::settle::millis;
 use crate::{Router, RouterError, RouterErrorCode};
 
@@ -146,24 +146,11 @@ impl Router {
                             latency_ms,
                             streamed_chars: produced[before..].chars().count(),
                         });
-                        let retryable = match error.kind {
-                            FailureKind::Status => {
-                                retry.on_status.contains(&error.status.unwrap_or(0))
-                            }
-                            FailureKind::Invalid | FailureKind::Unavailable => false,
-                            ref kind => retry.on_errors.iter().any(|e| e == kind.as_str()),
-                        };
-                        let wait = match error.retry_after {
-                            Some(after) if after.as_secs_f64() > retry.max_retry_after_secs => None,
-                            Some(after) => Some(after),
-                            None => Some(backoff(&target.config, attempt)),
-                        };
+                        let wait = retry_wait(&target.config, &error, attempt);
                         last_error = Some(error);
                         match wait {
-                            Some(wait) if retryable && attempt < retry.attempts => {
-                                tokio::time::sleep(wait).await
-                            }
-                            _ => break,
+                            Some(wait) => tokio::time::sleep(wait).await,
+                            None => break,
                         }
                     }
                 }

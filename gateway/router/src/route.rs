@@ -68,6 +68,31 @@ impl Route {
     }
 }
 
+/// Whether a failed `attempt` of a target is tried again, and after how long: the failure
+/// must be one the target's retry rules name, attempts must be left, and a `Retry-After` must
+/// not exceed `max_retry_after_secs` (else the route moves on at once).
+pub(crate) fn retry_wait(
+    target: &TargetConfig,
+    error: &crate::provider::ProviderError,
+    attempt: u32,
+) -> Option<Duration> {
+    use crate::provider::FailureKind;
+    let retry = &target.retry;
+    let retryable = match error.kind {
+        FailureKind::Status => retry.on_status.contains(&error.status.unwrap_or(0)),
+        FailureKind::Invalid | FailureKind::Unavailable => false,
+        ref kind => retry.on_errors.iter().any(|e| e == kind.as_str()),
+    };
+    if !retryable || attempt >= retry.attempts {
+        return None;
+    }
+    match error.retry_after {
+        Some(after) if after.as_secs_f64() > retry.max_retry_after_secs => None,
+        Some(after) => Some(after),
+        None => Some(backoff(target, attempt)),
+    }
+}
+
 /// The wait before retry `attempt + 1`.
 pub(crate) fn backoff(target: &TargetConfig, attempt: u32) -> Duration {
     let retry = &target.retry;
