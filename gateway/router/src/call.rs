@@ -256,37 +256,9 @@ impl Router {
                 retry_after,
                 attempts: Vec::new(),
             };
-        let Some(route) = self.routes.get(&request.route) else {
-            return Err(refuse(
-                RouterErrorCode::UnknownRoute,
-                format!(
-                    "no route is named `{}` (the routes: {})",
-                    request.route,
-                    self.route_names().join(", ")
-                ),
-                None,
-            ));
-        };
+        // The route, then requests per minute: the key's, then the route's.
         let key = options.api_key.as_deref();
-        let over = |who: String, limit: &'static str| {
-            move |wait| {
-                refuse(
-                    RouterErrorCode::RateLimited,
-                    format!("{who} is over its {limit}"),
-                    Some(wait),
-                )
-            }
-        };
-        let route_name = format!("route `{}`", request.route);
-        // Requests per minute: the key's, then the route's.
-        if let (Some(rate), Some(key)) = (&self.key_requests, key) {
-            rate.check(key)
-                .map_err(over(format!("API key `{key}`"), "requests per minute"))?;
-        }
-        if let Some(rate) = &route.requests {
-            rate.check("")
-                .map_err(over(route_name.clone(), "requests per minute"))?;
-        }
+        let route = self.admit(id, &request.route, key)?;
         // The cache: a hit costs nothing and is not limited by tokens or budgets.
         let cache = match (&self.cache, route.cache, options.cache) {
             (Some(_), true, CacheMode::Bypass) => CacheStatus::Bypass,
@@ -300,14 +272,7 @@ impl Router {
             _ => CacheStatus::Off,
         };
         // Tokens per minute: a call starts while the balance is positive.
-        if let (Some(rate), Some(key)) = (&self.key_tokens, key) {
-            rate.check(key)
-                .map_err(over(format!("API key `{key}`"), "tokens per minute"))?;
-        }
-        if let Some(rate) = &route.tokens {
-            rate.check("")
-                .map_err(over(route_name, "tokens per minute"))?;
-        }
+        self.check_tokens(id, &request.route, route, key)?;
         // The budget: reserve the most this call can cost.
         let reservation = match (&self.budgets, key) {
             (Some(budgets), Some(key)) => {
@@ -435,5 +400,85 @@ impl Router {
                 })
             }
         }
+    }
+}
+
+/// The checks every call through a route passes before it runs (chat and embeddings).
+impl Router {
+    /// The call's route, once the key's and the route's requests per minute admit it.
+    pub(crate) fn admit(
+        &self,
+        id: Uuid,
+        name: &str,
+        key: Option<&str>,
+    ) -> Result<&crate::route::Route, RouterError> {
+        let Some(route) = self.routes.get(name) else {
+            return Err(RouterError {
+                id,
+                code: RouterErrorCode::UnknownRoute,
+                message: format!(
+                    "no route is named `{name}` (the routes: {})",
+                    self.route_names().join(", ")
+                ),
+                retry_after: None,
+                attempts: Vec::new(),
+            });
+        };
+        if let (Some(rate), Some(key)) = (&self.key_requests, key) {
+            rate.check(key).map_err(rate_limited(
+                id,
+                format!("API key `{key}`"),
+                "requests per minute",
+            ))?;
+        }
+        if let Some(rate) = &route.requests {
+            rate.check("").map_err(rate_limited(
+                id,
+                format!("route `{name}`"),
+                "requests per minute",
+            ))?;
+        }
+        Ok(route)
+    }
+
+    /// The key's and the route's tokens per minute: a call starts while the balance is
+    /// positive.
+    pub(crate) fn check_tokens(
+        &self,
+        id: Uuid,
+        name: &str,
+        route: &crate::route::Route,
+        key: Option<&str>,
+    ) -> Result<(), RouterError> {
+        if let (Some(rate), Some(key)) = (&self.key_tokens, key) {
+            rate.check(key).map_err(rate_limited(
+                id,
+                format!("API key `{key}`"),
+                "tokens per minute",
+            ))?;
+        }
+        if let Some(rate) = &route.tokens {
+            rate.check("").map_err(rate_limited(
+                id,
+                format!("route `{name}`"),
+                "tokens per minute",
+            ))?;
+        }
+        Ok(())
+    }
+}
+
+/// A `rate_limited` refusal of `who` over `limit`, once the wait is known.
+fn rate_limited(
+    id: Uuid,
+    who: String,
+    limit: &'static str,
+) -> impl FnOnce(Duration) -> RouterError {
+    move |wait| RouterError {
+        id,
+        code: RouterErrorCode::RateLimited,
+        message: format!("{who} is over its {limit}"),
+        retry_after: Some(wait),
+        attempts: Vec::new(),
     }
 }

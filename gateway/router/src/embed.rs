@@ -207,36 +207,9 @@ impl Router {
                 retry_after,
                 attempts: Vec::new(),
             };
-        let Some(route) = self.routes.get(&request.route) else {
-            return Err(refuse(
-                RouterErrorCode::UnknownRoute,
-                format!(
-                    "no route is named `{}` (the routes: {})",
-                    request.route,
-                    self.route_names().join(", ")
-                ),
-                None,
-            ));
-        };
+        // The route, then requests per minute: the key's, then the route's.
         let key = options.api_key.as_deref();
-        let over = |who: String, limit: &'static str| {
-            move |wait| {
-                refuse(
-                    RouterErrorCode::RateLimited,
-                    format!("{who} is over its {limit}"),
-                    Some(wait),
-                )
-            }
-        };
-        let route_name = format!("route `{}`", request.route);
-        if let (Some(rate), Some(key)) = (&self.key_requests, key) {
-            rate.check(key)
-                .map_err(over(format!("API key `{key}`"), "requests per minute"))?;
-        }
-        if let Some(rate) = &route.requests {
-            rate.check("")
-                .map_err(over(route_name.clone(), "requests per minute"))?;
-        }
+        let route = self.admit(id, &request.route, key)?;
         let cache = match (&self.embed_cache, route.cache, options.cache) {
             (Some(_), true, CacheMode::Bypass) => CacheStatus::Bypass,
             (Some(store), true, CacheMode::Use) => {
@@ -258,14 +231,8 @@ impl Router {
             }
             _ => CacheStatus::Off,
         };
-        if let (Some(rate), Some(key)) = (&self.key_tokens, key) {
-            rate.check(key)
-                .map_err(over(format!("API key `{key}`"), "tokens per minute"))?;
-        }
-        if let Some(rate) = &route.tokens {
-            rate.check("")
-                .map_err(over(route_name, "tokens per minute"))?;
-        }
+        // Tokens per minute: a call starts while the balance is positive.
+        self.check_tokens(id, &request.route, route, key)?;
         // The budget: a text has at most a token per byte, plus two markers.
         let mut held = Held {
             router: self,
