@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use stead_router::EmbedRequest;
 
 use crate::auth::Caller;
-use crate::openai::{options, router_error, set};
+use crate::openai::{options, router_error, router_headers};
 use crate::openapi::ErrorBody;
 use crate::{ApiError, ApiJson, AppState, ErrorCode};
 
@@ -122,15 +122,13 @@ pub async fn embeddings(
         "usage": { "prompt_tokens": answer.prompt_tokens, "total_tokens": answer.prompt_tokens },
     }))
     .into_response();
-    let headers = response.headers_mut();
-    set(headers, "x-stead-request-id", &answer.id.to_string());
-    set(headers, "x-stead-provider", &answer.provider);
-    set(headers, "x-stead-model", &answer.model);
-    set(headers, "x-stead-cache", answer.cache.as_str());
-    set(
-        headers,
-        "x-stead-attempts",
-        &answer.attempts.len().to_string(),
+    router_headers(
+        response.headers_mut(),
+        answer.id,
+        &answer.provider,
+        &answer.model,
+        answer.cache,
+        answer.attempts.len(),
     );
     Ok(response)
 }

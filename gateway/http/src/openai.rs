@@ -269,15 +269,31 @@ pub async fn chat_completions(
 }
 
 fn answer_headers(headers: &mut HeaderMap, answer: &RouterResponse) {
-    set(headers, "x-stead-request-id", &answer.id.to_string());
-    set(headers, "x-stead-provider", &answer.provider);
-    set(headers, "x-stead-model", &answer.model);
-    set(headers, "x-stead-cache", answer.cache.as_str());
-    set(
+    router_headers(
         headers,
-        "x-stead-attempts",
-        &answer.attempts.len().to_string(),
+        answer.id,
+        &answer.provider,
+        &answer.model,
+        answer.cache,
+        answer.attempts.len(),
     );
+}
+
+/// The router headers of a whole answer (chat or embeddings): its log record's id, who
+/// answered, what the cache did and how many attempts it took.
+pub(crate) fn router_headers(
+    headers: &mut HeaderMap,
+    id: Uuid,
+    provider: &str,
+    model: &str,
+    cache: stead_router::CacheStatus,
+    attempts: usize,
+) {
+    set(headers, "x-stead-request-id", &id.to_string());
+    set(headers, "x-stead-provider", provider);
+    set(headers, "x-stead-model", model);
+    set(headers, "x-stead-cache", cache.as_str());
+    set(headers, "x-stead-attempts", &attempts.to_string());
 }
 
 /// A store error: bad input there (a cursor, a metadata key) is a bad query parameter.
