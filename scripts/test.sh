@@ -83,7 +83,7 @@ else
   start_throwaway_postgres
 fi
 
-step "web UI: npm ci, Vitest, type check and build (embedded into the binary)"
+step "JavaScript: npm ci, the client packages, Vitest, the web UI (embedded into the binary) and the AI SDK example"
 NPM_TEST=1 bash scripts/build-web-ui.sh
 
 step "MCP servers from npm for the MCP client tests (tests/fixtures/mcp-servers, npm ci from its lockfile)"
@@ -122,15 +122,20 @@ if [ "$("$schemathesis_venv/bin/schemathesis" --version 2>/dev/null || true)" !=
 fi
 export SCHEMATHESIS_BIN="$schemathesis_venv/bin/schemathesis"
 
-step "The official openai Python client (PyPI), for the OpenAI-compatible API test"
+step "The official openai and anthropic Python clients (PyPI) and Stead's own (clients/python), for the client tests"
 clients_venv="$CARGO_TARGET_DIR/pyclients-venv"
 openai_version="3.57.0"
-if [ "$("$clients_venv/bin/python" -c 'import openai; print(openai.__version__)' 2>/dev/null || true)" != "$openai_version" ]; then
+anthropic_version="2.17.0"
+if [ "$("$clients_venv/bin/python" -c 'import openai, anthropic; print(openai.__version__, anthropic.__version__)' 2>/dev/null || true)" != "$openai_version $anthropic_version" ]; then
   rm -rf "$clients_venv"
   python3 -m venv "$clients_venv"
-  "$clients_venv/bin/pip" install --quiet --disable-pip-version-check "openai==$openai_version"
+  "$clients_venv/bin/pip" install --quiet --disable-pip-version-check "openai==$openai_version" "anthropic==$anthropic_version"
 fi
+# Installed like a user would (pip install ./clients/python), again each run: it is this tree's.
+"$clients_venv/bin/pip" install --quiet --disable-pip-version-check --no-deps --force-reinstall ./clients/python
+rm -rf clients/python/build clients/python/stead.egg-info
 export OPENAI_PYTHON="$clients_venv/bin/python"
+export STEAD_PYTHON="$clients_venv/bin/python"
 
 step "The official MCP Python SDK (PyPI), for the Streamable HTTP server and /mcp client tests"
 mcp_venv="$CARGO_TARGET_DIR/mcp-venv"

@@ -15,6 +15,7 @@ use stead_inference::pool::InferencePool;
 use stead_inference::provider::{OnnxEmbeddingProvider, OnnxProvider};
 use stead_persistence::request_log::RequestLogEntry;
 use stead_persistence::RequestLog;
+use stead_router::anthropic::AnthropicProvider;
 use stead_router::chat::{ChatMessage, Role, ToolCall, ToolSpec};
 use stead_router::log::{LogRecord, RequestLogSink, SinkError};
 use stead_router::openai::OpenAiProvider;
@@ -22,6 +23,18 @@ use stead_router::{CallOptions, Provider, Providers, Router, RouterRequest, Shar
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::config::{Config, ProviderKind};
+
+/// The key of a remote provider, from the variable its `api_key_env` names.
+fn api_key(provider: &crate::config::ProviderConfig) -> Option<String> {
+    provider.api_key_env.as_ref().and_then(|var| {
+        let key = std::env::var(var).ok();
+        if key.is_none() {
+            tracing::warn!(provider = %provider.name, variable = %var,
+                "the API key variable is not set; calling without a key");
+        }
+        key
+    })
+}
 
 /// Builds the router over the started local pools (by provider name), logging into `store`,
 /// its strict budgets kept in `budgets` when given (a cluster's shared ledger).
@@ -57,22 +70,18 @@ pub fn build(
                         pool.clone(),
                     )) as Arc<dyn Provider>
                 }),
-            ProviderKind::Openai => {
-                let api_key = provider.api_key_env.as_ref().and_then(|var| {
-                    let key = std::env::var(var).ok();
-                    if key.is_none() {
-                        tracing::warn!(provider = %provider.name, variable = %var,
-                            "the API key variable is not set; calling without a key");
-                    }
-                    key
-                });
-                Some(Arc::new(OpenAiProvider::new(
-                    provider.name.clone(),
-                    provider.base_url.as_deref().unwrap_or_default(),
-                    api_key,
-                    client.clone(),
-                )))
-            }
+            ProviderKind::Openai => Some(Arc::new(OpenAiProvider::new(
+                provider.name.clone(),
+                provider.base_url.as_deref().unwrap_or_default(),
+                api_key(provider),
+                client.clone(),
+            ))),
+            ProviderKind::Anthropic => Some(Arc::new(AnthropicProvider::new(
+                provider.name.clone(),
+                provider.base_url.as_deref().unwrap_or_default(),
+                api_key(provider),
+                client.clone(),
+            ))),
         };
         providers.insert(provider.name.clone(), built);
     }

@@ -188,6 +188,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         auth: Arc::new(
             stead_http::Auth::new(&config.server.api_keys, secret)
                 .allowing_hosts(&config.server.allowed_hosts)
+                .allowing_origins(&config.server.cors_origins)
                 .with_token_ttl(
                     (config.sessions.token_ttl_secs > 0)
                         .then(|| Duration::from_secs(config.sessions.token_ttl_secs)),

@@ -315,7 +315,7 @@ impl Config {
                 let model = match provider.kind {
                     ProviderKind::Onnx => LOCAL_MODEL,
                     ProviderKind::OnnxEmbedding => EMBEDDING_MODEL,
-                    ProviderKind::Openai => continue,
+                    ProviderKind::Openai | ProviderKind::Anthropic => continue,
                 };
                 provider.model_dir = Some(self.server.data_dir.join("models").join(model));
             }

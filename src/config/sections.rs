@@ -134,6 +134,10 @@ pub struct ServerConfig {
     pub node_id: Option<String>,
     /// Host names (no port) an open server (no API keys) answers besides loopback ones.
     pub allowed_hosts: Vec<String>,
+    /// Origins (`https://app.example.com`, scheme, host and port only) whose pages may call
+    /// the API from a browser (CORS, docs/clients.md). An open server also accepts their
+    /// `Origin` header.
+    pub cors_origins: Vec<String>,
     /// A client must send a request's headers within this many seconds.
     pub header_timeout_secs: u64,
     /// Most TCP connections held at once; more are answered 503 and closed.
@@ -177,6 +181,8 @@ pub enum ProviderKind {
     Onnx,
     /// Any OpenAI-compatible HTTP API.
     Openai,
+    /// Anthropic's Messages API (docs/gateway.md).
+    Anthropic,
     /// The local embedding model (docs/knowledge.md): embeddings only.
     #[serde(rename = "onnx_embedding")]
     OnnxEmbedding,
@@ -382,6 +388,7 @@ impl Default for ServerConfig {
             shutdown_grace_secs: 10,
             node_id: None,
             allowed_hosts: Vec::new(),
+            cors_origins: Vec::new(),
             header_timeout_secs: 10,
             max_connections: 10_000,
             max_websockets_per_session: 16,

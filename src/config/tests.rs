@@ -33,6 +33,50 @@ fn api_keys_are_checked_and_allow_listening_off_loopback() {
     assert!(invalid(|c| c.server.api_keys = vec!["sha256:abc".into()]).contains("64 hex"));
 }
 
+/// `server.cors_origins` takes origins only: no `*`, no path, http(s); and an `anthropic`
+/// provider needs an http(s) `base_url` like an `openai` one.
+#[test]
+fn cors_origins_are_origins_and_anthropic_needs_a_base_url() {
+    let mut config = Config::default();
+    config.resolve_defaults();
+    config.server.cors_origins = vec![
+        "https://app.example.com".into(),
+        "http://localhost:5173".into(),
+    ];
+    config.validate().unwrap();
+    for bad in [
+        "*",
+        "https://app.example.com/chat",
+        "app.example.com",
+        "null",
+    ] {
+        let error = invalid(|c| c.server.cors_origins = vec![bad.into()]);
+        assert!(error.contains("server.cors_origins[0]"), "{bad}: {error}");
+    }
+    let claude = ProviderConfig {
+        kind: ProviderKind::Anthropic,
+        ..local_embedding_provider()
+    };
+    let error = invalid(|c| {
+        c.providers.push(ProviderConfig {
+            name: "claude".into(),
+            model_dir: None,
+            base_url: None,
+            ..claude.clone()
+        })
+    });
+    assert!(error.contains("base_url"), "{error}");
+    let mut config = Config::default();
+    config.resolve_defaults();
+    config.providers.push(ProviderConfig {
+        name: "claude".into(),
+        model_dir: None,
+        base_url: Some("https://api.anthropic.com".into()),
+        ..claude
+    });
+    config.validate().unwrap();
+}
+
 /// `[cluster]` needs PostgreSQL, a node id, an http(s) address, a secret variable outside
 /// `STEAD_*` and a TTL of at least two heartbeats; each refusal names its key.
 #[test]

@@ -57,6 +57,18 @@ impl Config {
                 ));
             }
         }
+        for (i, origin) in self.server.cors_origins.iter().enumerate() {
+            if !stead_http::cors::is_origin(origin) {
+                return Err(bad(
+                    &format!("server.cors_origins[{i}]"),
+                    format!(
+                        "`{origin}` is not an origin: write scheme, host and port only \
+                         (`https://app.example.com`, `http://localhost:5173`); `*` is not \
+                         allowed, list each site"
+                    ),
+                ));
+            }
+        }
         for (name, value) in [
             ("header_timeout_secs", self.server.header_timeout_secs),
             ("max_connections", self.server.max_connections as u64),
@@ -264,9 +276,12 @@ impl Config {
                         "must be at least 1",
                     ));
                 }
-                ProviderKind::Openai => {
+                ProviderKind::Openai | ProviderKind::Anthropic => {
                     let base = provider.base_url.as_deref().ok_or_else(|| {
-                        bad(&format!("{key}.base_url"), "required for kind \"openai\"")
+                        bad(
+                            &format!("{key}.base_url"),
+                            "required for kinds \"openai\" and \"anthropic\"",
+                        )
                     })?;
                     match url::Url::parse(base) {
                         Ok(url) if matches!(url.scheme(), "http" | "https") => {}

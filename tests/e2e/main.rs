@@ -22,6 +22,7 @@
 mod architecture;
 mod chaos;
 mod cli;
+mod clients;
 mod cluster;
 mod delegation_budget;
 mod gateway;

@@ -18,8 +18,8 @@ use stead_testkit::upstream::{Reply, Upstream};
 async fn the_web_ui_works_in_a_real_browser() {
     let web_ui = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("web-ui");
     assert!(
-        web_ui.join("node_modules/playwright-core").is_dir(),
-        "needs `npm ci` in web-ui/ (scripts/test.sh runs it)"
+        web_ui.join("../node_modules/playwright-core").is_dir(),
+        "needs `npm ci` at the repository root (scripts/build-web-ui.sh runs it)"
     );
     let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
     assert!(

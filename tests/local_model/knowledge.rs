@@ -33,8 +33,8 @@ top_k = 2
 async fn the_knowledge_page_rest_and_tool_work_on_the_real_models() {
     let web_ui = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("web-ui");
     assert!(
-        web_ui.join("node_modules/playwright-core").is_dir(),
-        "needs `npm ci` in web-ui/ (scripts/test.sh runs it)"
+        web_ui.join("../node_modules/playwright-core").is_dir(),
+        "needs `npm ci` at the repository root (scripts/build-web-ui.sh runs it)"
     );
     let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
     let server = Stead::start_in(prepared_data_dir(), CONFIG, None);

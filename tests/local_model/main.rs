@@ -18,4 +18,5 @@ mod converter;
 mod gateway;
 mod knowledge;
 mod openai_client;
+mod vendor_clients;
 mod web_demo;

@@ -4,7 +4,7 @@
 // its session closed. Neither ever goes into a URL: a WebSocket gets a one-minute ticket
 // (`POST /v1/sessions/{id}/ticket`, see useSteadSession).
 
-import type { Credentials } from "./api";
+import type { Credentials } from "@stead/client";
 
 const KEY = "stead.apiKey";
 const TOKENS = "stead.sessionTokens";

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 
-import { documentPath, documentsPath } from "./api";
+import { documentPath, documentsPath } from "@stead/client";
 import {
   collectionHash,
   collectionModel,

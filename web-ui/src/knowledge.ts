@@ -2,7 +2,7 @@
 // the forms (with the checks the page can make before asking the server), and how a
 // collection, a document and a ranked chunk are shown.
 
-import type { KnowledgeCollection, KnowledgeDocument, KnowledgeMode, KnowledgeResult } from "./protocol";
+import type { KnowledgeCollection, KnowledgeDocument, KnowledgeMode, KnowledgeResult } from "@stead/client";
 
 export const MODES: KnowledgeMode[] = ["exact", "ann", "hybrid"];
 

@@ -1,6 +1,6 @@
-//! What every request passes before routing and every response carries after it: the open
-//! server's `Host`/`Origin` check ([`crate::Auth::check_request_origin`]) and the security
-//! headers (docs/security.md).
+//! What every request passes before routing and every response carries after it: a listed
+//! origin's CORS preflight and headers ([`crate::cors`]), the open server's `Host`/`Origin`
+//! check ([`crate::Auth::check_request_origin`]) and the security headers (docs/security.md).
 
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue};
@@ -17,6 +17,13 @@ pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'
      base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 
 pub async fn guard(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let cors = crate::cors::listed_origin(&state.auth, request.headers());
+    if let Some(preflight) = cors
+        .as_ref()
+        .and_then(|origin| crate::cors::preflight(request.method(), request.headers(), origin))
+    {
+        return preflight;
+    }
     let mut response = match state.auth.check_request_origin(request.headers()) {
         Ok(()) => next.run(request).await,
         Err(refusal) => {
@@ -30,6 +37,9 @@ pub async fn guard(State(state): State<AppState>, request: Request, next: Next) 
         }
     };
     let headers = response.headers_mut();
+    if let Some(origin) = cors {
+        crate::cors::decorate(headers, origin);
+    }
     headers.insert(
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(CONTENT_SECURITY_POLICY),

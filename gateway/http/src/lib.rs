@@ -7,8 +7,10 @@
 //! never links the local engine. A server takes its listener and its shutdown signal as
 //! arguments, so tests bind `127.0.0.1:0`.
 
+mod anthropic;
 pub mod auth;
 pub mod cluster;
+pub mod cors;
 mod edge;
 mod embeddings;
 mod error;
@@ -17,8 +19,10 @@ pub mod knowledge;
 pub mod metrics;
 mod openai;
 pub mod openapi;
+mod responses;
 mod rest;
 mod server;
+mod streamed;
 pub mod webui;
 pub mod wire;
 mod ws;
@@ -179,6 +183,8 @@ pub fn router_with(state: AppState, extra: Router<AppState>) -> Router {
         .route("/v1/models", get(rest::models))
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/embeddings", post(embeddings::embeddings))
+        .route("/v1/messages", post(anthropic::messages))
+        .route("/v1/responses", post(responses::responses))
         .route(
             "/v1/collections",
             get(knowledge::list_collections).post(knowledge::create_collection),

@@ -8,23 +8,21 @@
 //! its last chunk carries a `stead` object with the provider, model and attempts.
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue};
-use axum::response::sse::{Event, Sse};
+use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use futures_util::StreamExt;
 use serde_json::{json, Value};
 use stead_persistence::request_log::{RequestLogQuery, StatsGroupBy, MAX_LOG_PAGE};
 use stead_router::wire::{self, Delta, ParsedRequest};
 use stead_router::{parse_metadata, CacheMode, CallOptions, RouterError, RouterResponse};
-use tokio::sync::mpsc;
 use uuid::Uuid;
 
 use crate::auth::{Caller, Principal};
 use crate::openapi::ErrorBody;
+use crate::streamed::{self, Refused, Step};
 use crate::{ApiError, ApiJson, ApiQuery, AppState, ErrorCode};
 
 /// The per-key name limits and budgets count against.
@@ -121,145 +119,88 @@ pub async fn chat_completions(
         };
     }
 
-    // Streamed: the call runs in a task; the response starts once the first text arrives (or
-    // the call ends), so a call refused or failed before any text still gets its HTTP status.
-    enum Step {
-        Text(String),
-        Done(Box<Result<RouterResponse, RouterError>>),
-    }
-    let (steps_tx, mut steps) = mpsc::unbounded_channel::<Step>();
-    let router = state.model_router.clone();
-    let task = tokio::spawn(async move {
-        let (deltas, mut texts) = mpsc::unbounded_channel::<String>();
-        let call = router.call(request, options, Some(deltas));
-        tokio::pin!(call);
-        let result = loop {
-            tokio::select! {
-                biased;
-                Some(text) = texts.recv() => {
-                    if steps_tx.send(Step::Text(text)).is_err() {
-                        // The client went away: dropping the call stops it.
-                        return;
-                    }
-                }
-                result = &mut call => break result,
-                _ = steps_tx.closed() => return,
-            }
-        };
-        while let Ok(text) = texts.try_recv() {
-            let _ = steps_tx.send(Step::Text(text));
-        }
-        let _ = steps_tx.send(Step::Done(Box::new(result)));
-    });
-    let first = steps.recv().await;
-    let first = match first {
-        None => {
-            return Err(ApiError::internal(
-                "the model call stopped",
-                format!("{:?}", task.await.err()),
-            ))
-        }
-        Some(Step::Done(result)) => match *result {
-            Err(error) => return Ok(router_error(&error)),
-            Ok(answer) => Step::Done(Box::new(Ok(answer))),
-        },
-        Some(step) => step,
+    let streamed = match streamed::start(state.model_router.clone(), request, options).await {
+        Ok(streamed) => streamed,
+        Err(Refused::Router(error)) => return Ok(router_error(&error)),
+        Err(Refused::Internal(error)) => return Err(error),
     };
     let chat_id = format!("chatcmpl-{}", id.simple());
-    // Each step becomes one or more server-sent events; the first also opens the message.
-    let events = futures_util::stream::unfold(
-        (Some(first), steps, false, false),
-        move |(pending, mut steps, started, finished)| {
-            let chat_id = chat_id.clone();
-            let route = route.clone();
-            async move {
-                if finished {
-                    return None;
-                }
-                let step = match pending {
-                    Some(step) => step,
-                    None => steps.recv().await?,
-                };
-                let mut out: Vec<Value> = Vec::new();
-                if !started {
-                    out.push(wire::chunk_json(
-                        &chat_id,
-                        created,
-                        &route,
-                        Delta::opening(),
-                        None,
-                    ));
-                }
-                let done = match step {
-                    Step::Text(text) => {
-                        out.push(wire::chunk_json(
+    let mut started = false;
+    // Each step becomes one or more chunks; the first also opens the message.
+    let mut response = streamed::sse(streamed, move |step| {
+        let mut out: Vec<Value> = Vec::new();
+        if !std::mem::replace(&mut started, true) {
+            out.push(wire::chunk_json(
+                &chat_id,
+                created,
+                &route,
+                Delta::opening(),
+                None,
+            ));
+        }
+        let done = match step {
+            Step::Text(text) => {
+                out.push(wire::chunk_json(
+                    &chat_id,
+                    created,
+                    &route,
+                    Delta::text(text),
+                    None,
+                ));
+                false
+            }
+            Step::Done(result) => {
+                match *result {
+                    Ok(answer) => {
+                        if !answer.tool_calls.is_empty() {
+                            out.push(wire::chunk_json(
+                                &chat_id,
+                                created,
+                                &route,
+                                Delta::tool_calls(&answer.tool_calls),
+                                None,
+                            ));
+                        }
+                        let mut last = wire::chunk_json(
                             &chat_id,
                             created,
                             &route,
-                            Delta::text(text),
-                            None,
-                        ));
-                        false
-                    }
-                    Step::Done(result) => {
-                        match *result {
-                            Ok(answer) => {
-                                if !answer.tool_calls.is_empty() {
-                                    out.push(wire::chunk_json(
-                                        &chat_id,
-                                        created,
-                                        &route,
-                                        Delta::tool_calls(&answer.tool_calls),
-                                        None,
-                                    ));
-                                }
-                                let mut last = wire::chunk_json(
-                                    &chat_id,
-                                    created,
-                                    &route,
-                                    Delta::default(),
-                                    Some(answer.finish_reason),
-                                );
-                                last["stead"] = json!({
-                                    "request_id": answer.id,
-                                    "provider": answer.provider,
-                                    "model": answer.model,
-                                    "cache": answer.cache.as_str(),
-                                    "attempts": answer.attempts.len(),
-                                });
-                                out.push(last);
-                                if include_usage {
-                                    out.push(wire::usage_chunk_json(
-                                        &chat_id,
-                                        created,
-                                        &route,
-                                        &answer.usage,
-                                    ));
-                                }
-                            }
-                            Err(error) => out.push(json!({
-                                "error": { "code": error.code, "message": error.message },
-                            })),
+                            Delta::default(),
+                            Some(answer.finish_reason),
+                        );
+                        last["stead"] = json!({
+                            "request_id": answer.id,
+                            "provider": answer.provider,
+                            "model": answer.model,
+                            "cache": answer.cache.as_str(),
+                            "attempts": answer.attempts.len(),
+                        });
+                        out.push(last);
+                        if include_usage {
+                            out.push(wire::usage_chunk_json(
+                                &chat_id,
+                                created,
+                                &route,
+                                &answer.usage,
+                            ));
                         }
-                        true
                     }
-                };
-                let mut events: Vec<Result<Event, Infallible>> = out
-                    .into_iter()
-                    .map(|chunk| Ok(Event::default().data(chunk.to_string())))
-                    .collect();
-                if done {
-                    events.push(Ok(Event::default().data("[DONE]")));
+                    Err(error) => out.push(json!({
+                        "error": { "code": error.code, "message": error.message },
+                    })),
                 }
-                Some((
-                    futures_util::stream::iter(events),
-                    (None, steps, true, done),
-                ))
+                true
             }
-        },
-    )
-    .flatten();
-    let mut response = Sse::new(events).into_response();
+        };
+        let mut events: Vec<Event> = out
+            .into_iter()
+            .map(|chunk| Event::default().data(chunk.to_string()))
+            .collect();
+        if done {
+            events.push(Event::default().data("[DONE]"));
+        }
+        events
+    });
     set(
         response.headers_mut(),
         "x-stead-request-id",

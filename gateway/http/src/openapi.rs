@@ -434,6 +434,8 @@ impl Modify for BearerAuth {
         rest::models,
         crate::openai::chat_completions,
         crate::embeddings::embeddings,
+        crate::anthropic::messages,
+        crate::responses::responses,
         crate::openai::logs,
         crate::openai::stats,
     ),

@@ -1,6 +1,6 @@
 //! The HTTP edge's wire types as Rust types — WebSocket frames both ways, the journal event as
 //! REST and WebSocket carry it, session and request-log rows — and their TypeScript
-//! declarations. `web-ui/src/generated/wire.ts` is generated from these (with the journal's
+//! declarations. `clients/typescript/client/src/generated/wire.ts` is generated from these (with the journal's
 //! event kinds from `stead-actors` and the statuses from `stead-persistence`); a test fails when
 //! the committed file drifts from them. To regenerate:
 //! `STEAD_WRITE_WIRE_TYPES=1 cargo test -p stead-http wire_types`.
@@ -241,7 +241,7 @@ impl TS for ErrorCode {
     }
 }
 
-/// The TypeScript module `web-ui/src/generated/wire.ts`: every wire type, declared in order.
+/// The TypeScript module `clients/typescript/client/src/generated/wire.ts` (`@stead/client`): every wire type, declared in order.
 pub fn typescript() -> String {
     let cfg = ts_rs::Config::new().with_large_int("number");
     let declarations = [
@@ -284,10 +284,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn wire_types_match_the_web_uis_generated_module() {
+    fn wire_types_match_the_clients_generated_module() {
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../../web-ui/src/generated/wire.ts"
+            "/../../clients/typescript/client/src/generated/wire.ts"
         );
         let generated = typescript();
         if std::env::var_os("STEAD_WRITE_WIRE_TYPES").is_some() {
@@ -296,7 +296,7 @@ mod tests {
         let committed = std::fs::read_to_string(path).unwrap_or_default();
         assert!(
             committed == generated,
-            "web-ui/src/generated/wire.ts differs from the Rust wire types; regenerate it with \
+            "clients/typescript/client/src/generated/wire.ts differs from the Rust wire types; regenerate it with \
              `STEAD_WRITE_WIRE_TYPES=1 cargo test -p stead-http wire_types` and commit it"
         );
     }

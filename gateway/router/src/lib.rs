@@ -16,6 +16,7 @@
 //! (`stead_inference::provider`) and the request log goes to a sink trait, both wired by the
 //! binary.
 
+pub mod anthropic;
 mod attempt;
 mod breaker;
 mod cache;

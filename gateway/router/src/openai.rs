@@ -52,63 +52,71 @@ impl OpenAiProvider {
         }
     }
 
-    /// A failed request or broken stream, with the causes reqwest keeps behind its message.
-    /// The provider's URL is left out (named by the provider instead): the message reaches the
-    /// request log, `/v1/chat/completions` callers and the sessions' `model_call_failed`, and
-    /// the URL may name internal hosts or carry credentials.
     fn transport_error(&self, error: &reqwest::Error, streaming: bool) -> ProviderError {
-        let mut causes = error.to_string();
-        let mut source = std::error::Error::source(error);
-        while let Some(cause) = source {
-            causes.push_str(": ");
-            causes.push_str(&cause.to_string());
-            source = cause.source();
-        }
-        if let Some(url) = error.url() {
-            causes = causes.replace(&format!(" for url ({url})"), "");
-            causes = causes.replace(url.as_str(), "<the provider's URL>");
-        }
-        let (kind, message) = if error.is_timeout() {
-            (
-                FailureKind::Timeout,
-                format!("{} timed out: {causes}", self.name),
-            )
-        } else if error.is_connect() {
-            (
-                FailureKind::Connect,
-                format!("could not connect to {}: {causes}", self.name),
-            )
-        } else if streaming {
-            (
-                FailureKind::Stream,
-                format!("the stream from {} broke: {causes}", self.name),
-            )
-        } else {
-            (
-                FailureKind::Connect,
-                format!("the call to {} failed: {causes}", self.name),
-            )
-        };
-        ProviderError::new(kind, message)
+        transport_error(&self.name, error, streaming)
+    }
+
+    async fn status_error(&self, response: reqwest::Response) -> ProviderError {
+        status_error(&self.name, response).await
     }
 }
 
-impl OpenAiProvider {
-    /// An HTTP error answer, with the provider's own message and its `Retry-After`.
-    async fn status_error(&self, response: reqwest::Response) -> ProviderError {
-        let status = response.status();
-        let after = retry_after(response.headers());
-        let body = response.text().await.unwrap_or_default();
-        let message = serde_json::from_str::<Value>(&body)
-            .ok()
-            .and_then(|v| v["error"]["message"].as_str().map(String::from))
-            .unwrap_or_else(|| excerpt(&body));
-        ProviderError::status(
-            status.as_u16(),
-            after,
-            format!("{} answered {status}: {message}", self.name),
-        )
+/// A failed request or broken stream, with the causes reqwest keeps behind its message. The
+/// provider's URL is left out (named by the provider instead): the message reaches the request
+/// log, `/v1/chat/completions` callers and the sessions' `model_call_failed`, and the URL may
+/// name internal hosts or carry credentials.
+pub(crate) fn transport_error(
+    name: &str,
+    error: &reqwest::Error,
+    streaming: bool,
+) -> ProviderError {
+    let mut causes = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        causes.push_str(": ");
+        causes.push_str(&cause.to_string());
+        source = cause.source();
     }
+    if let Some(url) = error.url() {
+        causes = causes.replace(&format!(" for url ({url})"), "");
+        causes = causes.replace(url.as_str(), "<the provider's URL>");
+    }
+    let (kind, message) = if error.is_timeout() {
+        (FailureKind::Timeout, format!("{name} timed out: {causes}"))
+    } else if error.is_connect() {
+        (
+            FailureKind::Connect,
+            format!("could not connect to {name}: {causes}"),
+        )
+    } else if streaming {
+        (
+            FailureKind::Stream,
+            format!("the stream from {name} broke: {causes}"),
+        )
+    } else {
+        (
+            FailureKind::Connect,
+            format!("the call to {name} failed: {causes}"),
+        )
+    };
+    ProviderError::new(kind, message)
+}
+
+/// An HTTP error answer, with the provider's own message (OpenAI's and Anthropic's envelopes
+/// both keep it in `error.message`) and its `Retry-After`.
+pub(crate) async fn status_error(name: &str, response: reqwest::Response) -> ProviderError {
+    let status = response.status();
+    let after = retry_after(response.headers());
+    let body = response.text().await.unwrap_or_default();
+    let message = serde_json::from_str::<Value>(&body)
+        .ok()
+        .and_then(|v| v["error"]["message"].as_str().map(String::from))
+        .unwrap_or_else(|| excerpt(&body));
+    ProviderError::status(
+        status.as_u16(),
+        after,
+        format!("{name} answered {status}: {message}"),
+    )
 }
 
 /// An OpenAI embeddings answer: `data[i].embedding` (floats) by `index`, and `usage`.

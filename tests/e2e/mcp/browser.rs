@@ -17,8 +17,8 @@ use super::{config, model, ready};
 async fn the_web_ui_shows_mcp_tools_with_progress_bars() {
     let web_ui = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("web-ui");
     assert!(
-        web_ui.join("node_modules/playwright-core").is_dir(),
-        "needs `npm ci` in web-ui/ (scripts/test.sh runs it)"
+        web_ui.join("../node_modules/playwright-core").is_dir(),
+        "needs `npm ci` at the repository root (scripts/build-web-ui.sh runs it)"
     );
     let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
     let root = tempfile::tempdir().unwrap();

@@ -37,4 +37,5 @@ pub mod model;
 pub mod ops;
 pub mod stead;
 pub mod upstream;
+mod upstream_anthropic;
 pub mod webhook;

@@ -11,7 +11,8 @@
 //! `data: [DONE]` — or one `chat.completion` when the request did not ask for a stream), a tool
 //! call, an HTTP error with an optional `Retry-After`, a hang, or a stream cut off after some
 //! text. Usage: 5 prompt tokens; one completion token per word (7 for a tool call). Every
-//! request body is recorded.
+//! request body is recorded. The same replies answer Anthropic's `POST /v1/messages`, in
+//! Anthropic's shapes ([`crate::upstream_anthropic`]), for `anthropic` providers.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -107,13 +108,15 @@ enum Source {
     Respond(Respond),
 }
 
-struct Shared {
+pub(crate) struct Shared {
     source: Source,
-    requests: Mutex<Vec<Value>>,
+    pub(crate) requests: Mutex<Vec<Value>>,
+    /// The `x-api-key` of each Anthropic request, in arrival order.
+    pub(crate) anthropic_keys: Mutex<Vec<Option<String>>>,
 }
 
 impl Shared {
-    fn reply(&self, request: &Value) -> Reply {
+    pub(crate) fn reply(&self, request: &Value) -> Reply {
         match &self.source {
             Source::Script { queue, default } => queue
                 .lock()
@@ -151,9 +154,11 @@ impl Upstream {
         let shared = Arc::new(Shared {
             source,
             requests: Mutex::new(Vec::new()),
+            anthropic_keys: Mutex::new(Vec::new()),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
+            .route("/v1/messages", post(crate::upstream_anthropic::messages))
             .route("/v1/embeddings", post(embeddings))
             .with_state(shared.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -165,6 +170,16 @@ impl Upstream {
             base_url: format!("http://{address}/v1"),
             shared,
         }
+    }
+
+    /// The API root for an `anthropic` provider (`/v1/messages` is appended to it).
+    pub fn anthropic_base_url(&self) -> String {
+        self.base_url.trim_end_matches("/v1").to_string()
+    }
+
+    /// The `x-api-key` of each Anthropic request so far.
+    pub fn anthropic_keys(&self) -> Vec<Option<String>> {
+        self.shared.anthropic_keys.lock().expect("keys").clone()
     }
 
     /// The request bodies received so far, in arrival order.
@@ -383,7 +398,7 @@ async fn chat(State(shared): State<Arc<Shared>>, Json(body): Json<Value>) -> Res
     }
 }
 
-fn sse(body: Body) -> Response {
+pub(crate) fn sse(body: Body) -> Response {
     Response::builder()
         .header(header::CONTENT_TYPE, "text/event-stream")
         .body(body)

@@ -1,36 +1,14 @@
 // The approvals inbox: every pending approval across sessions, decided over REST.
 
-import { useCallback, useEffect, useState } from "react";
+import type { PendingApproval } from "@stead/client";
+import { useApprovals } from "@stead/react";
 
-import { api, ApiError, type PendingApproval } from "../api";
 import { operator } from "../credentials";
 
-type Pending = PendingApproval;
-
 export function ApprovalsPage() {
-  const [items, setItems] = useState<Pending[]>([]);
-  const [error, setError] = useState<string | null>(null);
-  const load = useCallback(async () => {
-    try {
-      setItems((await api.pendingApprovals(operator())).approvals as Pending[]);
-      setError(null);
-    } catch (e) {
-      setError(e instanceof ApiError ? `${e.code}: ${e.message}` : String(e));
-    }
-  }, []);
-  useEffect(() => {
-    load();
-    const timer = setInterval(load, 2000);
-    return () => clearInterval(timer);
-  }, [load]);
-  const decide = async (p: Pending, approved: boolean) => {
-    try {
-      await api.decide(operator(), p, approved, approved ? "approved from the inbox" : "rejected from the inbox");
-    } catch (e) {
-      setError(e instanceof ApiError ? `${e.code}: ${e.message}` : String(e));
-    }
-    load();
-  };
+  const { approvals: items, error, decide: decideOne } = useApprovals(operator());
+  const decide = (p: PendingApproval, approved: boolean) =>
+    decideOne(p, approved, approved ? "approved from the inbox" : "rejected from the inbox");
   return (
     <section aria-labelledby="approvals-title">
       <h1 id="approvals-title">Approvals</h1>

@@ -4,39 +4,21 @@
 // decides a child's call without opening it. The list is read again whenever a child's status
 // or the parent's journal moves.
 
-import { useCallback, useEffect, useState } from "react";
-
-import { api, ApiError, type Credentials, type PendingApproval } from "../api";
+import type { Credentials, PendingApproval } from "@stead/client";
+import { useApprovals } from "@stead/react";
+import { useEffect } from "react";
 
 export function ChildApprovals({ id, creds, refresh }: { id: string; creds: Credentials; refresh: string }) {
-  const [items, setItems] = useState<PendingApproval[]>([]);
-  const [error, setError] = useState<string | null>(null);
-
-  const load = useCallback(async () => {
-    try {
-      const { approvals } = await api.treeApprovals(creds, id);
-      // The session's own approvals are on its tool cards already.
-      setItems(approvals.filter((a) => a.session_id !== id));
-      setError(null);
-    } catch (e) {
-      setError(e instanceof ApiError ? `${e.code}: ${e.message}` : String(e));
-    }
-    // The credential's identity, not the object, decides when to read again.
-    // eslint-disable-next-line react-hooks/exhaustive-deps
-  }, [id, creds.bearer, creds.baseUrl]);
-
+  const tree = useApprovals({ ...creds, sessionId: id, intervalMs: 0 });
+  const reload = tree.refresh;
   useEffect(() => {
-    void load();
-  }, [load, refresh]);
-
-  const decide = async (p: PendingApproval, approved: boolean) => {
-    try {
-      await api.decide(creds, p, approved, approved ? "approved from the parent session" : "rejected from the parent session");
-    } catch (e) {
-      setError(e instanceof ApiError ? `${e.code}: ${e.message}` : String(e));
-    }
-    void load();
-  };
+    void reload();
+  }, [reload, refresh]);
+  // The session's own approvals are on its tool cards already.
+  const items = tree.approvals.filter((a) => a.session_id !== id);
+  const error = tree.error;
+  const decide = (p: PendingApproval, approved: boolean) =>
+    tree.decide(p, approved, approved ? "approved from the parent session" : "rejected from the parent session");
 
   if (items.length === 0 && !error) return null;
   return (

@@ -5,9 +5,9 @@ import { useEffect, useRef, useState } from "react";
 import uPlot from "uplot";
 import "uplot/dist/uPlot.min.css";
 
-import { api, ApiError } from "../api";
+import { api, ApiError } from "@stead/client";
 import { operator } from "../credentials";
-import type { RequestLogRow } from "../protocol";
+import type { RequestLogRow } from "@stead/client";
 
 const COLORS = ["#1f5fbf", "#d9480f", "#2f9e44"];
 

@@ -5,7 +5,7 @@
 
 import { useCallback, useEffect, useRef, useState } from "react";
 
-import { api, errorText } from "../api";
+import { api, errorText } from "@stead/client";
 import { operator } from "../credentials";
 import {
   collectionHash,
@@ -23,7 +23,7 @@ import type {
   KnowledgeDocumentPage,
   KnowledgeMode,
   KnowledgeQueryAnswer,
-} from "../protocol";
+} from "@stead/client";
 
 const PAGE_SIZE = 20;
 

@@ -4,10 +4,10 @@
 
 import { useEffect, useMemo, useState } from "react";
 
-import { api, ApiError } from "../api";
+import { api, ApiError } from "@stead/client";
 import { operator, rememberToken, sessionToken } from "../credentials";
 import { diff } from "../diff";
-import type { JournalEvent } from "../protocol";
+import type { JournalEvent } from "@stead/client";
 
 function creds(id: string) {
   const token = sessionToken(id);

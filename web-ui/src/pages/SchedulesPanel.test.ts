@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 
-import type { ScheduleView } from "../protocol";
+import type { ScheduleView } from "@stead/client";
 import { relative, timing } from "./SchedulesPanel";
 
 const base: ScheduleView = {

@@ -4,8 +4,8 @@
 
 import { useCallback, useEffect, useState } from "react";
 
-import { api, ApiError, type Credentials } from "../api";
-import type { ScheduleView } from "../protocol";
+import { api, ApiError, type Credentials } from "@stead/client";
+import type { ScheduleView } from "@stead/client";
 
 /** "every 1 h", "cron 0 9 * * 1-5 (Europe/Paris)", … */
 export function timing(s: ScheduleView): string {

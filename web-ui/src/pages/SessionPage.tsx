@@ -5,11 +5,11 @@
 // link) and the sub-agents' approvals are decided here (ChildApprovals); below, the session's
 // schedules (SchedulesPanel).
 
+import type { ChildLink, ToolCard, ToolProgress } from "@stead/client";
+import { useSteadSession } from "@stead/react";
 import { useState } from "react";
 
-import { operator, sessionToken } from "../credentials";
-import type { ChildLink, ToolCard, ToolProgress } from "../reducer";
-import { useSteadSession } from "../useSteadSession";
+import { forgetTokens, operator, sessionToken } from "../credentials";
 import { ChildApprovals } from "./ChildApprovals";
 import { SchedulesPanel } from "./SchedulesPanel";
 
@@ -142,7 +142,8 @@ function Card({
 
 export function SessionPage({ id }: { id: string }) {
   const token = sessionToken(id);
-  const session = useSteadSession(id, { token });
+  // A refused token (expired, rotated) or a purged session: drop the stored token.
+  const session = useSteadSession(id, { token, onRefused: () => forgetTokens([id]) });
   const creds = token ? { bearer: token } : operator();
   const [text, setText] = useState("");
   const busy = session.status === "running" || session.status === "awaiting_approval";

@@ -1,44 +1,31 @@
 // Sessions: list with filters (agent, status), a badge for pending approvals, create a session
 // for an agent, close one.
 
-import { useCallback, useEffect, useState } from "react";
+import { api, errorText } from "@stead/client";
+import { useApprovals, useSessions } from "@stead/react";
+import { useEffect, useState } from "react";
 
-import { api, ApiError } from "../api";
 import { forgetTokens, operator, rememberToken } from "../credentials";
-import type { SessionRow } from "../protocol";
 
 const STATUSES = ["", "idle", "running", "awaiting_approval", "failed", "closed"];
 
 export function SessionsPage() {
-  const [sessions, setSessions] = useState<SessionRow[]>([]);
   const [agents, setAgents] = useState<string[]>([]);
   const [agent, setAgent] = useState("");
   const [status, setStatus] = useState("");
   const [newAgent, setNewAgent] = useState("");
-  const [pending, setPending] = useState<Record<string, number>>({});
-  const [error, setError] = useState<string | null>(null);
+  const [actionError, setActionError] = useState<string | null>(null);
+  const list = useSessions({ ...operator(), agent, status });
+  const inbox = useApprovals({ ...operator(), intervalMs: 3000 });
+  const sessions = list.sessions;
+  const error = actionError ?? list.error ?? inbox.error;
+  const pending: Record<string, number> = {};
+  for (const a of inbox.approvals) pending[a.session_id] = (pending[a.session_id] ?? 0) + 1;
 
-  const load = useCallback(async () => {
-    try {
-      const creds = operator();
-      const [page, inbox] = await Promise.all([
-        api.listSessions(creds, { agent, status }),
-        api.pendingApprovals(creds),
-      ]);
-      setSessions(page.sessions);
-      // A closed or failed session's token is of no more use: do not keep it.
-      forgetTokens(page.sessions.filter((s) => s.status === "closed" || s.status === "failed").map((s) => s.id));
-      const counts: Record<string, number> = {};
-      for (const a of inbox.approvals as { session_id: string }[]) {
-        counts[a.session_id] = (counts[a.session_id] ?? 0) + 1;
-      }
-      setPending(counts);
-      setError(null);
-    } catch (e) {
-      setError(e instanceof ApiError ? `${e.code}: ${e.message}` : String(e));
-    }
-  }, [agent, status]);
-
+  useEffect(() => {
+    // A closed or failed session's token is of no more use: do not keep it.
+    forgetTokens(sessions.filter((s) => s.status === "closed" || s.status === "failed").map((s) => s.id));
+  }, [sessions]);
   useEffect(() => {
     api
       .agents(operator())
@@ -49,25 +36,19 @@ export function SessionsPage() {
       })
       .catch(() => undefined);
   }, []);
-  useEffect(() => {
-    load();
-    const timer = setInterval(load, 3000);
-    return () => clearInterval(timer);
-  }, [load]);
 
   const create = async () => {
     try {
-      const created = await api.createSession(operator(), newAgent);
+      const created = await list.create(newAgent);
       rememberToken(created.id, created.token, created.token_expires_at);
       window.location.hash = `#/sessions/${created.id}`;
     } catch (e) {
-      setError(e instanceof ApiError ? `${e.code}: ${e.message}` : String(e));
+      setActionError(errorText(e));
     }
   };
   const close = async (id: string) => {
-    await api.closeSession(operator(), id).catch(() => undefined);
+    await list.close(id).catch(() => undefined);
     forgetTokens([id]);
-    load();
   };
 
   return (

@@ -29,6 +29,8 @@ pub struct Auth {
     token_ttl: Option<std::time::Duration>,
     /// `server.allowed_hosts`: host names an open server answers besides loopback ones.
     allowed_hosts: Vec<String>,
+    /// `server.cors_origins`: origins whose pages may call the API (lowercase, no trailing `/`).
+    cors_origins: Vec<String>,
 }
 
 /// The caller of a request.
@@ -149,6 +151,7 @@ impl Auth {
             secret,
             token_ttl: None,
             allowed_hosts: Vec::new(),
+            cors_origins: Vec::new(),
         }
     }
 
@@ -163,6 +166,18 @@ impl Auth {
     pub fn allowing_hosts(mut self, hosts: &[String]) -> Self {
         self.allowed_hosts = hosts.iter().map(|h| h.to_ascii_lowercase()).collect();
         self
+    }
+
+    /// Origins whose pages may call the API from a browser (`server.cors_origins`).
+    pub fn allowing_origins(mut self, origins: &[String]) -> Self {
+        self.cors_origins = origins.iter().map(|o| crate::cors::normalize(o)).collect();
+        self
+    }
+
+    /// Whether a page of `origin` (an `Origin` header's value) may call the API.
+    pub fn cors_allowed(&self, origin: &str) -> bool {
+        let origin = crate::cors::normalize(origin);
+        self.cors_origins.contains(&origin)
     }
 
     /// The open server's defence against callers that reach loopback without being local
@@ -190,13 +205,15 @@ impl Auth {
             }
         }
         if let Some(origin) = headers.get(axum::http::header::ORIGIN) {
-            let allowed = origin
-                .to_str()
-                .ok()
-                .and_then(|o| o.split_once("://"))
-                .filter(|(scheme, _)| matches!(*scheme, "http" | "https"))
-                .and_then(|(_, rest)| host_name(rest))
-                .is_some_and(|name| self.host_allowed(&name));
+            let listed = origin.to_str().is_ok_and(|o| self.cors_allowed(o));
+            let allowed = listed
+                || origin
+                    .to_str()
+                    .ok()
+                    .and_then(|o| o.split_once("://"))
+                    .filter(|(scheme, _)| matches!(*scheme, "http" | "https"))
+                    .and_then(|(_, rest)| host_name(rest))
+                    .is_some_and(|name| self.host_allowed(&name));
             if !allowed {
                 return Err(ApiError::new(
                     ErrorCode::OriginNotAllowed,
@@ -415,8 +432,8 @@ fn decode_hex(text: &str) -> Option<[u8; 32]> {
     Some(out)
 }
 
-/// The authenticated caller: the `Authorization: Bearer` header, else a `token` query
-/// parameter.
+/// The authenticated caller: the `Authorization: Bearer` header, else an `x-api-key` header
+/// (as Anthropic's clients send it), else a `token` query parameter.
 pub struct Caller(pub Principal);
 
 impl FromRequestParts<AppState> for Caller {
@@ -439,7 +456,12 @@ impl FromRequestParts<AppState> for Caller {
                     }
                 }
             }
-            None => None,
+            // Anthropic's clients send their key as `x-api-key`.
+            None => parts
+                .headers
+                .get("x-api-key")
+                .and_then(|v| v.to_str().ok())
+                .map(|v| v.trim().to_string()),
         };
         let query = parts.uri.query().and_then(|q| {
             q.split('&')

@@ -3,7 +3,7 @@
 //! concurrent identical calls), its limits and strict budgets. Each story is also read back
 //! from the request-log records the router wrote (into an in-memory sink double).
 //!
-//! `embed`: embeddings through a route; `failover`: retries, fallback, cooldowns; `limits`: the cache, budgets, rate limits and
+//! `anthropic`: the Anthropic provider and cross-vendor fallback; `embed`: embeddings through a route; `failover`: retries, fallback, cooldowns; `limits`: the cache, budgets, rate limits and
 //! tool calls; `settle`: abandoned calls and what the log keeps.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -22,6 +22,7 @@ use stead_router::{
 };
 use stead_testkit::upstream::{Reply, Upstream};
 
+mod anthropic;
 mod embed;
 mod failover;
 mod limits;

@@ -1,17 +1,20 @@
-// REST calls of the public API (docs/api.md), with the caller's credential. Errors become `ApiError`
-// with the server's `code` and `message`.
+// REST calls of Stead's public API (docs/api.md), each with the caller's credential. Errors become
+// `ApiError` with the server's `code` and `message`. Works wherever `fetch` does: browsers, and
+// Node 18 or later.
 
 import type {
+  ApprovalScope,
   JournalEvent,
   KnowledgeCollection,
   KnowledgeDocumentFull,
   KnowledgeDocumentPage,
   KnowledgePutAnswer,
   KnowledgeQueryAnswer,
+  MessageMode,
   RequestLogRow,
   ScheduleView,
   SessionRow,
-} from "./protocol";
+} from "./protocol.js";
 
 export class ApiError extends Error {
   constructor(
@@ -21,6 +24,26 @@ export class ApiError extends Error {
   ) {
     super(message);
   }
+}
+
+/** A session as `POST /v1/sessions` and `POST …/fork` answer: the row and its token. */
+export type CreatedSession = SessionRow & { token: string; token_expires_at: string | null };
+
+/** `GET /v1/sessions/{id}`: the row plus what the session's fold says now. */
+export type SessionDetail = SessionRow & {
+  pending_approvals: PendingApproval[] | unknown[];
+  usage?: unknown;
+  queued_messages?: number;
+  forked_from?: unknown;
+  failure?: unknown;
+};
+
+/** `POST …/messages?wait=true`: how the turn ended (or parked), and its reply. */
+export interface TurnOutcome {
+  status: string;
+  reply: string | null;
+  pending_approvals: unknown[];
+  last_seq: number;
 }
 
 /** A pending approval as the inbox and a session tree's view list it. */
@@ -40,8 +63,11 @@ export interface PendingApproval {
 export interface Credentials {
   /** Origin of the Stead server; empty: the page's own. */
   baseUrl?: string;
-  /** An API key or a session token, sent as `Authorization: Bearer`. */
+  /** An API key or a session token, sent as `Authorization: Bearer`. A browser app should
+   * hold session tokens only, never an operator key (docs/clients.md). */
   bearer?: string;
+  /** The `fetch` to use (default: the global one). */
+  fetch?: typeof fetch;
 }
 
 export async function call<T>(
@@ -53,13 +79,18 @@ export async function call<T>(
   const headers: Record<string, string> = {};
   if (creds.bearer) headers.authorization = `Bearer ${creds.bearer}`;
   if (body !== undefined) headers["content-type"] = "application/json";
-  const response = await fetch(`${creds.baseUrl ?? ""}${path}`, {
+  const response = await (creds.fetch ?? fetch)(`${creds.baseUrl ?? ""}${path}`, {
     method,
     headers,
     body: body === undefined ? undefined : JSON.stringify(body),
   });
   const text = await response.text();
-  const json = text ? JSON.parse(text) : null;
+  let json: any = null;
+  try {
+    json = text ? JSON.parse(text) : null;
+  } catch {
+    // Not JSON (a proxy's error page): the status says what happened.
+  }
   if (!response.ok) {
     throw new ApiError(
       response.status,
@@ -71,16 +102,16 @@ export async function call<T>(
 }
 
 export const api = {
-  listSessions: (c: Credentials, q: { agent?: string; status?: string; cursor?: string } = {}) =>
-    call<{ sessions: SessionRow[]; next_cursor: string | null }>(
-      c,
-      "GET",
-      `/v1/sessions?${new URLSearchParams(Object.entries(q).filter(([, v]) => v) as [string, string][])}`,
-    ),
-  createSession: (c: Credentials, agent: string) =>
-    call<SessionRow & { token: string; token_expires_at: string | null }>(c, "POST", "/v1/sessions", {
-      agent,
-    }),
+  listSessions: (
+    c: Credentials,
+    q: { agent?: string; status?: string; parent?: string; cursor?: string; limit?: number } = {},
+  ) =>
+    call<{ sessions: SessionRow[]; next_cursor: string | null }>(c, "GET", `/v1/sessions?${query(q)}`),
+  createSession: (c: Credentials, agent: string, metadata?: Record<string, unknown>) =>
+    call<CreatedSession>(c, "POST", "/v1/sessions", metadata ? { agent, metadata } : { agent }),
+  getSession: (c: Credentials, id: string) => call<SessionDetail>(c, "GET", `/v1/sessions/${id}`),
+  children: (c: Credentials, id: string) =>
+    call<{ sessions: SessionRow[]; next_cursor: string | null }>(c, "GET", `/v1/sessions/${id}/children`),
   ticket: (c: Credentials, id: string) =>
     call<{ session_id: string; ticket: string; expires_at: string }>(c, "POST", `/v1/sessions/${id}/ticket`),
   closeSession: (c: Credentials, id: string) => call<SessionRow>(c, "DELETE", `/v1/sessions/${id}`),
@@ -102,20 +133,41 @@ export const api = {
       at,
       overrides,
     }),
-  sendMessage: (c: Credentials, id: string, text: string) =>
-    call<unknown>(c, "POST", `/v1/sessions/${id}/messages`, { text }),
+  sendMessage: (c: Credentials, id: string, text: string, options: { clientId?: string; mode?: MessageMode } = {}) =>
+    call<{ session_id: string; seq: number }>(c, "POST", `/v1/sessions/${id}/messages`, messageBody(text, options)),
+  /** Sends a message and waits until the turn ends or parks on an approval (at most 300 s). */
+  sendMessageAndWait: (
+    c: Credentials,
+    id: string,
+    text: string,
+    options: { clientId?: string; mode?: MessageMode } = {},
+  ) => call<TurnOutcome>(c, "POST", `/v1/sessions/${id}/messages?wait=true`, messageBody(text, options)),
+  cancel: (c: Credentials, id: string) => call<{ session_id: string; seq: number }>(c, "POST", `/v1/sessions/${id}/cancel`),
+  rotateToken: (c: Credentials, id: string) =>
+    call<{ session_id: string; token: string; token_expires_at: string | null }>(c, "POST", `/v1/sessions/${id}/token`),
+  createSchedule: (c: Credentials, id: string, schedule: Record<string, unknown>) =>
+    call<unknown>(c, "POST", `/v1/sessions/${id}/schedules`, schedule),
   schedules: (c: Credentials, id: string) =>
     call<{ schedules: ScheduleView[] }>(c, "GET", `/v1/sessions/${id}/schedules`),
   cancelSchedule: (c: Credentials, id: string, key: string) =>
     call<{ session_id: string; seq: number }>(c, "DELETE", `/v1/sessions/${id}/schedules/${encodeURIComponent(key)}`),
-  pendingApprovals: (c: Credentials) => call<{ approvals: unknown[] }>(c, "GET", "/v1/approvals?status=pending"),
+  pendingApprovals: (c: Credentials) =>
+    call<{ approvals: PendingApproval[] }>(c, "GET", "/v1/approvals?status=pending"),
   /** The pending approvals of a session and its descendants (child sessions of agent calls). */
   treeApprovals: (c: Credentials, id: string) =>
     call<{ approvals: PendingApproval[] }>(c, "GET", `/v1/sessions/${id}/approvals`),
-  decide: (c: Credentials, p: PendingApproval, approved: boolean, reason: string) =>
-    call<unknown>(c, "POST", `/v1/sessions/${p.session_id}/approvals/${p.call_id}`, {
+  /** Decides a pending approval; the decision is bound to the arguments the person saw. */
+  decide: (
+    c: Credentials,
+    p: Pick<PendingApproval, "session_id" | "call_id" | "args_hash">,
+    approved: boolean,
+    reason: string,
+    scope: ApprovalScope = "once",
+  ) =>
+    call<{ session_id: string; seq: number }>(c, "POST", `/v1/sessions/${p.session_id}/approvals/${p.call_id}`, {
       approved,
       reason,
+      scope,
       args_hash: p.args_hash,
     }),
   agents: (c: Credentials) => call<{ agents: { name: string; route: string }[] }>(c, "GET", "/v1/agents"),
@@ -149,6 +201,22 @@ export const api = {
   queryCollection: (c: Credentials, collection: string, body: unknown) =>
     call<KnowledgeQueryAnswer>(c, "POST", `/v1/collections/${encodeURIComponent(collection)}/query`, body),
 };
+
+function query(q: Record<string, string | number | undefined>): URLSearchParams {
+  return new URLSearchParams(
+    Object.entries(q)
+      .filter(([, v]) => v !== undefined && v !== "")
+      .map(([k, v]) => [k, String(v)]),
+  );
+}
+
+function messageBody(text: string, options: { clientId?: string; mode?: MessageMode }) {
+  return {
+    text,
+    ...(options.clientId ? { client_id: options.clientId } : {}),
+    ...(options.mode ? { mode: options.mode } : {}),
+  };
+}
 
 /** `GET /v1/collections/{c}/documents?limit=…&after=…`. */
 export function documentsPath(collection: string, after: string | null, limit: number): string {

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 
-import type { JournalEvent, ServerFrame } from "./protocol";
-import { inDoubt, initialView, pendingApprovals, reduce, type SessionView } from "./reducer";
+import type { JournalEvent, ServerFrame } from "../src/protocol.js";
+import { inDoubt, initialView, pendingApprovals, reduce, type SessionView } from "../src/view.js";
 
 const at = "2026-11-30T12:00:00Z";
 let seq = 0;

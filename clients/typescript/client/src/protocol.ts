@@ -1,7 +1,7 @@
 // The wire protocol of Stead (docs/api.md), in one module: WebSocket frames both ways, journal
 // events and their payloads, and the REST shapes the UI reads. Nothing here does I/O.
 
-import type * as Wire from "./generated/wire";
+import type * as Wire from "./generated/wire.js";
 
 // Generated from the Rust types (gateway/http/src/wire.rs): a Rust test fails when they drift.
 export type {
@@ -14,7 +14,7 @@ export type {
   SessionRow,
   SessionStatus,
   Usage,
-} from "./generated/wire";
+} from "./generated/wire.js";
 
 /** Journal event payloads by kind, from the journal's event enum (more fields may be present). */
 export type EventPayloads = { [E in Wire.SessionEvent as E["kind"]]: E["payload"] };

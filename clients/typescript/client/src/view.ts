@@ -3,7 +3,7 @@
 // offset, so a resume that sends the stream again from offset 0 neither duplicates nor loses
 // text). `useSteadSession` runs it; the tests drive it directly.
 
-import type { JournalEvent, ServerFrame, SessionStatus } from "./protocol";
+import type { JournalEvent, ServerFrame, SessionStatus } from "./protocol.js";
 
 export interface ChatEntry {
   /** Stable key: `u{seq}` for user messages, the model call id for assistant text. */
