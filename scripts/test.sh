@@ -135,7 +135,7 @@ fi
 "$clients_venv/bin/pip" install --quiet --disable-pip-version-check --no-deps --force-reinstall ./clients/python
 rm -rf clients/python/build clients/python/stead.egg-info
 export OPENAI_PYTHON="$clients_venv/bin/python"
-export STEAD_PYTHON="$clients_venv/bin/python"
+export CLIENT_PYTHON="$clients_venv/bin/python"
 
 step "The official MCP Python SDK (PyPI), for the Streamable HTTP server and /mcp client tests"
 mcp_venv="$CARGO_TARGET_DIR/mcp-venv"

@@ -86,8 +86,8 @@ async fn the_typescript_client_drives_a_session_from_node() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_client_drives_a_session_and_its_approval() {
-    let python = std::env::var("STEAD_PYTHON")
-        .expect("needs STEAD_PYTHON (scripts/test.sh installs clients/python into a venv)");
+    let python = std::env::var("CLIENT_PYTHON")
+        .expect("needs CLIENT_PYTHON (scripts/test.sh installs clients/python into a venv)");
     let up = clock_then(vec![Reply::text("It is noon.")]).await;
     let server = Stead::start(&config(&up, &format!("api_keys = [\"{KEY}\"]")), None);
     let mut command = Command::new(python);

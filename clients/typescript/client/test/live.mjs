@@ -4,6 +4,8 @@
 //
 //   node test/live.mjs http://127.0.0.1:PORT OPERATOR_KEY
 
+import { isDeepStrictEqual } from "node:util";
+
 import { api, SessionConnection } from "@stead/client";
 import WebSocket from "ws";
 
@@ -67,8 +69,13 @@ for (let after = 0; ; ) {
   if (page.events.length === 0 || journal.at(-1).seq >= page.last_seq) break;
   after = journal.at(-1).seq;
 }
-const same = JSON.stringify(seen.map(({ type, ...e }) => e)) === JSON.stringify(journal.slice(0, seen.length));
-check("frames equal the journal by value", same && journal.length === seen.length, { frames: seen.length, journal: journal.length });
+// By value (key order aside): each frame, less its `type`, is the journal's event.
+const differing = seen.map(({ type, ...e }) => e).filter((e, i) => !isDeepStrictEqual(e, journal[i]));
+check("frames equal the journal by value", differing.length === 0 && journal.length === seen.length, {
+  frames: seen.length,
+  journal: journal.length,
+  differing: differing.map((e) => [e, journal.find((j) => j.seq === e.seq)]),
+});
 check("the tool ran", journal.some((e) => e.kind === "tool_call_finished"));
 
 const outcome = await api.sendMessageAndWait(mine, created.id, "And now?");
