@@ -16,6 +16,8 @@ command -v npm >/dev/null || { echo "error: npm is needed to build the web UI (D
   npm run build --silent -w @stead/client -w @stead/react -w @stead/ai-sdk
   if [ "${NPM_TEST:-0}" = 1 ]; then
     npm test --silent -w @stead/client -w @stead/ai-sdk -w stead-web-ui
+    # Each package packs (what `npm pack` would publish: dist/, src/, README).
+    npm pack --dry-run --silent -w @stead/client -w @stead/react -w @stead/ai-sdk >/dev/null
   fi
   npm run build --silent -w stead-web-ui
   if [ "${NPM_TEST:-0}" = 1 ]; then

@@ -69,6 +69,8 @@ follow = client.messages.create(
     model="default",
     max_tokens=48,
     tools=[weather],
+    # Without a system prompt the small local model repeats the call instead of answering.
+    system="You are a helpful assistant. When a tool result is given, answer the user in one sentence using it.",
     messages=tool_question
     + [
         {"role": "assistant", "content": [u.model_dump() for u in uses]},

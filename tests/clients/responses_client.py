@@ -81,6 +81,9 @@ answered = client.responses.create(
         {"type": "function_call_output", "call_id": calls[0].call_id, "output": "Sunny, 21 degrees Celsius."},
     ],
     tools=[weather],
+    tool_choice="none",
+    # Without instructions the small local model repeats the call instead of answering.
+    instructions="You are a helpful assistant. When a tool result is given, answer the user in one sentence using it.",
     max_output_tokens=48,
 )
 check("answers with the function's output", "21" in answered.output_text or "unny" in answered.output_text, answered.output_text)

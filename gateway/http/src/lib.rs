@@ -1,7 +1,8 @@
 //! `stead-http` owns Stead's HTTP edge: the axum server with the REST API and the WebSocket
-//! chat protocol (docs/api.md), the OpenAI-compatible endpoint and the request-log reads over
-//! the model router (docs/gateway.md), its error model and extractors, authentication (API keys
-//! and per-session tokens), the operational endpoints (`/healthz`, `/readyz`, `/metrics`,
+//! chat protocol (docs/api.md), the router's APIs — OpenAI chat completions and embeddings,
+//! Anthropic messages, OpenAI responses — and the request-log reads (docs/gateway.md), its error
+//! model and extractors, authentication (API keys and per-session tokens), CORS for browser
+//! apps (docs/clients.md), the operational endpoints (`/healthz`, `/readyz`, `/metrics`,
 //! `/openapi.json`) and the embedded web UI. It holds no state of its own: sessions live in the
 //! actors (`stead-actors`), durable data in `stead-persistence`, routing in `stead-router`; it
 //! never links the local engine. A server takes its listener and its shutdown signal as

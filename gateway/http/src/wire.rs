@@ -307,7 +307,12 @@ mod tests {
     #[test]
     fn floats_read_back_from_the_journal_equal_the_live_ones() {
         use serde_json::json;
-        for live in [1.680_702_000_000_000_1_f64, 0.1 + 0.2, 1e-7 / 3.0, 123_456.789_012_345] {
+        for live in [
+            1.680_702_000_000_000_1_f64,
+            0.1 + 0.2,
+            1e-7 / 3.0,
+            123_456.789_012_345,
+        ] {
             let stored = serde_json::to_string(&json!({ "ttft_ms": live })).unwrap();
             let read: serde_json::Value = serde_json::from_str(&stored).unwrap();
             assert_eq!(read["ttft_ms"].as_f64(), Some(live), "{stored}");

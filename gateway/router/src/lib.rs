@@ -1,5 +1,5 @@
 //! `stead-router` is Stead's AI gateway: the model router, one API over the local engine and
-//! any number of OpenAI-compatible providers. A call names a route; the route's targets are
+//! any number of OpenAI-compatible and Anthropic providers. A call names a route; the route's targets are
 //! tried in order (or in a weighted random order), each retried on the failures its rules name
 //! with backoff (honouring `Retry-After`), under a total deadline and a time-to-first-token
 //! deadline; a target that keeps failing cools down (a circuit breaker shared by every route
@@ -9,8 +9,8 @@
 //! becomes one request-log record. Embeddings (`Router::embed`) go the same way: a route's
 //! targets in order, with retries, breakers, limits, budgets, the cache and the log.
 //!
-//! It owns the chat vocabulary ([`chat`]), the `Provider` trait and the OpenAI-compatible
-//! provider and wire format ([`openai`], [`wire`]), the `[gateway]`/`[[routes]]` configuration
+//! It owns the chat vocabulary ([`chat`]), the `Provider` trait, the OpenAI-compatible
+//! provider and wire format ([`openai`], [`wire`]), the Anthropic provider ([`anthropic`]), the `[gateway]`/`[[routes]]` configuration
 //! ([`config`]) and the request log's records ([`log`]). It knows nothing of sessions, HTTP
 //! serving, storage or ONNX Runtime: the local engine registers itself as a provider
 //! (`stead_inference::provider`) and the request log goes to a sink trait, both wired by the
