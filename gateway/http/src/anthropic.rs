@@ -24,7 +24,7 @@ use stead_router::{RouterError, RouterResponse};
 use uuid::Uuid;
 
 use crate::auth::Caller;
-use crate::openai::{options, router_error, router_headers};
+use crate::openai::{answer_json, options, router_error};
 use crate::streamed::{self, Refused, Step};
 use crate::{ApiError, ApiJson, AppState, ErrorCode};
 
@@ -277,19 +277,7 @@ async fn answer(
     if !parsed.stream {
         return Ok(
             match state.model_router.call(parsed.request, options, None).await {
-                Ok(answer) => {
-                    let mut response =
-                        Json(message_json(&message_id, &model, &answer)).into_response();
-                    router_headers(
-                        response.headers_mut(),
-                        answer.id,
-                        &answer.provider,
-                        &answer.model,
-                        answer.cache,
-                        answer.attempts.len(),
-                    );
-                    response
-                }
+                Ok(answer) => answer_json(message_json(&message_id, &model, &answer), &answer),
                 Err(error) => router_refusal(&error),
             },
         );

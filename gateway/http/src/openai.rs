@@ -209,6 +209,13 @@ pub async fn chat_completions(
     Ok(response)
 }
 
+/// A whole chat answer (of any of the three chat APIs) as JSON with the router's headers.
+pub(crate) fn answer_json(body: Value, answer: &RouterResponse) -> Response {
+    let mut response = Json(body).into_response();
+    answer_headers(response.headers_mut(), answer);
+    response
+}
+
 fn answer_headers(headers: &mut HeaderMap, answer: &RouterResponse) {
     router_headers(
         headers,

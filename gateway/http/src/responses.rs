@@ -13,8 +13,7 @@
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::Event;
-use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::response::Response;
 use serde_json::{json, Map, Value};
 use stead_router::chat::FinishReason;
 use stead_router::wire;
@@ -22,7 +21,7 @@ use stead_router::RouterResponse;
 use uuid::Uuid;
 
 use crate::auth::Caller;
-use crate::openai::{options, router_error, router_headers, set};
+use crate::openai::{answer_json, options, router_error, set};
 use crate::openapi::ErrorBody;
 use crate::streamed::{self, Refused, Step};
 use crate::{ApiError, ApiJson, AppState, ErrorCode};
@@ -335,19 +334,10 @@ pub async fn responses(
     if !parsed.stream {
         return Ok(
             match state.model_router.call(parsed.request, options, None).await {
-                Ok(answer) => {
-                    let body = echo.response("completed", output(&short, &answer), Some(&answer));
-                    let mut response = Json(body).into_response();
-                    router_headers(
-                        response.headers_mut(),
-                        answer.id,
-                        &answer.provider,
-                        &answer.model,
-                        answer.cache,
-                        answer.attempts.len(),
-                    );
-                    response
-                }
+                Ok(answer) => answer_json(
+                    echo.response("completed", output(&short, &answer), Some(&answer)),
+                    &answer,
+                ),
                 Err(error) => router_error(&error),
             },
         );

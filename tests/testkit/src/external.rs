@@ -13,6 +13,20 @@ pub struct Finished {
     pub stderr: String,
 }
 
+/// Runs a client program that prints one JSON object per line, each a check
+/// (`{"check": name, "ok": bool, …}`): there must be `expected` of them and all must pass.
+/// Returns them.
+pub async fn checks(command: Command, limit: Duration, expected: usize) -> Vec<serde_json::Value> {
+    let stdout = run(command, limit, "the client failed").await.stdout;
+    let checks: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect();
+    assert_eq!(checks.len(), expected, "{stdout}");
+    assert!(checks.iter().all(|c| c["ok"] == true), "{stdout}");
+    checks
+}
+
 /// Runs `command` on a blocking thread, to its end or for at most `limit` (then its process
 /// group is killed). Panics with `failure` and the client's output when it fails or runs
 /// past the limit.

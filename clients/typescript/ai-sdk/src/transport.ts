@@ -39,6 +39,12 @@ export class SteadChatTransport implements ChatTransport<UIMessage> {
 
   async sendMessages(options: Parameters<ChatTransport<UIMessage>["sendMessages"]>[0]) {
     const { chatId, messages, abortSignal } = options;
+    if (options.trigger === "regenerate-message") {
+      // A journal is append-only: an answer cannot be taken back and asked again.
+      throw new Error(
+        "a Stead session cannot regenerate an answer (its journal is append-only); fork the session at an earlier step instead (docs/replay.md)",
+      );
+    }
     const creds = await this.creds(chatId);
     const last = messages[messages.length - 1];
     const before = (await api.getSession(creds, chatId)).last_seq;
