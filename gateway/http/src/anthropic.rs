@@ -290,7 +290,7 @@ async fn answer(
     };
     let mut started = false;
     let mut text_open = false;
-    let mut response = streamed::sse(streamed, move |step| {
+    let response = streamed::sse(streamed, id, move |step| {
         let mut events = Vec::new();
         if !std::mem::replace(&mut started, true) {
             events.push(event(
@@ -365,11 +365,6 @@ async fn answer(
         }
         events
     });
-    crate::openai::set(
-        response.headers_mut(),
-        "x-stead-request-id",
-        &id.to_string(),
-    );
     Ok(response)
 }
 

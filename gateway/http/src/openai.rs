@@ -127,7 +127,7 @@ pub async fn chat_completions(
     let chat_id = format!("chatcmpl-{}", id.simple());
     let mut started = false;
     // Each step becomes one or more chunks; the first also opens the message.
-    let mut response = streamed::sse(streamed, move |step| {
+    let response = streamed::sse(streamed, id, move |step| {
         let mut out: Vec<Value> = Vec::new();
         if !std::mem::replace(&mut started, true) {
             out.push(wire::chunk_json(
@@ -201,11 +201,6 @@ pub async fn chat_completions(
         }
         events
     });
-    set(
-        response.headers_mut(),
-        "x-stead-request-id",
-        &id.to_string(),
-    );
     Ok(response)
 }
 

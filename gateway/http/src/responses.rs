@@ -21,7 +21,7 @@ use stead_router::RouterResponse;
 use uuid::Uuid;
 
 use crate::auth::Caller;
-use crate::openai::{answer_json, options, router_error, set};
+use crate::openai::{answer_json, options, router_error};
 use crate::openapi::ErrorBody;
 use crate::streamed::{self, Refused, Step};
 use crate::{ApiError, ApiJson, AppState, ErrorCode};
@@ -352,7 +352,7 @@ pub async fn responses(
     let mut started = false;
     let mut text = String::new();
     let message_id = format!("msg_{short}");
-    let mut response = streamed::sse(streamed, move |step| {
+    let response = streamed::sse(streamed, id, move |step| {
         let mut events = Vec::new();
         let mut emit = |mut data: Value| {
             data["sequence_number"] = json!(sequence);
@@ -435,11 +435,6 @@ pub async fn responses(
         }
         events
     });
-    set(
-        response.headers_mut(),
-        "x-stead-request-id",
-        &id.to_string(),
-    );
     Ok(response)
 }
 

@@ -79,8 +79,9 @@ pub(crate) async fn start(
 }
 
 /// The server-sent events of a streamed call: `encode` turns each step into events (it is
-/// called once with the `Done` step, last).
-pub(crate) fn sse<F>(streamed: Streamed, encode: F) -> Response
+/// called once with the `Done` step, last). The answer carries `x-stead-request-id` (the log
+/// record's id); who answered comes in the last events, once known.
+pub(crate) fn sse<F>(streamed: Streamed, request_id: uuid::Uuid, encode: F) -> Response
 where
     F: FnMut(Step) -> Vec<Event> + Send + 'static,
 {
@@ -103,5 +104,11 @@ where
         },
     )
     .flatten();
-    Sse::new(events).into_response()
+    let mut response = Sse::new(events).into_response();
+    crate::openai::set(
+        response.headers_mut(),
+        "x-stead-request-id",
+        &request_id.to_string(),
+    );
+    response
 }
