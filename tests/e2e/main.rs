@@ -26,6 +26,7 @@ mod clients;
 mod cluster;
 mod delegation_budget;
 mod gateway;
+mod gateway_apis;
 mod gateway_router;
 mod knowledge;
 mod knowledge_checks;
