@@ -137,6 +137,16 @@ rm -rf clients/python/build clients/python/stead.egg-info
 export OPENAI_PYTHON="$clients_venv/bin/python"
 export CLIENT_PYTHON="$clients_venv/bin/python"
 
+step "Node 18 (what Debian 12 ships; PyPI's nodejs-bin), for @stead/client's test on the oldest Node it supports"
+node18_venv="$CARGO_TARGET_DIR/node18-venv"
+if [ ! -x "$node18_venv/node" ]; then
+  rm -rf "$node18_venv"
+  python3 -m venv "$node18_venv"
+  "$node18_venv/bin/pip" install --quiet --disable-pip-version-check "nodejs-bin==18.4.0a4"
+  ln -s "$("$node18_venv/bin/python" -c 'import nodejs, os; print(os.path.join(os.path.dirname(nodejs.__file__), "bin", "node"))')" "$node18_venv/node"
+fi
+export NODE18="$node18_venv/node"
+
 step "The official MCP Python SDK (PyPI), for the Streamable HTTP server and /mcp client tests"
 mcp_venv="$CARGO_TARGET_DIR/mcp-venv"
 mcp_version="2.3.0"

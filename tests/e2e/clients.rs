@@ -56,6 +56,8 @@ async fn checks(command: Command, expected: usize) {
     external::checks(command, Duration::from_secs(180), expected).await;
 }
 
+/// On this machine's Node and on Node 18 (what Debian 12 ships; `NODE18`, from the PyPI
+/// package `nodejs-bin`, installed by scripts/test.sh).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_typescript_client_drives_a_session_from_node() {
     assert!(
@@ -64,15 +66,20 @@ async fn the_typescript_client_drives_a_session_from_node() {
             .is_file(),
         "needs the client packages built (scripts/build-web-ui.sh)"
     );
-    let up = clock_then(vec![Reply::text("It is noon.")]).await;
-    let server = Stead::start(&config(&up, &format!("api_keys = [\"{KEY}\"]")), None);
-    let mut command = Command::new("node");
-    command
-        .current_dir(root())
-        .arg("clients/typescript/client/test/live.mjs")
-        .arg(&server.base)
-        .arg(KEY);
-    checks(command, 9).await;
+    let node18 = std::env::var("NODE18")
+        .expect("needs NODE18 (scripts/test.sh installs Node 18 from PyPI's nodejs-bin)");
+    for node in ["node", node18.as_str()] {
+        let up = clock_then(vec![Reply::text("It is noon.")]).await;
+        let server = Stead::start(&config(&up, &format!("api_keys = [\"{KEY}\"]")), None);
+        let mut command = Command::new(node);
+        command
+            .current_dir(root())
+            .arg("clients/typescript/client/test/live.mjs")
+            .arg(&server.base)
+            .arg(KEY);
+        let checks = external::checks(command, Duration::from_secs(180), 10).await;
+        eprintln!("@stead/client on Node {}", checks[0]["version"]);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -27,6 +27,7 @@ const until = (conn, predicate, ms = 30000) =>
     });
   });
 
+check("node", true, { version: process.version });
 const created = await api.createSession(operator, "ops", { from: "live.mjs" });
 check("create", typeof created.token === "string" && created.status === "idle");
 // From here on the session's own token only, as a browser app would hold.
