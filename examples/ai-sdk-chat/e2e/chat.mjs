@@ -1,6 +1,7 @@
 // The AI SDK example in a real browser (Debian's Chromium through playwright-core): `useChat` over
 // a Stead session on another origin (CORS), with the session's token only. Ask, see the tool
-// call wait for approval, approve it, see the tool's output and the streamed answer; reload and
+// call wait for approval, reload (the chat is rebuilt from the journal and still asks), approve
+// it, see the tool's output and the streamed answer; reload and
 // see the chat rebuilt from the journal; reload in the middle of a slow answer and see it
 // resumed to the end, once. Run as `node e2e/chat.mjs APP_URL OUT_DIR`; screenshots go to OUT_DIR.
 
@@ -37,6 +38,10 @@ try {
   await page.locator('[data-status="ready"]').waitFor(slow);
   await shot(page, "01-ai-sdk-approval");
   step("the tool call waits for approval");
+
+  // Reloaded while it waits: the chat, rebuilt from the journal, still asks; answer it there.
+  await page.reload();
+  await tool.and(page.locator('[data-state="approval-requested"]')).waitFor(slow);
 
   await tool.getByRole("button", { name: "Approve" }).click();
   await tool.and(page.locator('[data-state="output-available"]')).waitFor(slow);

@@ -47,27 +47,38 @@ export class SteadChatTransport implements ChatTransport<UIMessage> {
     }
     const creds = await this.creds(chatId);
     const last = messages[messages.length - 1];
-    const before = (await api.getSession(creds, chatId)).last_seq;
-    let act: () => Promise<unknown>;
+    const session = await api.getSession(creds, chatId);
+    const before = session.last_seq;
+    let act: () => Promise<boolean>;
     if (last?.role === "assistant") {
       // Approval responses: decide each call the person answered that still waits.
       const responded = last.parts.flatMap((part: any) =>
         part.approval && part.state === "approval-responded" ? [part] : [],
       );
+      if (responded.length === 0) {
+        throw new Error("nothing to send: the last message is the assistant's and answers no approval");
+      }
       const { approvals } = await api.treeApprovals(creds, chatId);
       act = async () => {
+        let decided = 0;
         for (const part of responded) {
           const pending = approvals.find((a) => a.session_id === chatId && a.call_id === part.toolCallId);
           if (!pending) continue; // decided already (another tab, or a retry)
           await api.decide(creds, pending, part.approval.approved, part.approval.reason ?? (part.approval.approved ? "approved" : "rejected"));
+          decided += 1;
         }
+        // Nothing decided here and nothing running: no events will come for this request.
+        return decided > 0 || session.status === "running";
       };
     } else {
       const text = (last?.parts ?? [])
         .map((part: any) => (part.type === "text" ? part.text : ""))
         .join("");
       // The message's own id makes a retried request apply once (`client_id`).
-      act = () => api.sendMessage(creds, chatId, text, { clientId: last?.id });
+      act = async () => {
+        await api.sendMessage(creds, chatId, text, { clientId: last?.id });
+        return true;
+      };
     }
     return this.stream(chatId, creds, before, new TurnTranslator(), abortSignal, act);
   }
@@ -89,7 +100,7 @@ export class SteadChatTransport implements ChatTransport<UIMessage> {
     afterSeq: number,
     translator: TurnTranslator,
     abortSignal: AbortSignal | undefined,
-    act?: () => Promise<unknown>,
+    act?: () => Promise<boolean>,
   ): ReadableStream<UIMessageChunk> {
     let conn: SessionConnection | null = null;
     return new ReadableStream<UIMessageChunk>({
@@ -120,7 +131,11 @@ export class SteadChatTransport implements ChatTransport<UIMessage> {
         });
         if (act) {
           try {
-            await act();
+            if (!(await act())) {
+              controller.enqueue({ type: "start" });
+              controller.enqueue({ type: "finish", finishReason: "other" });
+              finish();
+            }
           } catch (e) {
             controller.enqueue({ type: "error", errorText: e instanceof Error ? e.message : String(e) });
             finish();
