@@ -12,6 +12,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::auth::Caller;
+use crate::openapi::ErrorBody;
 use crate::{ApiError, ApiJson, ApiPath, ApiQuery, AppState, ErrorCode};
 
 /// What the HTTP edge asks of the knowledge service. Errors are answered as they are.
@@ -75,6 +76,7 @@ pub struct NewCollection {
     embedding_route: Option<String>,
 }
 
+#[utoipa::path(post, path = "/v1/collections", request_body(content = Object, description = "`{\"name\", \"embedding_route\"?}` (docs/knowledge.md)"), responses((status = 201, description = "The collection"), (status = 200, description = "It exists already with this embedding route"), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 502, body = ErrorBody), (status = 503, description = "Knowledge is not served, or the embedding route has no available target", body = ErrorBody)))]
 pub async fn create_collection(
     State(state): State<AppState>,
     Caller(caller): Caller,
@@ -87,6 +89,7 @@ pub async fn create_collection(
     Ok(created(new, collection))
 }
 
+#[utoipa::path(get, path = "/v1/collections", responses((status = 200, description = "`{\"collections\":[…]}`"), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 502, body = ErrorBody), (status = 503, description = "Knowledge is not served, or the embedding route has no available target", body = ErrorBody)))]
 pub async fn list_collections(
     State(state): State<AppState>,
     Caller(caller): Caller,
@@ -95,6 +98,7 @@ pub async fn list_collections(
     Ok(Json(service(&state)?.list_collections().await?))
 }
 
+#[utoipa::path(get, path = "/v1/collections/{name}", params(("name" = String, Path, description = "Collection name")), responses((status = 200, description = "The collection"), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 502, body = ErrorBody), (status = 503, description = "Knowledge is not served, or the embedding route has no available target", body = ErrorBody)))]
 pub async fn get_collection(
     State(state): State<AppState>,
     Caller(caller): Caller,
@@ -104,6 +108,7 @@ pub async fn get_collection(
     Ok(Json(service(&state)?.get_collection(&name).await?))
 }
 
+#[utoipa::path(delete, path = "/v1/collections/{name}", params(("name" = String, Path, description = "Collection name")), responses((status = 204, description = "Deleted with its documents"), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 502, body = ErrorBody), (status = 503, description = "Knowledge is not served, or the embedding route has no available target", body = ErrorBody)))]
 pub async fn delete_collection(
     State(state): State<AppState>,
     Caller(caller): Caller,
@@ -122,6 +127,7 @@ pub struct DocumentBody {
     metadata: Option<Value>,
 }
 
+#[utoipa::path(put, path = "/v1/collections/{name}/documents/{id}", params(("name" = String, Path, description = "Collection name"), ("id" = String, Path, description = "Document id (one path segment, percent-encoded)")), request_body(content = Object, description = "`{\"text\", \"metadata\"?}`: chunked, embedded and stored atomically"), responses((status = 201, description = "Created"), (status = 200, description = "Replaced, or unchanged"), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 502, body = ErrorBody), (status = 503, description = "Knowledge is not served, or the embedding route has no available target", body = ErrorBody)))]
 pub async fn put_document(
     State(state): State<AppState>,
     Caller(caller): Caller,
@@ -150,6 +156,7 @@ pub struct DocumentPage {
     limit: Option<u32>,
 }
 
+#[utoipa::path(get, path = "/v1/collections/{name}/documents", params(("name" = String, Path, description = "Collection name"), ("after" = Option<String>, Query, description = "The last id of the previous page"), ("limit" = Option<u32>, Query, description = "1 to 500, default 100")), responses((status = 200, description = "`{\"documents\":[…],\"next_after\"}`"), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 502, body = ErrorBody), (status = 503, description = "Knowledge is not served, or the embedding route has no available target", body = ErrorBody)))]
 pub async fn list_documents(
     State(state): State<AppState>,
     Caller(caller): Caller,
@@ -171,6 +178,7 @@ pub async fn list_documents(
     ))
 }
 
+#[utoipa::path(get, path = "/v1/collections/{name}/documents/{id}", params(("name" = String, Path, description = "Collection name"), ("id" = String, Path, description = "Document id (one path segment, percent-encoded)")), responses((status = 200, description = "The document with its text and chunks"), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 502, body = ErrorBody), (status = 503, description = "Knowledge is not served, or the embedding route has no available target", body = ErrorBody)))]
 pub async fn get_document(
     State(state): State<AppState>,
     Caller(caller): Caller,
@@ -180,6 +188,7 @@ pub async fn get_document(
     Ok(Json(service(&state)?.get_document(&collection, &id).await?))
 }
 
+#[utoipa::path(delete, path = "/v1/collections/{name}/documents/{id}", params(("name" = String, Path, description = "Collection name"), ("id" = String, Path, description = "Document id (one path segment, percent-encoded)")), responses((status = 204, description = "Deleted"), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 502, body = ErrorBody), (status = 503, description = "Knowledge is not served, or the embedding route has no available target", body = ErrorBody)))]
 pub async fn delete_document(
     State(state): State<AppState>,
     Caller(caller): Caller,
@@ -190,6 +199,7 @@ pub async fn delete_document(
     Ok(StatusCode::NO_CONTENT)
 }
 
+#[utoipa::path(post, path = "/v1/collections/{name}/query", params(("name" = String, Path, description = "Collection name")), request_body(content = Object, description = "`{\"query\", \"top_k\"?, \"mode\"?, \"filter\"?}` (docs/knowledge.md)"), responses((status = 200, description = "`{\"results\":[…],\"mode\"}`"), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 502, body = ErrorBody), (status = 503, description = "Knowledge is not served, or the embedding route has no available target", body = ErrorBody)))]
 pub async fn query(
     State(state): State<AppState>,
     Caller(caller): Caller,
