@@ -10,6 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use stead_testkit::client::Api;
 use stead_testkit::external;
 use stead_testkit::stead::Stead;
 use stead_testkit::upstream::{Reply, Upstream};
@@ -196,28 +197,10 @@ async fn the_ai_sdk_example_chats_with_approvals_and_resumes_in_chromium() {
         assert!(out.join(format!("{shot}.png")).is_file(), "{shot}");
     }
     // The tool ran once, approved, and the session's journal holds both turns.
-    let sessions: Value = reqwest::Client::new()
-        .get(format!("{}/v1/sessions", server.base))
-        .bearer_auth(KEY)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, sessions) = server.call_as("GET", "/v1/sessions", None, Some(KEY)).await;
     let id = sessions["sessions"][0]["id"].as_str().unwrap().to_string();
-    let events: Value = reqwest::Client::new()
-        .get(format!(
-            "{}/v1/sessions/{id}/events?limit=1000",
-            server.base
-        ))
-        .bearer_auth(KEY)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let path = format!("/v1/sessions/{id}/events?limit=1000");
+    let (_, events) = server.call_as("GET", &path, None, Some(KEY)).await;
     let kinds: Vec<&str> = events["events"]
         .as_array()
         .unwrap()

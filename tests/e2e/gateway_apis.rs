@@ -6,6 +6,7 @@
 //! clients against the real model: `tests/local_model/vendor_clients.rs`.)
 
 use serde_json::{json, Value};
+use stead_testkit::client::Api;
 use stead_testkit::stead::Stead;
 use stead_testkit::upstream::{Reply, Upstream};
 
@@ -226,16 +227,14 @@ async fn messages_and_responses_answer_stream_call_tools_and_are_limited_and_log
     );
 
     // A session token is not an operator: refused in Anthropic's envelope.
-    let session: Value = reqwest::Client::new()
-        .post(format!("{base}/v1/sessions"))
-        .bearer_auth(KEY)
-        .json(&json!({ "agent": "ops" }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, session) = server
+        .call_as(
+            "POST",
+            "/v1/sessions",
+            Some(json!({ "agent": "ops" })),
+            Some(KEY),
+        )
+        .await;
     let token = session["token"].as_str().unwrap();
     let (status, _, body) = post(base, "/v1/messages", token, ask(false)).await;
     assert_eq!(status, 403, "{body}");
@@ -284,15 +283,14 @@ async fn messages_and_responses_answer_stream_call_tools_and_are_limited_and_log
     // One log record per answered call (8), on the route it named.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
-        let logs: Value = reqwest::Client::new()
-            .get(format!("{base}/v1/gateway/logs?limit=100&status=ok"))
-            .bearer_auth(KEY)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let (_, logs) = server
+            .call_as(
+                "GET",
+                "/v1/gateway/logs?limit=100&status=ok",
+                None,
+                Some(KEY),
+            )
+            .await;
         let ok = logs["logs"].as_array().unwrap().len();
         if ok == 8 {
             break;

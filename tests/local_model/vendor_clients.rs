@@ -8,7 +8,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use serde_json::Value;
+use stead_testkit::client::Api;
 use stead_testkit::external;
 use stead_testkit::stead::{prepared_data_dir, Stead};
 
@@ -39,18 +39,14 @@ async fn anthropic_and_openai_clients_use_messages_and_responses() {
     run(&server, "anthropic_client.py", 10).await;
     run(&server, "responses_client.py", 6).await;
     // Logged like chat completions: one record per answered call, on the local provider.
-    let logs: Value = reqwest::Client::new()
-        .get(format!(
-            "{}/v1/gateway/logs?limit=200&provider=local",
-            server.base
-        ))
-        .bearer_auth(KEY)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, logs) = server
+        .call_as(
+            "GET",
+            "/v1/gateway/logs?limit=200&provider=local",
+            None,
+            Some(KEY),
+        )
+        .await;
     let records = logs["logs"].as_array().unwrap();
     assert!(records.len() >= 11, "{logs}");
 }
