@@ -85,7 +85,7 @@ pub(crate) fn build_agent(
     client: &reqwest::Client,
     knowledge: Option<&Arc<Knowledge>>,
 ) -> anyhow::Result<Agent> {
-    let mut tools: BTreeMap<String, Arc<dyn Tool>> = BTreeMap::new();
+    let mut tools: stead_actors::session::AgentTools = Default::default();
     for tool in config.tools.iter().filter(|t| t.kind != "mcp") {
         let built = build_tool(tool, store, client, knowledge)
             .with_context(|| format!("agent `{}`, tool `{}`", config.name, tool.name))?;

@@ -69,6 +69,28 @@ pub enum EvalCommand {
     /// Forty fixed prompts to the demo agent: how often the right tool is called when one is
     /// asked for, and how often a tool is called unasked.
     Tools(EvalToolsArgs),
+    /// Whole turns and conversations of the demo agent, graded on what a person sees: the
+    /// tools called, the reply, no tool-call text, no empty reply, the turn's time.
+    Agent(EvalAgentArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct EvalAgentArgs {
+    /// Run only the first N cases (a quick check).
+    #[arg(long, value_name = "N")]
+    pub limit: Option<usize>,
+    /// Print the result (with every turn's outcome) as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+    /// Exit 1 when the share of passing cases is below this (0–1).
+    #[arg(long, value_name = "RATE")]
+    pub fail_under: Option<f64>,
+    /// Cases from this TOML file instead of the shipped ones (src/eval/agent-cases.toml).
+    #[arg(long, value_name = "FILE")]
+    pub cases: Option<PathBuf>,
+    /// A prepared model (its directory under {data_dir}/models) instead of the default.
+    #[arg(long, value_name = "NAME")]
+    pub model: Option<String>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -473,6 +495,9 @@ async fn run_command(config: Config, command: Command) -> anyhow::Result<ExitCod
         Command::Migrate => done(crate::serve::migrate(config).await),
         Command::Setup(args) => done(crate::serve::setup(config, args).await),
         Command::Eval(EvalCommand::Tools(args)) => done(crate::eval::tools(config, args).await),
+        Command::Eval(EvalCommand::Agent(args)) => {
+            done(crate::eval::agent::agent(config, args).await)
+        }
         Command::Knowledge(command) => crate::knowledge::cli::run(config, command).await,
         Command::Bench(BenchCommand::Journal(args)) => {
             done(crate::bench::journal::journal(config, args).await)

@@ -16,7 +16,7 @@ use stead_inference::provider::{OnnxEmbeddingProvider, OnnxProvider};
 use stead_persistence::request_log::RequestLogEntry;
 use stead_persistence::RequestLog;
 use stead_router::anthropic::AnthropicProvider;
-use stead_router::chat::{ChatMessage, Role, ToolCall, ToolSpec};
+use stead_router::chat::{ChatMessage, Role, ToolCall, ToolChoice, ToolSpec};
 use stead_router::log::{LogRecord, RequestLogSink, SinkError};
 use stead_router::openai::OpenAiProvider;
 use stead_router::{CallOptions, Provider, Providers, Router, RouterRequest, SharedLedger};
@@ -135,8 +135,9 @@ impl RequestLogSink for StoreSink {
 
 /// The router request for one model call of a session: the system prompt, then the
 /// transcript (assistant tool calls with their arguments as JSON text; each tool result as a
-/// `tool` message whose content is the result's JSON text, or the string itself when the result
-/// is a JSON string), and the agent's tools.
+/// `tool` message whose content is the result's JSON text, the string itself when the result
+/// is a JSON string, or a sentence for a failure), and the agent's tools; a repair call offers
+/// no tools and ends with the repair instruction as a system message.
 pub fn router_request(request: &ModelRequest) -> RouterRequest {
     let mut messages = Vec::with_capacity(request.transcript.len() + 1);
     if !request.system_prompt.is_empty() {
@@ -162,17 +163,24 @@ pub fn router_request(request: &ModelRequest) -> RouterRequest {
                 call_id, content, ..
             } => ChatMessage {
                 role: Role::Tool,
-                content: match content {
-                    Value::String(text) => text.clone(),
-                    other => other.to_string(),
-                },
+                content: tool_content(content),
                 tool_calls: Vec::new(),
                 tool_call_id: Some(call_id.clone()),
             },
         });
     }
+    if request.repair {
+        messages.push(ChatMessage::system(
+            stead_actors::reply::REPAIR_INSTRUCTION.to_string(),
+        ));
+    }
     RouterRequest {
         route: request.route.clone(),
+        tool_choice: if request.repair {
+            ToolChoice::None
+        } else {
+            ToolChoice::Auto
+        },
         messages,
         tools: request
             .tools
@@ -184,6 +192,20 @@ pub fn router_request(request: &ModelRequest) -> RouterRequest {
             })
             .collect(),
         ..Default::default()
+    }
+}
+
+/// A tool result as the model reads it: a string as itself, a failure (`{"error": …}`, as the
+/// fold records failed, rejected and cancelled calls) as a sentence that says so — small models
+/// read `{"error": "rejected by ada"}` as a note that was not found — anything else as JSON text.
+fn tool_content(content: &Value) -> String {
+    match content {
+        Value::String(text) => text.clone(),
+        Value::Object(map) if map.len() == 1 => match map.get("error") {
+            Some(Value::String(error)) => format!("The call did not succeed: {error}"),
+            _ => content.to_string(),
+        },
+        other => other.to_string(),
     }
 }
 
@@ -319,6 +341,7 @@ mod tests {
             }],
             principal: "local".into(),
             metadata: Default::default(),
+            repair: false,
         };
         let tool_call = |id: &str, city: &str| {
             json!({

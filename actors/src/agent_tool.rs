@@ -182,7 +182,7 @@ pub fn child_outcome(child: Uuid, events: &[SessionEvent]) -> Option<Result<Valu
     Some(match end {
         Ok(TurnEnd::Completed) => {
             let reply = events.iter().rev().find_map(|e| match e {
-                SessionEvent::AssistantMessage { text } => Some(text.clone()),
+                SessionEvent::AssistantMessage { text, .. } => Some(text.clone()),
                 _ => None,
             });
             Ok(json!({ "reply": reply.unwrap_or_default(), "child_session_id": child }))
@@ -239,7 +239,7 @@ pub fn waits_for_child(state: &SessionState, call_id: &str) -> bool {
 /// person follows — the last such event of the decision counts).
 pub fn progress_line(events: &[SessionEvent]) -> Option<String> {
     events.iter().rev().find_map(|event| match event {
-        SessionEvent::AssistantMessage { text } => Some(clip(text)),
+        SessionEvent::AssistantMessage { text, .. } => Some(clip(text)),
         SessionEvent::ApprovalRequested { tool, .. } => {
             Some(format!("awaiting approval of {tool}"))
         }
@@ -301,6 +301,7 @@ mod tests {
         assert_eq!(child_outcome(child, &events), None);
         events.push(SessionEvent::AssistantMessage {
             text: "Found it.".into(),
+            fallback: false,
         });
         events.push(SessionEvent::TurnFinished {
             reason: TurnEnd::Completed,

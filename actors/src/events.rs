@@ -266,8 +266,20 @@ pub enum SessionEvent {
         digest: String,
         tools: Vec<SeenTool>,
     },
+    /// The turn's reply. `fallback`: the model gave nothing usable (see `reply_rejected`), so
+    /// Stead built this reply from the turn's tool results (docs/sessions.md, "Replies").
     AssistantMessage {
         text: String,
+        #[serde(default, skip_serializing_if = "is_false")]
+        #[ts(optional, as = "Option<bool>")]
+        fallback: bool,
+    },
+    /// The model's answer `call_id` had no tool calls, but its text cannot be a reply (empty,
+    /// or tool-call text): it is dropped from the transcript, and the turn asks the model once
+    /// more without tools (a repair call) or builds the reply from its tool results.
+    ReplyRejected {
+        call_id: String,
+        reason: String,
     },
     TurnFinished {
         reason: TurnEnd,
@@ -349,6 +361,10 @@ pub struct Overrides {
     pub route: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_prompt: Option<String>,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -14,6 +14,7 @@ pub mod events;
 pub mod inputs;
 pub mod policy;
 pub mod replay;
+pub mod reply;
 pub mod rules;
 pub mod schedule;
 pub mod schedule_tool;

@@ -73,6 +73,10 @@ pub struct Turn {
     /// (or, if it ends first, start the next turn).
     #[serde(default)]
     pub steering: Vec<String>,
+    /// Replies of this turn rejected as unusable (`reply_rejected`): while any is, the next
+    /// model call is a repair call (no tools, an instruction to answer).
+    #[serde(default)]
+    pub rejected_replies: u32,
 }
 
 impl Turn {
@@ -340,7 +344,27 @@ impl SessionState {
                 self.seen_tools = tools.iter().cloned().collect();
                 self.seen_tools_digest = Some(digest.clone());
             }
-            SessionEvent::AssistantMessage { .. } => {}
+            SessionEvent::AssistantMessage { text, fallback } => {
+                // A model's reply is in the transcript since its `model_call_finished`; a
+                // built one joins it here.
+                if *fallback {
+                    self.transcript.push_back(TranscriptEntry::Assistant {
+                        text: text.clone(),
+                        tool_calls: Vec::new(),
+                    });
+                }
+            }
+            SessionEvent::ReplyRejected { .. } => {
+                if matches!(
+                    self.transcript.last(),
+                    Some(TranscriptEntry::Assistant { tool_calls, .. }) if tool_calls.is_empty()
+                ) {
+                    self.transcript.pop_back();
+                }
+                if let Some(turn) = &mut self.turn {
+                    turn.rejected_replies += 1;
+                }
+            }
             SessionEvent::ScheduleCreated { .. }
             | SessionEvent::ScheduleFired { .. }
             | SessionEvent::ScheduleSkipped { .. }

@@ -201,6 +201,12 @@ impl Tool for CalculatorTool {
             .as_str()
             .ok_or_else(|| ToolError("`expression` must be a string".into()))?;
         let value = calculate(expression).map_err(ToolError)?;
+        // A whole number reads as one (`391`, not `391.0`): models quote what they are given.
+        let value = if value.fract() == 0.0 && value.abs() < 9.0e15 {
+            json!(value as i64)
+        } else {
+            json!(value)
+        };
         Ok(json!({ "expression": expression, "value": value }))
     }
 }
@@ -340,22 +346,30 @@ impl MemoryTool {
 impl Tool for MemoryTool {
     tool_info_accessors!();
 
+    /// Only what its ops use: `value` where `set` is offered, the list prefix where `list` is
+    /// (a small model offered a `value` on a delete-only tool takes it for a place to save).
     fn parameters(&self) -> Value {
+        let has = |op: &str| self.ops.iter().any(|o| o == op);
+        let key = if has("list") {
+            "the note's name (for list: a prefix, empty for all)"
+        } else {
+            "the note's name"
+        };
+        let mut properties = serde_json::Map::new();
+        properties.insert("op".into(), json!({ "type": "string", "enum": self.ops }));
+        properties.insert(
+            "key".into(),
+            json!({ "type": "string", "maxLength": 100, "description": key }),
+        );
+        if has("set") {
+            properties.insert(
+                "value".into(),
+                json!({ "type": "string", "maxLength": 2000, "description": "the note's text (for set)" }),
+            );
+        }
         json!({
             "type": "object",
-            "properties": {
-                "op": { "type": "string", "enum": self.ops },
-                "key": {
-                    "type": "string",
-                    "maxLength": 100,
-                    "description": "the note's name (for list: a prefix, empty for all)"
-                },
-                "value": {
-                    "type": "string",
-                    "maxLength": 2000,
-                    "description": "the note's text (for set)"
-                }
-            },
+            "properties": properties,
             // The key is required even for `list` (empty lists all): a small model left free
             // to omit it writes `set` calls without one.
             "required": ["op", "key"],

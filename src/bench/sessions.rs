@@ -130,6 +130,7 @@ fn step_cost(lengths: &[usize]) {
                 &mut state,
                 SessionEvent::AssistantMessage {
                     text: "an answer of a few words, as models give".into(),
+                    fallback: false,
                 },
             );
             fold(

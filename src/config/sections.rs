@@ -225,6 +225,12 @@ pub struct EngineConfig {
     /// In `auto` tool mode, a reply that only repeats the call whose result the model was just
     /// given is decoded again as text (small models otherwise call the same tool in a loop).
     pub block_repeated_calls: bool,
+    /// In `auto` tool mode, a conversation that ends with tool results gets a last system
+    /// message asking for a plain answer that uses them (docs/inference.md, "Tool calling").
+    pub tool_result_hint: bool,
+    /// In `auto` tool mode, turns before the last user message are folded into the system
+    /// message as a plain transcript (docs/inference.md, "Tool calling").
+    pub digest_history: bool,
 }
 
 impl Default for EngineConfig {
@@ -238,6 +244,8 @@ impl Default for EngineConfig {
             prefix_cache_bytes: stead_inference::pool::DEFAULT_PREFIX_CACHE_BYTES,
             prefix_cache_min_tokens: stead_inference::pool::DEFAULT_PREFIX_CACHE_MIN_TOKENS,
             block_repeated_calls: true,
+            tool_result_hint: true,
+            digest_history: true,
         }
     }
 }

@@ -42,7 +42,7 @@ async fn a_session_answers_with_the_real_model() {
             callbacks: Default::default(),
             delegation: Default::default(),
         },
-        tools: BTreeMap::new(),
+        tools: Default::default(),
         dynamic: None,
     };
     // The session's calls go through the model router, as `stead serve` wires them.
@@ -91,7 +91,7 @@ async fn a_session_answers_with_the_real_model() {
         {
             Frame::Delta { text, .. } => streamed.push_str(&text),
             Frame::Event { event, .. } => {
-                if let SessionEvent::AssistantMessage { text } = event.as_ref() {
+                if let SessionEvent::AssistantMessage { text, .. } = event.as_ref() {
                     break text.clone();
                 }
             }

@@ -1,8 +1,10 @@
 //! The demo flow on the default model (Qwen2.5-Coder-0.5B-Instruct, prepared by `stead setup`)
 //! in a real browser: `web-ui/e2e/demo.mjs` drives Debian's Chromium against `stead serve` with
-//! its built-in configuration — remember a note, ask to forget it, approve the approval card,
-//! see the note deleted. The model decides by itself to call both tools. Screenshots go to
-//! `{target}/tmp/web-ui-demo/`; afterwards the journal is checked for what the page showed.
+//! its built-in configuration — remember a note, a calculation, ask to forget the note and
+//! approve the approval card, ask again and reject it. The model decides by itself to call the
+//! tools, and after each result it answers in a sentence (issue 38: never call JSON, never an
+//! empty bubble). Screenshots go to `{target}/tmp/web-ui-demo/`; afterwards the journal is
+//! checked for what the page showed.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -40,8 +42,10 @@ async fn the_demo_agent_forgets_a_note_after_approval_in_a_real_browser() {
         .unwrap_or_else(|| panic!("the flow did not finish: {stdout}"));
     for shot in [
         "demo-1-remembered",
-        "demo-2-approval-card",
-        "demo-3-forgotten",
+        "demo-2-calculated",
+        "demo-3-approval-card",
+        "demo-4-forgotten",
+        "demo-5-rejected",
     ] {
         assert!(
             out.join(format!("{shot}.png")).is_file(),
@@ -49,8 +53,9 @@ async fn the_demo_agent_forgets_a_note_after_approval_in_a_real_browser() {
         );
     }
 
-    // The journal holds what the page showed: the model called remember, then forget; forget
-    // waited for a person's approval; its result deleted the note remember had stored.
+    // The journal holds what the page showed: the model called remember, the calculator, then
+    // forget twice; each forget waited for a person (approved, then rejected); the approved one
+    // deleted the note remember had stored.
     let journal = server.journal(done["session"].as_str().unwrap()).await;
     let of = |kind: &str| -> Vec<&serde_json::Value> {
         journal.iter().filter(|e| e["kind"] == kind).collect()
@@ -59,16 +64,78 @@ async fn the_demo_agent_forgets_a_note_after_approval_in_a_real_browser() {
         .iter()
         .map(|e| e["payload"]["tool"].as_str().unwrap())
         .collect();
-    assert_eq!(requested, ["remember", "forget"], "{journal:#?}");
-    assert_eq!(of("approval_requested").len(), 1);
-    assert_eq!(of("approval_decided")[0]["payload"]["approved"], true);
+    assert_eq!(
+        requested,
+        ["remember", "calculator", "forget", "forget"],
+        "{journal:#?}"
+    );
+    let decided: Vec<&serde_json::Value> = of("approval_decided")
+        .iter()
+        .map(|e| &e["payload"]["approved"])
+        .collect();
+    assert_eq!(decided, [true, false]);
     let results = of("tool_call_finished");
     let stored = &results[0]["payload"]["result"]["key"];
-    let deleted = &results[1]["payload"]["result"];
+    let deleted = &results[2]["payload"]["result"];
     assert_eq!(
         &deleted["key"], stored,
         "forget named the note remember stored"
     );
     assert_eq!(deleted["deleted"], true);
+
+    // Each turn ends in a sentence the page showed: the journaled reply is the bubble's text,
+    // the model wrote it (not built from the results), and it is no tool-call text.
+    let shown: Vec<(String, String)> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| {
+            let r = &v["reply"];
+            Some((
+                r["step"].as_str()?.to_string(),
+                r["text"].as_str()?.to_string(),
+            ))
+        })
+        .collect();
+    let replies = of("assistant_message");
+    assert_eq!(replies.len(), 4, "{journal:#?}");
+    let tools = ["clock", "remember", "forget", "calculator"];
+    for ((step, text), event) in shown.iter().zip(&replies) {
+        let journaled = event["payload"]["text"].as_str().unwrap();
+        assert_eq!(
+            text.trim(),
+            journaled.trim(),
+            "{step}: the page shows the reply"
+        );
+        assert_ne!(
+            event["payload"]["fallback"], true,
+            "{step}: the model answered"
+        );
+        assert_eq!(
+            stead_actors::reply::problem(journaled, &tools, &[]),
+            None,
+            "{step}: {journaled:?}"
+        );
+    }
+    let reply = |step: &str| {
+        shown
+            .iter()
+            .find(|(s, _)| s == step)
+            .unwrap()
+            .1
+            .to_lowercase()
+    };
+    assert!(reply("calculator").contains("391"), "{shown:?}");
+    let forgotten = reply("forget-approved");
+    assert!(
+        ["delet", "remov", "forg", "eras"]
+            .iter()
+            .any(|w| forgotten.contains(w)),
+        "{shown:?}"
+    );
+    let kept = reply("forget-rejected");
+    assert!(
+        ["not", "reject"].iter().any(|w| kept.contains(w)),
+        "the rejection is reported: {shown:?}"
+    );
     eprintln!("screenshots: {}", out.display());
 }

@@ -1,18 +1,22 @@
 //! What sessions are configured with: the agents (loop rules, prompt, tools) and the
 //! lifecycle settings (snapshots, passivation, restarts, leases).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::decide::AgentRules;
 use crate::tools::{DynamicTools, Tool};
+
+/// An agent's configured tools by name, in the configuration's order.
+pub type AgentTools = indexmap::IndexMap<String, Arc<dyn Tool>>;
 
 /// An agent: its loop rules, prompt and tools.
 pub struct Agent {
     pub name: String,
     pub system_prompt: String,
     pub rules: AgentRules,
-    pub tools: BTreeMap<String, Arc<dyn Tool>>,
+    /// The configured tools by name, in the configuration's order: the order the model sees
+    /// them in (a small model's choice between two tools depends on it).
+    pub tools: AgentTools,
     /// Tools from sources whose lists change (MCP servers), when the agent has any.
     pub dynamic: Option<Arc<dyn DynamicTools>>,
 }

@@ -288,6 +288,11 @@ impl Live {
                     transcript: self.state.transcript.iter().cloned().collect(),
                     principal: self.state.principal().to_string(),
                     metadata: self.metadata.clone(),
+                    repair: self
+                        .state
+                        .turn
+                        .as_ref()
+                        .is_some_and(|t| t.rejected_replies > 0),
                     tools: agent
                         .tools
                         .values()

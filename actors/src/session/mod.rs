@@ -16,7 +16,7 @@ mod scheduler;
 mod supervisor;
 
 pub use actor::{Caller, Live, SessionActor, SessionDeps, SessionError, SessionMsg};
-pub use config::{Agent, Lifecycle};
+pub use config::{Agent, AgentTools, Lifecycle};
 pub use due_index::{approval_call, APPROVAL_KEY_PREFIX};
 pub use frames::{Attached, Frame, Subscriber, Subscription};
 pub use model::{ModelClient, ModelError, ModelRequest, ToolSpec};

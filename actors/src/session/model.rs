@@ -34,6 +34,10 @@ pub struct ModelRequest {
     pub principal: String,
     /// The session's metadata (its row's), kept with the call's request-log row.
     pub metadata: serde_json::Map<String, serde_json::Value>,
+    /// A repair call (the turn's last reply was rejected, docs/sessions.md "Replies"): the
+    /// model is offered no tools, and the transcript is followed by
+    /// [`crate::reply::REPAIR_INSTRUCTION`] as a system message.
+    pub repair: bool,
 }
 
 /// Why a model call gave no answer. Its text is what `model_call_failed` journals.

@@ -5,7 +5,7 @@
 //! session and lets each turn finish. Tool effects are counted at a real HTTP endpoint (a test
 //! double of the user's service) by `Idempotency-Key`.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +13,7 @@ use std::time::Duration;
 use rand::Rng;
 use serde_json::json;
 use stead_actors::session::{Agent, SessionRegistry};
-use stead_actors::tools::{Tool, ToolInfo, WebhookTool};
+use stead_actors::tools::{ToolInfo, WebhookTool};
 use stead_actors::{
     AgentRules, ApprovalPolicy, Input, SessionEvent, SessionState, ToolRules, TranscriptEntry,
 };
@@ -56,7 +56,7 @@ fn scripted() -> Arc<ScriptedModel> {
 }
 
 fn agent(endpoint: &str) -> Agent {
-    let mut tools: BTreeMap<String, Arc<dyn Tool>> = BTreeMap::new();
+    let mut tools: stead_actors::session::AgentTools = Default::default();
     for (name, idempotent) in [("record", true), ("charge", false)] {
         tools.insert(
             name.into(),

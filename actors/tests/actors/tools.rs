@@ -48,7 +48,13 @@ async fn calculator_and_clock_answer_json() {
         .execute(json!({"expression": "6*7"}), &context(id))
         .await
         .unwrap();
-    assert_eq!(out, json!({"expression": "6*7", "value": 42.0}));
+    // A whole number comes back as one; a fraction as a float.
+    assert_eq!(out, json!({"expression": "6*7", "value": 42}));
+    let out = calc
+        .execute(json!({"expression": "7/2"}), &context(id))
+        .await
+        .unwrap();
+    assert_eq!(out, json!({"expression": "7/2", "value": 3.5}));
     assert!(calc.execute(json!({}), &context(id)).await.is_err());
     let clock = ClockTool {
         info: info("clock", true),

@@ -437,9 +437,16 @@ pub(super) fn leading_call(text: &str, tools: &[String]) -> Lead {
     let Some(object) = rest.strip_prefix('{') else {
         return Lead::Text;
     };
-    // `"name"`, then `:` and the opening quote of the name, whitespace allowed between.
-    let mut rest = object;
-    for part in ["\"name\"", ":", "\""] {
+    // A name key (`"name"`, or `"type"`, `"tool"`, `"function"` as small models also write
+    // calls), then `:` and the opening quote of the name, whitespace allowed between.
+    let mut rest = object.trim_start();
+    let keys = ["\"name\"", "\"type\"", "\"tool\"", "\"function\""];
+    match keys.iter().find(|key| rest.starts_with(*key)) {
+        Some(key) => rest = &rest[key.len()..],
+        None if keys.iter().any(|key| key.starts_with(rest)) => return Lead::Undecided,
+        None => return Lead::Text,
+    }
+    for part in [":", "\""] {
         rest = rest.trim_start();
         if let Some(after) = rest.strip_prefix(part) {
             rest = after;
@@ -482,6 +489,8 @@ mod tests {
             "{\"name\": \"clock\"",
             "  {\"name\": \"clock\", \"arguments\"",
             "{ \"name\" : \"remember\"",
+            "{\"type\":\"clock\"}",
+            "{\"tool\": \"remember\", \"arguments\"",
             "```json\n{\"name\": \"clock\"",
             "```\n{\n  \"name\": \"remember\"",
             "\n```json {\"name\":\"clock\"",
@@ -507,6 +516,8 @@ mod tests {
             "{\"name\": ",
             "{\"name\": \"",
             "{\"name\": \"rem",
+            "{\"ty",
+            "{\"function\": \"cl",
         ] {
             assert_eq!(leading_call(text, &tools()), Lead::Undecided, "{text:?}");
         }

@@ -50,7 +50,7 @@ pub fn ops_agent() -> Agent {
             callbacks: Default::default(),
             delegation: Default::default(),
         },
-        tools: BTreeMap::new(),
+        tools: Default::default(),
         dynamic: None,
     }
 }

@@ -38,7 +38,7 @@ fn agent(name: &str, prompt: &str) -> Agent {
             callbacks: Default::default(),
             delegation: Default::default(),
         },
-        tools: BTreeMap::new(),
+        tools: Default::default(),
         dynamic: None,
     }
 }

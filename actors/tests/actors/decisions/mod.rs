@@ -6,6 +6,7 @@ mod children;
 mod dynamic;
 mod modes;
 mod recovery;
+mod replies;
 mod schedule_tool;
 mod schedules;
 mod turns;

@@ -101,7 +101,7 @@ async fn two_children_run_at_once_and_a_childs_approval_reaches_the_parent(backe
     let seen = wait_for(&mut frames, "turn_finished").await;
     let answer = seen.iter().find_map(|f| match f {
         Frame::Event { event, .. } => match event.as_ref() {
-            SessionEvent::AssistantMessage { text } => Some(text.clone()),
+            SessionEvent::AssistantMessage { text, .. } => Some(text.clone()),
             _ => None,
         },
         _ => None,

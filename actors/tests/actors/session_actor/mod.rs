@@ -15,7 +15,6 @@ mod schedules;
 mod supervision;
 mod turns;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,7 +33,7 @@ fn agent(url: &str) -> Agent {
         approval,
         idempotent: true,
     };
-    let mut tools: BTreeMap<String, Arc<dyn Tool>> = BTreeMap::new();
+    let mut tools: stead_actors::session::AgentTools = Default::default();
     tools.insert(
         "clock".into(),
         Arc::new(ClockTool {

@@ -1,4 +1,4 @@
-//! `stead eval tools`: how well the local model picks tools for the demo agent.
+//! `stead eval tools`: how well the local model picks tools for the demo agent's first call.
 //!
 //! Forty fixed prompts — twenty that clearly ask for one of the demo agent's tools (five each
 //! for `remember`, `forget`, `clock` and `calculator`) and twenty that ask for none — each sent
@@ -14,10 +14,8 @@ use std::time::Instant;
 use anyhow::Context;
 use serde_json::{json, Value};
 
-use crate::bench::ServeProcess;
 use crate::cli::EvalToolsArgs;
 use crate::config::Config;
-use crate::serve::prepare_data_dir;
 
 /// Prompts that ask for a tool, with the tool they ask for.
 pub const TOOL_PROMPTS: [(&str, &str); 20] = [
@@ -99,30 +97,7 @@ impl Outcome {
 }
 
 pub async fn tools(config: Config, args: EvalToolsArgs) -> anyhow::Result<()> {
-    let data = std::path::absolute(&config.server.data_dir)?;
-    prepare_data_dir(&data)?;
-    let model = config
-        .routes
-        .first()
-        .and_then(|r| r.targets.first())
-        .map(|t| t.model.clone())
-        .unwrap_or_default();
-    // The server runs in a scratch directory beside the data directory's prepared models, with
-    // the built-in configuration (the demo agent on the default local model).
-    let scratch = tempfile::Builder::new()
-        .prefix("eval-")
-        .tempdir_in(&data)
-        .context("cannot create the evaluation's scratch directory")?;
-    for part in ["models", "runtime"] {
-        let target = data.join(part);
-        anyhow::ensure!(
-            target.is_dir(),
-            "{} is missing: run `stead setup` first",
-            target.display()
-        );
-        std::os::unix::fs::symlink(&target, scratch.path().join(part))?;
-    }
-    let server = ServeProcess::start(scratch.path(), "")?;
+    let (_scratch, server, model) = super::scratch_server(&config, None)?;
     let http = reqwest::Client::new();
 
     let limit = args.limit.unwrap_or(usize::MAX);
