@@ -689,8 +689,8 @@ mod digest_tests {
             ChatMessage::system("Be brief."),
             ChatMessage::user("What is 17 * 23?"),
             call.clone(),
-            ChatMessage::new(Role::Tool, "391".into()),
-            ChatMessage::new(Role::Assistant, "It is 391.".into()),
+            ChatMessage::new(Role::Tool, "391"),
+            ChatMessage::new(Role::Assistant, "It is 391."),
             ChatMessage::user("And the time?"),
             call,
         ];
