@@ -324,8 +324,9 @@ mod tests {
         assert_eq!(agents.len(), 1);
         let demo = &agents[0];
         assert_eq!(demo.name, "demo");
+        // In the configuration's order: the order the model sees them in.
         let names: Vec<&str> = demo.tools.keys().map(String::as_str).collect();
-        assert_eq!(names, ["calculator", "clock", "forget", "remember"]);
+        assert_eq!(names, ["clock", "remember", "forget", "calculator"]);
         assert_eq!(demo.rules.tools["forget"].approval, ApprovalPolicy::Always);
         assert_eq!(demo.rules.tools["remember"].approval, ApprovalPolicy::Never);
         assert_eq!(

@@ -202,7 +202,23 @@ fn tool_content(content: &Value) -> String {
     match content {
         Value::String(text) => text.clone(),
         Value::Object(map) if map.len() == 1 => match map.get("error") {
-            Some(Value::String(error)) => format!("The call did not succeed: {error}"),
+            // `rejected by {decider}[: {reason}]` (decide.rs): who decided is an id the model
+            // has no use for, and echoes into the reply.
+            Some(Value::String(error)) => match error.strip_prefix("rejected by ") {
+                Some(rest) => {
+                    let reason = rest
+                        .split_once(": ")
+                        .map(|(_, reason)| reason.trim())
+                        .filter(|r| !r.is_empty() && *r != "rejected");
+                    match reason {
+                        Some(reason) => format!(
+                            "Not done: the person reviewing this call rejected it ({reason})."
+                        ),
+                        None => "Not done: the person reviewing this call rejected it.".into(),
+                    }
+                }
+                None => format!("The call did not succeed: {error}"),
+            },
             _ => content.to_string(),
         },
         other => other.to_string(),
@@ -291,6 +307,24 @@ mod tests {
             tool: "get_weather".into(),
             arguments: json!({ "city": city }),
         }
+    }
+
+    #[test]
+    fn failures_reach_the_model_as_sentences() {
+        assert_eq!(
+            tool_content(&json!({ "error": "rejected by session_token:01a2-77: not now" })),
+            "Not done: the person reviewing this call rejected it (not now)."
+        );
+        assert_eq!(
+            tool_content(&json!({ "error": "rejected by ada: rejected" })),
+            "Not done: the person reviewing this call rejected it."
+        );
+        assert_eq!(
+            tool_content(&json!({ "error": "division by zero" })),
+            "The call did not succeed: division by zero"
+        );
+        assert_eq!(tool_content(&json!("12:00")), "12:00");
+        assert_eq!(tool_content(&json!({ "value": 391 })), r#"{"value":391}"#);
     }
 
     #[test]

@@ -515,8 +515,10 @@ async fn start_local_models(
         pool.prefix_cache_bytes = engine.prefix_cache_bytes;
         pool.prefix_cache_min_tokens = engine.prefix_cache_min_tokens;
         pool.block_repeated_calls = engine.block_repeated_calls;
-        pool.tool_result_hint = engine.tool_result_hint;
-        pool.digest_history = engine.digest_history;
+        pool.adapters = stead_inference::adapt::Adapters {
+            tool_result_hint: engine.tool_result_hint,
+            digest_history: engine.digest_history,
+        };
         let started = InferencePool::start(pool)
             .await
             .map_err(|e| anyhow::anyhow!("providers[{index}] (`{}`): {e}", provider.name))?;

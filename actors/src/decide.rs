@@ -12,7 +12,7 @@ use crate::events::{
 pub use crate::inputs::{Action, Decision, Input, ModelOutput, Refusal};
 use crate::policy::{args_hash, Approver, SESSION_TOKEN_DECIDER};
 pub use crate::rules::{AgentRules, DynamicToolRule, ToolRules};
-use crate::state::{CallStatus, SessionState, TranscriptEntry};
+use crate::state::{CallStatus, SessionState};
 
 /// Decides what `input` means for a session in `state`.
 pub fn decide(
@@ -388,77 +388,6 @@ impl Planner<'_> {
                 });
             }
         }
-    }
-
-    /// The model answered `call_id` without tool calls: its text ends the turn when a person
-    /// can read it as a reply. Otherwise it is rejected (`reply_rejected`) and the turn either
-    /// makes a repair call (`advance` starts it: no tools, an instruction to answer) or, once
-    /// the repairs or the steps are spent, ends with a reply built from its tool results
-    /// (docs/sessions.md, "Replies").
-    fn reply(&mut self, call_id: String, text: String) {
-        let results = self.turn_results();
-        let problem = {
-            let tools = self.tool_names();
-            let tools: Vec<&str> = tools.iter().map(String::as_str).collect();
-            let values: Vec<&Value> = results.iter().map(|(_, v)| v).collect();
-            crate::reply::problem(&text, &tools, &values)
-        };
-        let Some(reason) = problem else {
-            self.push(SessionEvent::AssistantMessage {
-                text,
-                fallback: false,
-            });
-            self.push(SessionEvent::TurnFinished {
-                reason: TurnEnd::Completed,
-            });
-            return;
-        };
-        self.push(SessionEvent::ReplyRejected {
-            call_id,
-            reason: reason.to_string(),
-        });
-        let turn = self.state.turn.as_ref();
-        let repairs_spent = turn.is_some_and(|t| t.rejected_replies > crate::reply::MAX_REPAIRS);
-        let steps_spent = turn.is_some_and(|t| t.model_calls >= self.agent.max_steps);
-        if repairs_spent || steps_spent {
-            let named: Vec<(&str, &Value)> = results.iter().map(|(t, v)| (t.as_str(), v)).collect();
-            self.push(SessionEvent::AssistantMessage {
-                text: crate::reply::built(&named),
-                fallback: true,
-            });
-            self.push(SessionEvent::TurnFinished {
-                reason: TurnEnd::Completed,
-            });
-        }
-    }
-
-    /// The tool results of the turn so far (since its latest user message), in order.
-    fn turn_results(&self) -> Vec<(String, Value)> {
-        let transcript = &self.state.transcript;
-        let start = transcript
-            .iter()
-            .rposition(|e| matches!(e, TranscriptEntry::User { .. }))
-            .map_or(0, |i| i + 1);
-        transcript
-            .iter()
-            .skip(start)
-            .filter_map(|e| match e {
-                TranscriptEntry::Tool { tool, content, .. } => {
-                    Some((tool.clone(), content.clone()))
-                }
-                _ => None,
-            })
-            .collect()
-    }
-
-    /// The names of every tool the model is offered: the agent's and the journaled dynamic ones.
-    fn tool_names(&self) -> Vec<String> {
-        self.agent
-            .tools
-            .keys()
-            .cloned()
-            .chain(self.state.seen_tools.iter().map(|t| t.name.clone()))
-            .collect()
     }
 
     /// Moves the turn forward as far as it can go without waiting for anything.

@@ -1,12 +1,13 @@
 //! `stead-inference` owns local inference: the pooled ONNX Runtime engine (ort), the model
 //! directory it loads, tokenization and incremental detokenization, the model's own chat
-//! template, sampling, continuous batching, and tool calls constrained to their JSON schemas
+//! template and the prompt adapters for small models (`adapt`), sampling, continuous batching, and tool calls constrained to their JSON schemas
 //! (llguidance); sentence embeddings with an encoder model (`embedding`); and the `onnx`
 //! provider that puts a pool behind the model router (`stead-router`, whose chat vocabulary —
 //! messages, tools, usage — the engine speaks). It
 //! knows nothing of sessions, storage or HTTP, and nothing of routing: retries, fallback,
 //! cache and limits belong to the router.
 
+pub mod adapt;
 pub mod constrained;
 pub mod embedding;
 pub mod embedding_pool;

@@ -50,25 +50,9 @@ pub struct PoolConfig {
     /// In `auto` tool mode, a reply that only repeats the call whose result the model was just
     /// given is decoded again as text (small models otherwise loop on a tool).
     pub block_repeated_calls: bool,
-    /// In `auto` tool mode, a conversation that ends with tool results is rendered with its
-    /// JSON results in words ([`crate::template::result_in_words`]) and [`TOOL_RESULT_HINT`] as
-    /// a last system message (small models otherwise answer a result with the call again, with
-    /// nothing, or with the JSON).
-    pub tool_result_hint: bool,
-    /// In `auto` tool mode, the turns before the last user message are folded into the system
-    /// message as a plain transcript under [`HISTORY_HEADING`] (their tool calls and results
-    /// left out): after one exchange in chat form, small models stop calling tools.
-    pub digest_history: bool,
+    /// The prompt adapters for small models ([`crate::adapt`]; both on by default).
+    pub adapters: crate::adapt::Adapters,
 }
-
-/// What the model is told after tool results when [`PoolConfig::tool_result_hint`] is on
-/// (measured wording: docs/inference.md, "Tool calling").
-pub const TOOL_RESULT_HINT: &str = "Now answer the user's request in one or two plain \
-sentences, quoting the values in the tool result above. Do not write JSON.";
-
-/// What opens the earlier turns when [`PoolConfig::digest_history`] folds them into the
-/// system message.
-pub const HISTORY_HEADING: &str = "The conversation so far:";
 
 /// 256 MiB: about 5,800 tokens of SmolLM2-135M's KV (45 KiB a token).
 pub const DEFAULT_PREFIX_CACHE_BYTES: usize = 256 << 20;
@@ -93,8 +77,7 @@ impl PoolConfig {
             prefix_cache_bytes: DEFAULT_PREFIX_CACHE_BYTES,
             prefix_cache_min_tokens: DEFAULT_PREFIX_CACHE_MIN_TOKENS,
             block_repeated_calls: true,
-            tool_result_hint: true,
-            digest_history: true,
+            adapters: crate::adapt::Adapters::default(),
         }
     }
 }
@@ -179,10 +162,7 @@ pub struct InferencePool {
     config: ModelConfig,
     /// See [`PoolConfig::block_repeated_calls`].
     block_repeated_calls: bool,
-    /// See [`PoolConfig::tool_result_hint`].
-    tool_result_hint: bool,
-    /// See [`PoolConfig::digest_history`].
-    digest_history: bool,
+    adapters: crate::adapt::Adapters,
     template: ChatTemplate,
     shared: Arc<ModelShared>,
     queue: Arc<WorkQueue>,
@@ -196,45 +176,6 @@ pub struct InferencePool {
 static POOL_IDS: AtomicU64 = AtomicU64::new(0);
 
 impl InferencePool {
-    /// The prompt of a request: its conversation in the model's template. When the model may
-    /// call tools, earlier turns are folded into the system message ([`digest_history`]) and a
-    /// conversation that ends with tool results gets [`TOOL_RESULT_HINT`] as a last system
-    /// message (each when its option is on; a template that refuses the result renders the
-    /// conversation as given).
-    ///
-    /// [`digest_history`]: PoolConfig::digest_history
-    fn render(
-        &self,
-        request: &ChatRequest,
-        tools: &[crate::ToolSpec],
-        auto: bool,
-    ) -> Result<String> {
-        let mut messages = std::borrow::Cow::Borrowed(request.messages.as_slice());
-        if auto && !tools.is_empty() {
-            if self.digest_history {
-                if let Some(folded) = digest_history(&messages) {
-                    messages = std::borrow::Cow::Owned(folded);
-                }
-            }
-            let ends_with_results = messages.last().is_some_and(|m| m.role == crate::Role::Tool);
-            if self.tool_result_hint && ends_with_results {
-                let adapted = messages.to_mut();
-                for message in adapted.iter_mut().filter(|m| m.role == crate::Role::Tool) {
-                    if let Some(words) = crate::template::result_in_words(&message.content) {
-                        message.content = words;
-                    }
-                }
-                adapted.push(crate::ChatMessage::system(TOOL_RESULT_HINT));
-            }
-        }
-        if let std::borrow::Cow::Owned(adapted) = &messages {
-            if let Ok(prompt) = self.template.render(adapted, tools) {
-                return Ok(prompt);
-            }
-        }
-        self.template.render(&request.messages, tools)
-    }
-
     /// Loads the model (once per worker) and starts the workers and the pool actor.
     pub async fn start(config: PoolConfig) -> Result<Self> {
         let loading = config.clone();
@@ -307,8 +248,7 @@ impl InferencePool {
         Ok(InferencePool {
             model_name: config.model_name,
             block_repeated_calls: config.block_repeated_calls,
-            tool_result_hint: config.tool_result_hint,
-            digest_history: config.digest_history,
+            adapters: config.adapters,
             config: model.config,
             template,
             shared,
@@ -436,7 +376,13 @@ impl InferencePool {
             }
         };
         self.shared.grammar.validate(&tools)?;
-        let mut prompt = self.render(&request, &tools, forced.is_none())?;
+        let mut prompt = crate::adapt::render(
+            &self.template,
+            &request.messages,
+            &tools,
+            forced.is_none(),
+            self.adapters,
+        )?;
         if forced.is_none() {
             prompt.push_str(&request.assistant_prefix);
         }
@@ -635,73 +581,5 @@ impl Generation {
 impl Drop for Generation {
     fn drop(&mut self) {
         self.cancel.store(true, Ordering::Relaxed);
-    }
-}
-
-/// The conversation with every message before the last user message folded into the system
-/// message (created when there is none) as `User: …` lines under [`HISTORY_HEADING`]. Earlier
-/// replies, tool calls and results are left out: measured on Qwen2.5-Coder-0.5B, any earlier
-/// assistant text in the prompt is copied as the next answer instead of calling a tool, while the
-/// user's own lines keep follow-ups in context (docs/inference.md, "Tool calling"). `None` when
-/// there is nothing earlier to fold.
-pub(crate) fn digest_history(messages: &[crate::ChatMessage]) -> Option<Vec<crate::ChatMessage>> {
-    use crate::Role;
-    let last_user = messages.iter().rposition(|m| m.role == Role::User)?;
-    let system = messages.first().filter(|m| m.role == Role::System);
-    let earlier = &messages[usize::from(system.is_some())..last_user];
-    if earlier.is_empty() {
-        return None;
-    }
-    let lines: Vec<String> = earlier
-        .iter()
-        .filter(|m| m.role == Role::User && !m.content.trim().is_empty())
-        .map(|m| format!("User: {}", m.content.trim()))
-        .collect();
-    let mut content = system.map(|m| m.content.clone()).unwrap_or_default();
-    if !lines.is_empty() {
-        if !content.trim().is_empty() {
-            content.push_str("\n\n");
-        }
-        content.push_str(HISTORY_HEADING);
-        content.push('\n');
-        content.push_str(&lines.join("\n"));
-    }
-    let mut folded = Vec::with_capacity(messages.len() - last_user + 1);
-    folded.push(crate::ChatMessage::system(content));
-    folded.extend_from_slice(&messages[last_user..]);
-    Some(folded)
-}
-
-#[cfg(test)]
-mod digest_tests {
-    use super::digest_history;
-    use crate::{ChatMessage, Role};
-
-    #[test]
-    fn earlier_turns_fold_into_the_system_message_as_user_lines() {
-        let mut call = ChatMessage::new(Role::Assistant, String::new());
-        call.tool_calls = vec![crate::ToolCall {
-            id: "t1".into(),
-            name: "calculator".into(),
-            arguments: "{}".into(),
-        }];
-        let messages = vec![
-            ChatMessage::system("Be brief."),
-            ChatMessage::user("What is 17 * 23?"),
-            call.clone(),
-            ChatMessage::new(Role::Tool, "391"),
-            ChatMessage::new(Role::Assistant, "It is 391."),
-            ChatMessage::user("And the time?"),
-            call,
-        ];
-        let folded = digest_history(&messages).unwrap();
-        assert_eq!(folded.len(), 3);
-        assert_eq!(
-            folded[0].content,
-            "Be brief.\n\nThe conversation so far:\nUser: What is 17 * 23?"
-        );
-        assert_eq!(folded[1..], messages[5..]);
-        // One turn only: nothing to fold.
-        assert_eq!(digest_history(&messages[..3]), None);
     }
 }

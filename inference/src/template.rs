@@ -149,39 +149,6 @@ fn with_tool_convention(messages: &[ChatMessage], tools: &[ToolSpec]) -> Vec<Val
     out
 }
 
-/// A tool result that is a JSON object or array, in words: `key: value` pairs joined by `; `,
-/// lists by `, `, nested objects in parentheses, `yes`/`no`, `(none)` for null and empty lists,
-/// whole numbers without a decimal point. `None` for anything else (plain text stays as is).
-/// Small models quote `keys: dentist, wifi` where they paraphrase `{"keys":["dentist","wifi"]}`
-/// into something else (docs/inference.md, "Tool calling").
-pub fn result_in_words(content: &str) -> Option<String> {
-    fn words(value: &Value) -> String {
-        match value {
-            Value::Null => "(none)".into(),
-            Value::Bool(true) => "yes".into(),
-            Value::Bool(false) => "no".into(),
-            Value::Number(n) => match n.as_f64() {
-                Some(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => format!("{}", f as i64),
-                _ => n.to_string(),
-            },
-            Value::String(s) => s.clone(),
-            Value::Array(items) if items.is_empty() => "(none)".into(),
-            Value::Array(items) => items.iter().map(words).collect::<Vec<_>>().join(", "),
-            Value::Object(map) if map.is_empty() => "(none)".into(),
-            Value::Object(map) => map
-                .iter()
-                .map(|(k, v)| match v {
-                    Value::Object(inner) if !inner.is_empty() => format!("{k}: ({})", words(v)),
-                    _ => format!("{k}: {}", words(v)),
-                })
-                .collect::<Vec<_>>()
-                .join("; "),
-        }
-    }
-    let value: Value = serde_json::from_str(content.trim()).ok()?;
-    matches!(value, Value::Object(_) | Value::Array(_)).then(|| words(&value))
-}
-
 fn role_name(role: Role) -> &'static str {
     match role {
         Role::System => "system",
@@ -196,29 +163,6 @@ mod tests {
     use super::*;
 
     const CHATML: &str = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
-
-    #[test]
-    fn json_results_read_as_words() {
-        for (json, words) in [
-            (r#"{"keys":["dentist","wifi"]}"#, "keys: dentist, wifi"),
-            (r#"{"keys":[]}"#, "keys: (none)"),
-            (
-                r#"{"expression":"17 * 23","value":391.0}"#,
-                "expression: 17 * 23; value: 391",
-            ),
-            (
-                r#"{"key":"wifi","deleted":true,"old":null}"#,
-                "key: wifi; deleted: yes; old: (none)",
-            ),
-            (r#"{"a":{"b":1.5}}"#, "a: (b: 1.5)"),
-            ("[1, 2]", "1, 2"),
-        ] {
-            assert_eq!(result_in_words(json).as_deref(), Some(words), "{json}");
-        }
-        assert_eq!(result_in_words("Sunny, 21 degrees."), None);
-        assert_eq!(result_in_words("\"quoted\""), None);
-        assert_eq!(result_in_words("42"), None);
-    }
 
     #[test]
     fn renders_chatml_with_generation_prompt() {

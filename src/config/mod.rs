@@ -129,7 +129,10 @@ impl Default for Config {
                     ToolConfig {
                         name: "clock".into(),
                         kind: "clock".into(),
-                        description: "The current date and time (UTC)".into(),
+                        // Imperative: a noun phrase ("The current date and time (UTC)") is
+                        // copied by the 0.5B model as the opening of unrelated replies ("The
+                        // current date and time (UTC) is hunter2.").
+                        description: "Get the current date and time in UTC".into(),
                         ..ToolConfig::builtin("clock")
                     },
                     ToolConfig {

@@ -38,15 +38,25 @@ async fn anthropic_and_openai_clients_use_messages_and_responses() {
     );
     run(&server, "anthropic_client.py", 10).await;
     run(&server, "responses_client.py", 6).await;
-    // Logged like chat completions: one record per answered call, on the local provider.
-    let (_, logs) = server
-        .call_as(
-            "GET",
-            "/v1/gateway/logs?limit=200&provider=local",
-            None,
-            Some(KEY),
-        )
-        .await;
+    // Logged like chat completions: one record per answered call (eleven), on the local
+    // provider. The log is written in batches after the answers: the last records may land a
+    // moment after the client is done.
+    let mut logs = serde_json::Value::Null;
+    for _ in 0..100 {
+        logs = server
+            .call_as(
+                "GET",
+                "/v1/gateway/logs?limit=200&provider=local",
+                None,
+                Some(KEY),
+            )
+            .await
+            .1;
+        if logs["logs"].as_array().is_some_and(|r| r.len() >= 11) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let records = logs["logs"].as_array().unwrap();
     assert!(records.len() >= 11, "{logs}");
 }

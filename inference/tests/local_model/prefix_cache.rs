@@ -15,10 +15,17 @@ const SYSTEM: &str = "You are Stead's demo assistant. You keep short notes for t
     answer questions about them briefly and politely, and call a tool only when the user asks \
     for something a tool does. Never invent notes that were not saved.";
 
+/// The cache's own behaviour: without the small-model adapters, whose digest of earlier turns
+/// changes the system message every turn (docs/inference.md, "Conversations") — with it a
+/// later turn reuses only the agent's own system prompt, by design.
 fn pool_config(prefix_cache_bytes: usize) -> PoolConfig {
     let mut config = config();
     config.prefix_cache_bytes = prefix_cache_bytes;
     config.prefix_cache_min_tokens = 8;
+    config.adapters = stead_inference::adapt::Adapters {
+        tool_result_hint: false,
+        digest_history: false,
+    };
     config
 }
 
