@@ -168,6 +168,12 @@ pub fn rules(config: &AgentConfig) -> anyhow::Result<AgentRules> {
         schedules: Default::default(),
         callbacks: config.callbacks.clone(),
         delegation: Default::default(),
+        context: stead_actors::context::ContextRules {
+            max_prompt_tokens: config.context.max_prompt_tokens,
+            strategy: config.context.strategy,
+            summary_route: config.context.summary_route.clone(),
+            max_tool_result_tokens: config.context.max_tool_result_tokens,
+        },
     })
 }
 

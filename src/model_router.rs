@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::Value;
-use stead_actors::session::{ModelClient, ModelError, ModelRequest};
+use stead_actors::session::{ModelClient, ModelError, ModelRequest, PromptSize};
 use stead_actors::{ModelOutput, TranscriptEntry, Usage};
 use stead_inference::pool::InferencePool;
 use stead_inference::provider::{OnnxEmbeddingProvider, OnnxProvider};
@@ -239,6 +239,19 @@ pub struct SessionModel {
 
 #[async_trait]
 impl ModelClient for SessionModel {
+    /// Counted by the local model's tokenizer when the route's first target is local; an
+    /// estimate otherwise.
+    async fn measure(&self, request: &ModelRequest) -> PromptSize {
+        match self.router.measure(&router_request(request)) {
+            Some((tokens, window)) => PromptSize {
+                tokens,
+                window: Some(window),
+                exact: true,
+            },
+            None => stead_actors::session::estimate(request),
+        }
+    }
+
     async fn complete(
         &self,
         request: ModelRequest,

@@ -175,6 +175,7 @@ mod tests {
             schedules: Default::default(),
             callbacks: Default::default(),
             delegation: Default::default(),
+            context: Default::default(),
         };
         let limits = &limits;
         let row = plan_create(

@@ -260,6 +260,35 @@ pub fn decide(
             }
             next.push(SessionEvent::ToolsSeen { digest, tools });
         }
+        Input::Compact {
+            call_id,
+            entries,
+            turns,
+            summary,
+            model,
+            tokens_before,
+            tokens_after,
+        } => {
+            let in_flight = state.turn.as_ref().and_then(|t| t.model_call.as_deref());
+            if in_flight != Some(call_id.as_str()) || entries == 0 {
+                return Err(Refusal::Stale);
+            }
+            if entries > state.transcript.len() as u64 {
+                return Err(Refusal::Stale);
+            }
+            next.push(SessionEvent::ContextCompacted {
+                call_id: call_id.clone(),
+                entries,
+                turns,
+                summary,
+                model,
+                tokens_before,
+                tokens_after,
+            });
+            // The call goes out now, over the compacted transcript.
+            next.decision.actions.push(Action::CallModel { call_id });
+            return Ok(next.finish());
+        }
         Input::Fail { reason } => {
             if let Some(call_id) = state.turn.as_ref().and_then(|t| t.model_call.clone()) {
                 next.decision

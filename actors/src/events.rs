@@ -274,6 +274,24 @@ pub enum SessionEvent {
         #[ts(optional, as = "Option<bool>")]
         fallback: bool,
     },
+    /// Before the model call `call_id` (in flight) was sent, its prompt would have outgrown the
+    /// agent's budget: the oldest `entries` of the transcript — `turns` whole turns — were
+    /// replaced by `summary` (written by `model`; `None` with the `truncate` strategy or when
+    /// the summariser failed). The fold drops them; later prompts show the summary after the
+    /// system prompt (docs/sessions.md, "Context management").
+    ContextCompacted {
+        call_id: String,
+        entries: u64,
+        turns: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[ts(optional)]
+        summary: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[ts(optional)]
+        model: Option<String>,
+        tokens_before: u64,
+        tokens_after: u64,
+    },
     /// The model's answer `call_id` had no tool calls, but its text cannot be a reply (empty,
     /// or tool-call text): it is dropped from the transcript, and the turn asks the model once
     /// more without tools (a repair call) or builds the reply from its tool results.

@@ -9,6 +9,7 @@
 
 pub mod agent_schedules;
 pub mod agent_tool;
+pub mod context;
 pub mod decide;
 pub mod events;
 pub mod inputs;

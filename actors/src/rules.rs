@@ -42,6 +42,8 @@ pub struct AgentRules {
     pub callbacks: BTreeMap<String, String>,
     /// Limits on the child sessions that `agent` tools start.
     pub delegation: Delegation,
+    /// How the session's prompts stay inside their budget (`[agents.context]`).
+    pub context: crate::context::ContextRules,
 }
 
 /// Limits on delegation (`agent` tools), from `[sessions]`.

@@ -134,6 +134,11 @@ pub struct SessionState {
     pub parent: Option<crate::events::ParentRef>,
     /// Child sessions this session's `agent` tool calls started, by call id.
     pub children: std::collections::BTreeMap<String, String>,
+    /// The summary of the turns the latest `context_compacted` replaced (with the earlier
+    /// summaries it folded in), shown after the system prompt.
+    pub summary: Option<String>,
+    /// `context_compacted` events so far.
+    pub compactions: u64,
 }
 
 /// The principal of sessions whose journal names none.
@@ -353,6 +358,18 @@ impl SessionState {
                         tool_calls: Vec::new(),
                     });
                 }
+            }
+            SessionEvent::ContextCompacted {
+                entries, summary, ..
+            } => {
+                let entries = usize::try_from(*entries)
+                    .unwrap_or(usize::MAX)
+                    .min(self.transcript.len());
+                self.transcript = self.transcript.skip(entries);
+                if summary.is_some() {
+                    self.summary = summary.clone();
+                }
+                self.compactions += 1;
             }
             SessionEvent::ReplyRejected { .. } => {
                 if matches!(

@@ -115,6 +115,28 @@ impl Provider for OnnxProvider {
         ]
     }
 
+    fn measure(&self, _model: &str, request: &stead_router::RouterRequest) -> Option<(u64, u64)> {
+        let chat = ChatRequest {
+            model: self.pool.model_name().to_string(),
+            messages: request.messages.clone(),
+            tools: request.tools.clone(),
+            tool_choice: request.tool_choice.clone(),
+            sampling: SamplingParams {
+                max_tokens: 1,
+                ..SamplingParams::default()
+            },
+            assistant_prefix: String::new(),
+        };
+        let window = self.pool.model_config().context_length as u64;
+        match self.pool.prompt_tokens(chat) {
+            Ok(tokens) => Some((tokens.len() as u64, window)),
+            Err(Error::ContextOverflow { prompt_tokens, .. }) => {
+                Some((prompt_tokens as u64, window))
+            }
+            Err(_) => None,
+        }
+    }
+
     async fn chat(&self, call: ProviderCall<'_>) -> Result<ProviderReply, ProviderError> {
         let request = call.request;
         let params = &request.params;

@@ -62,6 +62,7 @@ pub(crate) fn agent() -> Agent {
             schedules: Default::default(),
             callbacks: Default::default(),
             delegation: Default::default(),
+            context: Default::default(),
         },
         tools: Default::default(),
         dynamic: None,

@@ -125,6 +125,7 @@ impl Default for Config {
                 approval_timeout_secs: None,
                 message_mode: Default::default(),
                 callbacks: Default::default(),
+                context: Default::default(),
                 tools: vec![
                     ToolConfig {
                         name: "clock".into(),

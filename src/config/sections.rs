@@ -272,6 +272,38 @@ pub struct AgentConfig {
     /// `key`, `due_at`, `missed` and `args` in scope (docs/schedules.md).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub callbacks: BTreeMap<String, String>,
+    /// How the session's prompts stay inside their budget (docs/sessions.md, "Context
+    /// management").
+    #[serde(default)]
+    pub context: ContextConfig,
+}
+
+/// `[agents.context]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ContextConfig {
+    /// The most prompt tokens one model call may send (unset: 75 % of the route's context
+    /// window when the router knows it — local models — else no bound).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_prompt_tokens: Option<u64>,
+    /// `summarize` (default) or `truncate`.
+    pub strategy: stead_actors::context::Strategy,
+    /// The route that writes summaries (unset: the agent's own).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub summary_route: Option<String>,
+    /// Tool results longer than this many tokens are shown to the model cut.
+    pub max_tool_result_tokens: u64,
+}
+
+impl Default for ContextConfig {
+    fn default() -> Self {
+        ContextConfig {
+            max_prompt_tokens: None,
+            strategy: Default::default(),
+            summary_route: None,
+            max_tool_result_tokens: stead_actors::context::DEFAULT_MAX_TOOL_RESULT_TOKENS,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -352,6 +352,26 @@ impl Config {
             if agent.max_steps == 0 {
                 return Err(bad(&format!("{key}.max_steps"), "must be at least 1"));
             }
+            if let Some(route) = &agent.context.summary_route {
+                if !self.routes.iter().any(|r| &r.name == route) {
+                    return Err(bad(
+                        &format!("{key}.context.summary_route"),
+                        format!("no route is named `{route}`"),
+                    ));
+                }
+            }
+            if agent.context.max_prompt_tokens.is_some_and(|n| n < 256) {
+                return Err(bad(
+                    &format!("{key}.context.max_prompt_tokens"),
+                    "must be at least 256",
+                ));
+            }
+            if agent.context.max_tool_result_tokens == 0 {
+                return Err(bad(
+                    &format!("{key}.context.max_tool_result_tokens"),
+                    "must be at least 1",
+                ));
+            }
             if agent.approval_timeout_secs == Some(0) {
                 return Err(bad(
                     &format!("{key}.approval_timeout_secs"),

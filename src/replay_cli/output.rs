@@ -41,7 +41,7 @@ pub(super) fn human(event: &Event) -> String {
     let s = |key: &str| p[key].as_str().unwrap_or_default().to_string();
     let detail = match event.kind.as_str() {
         "session_created" => format!("agent {}", s("agent")),
-        "user_message" | "assistant_message" => format!("{:?}", clip(&s("text"), 100)),
+        "user_message" => format!("{:?}", clip(&s("text"), 100)),
         "model_call_started" => format!("{} route {}", s("call_id"), s("route")),
         "model_call_finished" => {
             let tools: Vec<String> = p["tool_calls"]
@@ -67,6 +67,23 @@ pub(super) fn human(event: &Event) -> String {
             )
         }
         "model_call_failed" => format!("{} {}", s("call_id"), clip(&s("error"), 100)),
+        "context_compacted" => format!(
+            "before {}: {} earlier turn{} {} · {} → {} tokens",
+            s("call_id"),
+            p["turns"],
+            if p["turns"] == 1 { "" } else { "s" },
+            match p["summary"].as_str() {
+                Some(summary) => format!("summarised ({}): {:?}", s("model"), clip(summary, 80)),
+                None => "dropped".to_string(),
+            },
+            p["tokens_before"],
+            p["tokens_after"],
+        ),
+        "reply_rejected" => format!("{} {}", s("call_id"), s("reason")),
+        "assistant_message" if p["fallback"] == true => {
+            format!("{:?} (built from the tool results)", clip(&s("text"), 100))
+        }
+        "assistant_message" => format!("{:?}", clip(&s("text"), 100)),
         "tool_call_requested" | "approval_requested" => {
             let why = p["reason"]
                 .as_str()

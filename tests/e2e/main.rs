@@ -23,6 +23,7 @@ mod architecture;
 mod chaos;
 mod cli;
 mod clients;
+mod context;
 mod cluster;
 mod delegation_budget;
 mod gateway;

@@ -41,6 +41,7 @@ async fn a_session_answers_with_the_real_model() {
             schedules: Default::default(),
             callbacks: Default::default(),
             delegation: Default::default(),
+            context: Default::default(),
         },
         tools: Default::default(),
         dynamic: None,

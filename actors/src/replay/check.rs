@@ -137,6 +137,23 @@ fn recorded_input(event: &SessionEvent) -> Option<Input> {
             call_id,
             child_session_id,
         },
+        SessionEvent::ContextCompacted {
+            call_id,
+            entries,
+            turns,
+            summary,
+            model,
+            tokens_before,
+            tokens_after,
+        } => Input::Compact {
+            call_id,
+            entries,
+            turns,
+            summary,
+            model,
+            tokens_before,
+            tokens_after,
+        },
         SessionEvent::SessionFailed { reason } => Input::Fail { reason },
         SessionEvent::SessionClosed { reason } => Input::Close { reason },
         // Anything else at a boundary was decided without new input: an activation.

@@ -415,6 +415,7 @@ fn is_task_outcome(input: &Input) -> bool {
         input,
         Input::ModelFinished { .. }
             | Input::ModelFailed { .. }
+            | Input::Compact { .. }
             | Input::ToolFinished { .. }
             | Input::ToolFailed { .. }
             | Input::RunBuiltin { .. }

@@ -276,16 +276,27 @@ impl Live {
                 let cancel = Arc::new(AtomicBool::new(false));
                 self.streaming = Some((call_id.clone(), cancel.clone(), String::new()));
                 let agent = &self.deps.agent;
+                let base_prompt = self
+                    .state
+                    .overrides
+                    .system_prompt
+                    .clone()
+                    .unwrap_or_else(|| agent.system_prompt.clone());
+                let summary = self.state.summary.clone();
+                let context_rules = agent.rules.context.clone();
+                let transcript: Vec<_> = self.state.transcript.iter().cloned().collect();
                 let request = ModelRequest {
                     session_id: self.deps.session_id,
                     route: self.state.route(&agent.rules.route).to_string(),
-                    system_prompt: self
-                        .state
-                        .overrides
-                        .system_prompt
-                        .clone()
-                        .unwrap_or_else(|| agent.system_prompt.clone()),
-                    transcript: self.state.transcript.iter().cloned().collect(),
+                    system_prompt: crate::context::system_prompt_with(
+                        &base_prompt,
+                        summary.as_deref(),
+                        "",
+                    ),
+                    transcript: crate::context::shown(
+                        &transcript,
+                        context_rules.max_tool_result_tokens,
+                    ),
                     principal: self.state.principal().to_string(),
                     metadata: self.metadata.clone(),
                     repair: self
@@ -313,6 +324,31 @@ impl Live {
                 let turn = self.turn_span.clone().unwrap_or_else(tracing::Span::none);
                 let steps = self.delegation_steps();
                 tokio::spawn(async move {
+                    // The prompt must fit the agent's budget before anything is charged or sent.
+                    match super::compaction::fit(
+                        model.as_ref(),
+                        &request,
+                        &context_rules,
+                        &base_prompt,
+                        summary.as_deref(),
+                        &call_id,
+                        cancel.clone(),
+                    )
+                    .await
+                    {
+                        super::compaction::Fit::Send => {}
+                        super::compaction::Fit::Compact(input) => {
+                            let _ = me.cast(SessionMsg::Input(input, None));
+                            return;
+                        }
+                        super::compaction::Fit::Overflow(error) => {
+                            let _ = me.cast(SessionMsg::Input(
+                                Input::ModelFailed { call_id, error },
+                                None,
+                            ));
+                            return;
+                        }
+                    }
                     if let Some(error) = steps.charge().await {
                         let _ = me.cast(SessionMsg::Input(
                             Input::ModelFailed { call_id, error },

@@ -10,6 +10,7 @@ mod config;
 mod due_index;
 mod frames;
 mod live;
+mod compaction;
 mod model;
 mod registry;
 mod scheduler;
@@ -19,6 +20,6 @@ pub use actor::{Caller, Live, SessionActor, SessionDeps, SessionError, SessionMs
 pub use config::{Agent, AgentTools, Lifecycle};
 pub use due_index::{approval_call, APPROVAL_KEY_PREFIX};
 pub use frames::{Attached, Frame, Subscriber, Subscription};
-pub use model::{ModelClient, ModelError, ModelRequest, ToolSpec};
+pub use model::{estimate, ModelClient, ModelError, ModelRequest, PromptSize, ToolSpec};
 pub use registry::{default_node_name, SessionRegistry};
 pub use scheduler::{Clock, Scheduler, SchedulerOptions};

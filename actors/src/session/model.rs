@@ -55,9 +55,47 @@ pub enum ModelError {
     Crashed(String),
 }
 
+/// How large a model call's prompt is, as its route would send it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PromptSize {
+    pub tokens: u64,
+    /// The route's context window, when known (local models).
+    pub window: Option<u64>,
+    /// Counted by the model's tokenizer (else estimated, see [`estimate`]).
+    pub exact: bool,
+}
+
+/// The estimate for a route whose tokens cannot be counted here (remote APIs): the request's
+/// characters — system prompt, transcript, tool definitions — over
+/// [`crate::context::CHARS_PER_TOKEN`].
+pub fn estimate(request: &ModelRequest) -> PromptSize {
+    let chars = request.system_prompt.len()
+        + request
+            .transcript
+            .iter()
+            .map(crate::context::entry_chars)
+            .sum::<usize>()
+        + request
+            .tools
+            .iter()
+            .map(|t| t.name.len() + t.description.len() + t.parameters.to_string().len())
+            .sum::<usize>();
+    PromptSize {
+        tokens: crate::context::estimate(chars),
+        window: None,
+        exact: false,
+    }
+}
+
 /// How sessions reach models: in `stead serve`, the model router (`src/model_router.rs`).
 #[async_trait]
 pub trait ModelClient: Send + Sync + 'static {
+    /// The size of `request`'s prompt on its route (the actor keeps it inside the agent's
+    /// budget before calling). By default an estimate from its characters.
+    async fn measure(&self, request: &ModelRequest) -> PromptSize {
+        estimate(request)
+    }
+
     /// Streams text deltas into `deltas` and returns the whole answer. Stops early (with an
     /// error) once `cancel` is set.
     async fn complete(

@@ -100,6 +100,7 @@ fn agent(endpoint: &str) -> Agent {
         schedules: Default::default(),
         callbacks: Default::default(),
         delegation: Default::default(),
+        context: Default::default(),
     };
     Agent {
         name: "crash".into(),

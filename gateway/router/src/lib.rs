@@ -323,6 +323,15 @@ impl Router {
         self
     }
 
+    /// The prompt tokens `request` would take on its route's first available target, and that
+    /// model's context window, when the target's provider can tell (the local engine); `None`
+    /// otherwise (no such route, or a remote provider).
+    pub fn measure(&self, request: &RouterRequest) -> Option<(u64, u64)> {
+        let route = self.routes.get(&request.route)?;
+        let target = route.targets.iter().find(|t| t.provider.is_some())?;
+        target.provider.as_ref()?.measure(&target.model, request)
+    }
+
     /// The route names, sorted.
     pub fn route_names(&self) -> Vec<String> {
         let mut names: Vec<String> = self.routes.keys().cloned().collect();

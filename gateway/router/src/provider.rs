@@ -185,6 +185,13 @@ pub trait Provider: Send + Sync + 'static {
             format!("provider `{}` does not make embeddings", self.name()),
         ))
     }
+    /// The prompt tokens `request` would take on `model`, and the model's context window —
+    /// exact, from the provider's own tokenizer (the local engine) — or `None` when the
+    /// provider cannot tell without calling (remote APIs, the default).
+    fn measure(&self, model: &str, request: &RouterRequest) -> Option<(u64, u64)> {
+        let _ = (model, request);
+        None
+    }
     /// Figures of the provider's own for `/metrics` (the local engine's prefix cache); none
     /// by default.
     fn metrics(&self) -> Vec<ProviderMetric> {

@@ -49,6 +49,7 @@ pub fn ops_agent() -> Agent {
             schedules: Default::default(),
             callbacks: Default::default(),
             delegation: Default::default(),
+            context: Default::default(),
         },
         tools: Default::default(),
         dynamic: None,

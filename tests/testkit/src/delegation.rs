@@ -37,6 +37,7 @@ fn agent(name: &str, prompt: &str) -> Agent {
             schedules: Default::default(),
             callbacks: Default::default(),
             delegation: Default::default(),
+            context: Default::default(),
         },
         tools: Default::default(),
         dynamic: None,

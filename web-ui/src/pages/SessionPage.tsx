@@ -149,8 +149,21 @@ export function SessionPage({ id }: { id: string }) {
   const busy = session.status === "running" || session.status === "awaiting_approval";
   // Chat entries and tool cards in journal order.
   const items = [
-    ...session.messages.map((m) => ({ seq: m.seq, key: m.id, node: (
-      <p key={m.id} className={`msg ${m.role}`} data-role={m.role}>
+    ...session.messages.map((m) => ({ seq: m.seq, key: m.id, node: m.role === "compaction" ? (
+      <details key={m.id} className="compaction" data-role="compaction">
+        <summary>
+          {m.turns} earlier turn{m.turns === 1 ? "" : "s"} {m.text ? "summarised" : "dropped"} to keep the prompt
+          within its budget
+        </summary>
+        {m.text && <p>{m.text}</p>}
+      </details>
+    ) : (
+      <p
+        key={m.id}
+        className={`msg ${m.role}${m.fallback ? " fallback" : ""}`}
+        data-role={m.role}
+        title={m.fallback ? "Built from the tool results: the model gave no usable reply" : undefined}
+      >
         {m.text}
       </p>
     ) })),

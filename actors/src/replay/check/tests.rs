@@ -42,6 +42,7 @@ fn rules(gated: ApprovalPolicy) -> AgentRules {
         schedules: Default::default(),
         callbacks: Default::default(),
         delegation: Default::default(),
+        context: Default::default(),
     }
 }
 

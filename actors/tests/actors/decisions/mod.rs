@@ -3,6 +3,7 @@
 //! tools and approvals (`turns`); recovery, refusals and the end of a session (`recovery`).
 
 mod children;
+mod context;
 mod dynamic;
 mod modes;
 mod recovery;
@@ -99,6 +100,7 @@ impl Session {
                 schedules: Default::default(),
                 callbacks: Default::default(),
                 delegation: Default::default(),
+                context: Default::default(),
             },
         };
         s.commit(vec![SessionEvent::SessionCreated {

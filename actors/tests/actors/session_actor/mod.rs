@@ -6,6 +6,7 @@
 mod activation;
 mod agent_schedules;
 mod children;
+mod context;
 mod delegation;
 mod fencing;
 mod mid_turn;
@@ -76,6 +77,7 @@ fn agent(url: &str) -> Agent {
         schedules: Default::default(),
         callbacks: Default::default(),
         delegation: Default::default(),
+        context: Default::default(),
     };
     Agent {
         name: "ops".into(),

@@ -8,9 +8,14 @@ import type { JournalEvent, ServerFrame, SessionStatus } from "./protocol.js";
 export interface ChatEntry {
   /** Stable key: `u{seq}` for user messages, the model call id for assistant text. */
   id: string;
-  role: "user" | "assistant" | "error";
+  /** `compaction`: earlier turns left the prompt (`text` is their summary, if any). */
+  role: "user" | "assistant" | "error" | "compaction";
   text: string;
   seq: number;
+  /** An assistant reply Stead built from the tool results (the model gave none usable). */
+  fallback?: boolean;
+  /** A compaction's count of earlier turns summarised or dropped. */
+  turns?: number;
 }
 
 export type ToolStatus =
@@ -226,7 +231,16 @@ function apply(view: SessionView, event: JournalEvent): SessionView {
       ];
       break;
     case "assistant_message":
-      next.entries = [...next.entries, { id: `a${event.seq}`, role: "assistant", text: p.text, seq: event.seq }];
+      next.entries = [
+        ...next.entries,
+        { id: `a${event.seq}`, role: "assistant", text: p.text, seq: event.seq, ...(p.fallback ? { fallback: true } : {}) },
+      ];
+      break;
+    case "context_compacted":
+      next.entries = [
+        ...next.entries,
+        { id: `c${event.seq}`, role: "compaction", text: p.summary ?? "", seq: event.seq, turns: p.turns },
+      ];
       break;
     case "tool_call_requested":
       next.tools = {

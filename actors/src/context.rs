@@ -1,0 +1,289 @@
+//! Context management (docs/sessions.md, "Context management"): what keeps a session's prompt
+//! inside its route's budget for as long as the session lives. An agent's [`ContextRules`]
+//! name the budget, the strategy and the limit on tool results shown to the model; the actor
+//! measures each model call's prompt before sending it and, when it would not fit, drops the
+//! oldest whole turns — replaced by a summary a route writes (`summarize`) or by nothing
+//! (`truncate`) — and journals the result as `context_compacted` before the call that uses
+//! it, so the fold, the decision check, forks and exports rebuild the exact prompt without
+//! calling the summariser again. Everything here is pure.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::state::TranscriptEntry;
+
+/// What replaces the oldest turns when a prompt outgrows its budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    /// A summary written by a route (the agent's own unless `summary_route` names another).
+    #[default]
+    Summarize,
+    /// Nothing: the turns are dropped (no model call).
+    Truncate,
+}
+
+/// An agent's `[agents.context]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContextRules {
+    /// The most prompt tokens a model call may send (`None`: [`DEFAULT_WINDOW_SHARE`] of the
+    /// route's context window when the router knows it, else no bound).
+    pub max_prompt_tokens: Option<u64>,
+    pub strategy: Strategy,
+    /// The route that writes summaries (`None`: the agent's route).
+    pub summary_route: Option<String>,
+    /// Tool results longer than this (in tokens, estimated at four characters each) are shown
+    /// to the model cut, with a marker; the journal keeps them whole.
+    pub max_tool_result_tokens: u64,
+}
+
+impl Default for ContextRules {
+    fn default() -> Self {
+        ContextRules {
+            max_prompt_tokens: None,
+            strategy: Strategy::Summarize,
+            summary_route: None,
+            max_tool_result_tokens: DEFAULT_MAX_TOOL_RESULT_TOKENS,
+        }
+    }
+}
+
+/// The share of a route's context window a prompt may fill by default: the rest is left for
+/// the answer.
+pub const DEFAULT_WINDOW_SHARE: f64 = 0.75;
+
+/// Tool results shown whole up to this many tokens by default.
+pub const DEFAULT_MAX_TOOL_RESULT_TOKENS: u64 = 2_000;
+
+/// A compaction frees room down to this share of the budget, so that the next ones come many
+/// calls later (their own model calls stay a small share of all calls).
+pub const TARGET_SHARE: f64 = 0.4;
+
+/// Characters per token of the estimate used where no tokenizer is at hand (remote routes):
+/// English prose and JSON run at about four; the estimate errs high for code and low for
+/// languages written without spaces (docs/sessions.md gives the bound).
+pub const CHARS_PER_TOKEN: u64 = 4;
+
+/// The system prompt the summariser is given.
+pub const SUMMARY_INSTRUCTION: &str = "You summarise conversations. Write a short summary of the \
+conversation below for the assistant that continues it: what the user asked for, what was \
+done, the facts, names and numbers that were found or decided, and what is still open. Plain \
+sentences, at most 200 words; do not add anything that is not in the conversation.";
+
+/// How a summary is shown to the model: after the agent's system prompt.
+pub fn system_prompt_with(system_prompt: &str, summary: Option<&str>, memory: &str) -> String {
+    let mut prompt = system_prompt.to_string();
+    if !memory.trim().is_empty() {
+        if !prompt.is_empty() {
+            prompt.push_str("\n\n");
+        }
+        prompt.push_str("Memory (facts to keep):\n");
+        prompt.push_str(memory.trim());
+    }
+    if let Some(summary) = summary.filter(|s| !s.trim().is_empty()) {
+        if !prompt.is_empty() {
+            prompt.push_str("\n\n");
+        }
+        prompt.push_str("Summary of the earlier conversation:\n");
+        prompt.push_str(summary.trim());
+    }
+    prompt
+}
+
+/// The transcript as the model is shown it: tool results longer than `max_tokens` (estimated)
+/// cut, with a marker saying how much was left out.
+pub fn shown(transcript: &[TranscriptEntry], max_tokens: u64) -> Vec<TranscriptEntry> {
+    let limit = usize::try_from(max_tokens.saturating_mul(CHARS_PER_TOKEN)).unwrap_or(usize::MAX);
+    transcript
+        .iter()
+        .map(|entry| match entry {
+            TranscriptEntry::Tool {
+                call_id,
+                tool,
+                content,
+            } => {
+                let text = match content {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                if text.len() <= limit {
+                    return entry.clone();
+                }
+                let mut cut = limit;
+                while !text.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                TranscriptEntry::Tool {
+                    call_id: call_id.clone(),
+                    tool: tool.clone(),
+                    content: Value::String(format!(
+                        "{} … [cut: {} of {} characters shown; the whole result is in the journal]",
+                        &text[..cut],
+                        cut,
+                        text.len()
+                    )),
+                }
+            }
+            other => other.clone(),
+        })
+        .collect()
+}
+
+/// The estimated tokens of a prompt: its characters over [`CHARS_PER_TOKEN`], rounded up.
+pub fn estimate(chars: usize) -> u64 {
+    (chars as u64).div_ceil(CHARS_PER_TOKEN)
+}
+
+/// The characters an entry adds to a prompt (its text, calls and content).
+pub fn entry_chars(entry: &TranscriptEntry) -> usize {
+    match entry {
+        TranscriptEntry::User { text } => text.len(),
+        TranscriptEntry::Assistant { text, tool_calls } => {
+            text.len()
+                + tool_calls
+                    .iter()
+                    .map(|c| c.tool.len() + c.arguments.to_string().len())
+                    .sum::<usize>()
+        }
+        TranscriptEntry::Tool { content, .. } => match content {
+            Value::String(s) => s.len(),
+            other => other.to_string().len(),
+        },
+    }
+}
+
+/// Where each earlier turn starts in `transcript` (the index of a user message), oldest
+/// first, up to but not including the turn in progress (which starts at the last user
+/// message and is never dropped).
+pub fn turn_starts(transcript: &[TranscriptEntry]) -> Vec<usize> {
+    let starts: Vec<usize> = transcript
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| matches!(e, TranscriptEntry::User { .. }))
+        .map(|(i, _)| i)
+        .collect();
+    starts
+}
+
+/// What to drop from a prompt of `tokens` (measured) over `budget`: the smallest number of
+/// whole earlier turns — `(entries, turns)` from the front of the transcript — after which the
+/// estimate falls to [`TARGET_SHARE`] of the budget, or every earlier turn when none is
+/// enough. `None` when there is no earlier turn to drop.
+pub fn plan(transcript: &[TranscriptEntry], tokens: u64, budget: u64) -> Option<(usize, u32)> {
+    let starts = turn_starts(transcript);
+    // The turn in progress starts at the last user message; earlier turns end where the next
+    // one starts.
+    let current = *starts.last()?;
+    let earlier: Vec<usize> = starts
+        .iter()
+        .copied()
+        .skip(1)
+        .take_while(|&s| s <= current)
+        .collect();
+    if earlier.is_empty() {
+        return None;
+    }
+    let total_chars: usize = transcript.iter().map(entry_chars).sum::<usize>().max(1);
+    let per_char = tokens as f64 / total_chars as f64;
+    let target = (budget as f64 * TARGET_SHARE) as u64;
+    let mut dropped_chars = 0usize;
+    let mut from = 0usize;
+    for (turns, &end) in earlier.iter().enumerate() {
+        dropped_chars += transcript[from..end].iter().map(entry_chars).sum::<usize>();
+        from = end;
+        let left = tokens.saturating_sub((dropped_chars as f64 * per_char) as u64);
+        if left <= target || end == current {
+            return Some((end, turns as u32 + 1));
+        }
+    }
+    Some((current, earlier.len() as u32))
+}
+
+/// The text the summariser is given: the summary so far, then the dropped entries as
+/// `User:` / `Assistant:` / `Tool …:` lines (tool results cut like the model sees them).
+pub fn summary_input(previous: Option<&str>, dropped: &[TranscriptEntry], max_tool_tokens: u64) -> String {
+    let mut text = String::new();
+    if let Some(previous) = previous.filter(|s| !s.trim().is_empty()) {
+        text.push_str("Summary so far:\n");
+        text.push_str(previous.trim());
+        text.push_str("\n\nThe conversation that followed:\n");
+    }
+    for entry in shown(dropped, max_tool_tokens) {
+        match entry {
+            TranscriptEntry::User { text: t } => text.push_str(&format!("User: {t}\n")),
+            TranscriptEntry::Assistant { text: t, tool_calls } => {
+                for call in &tool_calls {
+                    text.push_str(&format!("Assistant called {} with {}\n", call.tool, call.arguments));
+                }
+                if !t.trim().is_empty() {
+                    text.push_str(&format!("Assistant: {t}\n"));
+                }
+            }
+            TranscriptEntry::Tool { tool, content, .. } => {
+                let shown = match content {
+                    Value::String(s) => s,
+                    other => other.to_string(),
+                };
+                text.push_str(&format!("Tool {tool} returned: {shown}\n"));
+            }
+        }
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn turn(n: usize, chars: usize) -> Vec<TranscriptEntry> {
+        vec![
+            TranscriptEntry::User {
+                text: format!("question {n} {}", "x".repeat(chars)),
+            },
+            TranscriptEntry::Assistant {
+                text: format!("answer {n}"),
+                tool_calls: Vec::new(),
+            },
+        ]
+    }
+
+    #[test]
+    fn the_plan_drops_the_fewest_whole_turns_and_never_the_current_one() {
+        let transcript: Vec<TranscriptEntry> = (0..4).flat_map(|n| turn(n, 400)).collect();
+        let tokens = estimate(transcript.iter().map(entry_chars).sum());
+        // Over a budget that half of it fits: two of the three earlier turns go.
+        let (entries, turns) = plan(&transcript, tokens, tokens - 10).unwrap();
+        assert_eq!((entries, turns), (4, 2));
+        assert!(matches!(&transcript[entries], TranscriptEntry::User { text } if text.starts_with("question 2")));
+        // A tiny budget: every earlier turn, not the current one.
+        assert_eq!(plan(&transcript, tokens, 10), Some((6, 3)));
+        // One turn only: nothing to drop.
+        assert_eq!(plan(&turn(0, 10), 1000, 10), None);
+    }
+
+    #[test]
+    fn long_tool_results_are_shown_cut_with_a_marker() {
+        let transcript = vec![TranscriptEntry::Tool {
+            call_id: "t1".into(),
+            tool: "fetch".into(),
+            content: json!("é".repeat(100)),
+        }];
+        let shown = shown(&transcript, 10);
+        let TranscriptEntry::Tool { content, .. } = &shown[0] else {
+            panic!()
+        };
+        let text = content.as_str().unwrap();
+        assert!(text.starts_with(&"é".repeat(20)), "{text}");
+        assert!(text.contains("[cut: 40 of 200 characters shown"), "{text}");
+    }
+
+    #[test]
+    fn the_summary_and_memory_follow_the_system_prompt() {
+        assert_eq!(
+            system_prompt_with("Be brief.", Some("They met."), "name: Ada"),
+            "Be brief.\n\nMemory (facts to keep):\nname: Ada\n\nSummary of the earlier conversation:\nThey met."
+        );
+        assert_eq!(system_prompt_with("Be brief.", None, ""), "Be brief.");
+    }
+}

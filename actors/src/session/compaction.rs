@@ -1,0 +1,135 @@
+//! Keeping a model call's prompt inside its budget (docs/sessions.md, "Context management"):
+//! before the actor's model task sends a call, it measures the prompt; one that would not fit
+//! is not sent — the oldest whole turns are summarised (or dropped) and the task answers with
+//! an [`Input::Compact`], which the decision journals as `context_compacted` and answers by
+//! issuing the call again over the compacted transcript. A prompt whose turn alone is over the
+//! budget fails the call with `context_overflow`.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use super::{ModelClient, ModelRequest};
+use crate::context::{self, ContextRules, Strategy};
+use crate::decide::Input;
+use crate::state::TranscriptEntry;
+
+/// What to do with a model call.
+pub(super) enum Fit {
+    /// It fits (or no budget applies): send it.
+    Send,
+    /// Journal this compaction; the decision issues the call again.
+    Compact(Input),
+    /// It cannot fit: fail the call with this error.
+    Overflow(String),
+}
+
+/// The agent's budget for a prompt on a route whose context window is `window`.
+pub(super) fn budget(rules: &ContextRules, window: Option<u64>) -> Option<u64> {
+    rules
+        .max_prompt_tokens
+        .or_else(|| window.map(|w| (w as f64 * context::DEFAULT_WINDOW_SHARE) as u64))
+}
+
+/// Measures `request` (whose system prompt is `base_prompt` with `summary` shown after it) and
+/// decides whether it fits, compacting when it does not.
+pub(super) async fn fit(
+    model: &dyn ModelClient,
+    request: &ModelRequest,
+    rules: &ContextRules,
+    base_prompt: &str,
+    summary: Option<&str>,
+    call_id: &str,
+    cancel: Arc<AtomicBool>,
+) -> Fit {
+    let size = model.measure(request).await;
+    let Some(budget) = budget(rules, size.window) else {
+        return Fit::Send;
+    };
+    if size.tokens <= budget {
+        return Fit::Send;
+    }
+    let Some((entries, turns)) = context::plan(&request.transcript, size.tokens, budget) else {
+        return Fit::Overflow(format!(
+            "context_overflow: this model call's prompt needs {} tokens{}, over the agent's \
+             budget of {budget} (`[agents.context] max_prompt_tokens`, or 75 % of the route's \
+             context window), and no earlier turn is left to compact: the newest message and \
+             its turn alone do not fit. Send a shorter message.",
+            size.tokens,
+            if size.exact { "" } else { " (estimated)" },
+        ));
+    };
+    let dropped = &request.transcript[..entries];
+    let (new_summary, summariser) = match rules.strategy {
+        Strategy::Truncate => (None, None),
+        Strategy::Summarize => {
+            match summarise(model, request, rules, summary, dropped, budget, cancel).await {
+                Ok((text, model)) => (Some(text), Some(model)),
+                Err(error) => {
+                    tracing::warn!(session = %request.session_id, %error,
+                        "the summary could not be written; the oldest turns are dropped without one");
+                    (None, None)
+                }
+            }
+        }
+    };
+    let mut compacted = request.clone();
+    compacted.transcript.drain(..entries);
+    compacted.system_prompt =
+        context::system_prompt_with(base_prompt, new_summary.as_deref().or(summary), "");
+    let after = model.measure(&compacted).await.tokens;
+    Fit::Compact(Input::Compact {
+        call_id: call_id.to_string(),
+        entries: entries as u64,
+        turns,
+        summary: new_summary,
+        model: summariser,
+        tokens_before: size.tokens,
+        tokens_after: after,
+    })
+}
+
+/// Asks the summary route (the agent's own by default) for a summary of `dropped` and the
+/// summary so far; returns the text and the model that wrote it.
+async fn summarise(
+    model: &dyn ModelClient,
+    request: &ModelRequest,
+    rules: &ContextRules,
+    previous: Option<&str>,
+    dropped: &[TranscriptEntry],
+    budget: u64,
+    cancel: Arc<AtomicBool>,
+) -> Result<(String, String), String> {
+    let mut input = context::summary_input(previous, dropped, rules.max_tool_result_tokens);
+    // The summariser's own prompt stays inside the budget: the newest part is kept.
+    let cap = usize::try_from(budget.saturating_mul(context::CHARS_PER_TOKEN) / 2).unwrap_or(usize::MAX);
+    if input.len() > cap {
+        let mut from = input.len() - cap;
+        while !input.is_char_boundary(from) {
+            from += 1;
+        }
+        input = format!("[the start of this part was cut]\n{}", &input[from..]);
+    }
+    let summary_request = ModelRequest {
+        session_id: request.session_id,
+        route: rules
+            .summary_route
+            .clone()
+            .unwrap_or_else(|| request.route.clone()),
+        system_prompt: context::SUMMARY_INSTRUCTION.to_string(),
+        transcript: vec![TranscriptEntry::User { text: input }],
+        tools: Vec::new(),
+        principal: request.principal.clone(),
+        metadata: request.metadata.clone(),
+        repair: false,
+    };
+    let (deltas, _stream) = tokio::sync::mpsc::unbounded_channel();
+    let output = model
+        .complete(summary_request, deltas, cancel)
+        .await
+        .map_err(|e| e.to_string())?;
+    let text = output.text.trim().to_string();
+    if text.is_empty() {
+        return Err("the summariser answered with nothing".into());
+    }
+    Ok((text, output.model))
+}

@@ -1,0 +1,165 @@
+//! Context management through the session actor on both backends (docs/sessions.md, "Context
+//! management"), with a model double that records every request: a session that outgrows its
+//! budget journals `context_compacted` before the call that uses it, every prompt stays under
+//! the budget, later prompts carry the summary, `stead replay check`'s decision check passes
+//! without calling the summariser, and forks from before and after a compaction rebuild the
+//! prompts the source had there. A turn too large alone fails with `context_overflow` and the
+//! session answers the next message.
+
+use std::sync::Mutex;
+
+use stead_actors::context::{ContextRules, Strategy, SUMMARY_INSTRUCTION};
+use stead_actors::session::{estimate, ModelRequest};
+use stead_persistence::Backend;
+use stead_testkit::db;
+
+use super::*;
+
+stead_testkit::both_backends!(
+    a_long_session_is_compacted_before_the_calls_that_need_it,
+    a_message_too_large_alone_fails_its_turn_and_the_session_goes_on,
+);
+
+const BUDGET: u64 = 300;
+
+fn compacting_agent(strategy: Strategy) -> Agent {
+    let mut agent = agent("http://127.0.0.1:9");
+    agent.rules.context = ContextRules {
+        max_prompt_tokens: Some(BUDGET),
+        strategy,
+        ..Default::default()
+    };
+    agent
+}
+
+/// A model double that records each request and answers summaries as `SUMMARY {n}`.
+fn recording_model() -> (Arc<ScriptedModel>, Arc<Mutex<Vec<ModelRequest>>>) {
+    let seen: Arc<Mutex<Vec<ModelRequest>>> = Arc::default();
+    let log = seen.clone();
+    let model = ScriptedModel::respond(move |request| {
+        let mut log = log.lock().unwrap();
+        log.push(request.clone());
+        let summaries = log
+            .iter()
+            .filter(|r| r.system_prompt == SUMMARY_INSTRUCTION)
+            .count();
+        if request.system_prompt == SUMMARY_INSTRUCTION {
+            (format!("SUMMARY {summaries}"), vec![])
+        } else {
+            (format!("Noted, answer {}.", log.len()), vec![])
+        }
+    });
+    (Arc::new(model), seen)
+}
+
+async fn a_long_session_is_compacted_before_the_calls_that_need_it(backend: Backend) {
+    let db = db::open(backend).await;
+    let store = db.store.clone();
+    let (model, seen) = recording_model();
+    let agent = compacting_agent(Strategy::Summarize);
+    let rules = agent.rules.clone();
+    let registry = SessionRegistry::new(store.clone(), model.clone(), vec![agent]);
+    let id = new_session(&store).await;
+    let mut frames = registry.subscribe(id).await.unwrap();
+    // 12 turns of ~60 tokens each: five times the budget.
+    for n in 0..12 {
+        say(&registry, id, &format!("Message {n}: {}", "lorem ipsum ".repeat(20))).await;
+        wait_for(&mut frames, "turn_finished").await;
+    }
+    let journal = store.read(id, 0, 1000).await.unwrap();
+    let kinds: Vec<&str> = journal.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(kinds.iter().filter(|k| **k == "turn_finished").count(), 12);
+    assert!(!kinds.contains(&"model_call_failed"), "{kinds:?}");
+    let compactions: Vec<&stead_persistence::Event> = journal
+        .iter()
+        .filter(|e| e.kind == "context_compacted")
+        .collect();
+    assert!(compactions.len() >= 2, "{kinds:?}");
+    for c in &compactions {
+        // Journaled after its call started and before that call finished.
+        let call = c.payload["call_id"].as_str().unwrap();
+        let at = |kind: &str| {
+            journal
+                .iter()
+                .find(|e| e.kind == kind && e.payload["call_id"] == call)
+                .unwrap()
+                .seq
+        };
+        assert!(at("model_call_started") < c.seq && c.seq < at("model_call_finished"));
+        assert!(c.payload["summary"].as_str().unwrap().starts_with("SUMMARY"));
+        assert!(c.payload["tokens_after"].as_u64() < c.payload["tokens_before"].as_u64());
+    }
+    // Every agent call the double saw fits the budget; later ones carry the latest summary.
+    let requests = seen.lock().unwrap().clone();
+    let agent_calls: Vec<&ModelRequest> = requests
+        .iter()
+        .filter(|r| r.system_prompt != SUMMARY_INSTRUCTION)
+        .collect();
+    assert_eq!(agent_calls.len(), 12, "each turn's call was sent once");
+    for request in &agent_calls {
+        assert!(estimate(request).tokens <= BUDGET, "{request:?}");
+    }
+    assert!(agent_calls
+        .last()
+        .unwrap()
+        .system_prompt
+        .contains("Summary of the earlier conversation:\nSUMMARY"));
+    let summaries = requests.len() - agent_calls.len();
+    assert_eq!(summaries, compactions.len());
+
+    // The decision check re-decides the whole journal; nothing is called.
+    let calls = model.calls();
+    let row = store.get_session(id).await.unwrap();
+    let report = stead_actors::replay::check(id, &row.metadata, &journal, &rules).unwrap();
+    assert_eq!(report.divergence, None);
+    assert_eq!(model.calls(), calls, "the summariser is not called again");
+
+    // Forks from before and from after the first compaction fold to the prompts the source
+    // had at those points.
+    let first = compactions[0].seq;
+    for at in [first - 1, first] {
+        let (fork, _) = stead_actors::replay::fork(&store, &row, at, Default::default(), "local")
+            .await
+            .unwrap();
+        let copied = store.read(fork.id, 0, 1000).await.unwrap();
+        let forked = fold_all(&copied);
+        let source = fold_all(&journal[..at as usize]);
+        assert_eq!(forked.transcript, source.transcript, "at {at}");
+        assert_eq!(forked.summary, source.summary, "at {at}");
+    }
+    registry.stop_all();
+    db.finish().await;
+}
+
+async fn a_message_too_large_alone_fails_its_turn_and_the_session_goes_on(backend: Backend) {
+    let db = db::open(backend).await;
+    let store = db.store.clone();
+    let (model, _) = recording_model();
+    let registry = SessionRegistry::new(
+        store.clone(),
+        model,
+        vec![compacting_agent(Strategy::Truncate)],
+    );
+    let id = new_session(&store).await;
+    let mut frames = registry.subscribe(id).await.unwrap();
+    say(&registry, id, &"word ".repeat(400)).await;
+    wait_for(&mut frames, "turn_finished").await;
+    say(&registry, id, "A short one.").await;
+    wait_for(&mut frames, "turn_finished").await;
+    let journal = store.read(id, 0, 1000).await.unwrap();
+    let failed = journal
+        .iter()
+        .find(|e| e.kind == "model_call_failed")
+        .expect("the oversized turn failed");
+    let error = failed.payload["error"].as_str().unwrap();
+    assert!(error.starts_with("context_overflow:"), "{error}");
+    assert!(error.contains(&format!("budget of {BUDGET}")), "{error}");
+    let finished: Vec<&serde_json::Value> = journal
+        .iter()
+        .filter(|e| e.kind == "turn_finished")
+        .map(|e| &e.payload["reason"])
+        .collect();
+    assert_eq!(finished, [&json!("model_failed"), &json!("completed")]);
+    registry.stop_all();
+    db.finish().await;
+}
