@@ -10,6 +10,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::decide::{Action, Decision, Planner, Refusal};
+use crate::events::{Compaction, SessionEvent};
 use crate::state::TranscriptEntry;
 
 /// What replaces the oldest turns when a prompt outgrows its budget.
@@ -201,7 +203,11 @@ pub fn plan(transcript: &[TranscriptEntry], tokens: u64, budget: u64) -> Option<
 
 /// The text the summariser is given: the summary so far, then the dropped entries as
 /// `User:` / `Assistant:` / `Tool …:` lines (tool results cut like the model sees them).
-pub fn summary_input(previous: Option<&str>, dropped: &[TranscriptEntry], max_tool_tokens: u64) -> String {
+pub fn summary_input(
+    previous: Option<&str>,
+    dropped: &[TranscriptEntry],
+    max_tool_tokens: u64,
+) -> String {
     let mut text = String::new();
     if let Some(previous) = previous.filter(|s| !s.trim().is_empty()) {
         text.push_str("Summary so far:\n");
@@ -211,9 +217,15 @@ pub fn summary_input(previous: Option<&str>, dropped: &[TranscriptEntry], max_to
     for entry in shown(dropped, max_tool_tokens) {
         match entry {
             TranscriptEntry::User { text: t } => text.push_str(&format!("User: {t}\n")),
-            TranscriptEntry::Assistant { text: t, tool_calls } => {
+            TranscriptEntry::Assistant {
+                text: t,
+                tool_calls,
+            } => {
                 for call in &tool_calls {
-                    text.push_str(&format!("Assistant called {} with {}\n", call.tool, call.arguments));
+                    text.push_str(&format!(
+                        "Assistant called {} with {}\n",
+                        call.tool, call.arguments
+                    ));
                 }
                 if !t.trim().is_empty() {
                     text.push_str(&format!("Assistant: {t}\n"));
@@ -229,6 +241,29 @@ pub fn summary_input(previous: Option<&str>, dropped: &[TranscriptEntry], max_to
         }
     }
     text
+}
+
+impl Planner<'_> {
+    /// A compaction for the model call in flight: journaled, then that call is issued again
+    /// over the compacted transcript. Refused (stale) for any other call, for nothing to drop,
+    /// or for more entries than the transcript holds.
+    pub(crate) fn compact(mut self, compaction: Compaction) -> Result<Decision, Refusal> {
+        let in_flight = self
+            .state
+            .turn
+            .as_ref()
+            .and_then(|t| t.model_call.as_deref());
+        if in_flight != Some(compaction.call_id.as_str())
+            || compaction.entries == 0
+            || compaction.entries > self.state.transcript.len() as u64
+        {
+            return Err(Refusal::Stale);
+        }
+        let call_id = compaction.call_id.clone();
+        self.push(SessionEvent::ContextCompacted(compaction));
+        self.push_action(Action::CallModel { call_id });
+        Ok(self.finish())
+    }
 }
 
 #[cfg(test)]
@@ -250,14 +285,17 @@ mod tests {
 
     #[test]
     fn the_plan_drops_the_fewest_whole_turns_and_never_the_current_one() {
-        let transcript: Vec<TranscriptEntry> = (0..4).flat_map(|n| turn(n, 400)).collect();
+        let transcript: Vec<TranscriptEntry> = (0..6).flat_map(|n| turn(n, 400)).collect();
         let tokens = estimate(transcript.iter().map(entry_chars).sum());
-        // Over a budget that half of it fits: two of the three earlier turns go.
+        // Just over the budget: down to 40 % of it takes four of the five earlier turns (three
+        // would leave half).
         let (entries, turns) = plan(&transcript, tokens, tokens - 10).unwrap();
-        assert_eq!((entries, turns), (4, 2));
-        assert!(matches!(&transcript[entries], TranscriptEntry::User { text } if text.starts_with("question 2")));
+        assert_eq!((entries, turns), (8, 4));
+        assert!(
+            matches!(&transcript[entries], TranscriptEntry::User { text } if text.starts_with("question 4"))
+        );
         // A tiny budget: every earlier turn, not the current one.
-        assert_eq!(plan(&transcript, tokens, 10), Some((6, 3)));
+        assert_eq!(plan(&transcript, tokens, 10), Some((10, 5)));
         // One turn only: nothing to drop.
         assert_eq!(plan(&turn(0, 10), 1000, 10), None);
     }

@@ -260,35 +260,7 @@ pub fn decide(
             }
             next.push(SessionEvent::ToolsSeen { digest, tools });
         }
-        Input::Compact {
-            call_id,
-            entries,
-            turns,
-            summary,
-            model,
-            tokens_before,
-            tokens_after,
-        } => {
-            let in_flight = state.turn.as_ref().and_then(|t| t.model_call.as_deref());
-            if in_flight != Some(call_id.as_str()) || entries == 0 {
-                return Err(Refusal::Stale);
-            }
-            if entries > state.transcript.len() as u64 {
-                return Err(Refusal::Stale);
-            }
-            next.push(SessionEvent::ContextCompacted {
-                call_id: call_id.clone(),
-                entries,
-                turns,
-                summary,
-                model,
-                tokens_before,
-                tokens_after,
-            });
-            // The call goes out now, over the compacted transcript.
-            next.decision.actions.push(Action::CallModel { call_id });
-            return Ok(next.finish());
-        }
+        Input::Compact(compaction) => return next.compact(compaction),
         Input::Fail { reason } => {
             if let Some(call_id) = state.turn.as_ref().and_then(|t| t.model_call.clone()) {
                 next.decision
@@ -334,11 +306,15 @@ pub(crate) struct Planner<'a> {
 }
 
 impl Planner<'_> {
-    fn finish(mut self) -> Decision {
+    pub(crate) fn finish(mut self) -> Decision {
         if !self.decision.events.is_empty() {
             self.decision.status = Some(self.state.status());
         }
         self.decision
+    }
+
+    pub(crate) fn push_action(&mut self, action: Action) {
+        self.decision.actions.push(action);
     }
 
     pub(crate) fn push(&mut self, event: SessionEvent) {

@@ -161,6 +161,25 @@ fn first_level() -> u32 {
     1
 }
 
+/// What a `context_compacted` event records: the oldest `entries` of the transcript — `turns`
+/// whole turns — left the prompt of the model call `call_id` (in flight), replaced by `summary`
+/// (written by `model`; `None` with the `truncate` strategy or when the summariser failed).
+/// The fold drops them; later prompts show the summary after the system prompt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
+pub struct Compaction {
+    pub call_id: String,
+    pub entries: u64,
+    pub turns: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub summary: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub model: Option<String>,
+    pub tokens_before: u64,
+    pub tokens_after: u64,
+}
+
 /// One journaled step of a session.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 #[serde(tag = "kind", content = "payload", rename_all = "snake_case")]
@@ -274,24 +293,10 @@ pub enum SessionEvent {
         #[ts(optional, as = "Option<bool>")]
         fallback: bool,
     },
-    /// Before the model call `call_id` (in flight) was sent, its prompt would have outgrown the
-    /// agent's budget: the oldest `entries` of the transcript — `turns` whole turns — were
-    /// replaced by `summary` (written by `model`; `None` with the `truncate` strategy or when
-    /// the summariser failed). The fold drops them; later prompts show the summary after the
-    /// system prompt (docs/sessions.md, "Context management").
-    ContextCompacted {
-        call_id: String,
-        entries: u64,
-        turns: u32,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        #[ts(optional)]
-        summary: Option<String>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        #[ts(optional)]
-        model: Option<String>,
-        tokens_before: u64,
-        tokens_after: u64,
-    },
+    /// Before the model call it names (in flight) was sent, its prompt would have outgrown the
+    /// agent's budget: the oldest turns were replaced by a summary, or dropped (docs/sessions.md,
+    /// "Context management").
+    ContextCompacted(Compaction),
     /// The model's answer `call_id` had no tool calls, but its text cannot be a reply (empty,
     /// or tool-call text): it is dropped from the transcript, and the turn asks the model once
     /// more without tools (a repair call) or builds the reply from its tool results.

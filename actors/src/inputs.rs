@@ -70,19 +70,10 @@ pub enum Input {
         digest: String,
         tools: Vec<SeenTool>,
     },
-    /// The prompt of the model call `call_id` (in flight) outgrew its budget: drop the oldest
-    /// `entries` of the transcript (`turns` whole turns), replaced by `summary` — the actor
-    /// measured and summarised before sending the call (docs/sessions.md, "Context
-    /// management").
-    Compact {
-        call_id: String,
-        entries: u64,
-        turns: u32,
-        summary: Option<String>,
-        model: Option<String>,
-        tokens_before: u64,
-        tokens_after: u64,
-    },
+    /// The prompt of the model call it names (in flight) outgrew its budget: drop the oldest
+    /// turns, replaced by the summary — the actor measured and summarised before sending the
+    /// call (docs/sessions.md, "Context management").
+    Compact(crate::events::Compaction),
     /// The supervisor gives up on the session (its actor kept crashing).
     Fail {
         reason: String,

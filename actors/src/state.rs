@@ -359,9 +359,9 @@ impl SessionState {
                     });
                 }
             }
-            SessionEvent::ContextCompacted {
+            SessionEvent::ContextCompacted(crate::events::Compaction {
                 entries, summary, ..
-            } => {
+            }) => {
                 let entries = usize::try_from(*entries)
                     .unwrap_or(usize::MAX)
                     .min(self.transcript.len());

@@ -3,13 +3,19 @@
 //! refuses (400) any prompt over 2,048 tokens (four characters each) and records every prompt
 //! it sees. An agent with `max_prompt_tokens = 1536` talks for 200 turns of ~75-token messages
 //! (ten times the context): no turn fails, no prompt reaches the double over its context,
-//! summaries are written by the route and appear in the prompts that follow.
+//! summaries are written by the route and appear in the prompts that follow. Then the session's
+//! page in a real browser shows the compactions as dividers that open their summaries
+//! (`web-ui/e2e/compaction.mjs`; screenshot `{target}/tmp/web-ui-compaction/compaction.png`).
 
+use std::path::PathBuf;
+use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::Value;
 use stead_testkit::client::Api;
+use stead_testkit::external;
 use stead_testkit::stead::Stead;
 use stead_testkit::upstream::{Reply, Upstream};
 
@@ -77,7 +83,11 @@ max_prompt_tokens = 1536
         assert_eq!(status, 200, "turn {n}: {body}");
         assert_eq!(body["status"], "idle", "turn {n}: {body}");
     }
-    assert_eq!(over.load(Ordering::SeqCst), 0, "no prompt over the double's context");
+    assert_eq!(
+        over.load(Ordering::SeqCst),
+        0,
+        "no prompt over the double's context"
+    );
 
     // The whole journal, page by page.
     let mut journal: Vec<Value> = Vec::new();
@@ -122,4 +132,37 @@ max_prompt_tokens = 1536
         system_prompt(last)
     );
     assert!(requests.iter().all(|b| prompt_chars(b) <= CONTEXT * 4));
+
+    // In the browser: a divider per compaction; the last opens to its summary.
+    let web_ui = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("web-ui");
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("web-ui-compaction");
+    let _ = std::fs::remove_dir_all(&out);
+    let mut command = Command::new("node");
+    command
+        .current_dir(&web_ui)
+        .arg("e2e/compaction.mjs")
+        .arg(&server.base)
+        .arg(&out)
+        .arg(&id)
+        .env(
+            "CHROMIUM",
+            std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into()),
+        );
+    let stdout = external::run(command, Duration::from_secs(180), "the browser run failed")
+        .await
+        .stdout;
+    let shown: Value = stdout
+        .lines()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("no result: {stdout}"));
+    assert_eq!(shown["dividers"], compactions, "{shown}");
+    assert!(
+        shown["label"].as_str().unwrap().contains("summarised"),
+        "{shown}"
+    );
+    assert!(
+        shown["summary"].as_str().unwrap().starts_with("Summary "),
+        "{shown}"
+    );
+    assert!(out.join("compaction.png").is_file());
 }

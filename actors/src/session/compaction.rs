@@ -77,7 +77,7 @@ pub(super) async fn fit(
     compacted.system_prompt =
         context::system_prompt_with(base_prompt, new_summary.as_deref().or(summary), "");
     let after = model.measure(&compacted).await.tokens;
-    Fit::Compact(Input::Compact {
+    Fit::Compact(Input::Compact(crate::events::Compaction {
         call_id: call_id.to_string(),
         entries: entries as u64,
         turns,
@@ -85,7 +85,7 @@ pub(super) async fn fit(
         model: summariser,
         tokens_before: size.tokens,
         tokens_after: after,
-    })
+    }))
 }
 
 /// Asks the summary route (the agent's own by default) for a summary of `dropped` and the
@@ -101,7 +101,8 @@ async fn summarise(
 ) -> Result<(String, String), String> {
     let mut input = context::summary_input(previous, dropped, rules.max_tool_result_tokens);
     // The summariser's own prompt stays inside the budget: the newest part is kept.
-    let cap = usize::try_from(budget.saturating_mul(context::CHARS_PER_TOKEN) / 2).unwrap_or(usize::MAX);
+    let cap =
+        usize::try_from(budget.saturating_mul(context::CHARS_PER_TOKEN) / 2).unwrap_or(usize::MAX);
     if input.len() > cap {
         let mut from = input.len() - cap;
         while !input.is_char_boundary(from) {

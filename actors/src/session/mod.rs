@@ -6,11 +6,11 @@
 
 mod actor;
 mod children;
+mod compaction;
 mod config;
 mod due_index;
 mod frames;
 mod live;
-mod compaction;
 mod model;
 mod registry;
 mod scheduler;

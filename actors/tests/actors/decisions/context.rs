@@ -6,7 +6,7 @@ use super::*;
 use stead_actors::TranscriptEntry;
 
 fn compact(call_id: &str, entries: u64, summary: Option<&str>) -> Input {
-    Input::Compact {
+    Input::Compact(stead_actors::events::Compaction {
         call_id: call_id.into(),
         entries,
         turns: 1,
@@ -14,7 +14,7 @@ fn compact(call_id: &str, entries: u64, summary: Option<&str>) -> Input {
         model: summary.map(|_| "double".to_string()),
         tokens_before: 900,
         tokens_after: 300,
-    }
+    })
 }
 
 #[test]
@@ -30,7 +30,9 @@ fn a_compaction_is_journaled_before_the_call_it_is_for_is_issued_again() {
     assert_eq!(s.send(compact("m2", 9, None)), Err(Refusal::Stale));
 
     let from = s.journal.len();
-    let actions = s.send(compact("m2", 2, Some("They asked a first question."))).unwrap();
+    let actions = s
+        .send(compact("m2", 2, Some("They asked a first question.")))
+        .unwrap();
     assert_eq!(
         actions,
         vec![Action::CallModel {
@@ -45,7 +47,10 @@ fn a_compaction_is_journaled_before_the_call_it_is_for_is_issued_again() {
             text: "second question".into()
         }]
     );
-    assert_eq!(s.state.summary.as_deref(), Some("They asked a first question."));
+    assert_eq!(
+        s.state.summary.as_deref(),
+        Some("They asked a first question.")
+    );
     assert_eq!(s.state.compactions, 1);
     assert_eq!(s.replayed(), s.state, "replay rebuilds the compacted state");
 
@@ -56,7 +61,10 @@ fn a_compaction_is_journaled_before_the_call_it_is_for_is_issued_again() {
     // A truncation keeps the summary it had.
     s.send(user("third question")).unwrap();
     s.send(compact("m3", 2, None)).unwrap();
-    assert_eq!(s.state.summary.as_deref(), Some("They asked a first question."));
+    assert_eq!(
+        s.state.summary.as_deref(),
+        Some("They asked a first question.")
+    );
     assert_eq!(s.state.transcript.len(), 1);
     assert_eq!(s.replayed(), s.state);
 }

@@ -63,7 +63,12 @@ async fn a_long_session_is_compacted_before_the_calls_that_need_it(backend: Back
     let mut frames = registry.subscribe(id).await.unwrap();
     // 12 turns of ~60 tokens each: five times the budget.
     for n in 0..12 {
-        say(&registry, id, &format!("Message {n}: {}", "lorem ipsum ".repeat(20))).await;
+        say(
+            &registry,
+            id,
+            &format!("Message {n}: {}", "lorem ipsum ".repeat(20)),
+        )
+        .await;
         wait_for(&mut frames, "turn_finished").await;
     }
     let journal = store.read(id, 0, 1000).await.unwrap();
@@ -86,7 +91,10 @@ async fn a_long_session_is_compacted_before_the_calls_that_need_it(backend: Back
                 .seq
         };
         assert!(at("model_call_started") < c.seq && c.seq < at("model_call_finished"));
-        assert!(c.payload["summary"].as_str().unwrap().starts_with("SUMMARY"));
+        assert!(c.payload["summary"]
+            .as_str()
+            .unwrap()
+            .starts_with("SUMMARY"));
         assert!(c.payload["tokens_after"].as_u64() < c.payload["tokens_before"].as_u64());
     }
     // Every agent call the double saw fits the budget; later ones carry the latest summary.
