@@ -77,6 +77,14 @@ depth: number,
 delegation?: string, };
 
 /**
+ * What a `context_compacted` event records: the oldest `entries` of the transcript — `turns`
+ * whole turns — left the prompt of the model call `call_id` (in flight), replaced by `summary`
+ * (written by `model`; `None` with the `truncate` strategy or when the summariser failed).
+ * The fold drops them; later prompts show the summary after the system prompt.
+ */
+export type Compaction = { call_id: string, entries: number, turns: number, summary?: string, model?: string, tokens_before: number, tokens_after: number, };
+
+/**
  * What a firing delivers: a user message — its `text`, or the agent's `callback` (a prompt
  * template from the agent's configuration) rendered with `args` and the occurrence.
  */
