@@ -20,6 +20,23 @@ pub struct OnnxProvider {
 }
 
 impl OnnxProvider {
+    /// The engine's request for a router request.
+    fn chat_request(
+        &self,
+        request: &stead_router::RouterRequest,
+        sampling: SamplingParams,
+        assistant_prefix: String,
+    ) -> ChatRequest {
+        ChatRequest {
+            model: self.pool.model_name().to_string(),
+            messages: request.messages.clone(),
+            tools: request.tools.clone(),
+            tool_choice: request.tool_choice.clone(),
+            sampling,
+            assistant_prefix,
+        }
+    }
+
     pub fn new(name: impl Into<String>, pool: std::sync::Arc<InferencePool>) -> Self {
         OnnxProvider {
             name: name.into(),
@@ -116,17 +133,11 @@ impl Provider for OnnxProvider {
     }
 
     fn measure(&self, _model: &str, request: &stead_router::RouterRequest) -> Option<(u64, u64)> {
-        let chat = ChatRequest {
-            model: self.pool.model_name().to_string(),
-            messages: request.messages.clone(),
-            tools: request.tools.clone(),
-            tool_choice: request.tool_choice.clone(),
-            sampling: SamplingParams {
-                max_tokens: 1,
-                ..SamplingParams::default()
-            },
-            assistant_prefix: String::new(),
+        let sampling = SamplingParams {
+            max_tokens: 1,
+            ..SamplingParams::default()
         };
+        let chat = self.chat_request(request, sampling, String::new());
         let window = self.pool.model_config().context_length as u64;
         match self.pool.prompt_tokens(chat) {
             Ok(tokens) => Some((tokens.len() as u64, window)),
@@ -141,21 +152,15 @@ impl Provider for OnnxProvider {
         let request = call.request;
         let params = &request.params;
         let defaults = SamplingParams::default();
-        let chat = ChatRequest {
-            model: self.pool.model_name().to_string(),
-            messages: request.messages.clone(),
-            tools: request.tools.clone(),
-            tool_choice: request.tool_choice.clone(),
-            sampling: SamplingParams {
-                temperature: params.temperature.unwrap_or(defaults.temperature),
-                top_p: params.top_p.unwrap_or(defaults.top_p),
-                seed: params.seed,
-                max_tokens: call.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS) as usize,
-                stop: params.stop.clone(),
-                ..defaults
-            },
-            assistant_prefix: call.continue_from.to_string(),
+        let sampling = SamplingParams {
+            temperature: params.temperature.unwrap_or(defaults.temperature),
+            top_p: params.top_p.unwrap_or(defaults.top_p),
+            seed: params.seed,
+            max_tokens: call.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS) as usize,
+            stop: params.stop.clone(),
+            ..defaults
         };
+        let chat = self.chat_request(request, sampling, call.continue_from.to_string());
         // Dropping the generation (when the router abandons the attempt) cancels the job.
         let mut generation = self.pool.generate(chat).await.map_err(failure)?;
         loop {

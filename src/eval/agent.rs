@@ -204,13 +204,7 @@ fn parse_cases(text: &str) -> anyhow::Result<Vec<Case>> {
 
 /// The names of the demo agent's tools (the reply check needs them).
 async fn demo_tool_names(http: &reqwest::Client, base: &str) -> anyhow::Result<Vec<String>> {
-    let agents: Value = http
-        .get(format!("{base}/v1/agents"))
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?;
+    let agents: Value = super::get_json(http, &format!("{base}/v1/agents")).await?;
     let demo = agents["agents"]
         .as_array()
         .and_then(|a| a.iter().find(|a| a["name"] == "demo"))
@@ -230,14 +224,12 @@ async fn run_case(
     case: &Case,
     tools: &[String],
 ) -> anyhow::Result<Vec<TurnOutcome>> {
-    let session: Value = http
-        .post(format!("{base}/v1/sessions"))
-        .json(&json!({ "agent": "demo" }))
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?;
+    let session: Value = super::post_json(
+        http,
+        &format!("{base}/v1/sessions"),
+        &json!({ "agent": "demo" }),
+    )
+    .await?;
     let id = session["id"].as_str().context("no session id")?.to_string();
     let mut after = 0;
     let mut outcomes = Vec::new();
@@ -262,14 +254,12 @@ async fn run_turn(
     tools: &[String],
 ) -> anyhow::Result<(TurnOutcome, i64)> {
     let started = Instant::now();
-    let mut status: Value = http
-        .post(format!("{base}/v1/sessions/{id}/messages?wait=true"))
-        .json(&json!({ "text": turn.user }))
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?;
+    let mut status: Value = super::post_json(
+        http,
+        &format!("{base}/v1/sessions/{id}/messages?wait=true"),
+        &json!({ "text": turn.user }),
+    )
+    .await?;
     let mut outcome = TurnOutcome {
         user: turn.user.clone(),
         ..Default::default()
@@ -304,24 +294,14 @@ async fn run_turn(
             turn.user
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
-        status = http
-            .get(format!("{base}/v1/sessions/{id}"))
-            .send()
-            .await?
-            .error_for_status()?
-            .json()
-            .await?;
+        status = super::get_json(http, &format!("{base}/v1/sessions/{id}")).await?;
     }
     outcome.seconds = started.elapsed().as_secs_f64();
-    let page: Value = http
-        .get(format!(
-            "{base}/v1/sessions/{id}/events?after={after}&limit=1000"
-        ))
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?;
+    let page: Value = super::get_json(
+        http,
+        &format!("{base}/v1/sessions/{id}/events?after={after}&limit=1000"),
+    )
+    .await?;
     let events = page["events"].as_array().cloned().unwrap_or_default();
     let mut model_calls = 0;
     for event in &events {

@@ -66,3 +66,33 @@ pub(crate) fn scratch_server(
     let server = ServeProcess::start(scratch.path(), &config_text)?;
     Ok((scratch, server, model))
 }
+
+/// `GET url` as JSON (an error status is an error).
+pub(crate) async fn get_json(
+    http: &reqwest::Client,
+    url: &str,
+) -> anyhow::Result<serde_json::Value> {
+    Ok(http
+        .get(url)
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?)
+}
+
+/// `POST url` with a JSON body, answered as JSON (an error status is an error).
+pub(crate) async fn post_json(
+    http: &reqwest::Client,
+    url: &str,
+    body: &serde_json::Value,
+) -> anyhow::Result<serde_json::Value> {
+    Ok(http
+        .post(url)
+        .json(body)
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?)
+}

@@ -163,27 +163,20 @@ async fn run_prompt(
     prompt: &'static str,
 ) -> anyhow::Result<Outcome> {
     let started = Instant::now();
-    let session: Value = http
-        .post(format!("{base}/v1/sessions"))
-        .json(&json!({ "agent": "demo" }))
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?;
+    let session: Value = super::post_json(
+        http,
+        &format!("{base}/v1/sessions"),
+        &json!({ "agent": "demo" }),
+    )
+    .await?;
     let id = session["id"].as_str().context("no session id")?;
     http.post(format!("{base}/v1/sessions/{id}/messages?wait=true"))
         .json(&json!({ "text": prompt }))
         .send()
         .await?
         .error_for_status()?;
-    let page: Value = http
-        .get(format!("{base}/v1/sessions/{id}/events?limit=1000"))
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?;
+    let page: Value =
+        super::get_json(http, &format!("{base}/v1/sessions/{id}/events?limit=1000")).await?;
     let first = page["events"]
         .as_array()
         .and_then(|events| events.iter().find(|e| e["kind"] == "model_call_finished"))
