@@ -140,6 +140,9 @@ pub fn rules(config: &AgentConfig) -> anyhow::Result<AgentRules> {
         }
         let builtin = match tool.kind.as_str() {
             "schedule" => Some(Builtin::Schedule(schedule_rules(tool))),
+            "memory_block" => Some(Builtin::Memory {
+                max_chars: memory_block_chars(tool),
+            }),
             "agent" => Some(Builtin::Agent {
                 agent: tool.agent.clone().unwrap_or_default(),
             }),
@@ -175,6 +178,13 @@ pub fn rules(config: &AgentConfig) -> anyhow::Result<AgentRules> {
             max_tool_result_tokens: config.context.max_tool_result_tokens,
         },
     })
+}
+
+/// The size limit of a `kind = "memory_block"` entry's block.
+fn memory_block_chars(config: &ToolConfig) -> usize {
+    config
+        .max_chars
+        .unwrap_or(stead_actors::memory_block::DEFAULT_MAX_CHARS)
 }
 
 /// What a `kind = "schedule"` entry offers: its `ops` and `timings`, all by default.
@@ -271,6 +281,10 @@ fn build_tool(
                 .parameters
                 .clone()
                 .unwrap_or_else(AgentTool::default_parameters),
+        }),
+        "memory_block" => Arc::new(stead_actors::memory_block::MemoryBlockTool {
+            info,
+            max_chars: memory_block_chars(config),
         }),
         "schedule" => Arc::new(ScheduleTool {
             info,

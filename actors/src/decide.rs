@@ -261,6 +261,10 @@ pub fn decide(
             next.push(SessionEvent::ToolsSeen { digest, tools });
         }
         Input::Compact(compaction) => return next.compact(compaction),
+        Input::SetMemory { text, by } => {
+            next.push(SessionEvent::MemoryUpdated { text, by });
+            return Ok(next.finish());
+        }
         Input::Fail { reason } => {
             if let Some(call_id) = state.turn.as_ref().and_then(|t| t.model_call.clone()) {
                 next.decision

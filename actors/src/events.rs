@@ -297,6 +297,12 @@ pub enum SessionEvent {
     /// agent's budget: the oldest turns were replaced by a summary, or dropped (docs/sessions.md,
     /// "Context management").
     ContextCompacted(Compaction),
+    /// The session's pinned memory block is now `text` (docs/sessions.md, "Memory block"),
+    /// edited `by` its agent's memory tool (`agent:{call_id}`) or an operator.
+    MemoryUpdated {
+        text: String,
+        by: String,
+    },
     /// The model's answer `call_id` had no tool calls, but its text cannot be a reply (empty,
     /// or tool-call text): it is dropped from the transcript, and the turn asks the model once
     /// more without tools (a repair call) or builds the reply from its tool results.

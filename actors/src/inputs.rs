@@ -74,6 +74,12 @@ pub enum Input {
     /// turns, replaced by the summary — the actor measured and summarised before sending the
     /// call (docs/sessions.md, "Context management").
     Compact(crate::events::Compaction),
+    /// Set the pinned memory block to `text` (an operator's edit, or — in the decision check —
+    /// the recorded edit of a memory tool call).
+    SetMemory {
+        text: String,
+        by: String,
+    },
     /// The supervisor gives up on the session (its actor kept crashing).
     Fail {
         reason: String,

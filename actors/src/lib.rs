@@ -13,6 +13,7 @@ pub mod context;
 pub mod decide;
 pub mod events;
 pub mod inputs;
+pub mod memory_block;
 pub mod policy;
 pub mod replay;
 pub mod reply;

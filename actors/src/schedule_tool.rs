@@ -25,6 +25,10 @@ pub enum Builtin {
     Agent {
         agent: String,
     },
+    /// Edits the session's pinned memory block (`crate::memory_block`).
+    Memory {
+        max_chars: usize,
+    },
 }
 
 /// What one `schedule` tool entry offers.
@@ -196,11 +200,6 @@ impl Planner<'_> {
         now: DateTime<Utc>,
     ) -> Result<(), Refusal> {
         let tool = self.started_call(&call_id)?;
-        let Some(Builtin::Schedule(rules)) =
-            self.agent.tool(&self.state, &tool).and_then(|r| r.builtin)
-        else {
-            return Err(Refusal::Stale);
-        };
         let arguments = self
             .state
             .turn
@@ -208,6 +207,13 @@ impl Planner<'_> {
             .and_then(|t| t.call(&call_id))
             .map(|c| c.arguments.clone())
             .unwrap_or_default();
+        let rules = match self.agent.tool(&self.state, &tool).and_then(|r| r.builtin) {
+            Some(Builtin::Schedule(rules)) => rules,
+            Some(Builtin::Memory { max_chars }) => {
+                return self.run_memory(call_id, tool, &arguments, max_chars)
+            }
+            _ => return Err(Refusal::Stale),
+        };
         let event = match self.schedule_op(&rules, &arguments, now) {
             Ok(result) => SessionEvent::ToolCallFinished {
                 call_id,

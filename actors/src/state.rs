@@ -139,6 +139,9 @@ pub struct SessionState {
     pub summary: Option<String>,
     /// `context_compacted` events so far.
     pub compactions: u64,
+    /// The pinned memory block (`memory_updated`): shown after the system prompt, never
+    /// compacted.
+    pub memory: String,
 }
 
 /// The principal of sessions whose journal names none.
@@ -371,6 +374,7 @@ impl SessionState {
                 }
                 self.compactions += 1;
             }
+            SessionEvent::MemoryUpdated { text, .. } => self.memory = text.clone(),
             SessionEvent::ReplyRejected { .. } => {
                 if matches!(
                     self.transcript.last(),

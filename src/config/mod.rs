@@ -62,9 +62,10 @@ pub const EMBEDDING_MODEL: &str = stead_inference::embedding::DEFAULT_EMBEDDING_
 /// The built-in embedding provider's name and its route's.
 pub const LOCAL_EMBEDDING_PROVIDER: &str = "local-embed";
 pub const EMBEDDING_ROUTE: &str = "embed";
-pub const TOOL_KINDS: [&str; 8] = [
+pub const TOOL_KINDS: [&str; 9] = [
     "webhook",
     "memory",
+    "memory_block",
     "clock",
     "calculator",
     "mcp",

@@ -369,6 +369,9 @@ pub struct ToolConfig {
     /// `knowledge`: `exact`, `ann` or `hybrid` (default `exact`: docs/knowledge.md, "Evaluation").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub search: Option<String>,
+    /// `memory_block`: the most characters the pinned block may hold (default 2,000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_chars: Option<usize>,
 }
 
 fn is_queue(mode: &stead_actors::MessageMode) -> bool {
@@ -407,6 +410,7 @@ impl ToolConfig {
             collections: None,
             top_k: None,
             search: None,
+            max_chars: None,
         }
     }
 }

@@ -138,6 +138,7 @@ fn recorded_input(event: &SessionEvent) -> Option<Input> {
             child_session_id,
         },
         SessionEvent::ContextCompacted(compaction) => Input::Compact(compaction),
+        SessionEvent::MemoryUpdated { text, by } => Input::SetMemory { text, by },
         SessionEvent::SessionFailed { reason } => Input::Fail { reason },
         SessionEvent::SessionClosed { reason } => Input::Close { reason },
         // Anything else at a boundary was decided without new input: an activation.

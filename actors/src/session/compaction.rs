@@ -23,6 +23,15 @@ pub(super) enum Fit {
     Overflow(String),
 }
 
+/// What a call's system prompt is made of: the agent's own (or a fork's), the pinned memory
+/// block and the latest summary.
+#[derive(Clone, Copy)]
+pub(super) struct PromptParts<'a> {
+    pub(super) base: &'a str,
+    pub(super) summary: Option<&'a str>,
+    pub(super) memory: &'a str,
+}
+
 /// The agent's budget for a prompt on a route whose context window is `window`.
 pub(super) fn budget(rules: &ContextRules, window: Option<u64>) -> Option<u64> {
     rules
@@ -30,17 +39,22 @@ pub(super) fn budget(rules: &ContextRules, window: Option<u64>) -> Option<u64> {
         .or_else(|| window.map(|w| (w as f64 * context::DEFAULT_WINDOW_SHARE) as u64))
 }
 
-/// Measures `request` (whose system prompt is `base_prompt` with `summary` shown after it) and
+/// Measures `request` (whose system prompt is `base_prompt` with `memory` and `summary` shown
+/// after it) and
 /// decides whether it fits, compacting when it does not.
 pub(super) async fn fit(
     model: &dyn ModelClient,
     request: &ModelRequest,
     rules: &ContextRules,
-    base_prompt: &str,
-    summary: Option<&str>,
+    prompt: &PromptParts<'_>,
     call_id: &str,
     cancel: Arc<AtomicBool>,
 ) -> Fit {
+    let PromptParts {
+        base: base_prompt,
+        summary,
+        memory,
+    } = *prompt;
     let size = model.measure(request).await;
     let Some(budget) = budget(rules, size.window) else {
         return Fit::Send;
@@ -75,7 +89,7 @@ pub(super) async fn fit(
     let mut compacted = request.clone();
     compacted.transcript.drain(..entries);
     compacted.system_prompt =
-        context::system_prompt_with(base_prompt, new_summary.as_deref().or(summary), "");
+        context::system_prompt_with(base_prompt, new_summary.as_deref().or(summary), memory);
     let after = model.measure(&compacted).await.tokens;
     Fit::Compact(Input::Compact(crate::events::Compaction {
         call_id: call_id.to_string(),

@@ -283,6 +283,7 @@ impl Live {
                     .clone()
                     .unwrap_or_else(|| agent.system_prompt.clone());
                 let summary = self.state.summary.clone();
+                let memory = self.state.memory.clone();
                 let context_rules = agent.rules.context.clone();
                 let transcript: Vec<_> = self.state.transcript.iter().cloned().collect();
                 let request = ModelRequest {
@@ -291,7 +292,7 @@ impl Live {
                     system_prompt: crate::context::system_prompt_with(
                         &base_prompt,
                         summary.as_deref(),
-                        "",
+                        &memory,
                     ),
                     transcript: crate::context::shown(
                         &transcript,
@@ -329,8 +330,11 @@ impl Live {
                         model.as_ref(),
                         &request,
                         &context_rules,
-                        &base_prompt,
-                        summary.as_deref(),
+                        &super::compaction::PromptParts {
+                            base: &base_prompt,
+                            summary: summary.as_deref(),
+                            memory: &memory,
+                        },
                         &call_id,
                         cancel.clone(),
                     )

@@ -5,6 +5,7 @@
 mod children;
 mod context;
 mod dynamic;
+mod memory_block;
 mod modes;
 mod recovery;
 mod replies;

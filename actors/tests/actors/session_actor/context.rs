@@ -18,6 +18,7 @@ use super::*;
 stead_testkit::both_backends!(
     a_long_session_is_compacted_before_the_calls_that_need_it,
     a_message_too_large_alone_fails_its_turn_and_the_session_goes_on,
+    a_fact_in_the_memory_block_outlives_every_compaction,
 );
 
 const BUDGET: u64 = 300;
@@ -168,6 +169,92 @@ async fn a_message_too_large_alone_fails_its_turn_and_the_session_goes_on(backen
         .map(|e| &e.payload["reason"])
         .collect();
     assert_eq!(finished, [&json!("model_failed"), &json!("completed")]);
+    registry.stop_all();
+    db.finish().await;
+}
+
+async fn a_fact_in_the_memory_block_outlives_every_compaction(backend: Backend) {
+    let db = db::open(backend).await;
+    let store = db.store.clone();
+    let mut agent = compacting_agent(Strategy::Truncate);
+    agent.tools.insert(
+        "memory".into(),
+        Arc::new(stead_actors::memory_block::MemoryBlockTool {
+            info: ToolInfo {
+                name: "memory".into(),
+                description: "keep a fact".into(),
+                approval: ApprovalPolicy::Never,
+                idempotent: true,
+            },
+            max_chars: 200,
+        }),
+    );
+    agent.rules.tools.insert(
+        "memory".into(),
+        ToolRules {
+            approval: ApprovalPolicy::Never,
+            idempotent: true,
+            arguments: Default::default(),
+            approver: Default::default(),
+            builtin: Some(stead_actors::schedule_tool::Builtin::Memory { max_chars: 200 }),
+        },
+    );
+    let rules = agent.rules.clone();
+    // The first turn keeps the code word; every other answer is plain text. Each request's
+    // system prompt is recorded.
+    let prompts: Arc<Mutex<Vec<String>>> = Arc::default();
+    let seen = prompts.clone();
+    let model = Arc::new(ScriptedModel::respond(move |request| {
+        let mut seen = seen.lock().unwrap();
+        seen.push(request.system_prompt.clone());
+        let first = seen.len() == 1;
+        if first {
+            (
+                String::new(),
+                vec![(
+                    "memory".to_string(),
+                    json!({"op": "append", "text": "Code word: HERON"}),
+                )],
+            )
+        } else {
+            ("Noted.".to_string(), vec![])
+        }
+    }));
+    let registry = SessionRegistry::new(store.clone(), model, vec![agent]);
+    let id = new_session(&store).await;
+    let mut frames = registry.subscribe(id).await.unwrap();
+    say(
+        &registry,
+        id,
+        "Please keep the code word HERON in your memory.",
+    )
+    .await;
+    wait_for(&mut frames, "turn_finished").await;
+    for n in 0..10 {
+        say(
+            &registry,
+            id,
+            &format!("Message {n}: {}", "lorem ipsum ".repeat(20)),
+        )
+        .await;
+        wait_for(&mut frames, "turn_finished").await;
+    }
+    let journal = store.read(id, 0, 1000).await.unwrap();
+    assert!(journal.iter().any(|e| e.kind == "memory_updated"));
+    let compactions = journal
+        .iter()
+        .filter(|e| e.kind == "context_compacted")
+        .count();
+    assert!(compactions >= 2, "{compactions}");
+    // The last prompt, long after the first turn left the transcript, still holds the fact.
+    let last = prompts.lock().unwrap().last().cloned().unwrap();
+    assert!(
+        last.contains("Memory (facts to keep):\nCode word: HERON"),
+        "{last}"
+    );
+    let row = store.get_session(id).await.unwrap();
+    let report = stead_actors::replay::check(id, &row.metadata, &journal, &rules).unwrap();
+    assert_eq!(report.divergence, None);
     registry.stop_all();
     db.finish().await;
 }
