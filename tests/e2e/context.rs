@@ -4,8 +4,9 @@
 //! it sees. An agent with `max_prompt_tokens = 1536` talks for 200 turns of ~75-token messages
 //! (ten times the context): no turn fails, no prompt reaches the double over its context,
 //! summaries are written by the route and appear in the prompts that follow. Then the session's
-//! page in a real browser shows the compactions as dividers that open their summaries
-//! (`web-ui/e2e/compaction.mjs`; screenshot `{target}/tmp/web-ui-compaction/compaction.png`).
+//! page in a real browser shows the compactions as dividers that open their summaries, and an
+//! operator edits the pinned memory block in its panel (`web-ui/e2e/compaction.mjs`;
+//! screenshots `{target}/tmp/web-ui-compaction/`).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -165,4 +166,25 @@ max_prompt_tokens = 1536
         "{shown}"
     );
     assert!(out.join("compaction.png").is_file());
+    // The edit in the panel is journaled as the operator's.
+    assert_eq!(shown["memory"], "Code word: HERON", "{shown}");
+    let (_, memory) = server
+        .call("GET", &format!("/v1/sessions/{id}/memory"), None)
+        .await;
+    assert_eq!(memory["text"], "Code word: HERON", "{memory}");
+    let after = journal.last().unwrap()["seq"].as_i64().unwrap();
+    let (_, page) = server
+        .call(
+            "GET",
+            &format!("/v1/sessions/{id}/events?after={after}&limit=10"),
+            None,
+        )
+        .await;
+    let updated = page["events"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(updated["kind"], "memory_updated", "{page}");
+    assert!(updated["payload"]["by"]
+        .as_str()
+        .unwrap()
+        .starts_with("operator:"));
+    assert!(out.join("memory.png").is_file());
 }

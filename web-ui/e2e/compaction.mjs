@@ -1,8 +1,9 @@
 // A compacted session in a real browser (Debian's Chromium through playwright-core): the
 // session page shows each `context_compacted` as a divider between the turns ("N earlier turns
-// summarised …"); opening the last one shows its summary. A screenshot goes to OUT_DIR. Run by
-// tests/e2e/context.rs as `node compaction.mjs BASE_URL OUT_DIR SESSION_ID`; prints
-// `{"dividers", "label", "summary"}`.
+// summarised …"); opening the last one shows its summary. Then the memory panel: an operator
+// writes a line into the session's pinned memory block and saves it. Screenshots go to OUT_DIR.
+// Run by tests/e2e/context.rs as `node compaction.mjs BASE_URL OUT_DIR SESSION_ID`; prints
+// `{"dividers", "label", "summary", "memory"}`.
 
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
@@ -30,13 +31,16 @@ try {
   await last.locator("p").waitFor();
   await last.scrollIntoViewIfNeeded();
   await page.screenshot({ path: join(out, "compaction.png") });
-  console.log(
-    JSON.stringify({
-      dividers: count,
-      label: await last.locator("summary").innerText(),
-      summary: await last.locator("p").innerText(),
-    }),
-  );
+  const label = await last.locator("summary").innerText();
+  const summary = await last.locator("p").innerText();
+
+  const memory = page.getByLabel("Memory block");
+  await memory.scrollIntoViewIfNeeded();
+  await memory.fill("Code word: HERON");
+  await page.getByRole("button", { name: "Save memory" }).click();
+  await page.getByTestId("memory-note").filter({ hasText: "saved" }).waitFor();
+  await page.screenshot({ path: join(out, "memory.png") });
+  console.log(JSON.stringify({ dividers: count, label, summary, memory: await memory.inputValue() }));
 } catch (error) {
   if (page) {
     await page.screenshot({ path: join(out, "compaction-failure.png") }).catch(() => undefined);

@@ -156,6 +156,10 @@ pub fn router_with(state: AppState, extra: Router<AppState>) -> Router {
         )
         .route("/v1/sessions/{id}/cancel", post(rest::cancel))
         .route("/v1/sessions/{id}/state", get(rest::state_at))
+        .route(
+            "/v1/sessions/{id}/memory",
+            get(rest::get_memory).put(rest::set_memory),
+        )
         .route("/v1/sessions/{id}/fork", post(rest::fork))
         .route("/v1/sessions/{id}/ws", get(ws::upgrade))
         .route("/v1/sessions/{id}/children", get(rest::children))

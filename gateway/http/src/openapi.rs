@@ -417,6 +417,8 @@ impl Modify for BearerAuth {
         rest::decide_approval,
         rest::cancel,
         rest::state_at,
+        rest::get_memory,
+        rest::set_memory,
         rest::fork,
         rest::children,
         rest::tree_approvals,

@@ -11,6 +11,7 @@ import { useState } from "react";
 
 import { forgetTokens, operator, sessionToken } from "../credentials";
 import { ChildApprovals } from "./ChildApprovals";
+import { MemoryPanel } from "./MemoryPanel";
 import { SchedulesPanel } from "./SchedulesPanel";
 
 function json(value: unknown) {
@@ -244,6 +245,7 @@ export function SessionPage({ id }: { id: string }) {
           Cancel turn
         </button>
       </form>
+      <MemoryPanel id={id} creds={creds} lastSeq={session.view.lastSeq} />
       <SchedulesPanel id={id} creds={creds} lastSeq={session.view.lastSeq} />
     </section>
   );

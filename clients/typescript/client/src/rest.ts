@@ -121,6 +121,10 @@ export const api = {
       "GET",
       `/v1/sessions/${id}/events?after=${after}&limit=${limit}`,
     ),
+  memory: (c: Credentials, id: string) =>
+    call<{ session_id: string; text: string; max_chars: number }>(c, "GET", `/v1/sessions/${id}/memory`),
+  setMemory: (c: Credentials, id: string, text: string) =>
+    call<{ session_id: string; seq: number }>(c, "PUT", `/v1/sessions/${id}/memory`, { text }),
   stateAt: (c: Credentials, id: string, at: number) =>
     call<{ seq: number; status: string; state: unknown }>(c, "GET", `/v1/sessions/${id}/state?at=${at}`),
   fork: (

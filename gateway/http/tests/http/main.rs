@@ -14,6 +14,7 @@
 mod delegation;
 mod edge;
 mod input;
+mod memory;
 mod metrics;
 mod schedule_tool;
 mod schedules;
