@@ -127,6 +127,22 @@ pub enum BenchCommand {
     Cluster(ClusterBenchArgs),
     /// Embedding throughput of the local embedding model, against Python onnxruntime.
     Knowledge(KnowledgeBenchArgs),
+    /// One long session on a small prompt budget (an upstream double): no failed turn, no
+    /// prompt over the budget, the summariser's share of calls, a fact kept in memory.
+    Context(ContextBenchArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ContextBenchArgs {
+    /// Turns of the session (the first keeps a fact, the last asks for it).
+    #[arg(long, default_value_t = 500)]
+    pub turns: usize,
+    /// The agent's `max_prompt_tokens`.
+    #[arg(long, default_value_t = 4096)]
+    pub budget: u64,
+    /// Print the figures as one JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// What `stead bench knowledge` measures.
@@ -521,6 +537,9 @@ async fn run_command(config: Config, command: Command) -> anyhow::Result<ExitCod
         }
         Command::Bench(BenchCommand::Cluster(args)) => {
             crate::bench::cluster::cluster(config, args).await
+        }
+        Command::Bench(BenchCommand::Context(args)) => {
+            done(crate::bench::context::context(args).await)
         }
         Command::Bench(BenchCommand::Knowledge(args)) => {
             crate::bench::knowledge::knowledge(config, args).await

@@ -59,7 +59,7 @@ pub const DEFAULT_MAX_TOOL_RESULT_TOKENS: u64 = 2_000;
 
 /// A compaction frees room down to this share of the budget, so that the next ones come many
 /// calls later (their own model calls stay a small share of all calls).
-pub const TARGET_SHARE: f64 = 0.4;
+pub const TARGET_SHARE: f64 = 0.3;
 
 /// Characters per token of the estimate used where no tokenizer is at hand (remote routes):
 /// English prose and JSON run at about four; the estimate errs high for code and low for
@@ -92,13 +92,36 @@ pub fn system_prompt_with(system_prompt: &str, summary: Option<&str>, memory: &s
     prompt
 }
 
-/// The transcript as the model is shown it: tool results longer than `max_tokens` (estimated)
-/// cut, with a marker saying how much was left out.
+/// Tool results of earlier turns are shown cut to this share of `max_tool_result_tokens`: the
+/// model has answered from them already, and a summary or the memory block keeps what matters
+/// (clearing old tool results is the cheapest compaction there is).
+pub const EARLIER_RESULT_DIVISOR: u64 = 8;
+
+/// The transcript as the model is shown it: tool results of the turn in progress longer than
+/// `max_tokens` (estimated) cut, earlier turns' longer than `max_tokens /`
+/// [`EARLIER_RESULT_DIVISOR`]; each with a marker saying how much was left out.
 pub fn shown(transcript: &[TranscriptEntry], max_tokens: u64) -> Vec<TranscriptEntry> {
-    let limit = usize::try_from(max_tokens.saturating_mul(CHARS_PER_TOKEN)).unwrap_or(usize::MAX);
+    let chars =
+        |tokens: u64| usize::try_from(tokens.saturating_mul(CHARS_PER_TOKEN)).unwrap_or(usize::MAX);
+    let current = transcript
+        .iter()
+        .rposition(|e| matches!(e, TranscriptEntry::User { .. }))
+        .unwrap_or(0);
     transcript
         .iter()
-        .map(|entry| match entry {
+        .enumerate()
+        .map(|(i, entry)| {
+            (
+                i,
+                entry,
+                if i < current {
+                    chars((max_tokens / EARLIER_RESULT_DIVISOR).max(1))
+                } else {
+                    chars(max_tokens)
+                },
+            )
+        })
+        .map(|(_, entry, limit)| match entry {
             TranscriptEntry::Tool {
                 call_id,
                 tool,
@@ -285,19 +308,50 @@ mod tests {
 
     #[test]
     fn the_plan_drops_the_fewest_whole_turns_and_never_the_current_one() {
-        let transcript: Vec<TranscriptEntry> = (0..6).flat_map(|n| turn(n, 400)).collect();
+        let transcript: Vec<TranscriptEntry> = (0..10).flat_map(|n| turn(n, 400)).collect();
         let tokens = estimate(transcript.iter().map(entry_chars).sum());
-        // Just over the budget: down to 40 % of it takes four of the five earlier turns (three
-        // would leave half).
+        // Just over the budget: down to 30 % of it takes eight of the nine earlier turns (seven
+        // would leave three tenths of the prompt, just over 30 % of the budget).
         let (entries, turns) = plan(&transcript, tokens, tokens - 10).unwrap();
-        assert_eq!((entries, turns), (8, 4));
+        assert_eq!((entries, turns), (16, 8));
         assert!(
-            matches!(&transcript[entries], TranscriptEntry::User { text } if text.starts_with("question 4"))
+            matches!(&transcript[entries], TranscriptEntry::User { text } if text.starts_with("question 8"))
         );
         // A tiny budget: every earlier turn, not the current one.
-        assert_eq!(plan(&transcript, tokens, 10), Some((10, 5)));
+        assert_eq!(plan(&transcript, tokens, 10), Some((18, 9)));
         // One turn only: nothing to drop.
         assert_eq!(plan(&turn(0, 10), 1000, 10), None);
+    }
+
+    #[test]
+    fn earlier_turns_results_are_cut_shorter_than_the_current_ones() {
+        let result = || TranscriptEntry::Tool {
+            call_id: "t".into(),
+            tool: "fetch".into(),
+            content: json!("x".repeat(100)),
+        };
+        let transcript = vec![
+            TranscriptEntry::User { text: "a".into() },
+            result(),
+            TranscriptEntry::User { text: "b".into() },
+            result(),
+        ];
+        // 16 tokens: 64 characters now, 8 (2 tokens) for the earlier turn.
+        let shown = shown(&transcript, 16);
+        let text = |e: &TranscriptEntry| match e {
+            TranscriptEntry::Tool { content, .. } => content.as_str().unwrap().to_string(),
+            _ => String::new(),
+        };
+        assert!(
+            text(&shown[1]).contains("[cut: 8 of 100"),
+            "{}",
+            text(&shown[1])
+        );
+        assert!(
+            text(&shown[3]).contains("[cut: 64 of 100"),
+            "{}",
+            text(&shown[3])
+        );
     }
 
     #[test]

@@ -10,6 +10,7 @@
 mod agent_turn;
 pub mod chaos;
 pub mod cluster;
+pub mod context;
 pub mod gateway;
 pub mod inference;
 pub mod journal;
