@@ -195,29 +195,29 @@ pub fn router_request(request: &ModelRequest) -> RouterRequest {
     }
 }
 
-/// A tool result as the model reads it: a string as itself, a failure (`{"error": …}`, as the
-/// fold records failed, rejected and cancelled calls) as a sentence that says so — small models
-/// read `{"error": "rejected by ada"}` as a note that was not found — anything else as JSON text.
+/// A tool result as the model reads it: a string as itself, anything else as JSON text. A
+/// rejection (`{"error": "rejected by {decider}[: {reason}]"}`, as decide.rs records it) reads
+/// `{"error": "not done: the person reviewing this call rejected it (reason)"}`: who decided is
+/// an id the model has no use for, and echoes into the reply.
 fn tool_content(content: &Value) -> String {
     match content {
         Value::String(text) => text.clone(),
         Value::Object(map) if map.len() == 1 => match map.get("error") {
-            // `rejected by {decider}[: {reason}]` (decide.rs): who decided is an id the model
-            // has no use for, and echoes into the reply.
             Some(Value::String(error)) => match error.strip_prefix("rejected by ") {
                 Some(rest) => {
                     let reason = rest
                         .split_once(": ")
                         .map(|(_, reason)| reason.trim())
                         .filter(|r| !r.is_empty() && *r != "rejected");
-                    match reason {
+                    let said = match reason {
                         Some(reason) => format!(
-                            "Not done: the person reviewing this call rejected it ({reason})."
+                            "not done: the person reviewing this call rejected it ({reason})"
                         ),
-                        None => "Not done: the person reviewing this call rejected it.".into(),
-                    }
+                        None => "not done: the person reviewing this call rejected it".into(),
+                    };
+                    serde_json::json!({ "error": said }).to_string()
                 }
-                None => format!("The call did not succeed: {error}"),
+                None => content.to_string(),
             },
             _ => content.to_string(),
         },
@@ -323,18 +323,18 @@ mod tests {
     }
 
     #[test]
-    fn failures_reach_the_model_as_sentences() {
+    fn rejections_reach_the_model_without_the_deciders_id() {
         assert_eq!(
             tool_content(&json!({ "error": "rejected by session_token:01a2-77: not now" })),
-            "Not done: the person reviewing this call rejected it (not now)."
+            r#"{"error":"not done: the person reviewing this call rejected it (not now)"}"#
         );
         assert_eq!(
             tool_content(&json!({ "error": "rejected by ada: rejected" })),
-            "Not done: the person reviewing this call rejected it."
+            r#"{"error":"not done: the person reviewing this call rejected it"}"#
         );
         assert_eq!(
             tool_content(&json!({ "error": "division by zero" })),
-            "The call did not succeed: division by zero"
+            r#"{"error":"division by zero"}"#
         );
         assert_eq!(tool_content(&json!("12:00")), "12:00");
         assert_eq!(tool_content(&json!({ "value": 391 })), r#"{"value":391}"#);

@@ -57,6 +57,19 @@ pub(crate) fn render(
 pub const TOOL_RESULT_HINT: &str = "Now answer the user's request in one or two plain \
 sentences, quoting the values in the tool result above. Do not write JSON.";
 
+/// What the model is told instead of [`TOOL_RESULT_HINT`] when every result it was just given
+/// is a failure (`{"error": …}`): with the general hint the 0.5 B model restated the request
+/// ("The user asked to forget the note …") instead of saying it was not done.
+pub const FAILURE_HINT: &str = "The tool call above was not done. Tell the user in one plain \
+sentence that it was not done, and why. Do not write JSON.";
+
+/// A failed call's result: `{"error": "…"}` and nothing else.
+fn failure(content: &str) -> Option<String> {
+    let value: Value = serde_json::from_str(content.trim()).ok()?;
+    let map = value.as_object().filter(|m| m.len() == 1)?;
+    map.get("error")?.as_str().map(str::to_string)
+}
+
 /// What opens the earlier turns when [`Adapters::digest_history`] folds them into the
 /// system message.
 pub const HISTORY_HEADING: &str = "The conversation so far:";
@@ -76,12 +89,26 @@ pub fn adapt(messages: &[ChatMessage], adapters: Adapters) -> Option<Vec<ChatMes
         .is_some_and(|m| m.role == Role::Tool);
     if adapters.tool_result_hint && ends_with_results {
         let list = adapted.get_or_insert_with(|| messages.to_vec());
+        let results = list
+            .iter()
+            .rev()
+            .take_while(|m| m.role == Role::Tool)
+            .count();
+        let all_failed = list[list.len() - results..]
+            .iter()
+            .all(|m| failure(&m.content).is_some());
         for message in list.iter_mut().filter(|m| m.role == Role::Tool) {
-            if let Some(words) = result_in_words(&message.content) {
+            if let Some(error) = failure(&message.content) {
+                message.content = format!("Not done. Error: {error}");
+            } else if let Some(words) = result_in_words(&message.content) {
                 message.content = words;
             }
         }
-        list.push(ChatMessage::system(TOOL_RESULT_HINT));
+        list.push(ChatMessage::system(if all_failed {
+            FAILURE_HINT
+        } else {
+            TOOL_RESULT_HINT
+        }));
     }
     adapted
 }
@@ -226,5 +253,14 @@ mod tests {
             digest_history: false,
         };
         assert_eq!(adapt(&answered, off), None);
+        // A failure reads as one, with the failure hint.
+        let mut failed = asked.clone();
+        failed.push(ChatMessage::new(
+            Role::Tool,
+            r#"{"error":"division by zero"}"#,
+        ));
+        let adapted = adapt(&failed, on).unwrap();
+        assert_eq!(adapted[2].content, "Not done. Error: division by zero");
+        assert_eq!(adapted[3], ChatMessage::system(FAILURE_HINT));
     }
 }

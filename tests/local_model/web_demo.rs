@@ -124,17 +124,29 @@ async fn the_demo_agent_forgets_a_note_after_approval_in_a_real_browser() {
             .1
             .to_lowercase()
     };
+    // Whole words (or their stems): "note" is not "not", and "forget" restated is not
+    // "forgotten".
+    let says = |text: &str, stems: &[&str]| {
+        text.split(|c: char| !c.is_alphanumeric() && c != '\'')
+            .any(|w| {
+                stems
+                    .iter()
+                    .any(|s| w == *s || (s.len() > 4 && w.starts_with(s)))
+            })
+    };
     assert!(reply("calculator").contains("391"), "{shown:?}");
-    let forgotten = reply("forget-approved");
     assert!(
-        ["delet", "remov", "forg", "eras"]
-            .iter()
-            .any(|w| forgotten.contains(w)),
-        "{shown:?}"
+        says(
+            &reply("forget-approved"),
+            &["delet", "remov", "forgot", "erase"]
+        ),
+        "the deletion is reported: {shown:?}"
     );
-    let kept = reply("forget-rejected");
     assert!(
-        ["not", "reject"].iter().any(|w| kept.contains(w)),
+        says(
+            &reply("forget-rejected"),
+            &["not", "wasn't", "didn't", "rejected", "declined", "cannot"]
+        ),
         "the rejection is reported: {shown:?}"
     );
     eprintln!("screenshots: {}", out.display());
