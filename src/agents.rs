@@ -142,6 +142,7 @@ pub fn rules(config: &AgentConfig) -> anyhow::Result<AgentRules> {
             "schedule" => Some(Builtin::Schedule(schedule_rules(tool))),
             "memory_block" => Some(Builtin::Memory {
                 max_chars: memory_block_chars(tool),
+                ops: memory_block_ops(tool),
             }),
             "agent" => Some(Builtin::Agent {
                 agent: tool.agent.clone().unwrap_or_default(),
@@ -185,6 +186,16 @@ fn memory_block_chars(config: &ToolConfig) -> usize {
     config
         .max_chars
         .unwrap_or(stead_actors::memory_block::DEFAULT_MAX_CHARS)
+}
+
+/// The operations a `kind = "memory_block"` entry offers: its `ops`, all by default.
+fn memory_block_ops(config: &ToolConfig) -> Vec<String> {
+    config.ops.clone().unwrap_or_else(|| {
+        stead_actors::memory_block::OPS
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+    })
 }
 
 /// What a `kind = "schedule"` entry offers: its `ops` and `timings`, all by default.
@@ -285,6 +296,7 @@ fn build_tool(
         "memory_block" => Arc::new(stead_actors::memory_block::MemoryBlockTool {
             info,
             max_chars: memory_block_chars(config),
+            ops: memory_block_ops(config),
         }),
         "schedule" => Arc::new(ScheduleTool {
             info,
@@ -351,12 +363,19 @@ mod tests {
         assert_eq!(demo.rules.tools["remember"].approval, ApprovalPolicy::Never);
         assert_eq!(
             demo.tools["forget"].parameters()["properties"]["op"]["enum"],
-            json!(["delete"])
+            json!(["remove"])
         );
         assert_eq!(
             demo.tools["remember"].parameters()["properties"]["op"]["enum"],
-            json!(["get", "set", "list"])
+            json!(["append"])
         );
+        // Both edit the session's pinned memory block.
+        for tool in ["remember", "forget"] {
+            assert!(matches!(
+                &demo.rules.tools[tool].builtin,
+                Some(stead_actors::schedule_tool::Builtin::Memory { .. })
+            ));
+        }
         store.shutdown().await;
     }
 

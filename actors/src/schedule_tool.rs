@@ -28,6 +28,8 @@ pub enum Builtin {
     /// Edits the session's pinned memory block (`crate::memory_block`).
     Memory {
         max_chars: usize,
+        /// A subset of [`crate::memory_block::OPS`]: what this entry may do.
+        ops: Vec<String>,
     },
 }
 
@@ -209,8 +211,8 @@ impl Planner<'_> {
             .unwrap_or_default();
         let rules = match self.agent.tool(&self.state, &tool).and_then(|r| r.builtin) {
             Some(Builtin::Schedule(rules)) => rules,
-            Some(Builtin::Memory { max_chars }) => {
-                return self.run_memory(call_id, tool, &arguments, max_chars)
+            Some(Builtin::Memory { max_chars, ops }) => {
+                return self.run_memory(call_id, tool, &arguments, max_chars, &ops)
             }
             _ => return Err(Refusal::Stale),
         };

@@ -34,23 +34,35 @@ impl Default for Adapters {
 
 /// The prompt of a conversation: rendered with the model's template, adapted for a small
 /// model when it may call tools (`auto` with tools); a template that refuses the adapted
-/// conversation renders it as given.
+/// conversation renders it as given. Also the stop sequences the adapted prompt needs: a
+/// prompt that ends with a hint stops at [`HINT_ECHOES`].
 pub(crate) fn render(
     template: &crate::template::ChatTemplate,
     messages: &[ChatMessage],
     tools: &[crate::ToolSpec],
     auto: bool,
     adapters: Adapters,
-) -> crate::Result<String> {
+) -> crate::Result<(String, &'static [&'static str])> {
     if auto && !tools.is_empty() {
         if let Some(adapted) = adapt(messages, adapters) {
             if let Ok(prompt) = template.render(&adapted, tools) {
-                return Ok(prompt);
+                let hinted = adapted.last().is_some_and(|m| {
+                    m.role == Role::System
+                        && (m.content == TOOL_RESULT_HINT || m.content == FAILURE_HINT)
+                });
+                let stops: &[&str] = if hinted { &HINT_ECHOES } else { &[] };
+                return Ok((prompt, stops));
             }
         }
     }
-    template.render(messages, tools)
+    Ok((template.render(messages, tools)?, &[]))
 }
+
+/// Where an answer after a hint stops: the 0.5 B model sometimes copies the hint as its answer
+/// ("Now answer the user in one plain sentence: …", 1 of 17 turns measured) — what came
+/// before the copy is the answer, and an empty one is repaired by the session like any empty
+/// reply (docs/sessions.md, "Replies").
+pub const HINT_ECHOES: [&str; 2] = ["Now answer the user", "Do not write JSON"];
 
 /// What the model is told after tool results when [`Adapters::tool_result_hint`] is on
 /// (measured wording: docs/inference.md, "Tool calling").
@@ -60,8 +72,8 @@ sentences, quoting the values in the tool result above. Do not write JSON.";
 /// What the model is told instead of [`TOOL_RESULT_HINT`] when every result it was just given
 /// is a failure (`{"error": …}`): with the general hint the 0.5 B model restated the request
 /// ("The user asked to forget the note …") instead of saying it was not done.
-pub const FAILURE_HINT: &str = "The tool call above was not done. Tell the user in one plain \
-sentence that it was not done, and why. Do not write JSON.";
+pub const FAILURE_HINT: &str = "Now answer the user in one plain sentence: say that it was not \
+done, and give the reason from the error above. Do not write JSON.";
 
 /// A failed call's result: `{"error": "…"}` and nothing else.
 fn failure(content: &str) -> Option<String> {

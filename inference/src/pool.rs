@@ -376,13 +376,15 @@ impl InferencePool {
             }
         };
         self.shared.grammar.validate(&tools)?;
-        let mut prompt = crate::adapt::render(
+        let (mut prompt, stops) = crate::adapt::render(
             &self.template,
             &request.messages,
             &tools,
             forced.is_none(),
             self.adapters,
         )?;
+        let mut sampling = request.sampling;
+        sampling.stop.extend(stops.iter().map(|s| s.to_string()));
         if forced.is_none() {
             prompt.push_str(&request.assistant_prefix);
         }
@@ -413,19 +415,19 @@ impl InferencePool {
         let context = self.config.context_length;
         if prompt_tokens
             .len()
-            .checked_add(request.sampling.max_tokens)
+            .checked_add(sampling.max_tokens)
             .is_none_or(|total| total > context)
         {
             return Err(Error::ContextOverflow {
                 prompt_tokens: prompt_tokens.len(),
-                max_tokens: request.sampling.max_tokens,
+                max_tokens: sampling.max_tokens,
                 context,
             });
         }
         Ok(Job {
             model: self.model_name.clone(),
             prompt: prompt_tokens,
-            sampling: request.sampling,
+            sampling,
             tools: mode,
             events,
             cancel,

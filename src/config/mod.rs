@@ -120,7 +120,9 @@ impl Default for Config {
                 // JSON (see docs/inference.md, "Tool calling").
                 system_prompt: "You are a helpful assistant. Call a tool only when the user \
                                 asks you to remember or forget a note, asks for the date or \
-                                time, or asks for a calculation; otherwise answer in plain text."
+                                time, or asks for a calculation; otherwise answer in plain text. \
+                                The notes you saved are listed under Memory below; when the \
+                                user asks about them, answer from that list without a tool."
                     .into(),
                 max_steps: 8,
                 approval_timeout_secs: None,
@@ -137,22 +139,27 @@ impl Default for Config {
                         description: "Get the current date and time in UTC".into(),
                         ..ToolConfig::builtin("clock")
                     },
+                    // Notes live in the session's pinned memory block (docs/sessions.md,
+                    // "Memory block"): shown in every prompt, so the model answers "what is
+                    // my wifi password?" from it with no tool call, and never compacted away.
                     ToolConfig {
                         name: "remember".into(),
-                        kind: "memory".into(),
-                        description: "Save a note (op set: a key and its text as value), or \
-                                      read (get) or list notes"
+                        kind: "memory_block".into(),
+                        description: "Save a note the user asks you to remember, as one line \
+                                      of text"
                             .into(),
-                        ops: Some(vec!["get".into(), "set".into(), "list".into()]),
-                        ..ToolConfig::builtin("memory")
+                        ops: Some(vec!["append".into()]),
+                        ..ToolConfig::builtin("memory_block")
                     },
                     ToolConfig {
                         name: "forget".into(),
-                        kind: "memory".into(),
-                        description: "Delete a stored note by its key (destructive)".into(),
+                        kind: "memory_block".into(),
+                        description: "Delete a saved note (destructive): old is a word of the \
+                                      note to delete"
+                            .into(),
                         approval: "always".into(),
-                        ops: Some(vec!["delete".into()]),
-                        ..ToolConfig::builtin("memory")
+                        ops: Some(vec!["remove".into()]),
+                        ..ToolConfig::builtin("memory_block")
                     },
                     ToolConfig {
                         name: "calculator".into(),

@@ -202,7 +202,7 @@ fn cross_references_and_duplicates_are_named() {
     );
     assert!(
         invalid(|c| c.agents[0].tools[0].ops = Some(vec!["get".into()]))
-            .contains("only for kinds \"memory\" and \"schedule\"")
+            .contains("only for kinds \"memory\", \"memory_block\" and \"schedule\"")
     );
     assert!(
         invalid(|c| c.agents[0].tools[1].timings = Some(vec!["at".into()]))

@@ -447,11 +447,12 @@ impl Config {
                 if let Some(ops) = &tool.ops {
                     let offered: &[&str] = match tool.kind.as_str() {
                         "memory" => &MEMORY_OPS,
+                        "memory_block" => &stead_actors::memory_block::OPS,
                         "schedule" => &ScheduleTool::OPS,
                         _ => {
                             return Err(bad(
                                 &format!("{key}.ops"),
-                                "only for kinds \"memory\" and \"schedule\"",
+                                "only for kinds \"memory\", \"memory_block\" and \"schedule\"",
                             ))
                         }
                     };

@@ -1,7 +1,8 @@
 //! The demo flow on the default model (Qwen2.5-Coder-0.5B-Instruct, prepared by `stead setup`)
 //! in a real browser: `web-ui/e2e/demo.mjs` drives Debian's Chromium against `stead serve` with
-//! its built-in configuration — remember a note, a calculation, ask to forget the note and
-//! approve the approval card, ask again and reject it. The model decides by itself to call the
+//! its built-in configuration — remember a note (kept in the session's memory block), a
+//! calculation, ask to forget the note and reject the approval card, ask again and approve
+//! it. The model decides by itself to call the
 //! tools, and after each result it answers in a sentence (issue 38: never call JSON, never an
 //! empty bubble). Screenshots go to `{target}/tmp/web-ui-demo/`; afterwards the journal is
 //! checked for what the page showed.
@@ -44,8 +45,8 @@ async fn the_demo_agent_forgets_a_note_after_approval_in_a_real_browser() {
         "demo-1-remembered",
         "demo-2-calculated",
         "demo-3-approval-card",
-        "demo-4-forgotten",
-        "demo-5-rejected",
+        "demo-4-rejected",
+        "demo-5-forgotten",
     ] {
         assert!(
             out.join(format!("{shot}.png")).is_file(),
@@ -54,8 +55,8 @@ async fn the_demo_agent_forgets_a_note_after_approval_in_a_real_browser() {
     }
 
     // The journal holds what the page showed: the model called remember, the calculator, then
-    // forget twice; each forget waited for a person (approved, then rejected); the approved one
-    // deleted the note remember had stored.
+    // forget twice; each forget waited for a person (rejected, then approved); the approved one
+    // deleted the line remember had saved, and the memory block is empty again.
     let journal = server.journal(done["session"].as_str().unwrap()).await;
     let of = |kind: &str| -> Vec<&serde_json::Value> {
         journal.iter().filter(|e| e["kind"] == kind).collect()
@@ -73,15 +74,22 @@ async fn the_demo_agent_forgets_a_note_after_approval_in_a_real_browser() {
         .iter()
         .map(|e| &e["payload"]["approved"])
         .collect();
-    assert_eq!(decided, [true, false]);
+    assert_eq!(decided, [false, true]);
     let results = of("tool_call_finished");
-    let stored = &results[0]["payload"]["result"]["key"];
-    let deleted = &results[2]["payload"]["result"];
-    assert_eq!(
-        &deleted["key"], stored,
-        "forget named the note remember stored"
+    let saved = &results[0]["payload"]["result"]["saved"];
+    assert!(
+        saved.as_str().is_some_and(|l| l.contains("hunter2")),
+        "{journal:#?}"
     );
-    assert_eq!(deleted["deleted"], true);
+    assert_eq!(
+        &results[2]["payload"]["result"]["deleted"], saved,
+        "forget deleted the line remember saved"
+    );
+    let memory: Vec<&serde_json::Value> = of("memory_updated")
+        .iter()
+        .map(|e| &e["payload"]["text"])
+        .collect();
+    assert_eq!(memory, [saved, &serde_json::json!("")]);
 
     // Each turn ends in a sentence the page showed: the journaled reply is the bubble's text,
     // the model wrote it (not built from the results), and it is no tool-call text.

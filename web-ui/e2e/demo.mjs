@@ -1,8 +1,8 @@
 // The demo flow on the real default model, in a real browser (Debian's Chromium through
 // playwright-core): a new demo session; "remember" a note (no approval needed) → a reply that
 // confirms it; a calculation → a reply with the number; ask the agent to forget the note → an
-// approval card for `forget` appears → approve it → the tool's result says the note was
-// deleted, and so does the reply; ask again and reject → the reply says it was not done. After
+// approval card for `forget` appears → reject it → the reply says it was not done; ask again
+// and approve → the tool's result names the deleted note, and so does the reply. After
 // each turn the reply bubble's text is printed as `{"reply": {step, text}}` (the Rust test
 // checks them against the journal). A screenshot of each step goes to OUT_DIR. Run by
 // tests/local_model/web_demo.rs as `node demo.mjs BASE_URL OUT_DIR`.
@@ -65,22 +65,22 @@ try {
   await shot(page, "demo-3-approval-card");
   step("an approval card for forget appeared");
 
-  await card.getByRole("button", { name: "Approve", exact: true }).click();
-  await page.locator(".decision", { hasText: "Approved by" }).waitFor(turn);
-  await page.locator(".result", { hasText: /"deleted":\s*true/ }).waitFor(turn);
-  await reply(page, "forget-approved", 3);
-  await shot(page, "demo-4-forgotten");
-  step("approved: the note is gone");
+  await card.getByRole("button", { name: "Reject", exact: true }).click();
+  await page.locator(".decision", { hasText: "Rejected by" }).waitFor(turn);
+  await reply(page, "forget-rejected", 3);
+  await shot(page, "demo-4-rejected");
+  step("rejected: the reply says it was not done, the note stays");
 
   await page.getByLabel("Message").fill("Forget the note about my wifi password.");
   await page.getByRole("button", { name: "Send" }).click();
   const second = page.getByRole("group", { name: "Approval for forget" });
   await second.waitFor(turn);
-  await second.getByRole("button", { name: "Reject", exact: true }).click();
-  await page.locator(".decision", { hasText: "Rejected by" }).waitFor(turn);
-  await reply(page, "forget-rejected", 4);
-  await shot(page, "demo-5-rejected");
-  step("rejected: the reply says it was not done");
+  await second.getByRole("button", { name: "Approve", exact: true }).click();
+  await page.locator(".decision", { hasText: "Approved by" }).waitFor(turn);
+  await page.locator(".result", { hasText: /"deleted":\s*"/ }).waitFor(turn);
+  await reply(page, "forget-approved", 4);
+  await shot(page, "demo-5-forgotten");
+  step("approved: the note is gone");
   console.log(JSON.stringify({ done: true, session: page.url().split("/").pop() }));
 } catch (error) {
   if (page) {

@@ -100,6 +100,9 @@ pub struct SessionDeps {
 pub struct SessionActor;
 
 pub struct Live {
+    /// The last model call its provider counted (sharpens the next prompt's estimate on
+    /// remote routes; model tasks update it).
+    pub(super) calibration: Arc<std::sync::Mutex<Option<super::Calibration>>>,
     pub(super) deps: SessionDeps,
     pub(super) state: SessionState,
     pub(super) subscribers: Vec<Subscriber>,
@@ -205,6 +208,7 @@ impl Actor for SessionActor {
             unwritten: 0,
             running_tools: Default::default(),
             progress: Default::default(),
+            calibration: Default::default(),
         };
         // The row's status follows the journal; a crash between the two is mended here.
         live.sync_status().await;

@@ -8,7 +8,7 @@
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use super::{ModelClient, ModelRequest};
+use super::{Calibration, ModelClient, ModelRequest};
 use crate::context::{self, ContextRules, Strategy};
 use crate::decide::Input;
 use crate::state::TranscriptEntry;
@@ -40,13 +40,14 @@ pub(super) fn budget(rules: &ContextRules, window: Option<u64>) -> Option<u64> {
 }
 
 /// Measures `request` (whose system prompt is `base_prompt` with `memory` and `summary` shown
-/// after it) and
-/// decides whether it fits, compacting when it does not.
+/// after it; an estimate corrected by `last`, the session's last counted call) and decides
+/// whether it fits, compacting when it does not.
 pub(super) async fn fit(
     model: &dyn ModelClient,
     request: &ModelRequest,
     rules: &ContextRules,
     prompt: &PromptParts<'_>,
+    last: Option<&Calibration>,
     call_id: &str,
     cancel: Arc<AtomicBool>,
 ) -> Fit {
@@ -55,7 +56,7 @@ pub(super) async fn fit(
         summary,
         memory,
     } = *prompt;
-    let size = model.measure(request).await;
+    let size = model.measure(request).await.calibrated(request, last);
     let Some(budget) = budget(rules, size.window) else {
         return Fit::Send;
     };
@@ -90,7 +91,11 @@ pub(super) async fn fit(
     compacted.transcript.drain(..entries);
     compacted.system_prompt =
         context::system_prompt_with(base_prompt, new_summary.as_deref().or(summary), memory);
-    let after = model.measure(&compacted).await.tokens;
+    let after = model
+        .measure(&compacted)
+        .await
+        .calibrated(&compacted, last)
+        .tokens;
     Fit::Compact(Input::Compact(crate::events::Compaction {
         call_id: call_id.to_string(),
         entries: entries as u64,

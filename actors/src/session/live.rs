@@ -324,7 +324,9 @@ impl Live {
                 let me = myself.clone();
                 let turn = self.turn_span.clone().unwrap_or_else(tracing::Span::none);
                 let steps = self.delegation_steps();
+                let calibration = self.calibration.clone();
                 tokio::spawn(async move {
+                    let last = calibration.lock().ok().and_then(|l| l.clone());
                     // The prompt must fit the agent's budget before anything is charged or sent.
                     match super::compaction::fit(
                         model.as_ref(),
@@ -335,6 +337,7 @@ impl Live {
                             summary: summary.as_deref(),
                             memory: &memory,
                         },
+                        last.as_ref(),
                         &call_id,
                         cancel.clone(),
                     )
@@ -373,6 +376,11 @@ impl Live {
                             }
                         })
                     };
+                    let counted = super::Calibration {
+                        route: request.route.clone(),
+                        reported: 0,
+                        chars: super::prompt_chars(&request),
+                    };
                     let call = tokio::spawn(
                         async move { model.complete(request, deltas, cancel).await }
                             .instrument(turn),
@@ -382,6 +390,14 @@ impl Live {
                         Err(join) => Err(ModelError::Crashed(panic_message(join))),
                     };
                     let _ = forward.await;
+                    if let Ok(output) = &result {
+                        if let Ok(mut last) = calibration.lock() {
+                            *last = Some(super::Calibration {
+                                reported: output.usage.prompt_tokens,
+                                ..counted
+                            });
+                        }
+                    }
                     let input = match result {
                         Ok(output) if output_holds_nul(&output) => Input::ModelFailed {
                             call_id,

@@ -20,6 +20,9 @@ pub use actor::{Caller, Live, SessionActor, SessionDeps, SessionError, SessionMs
 pub use config::{Agent, AgentTools, Lifecycle};
 pub use due_index::{approval_call, APPROVAL_KEY_PREFIX};
 pub use frames::{Attached, Frame, Subscriber, Subscription};
-pub use model::{estimate, ModelClient, ModelError, ModelRequest, PromptSize, ToolSpec};
+pub use model::{
+    estimate, prompt_chars, Calibration, ModelClient, ModelError, ModelRequest, PromptSize,
+    ToolSpec,
+};
 pub use registry::{default_node_name, SessionRegistry};
 pub use scheduler::{Clock, Scheduler, SchedulerOptions};

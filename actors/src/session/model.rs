@@ -65,11 +65,9 @@ pub struct PromptSize {
     pub exact: bool,
 }
 
-/// The estimate for a route whose tokens cannot be counted here (remote APIs): the request's
-/// characters — system prompt, transcript, tool definitions — over
-/// [`crate::context::CHARS_PER_TOKEN`].
-pub fn estimate(request: &ModelRequest) -> PromptSize {
-    let chars = request.system_prompt.len()
+/// The characters of `request`'s prompt: system prompt, transcript and tool definitions.
+pub fn prompt_chars(request: &ModelRequest) -> usize {
+    request.system_prompt.len()
         + request
             .transcript
             .iter()
@@ -79,11 +77,54 @@ pub fn estimate(request: &ModelRequest) -> PromptSize {
             .tools
             .iter()
             .map(|t| t.name.len() + t.description.len() + t.parameters.to_string().len())
-            .sum::<usize>();
+            .sum::<usize>()
+}
+
+/// The estimate for a route whose tokens cannot be counted here (remote APIs): the request's
+/// characters — system prompt, transcript, tool definitions — over
+/// [`crate::context::CHARS_PER_TOKEN`].
+pub fn estimate(request: &ModelRequest) -> PromptSize {
     PromptSize {
-        tokens: crate::context::estimate(chars),
+        tokens: crate::context::estimate(prompt_chars(request)),
         window: None,
         exact: false,
+    }
+}
+
+/// A session's last answered model call as its provider counted it: the route, the
+/// `prompt_tokens` it reported and the prompt's characters ([`prompt_chars`]). The session
+/// actor keeps it in memory (not journaled: it only sharpens an estimate; after a restart the
+/// next call starts from the plain estimate again).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Calibration {
+    pub route: String,
+    pub reported: u64,
+    pub chars: usize,
+}
+
+impl PromptSize {
+    /// An estimated size corrected by the last call the provider counted on the same route
+    /// (docs/sessions.md, "Token counting"): its reported `prompt_tokens` plus the estimate of
+    /// the characters added since, or — when the prompt shrank (a compaction) — the reported
+    /// count scaled by the characters kept. An exact size, a call on another route, or a
+    /// report under a third of that call's own estimate (no tokenizer gives fewer than one
+    /// token per 12 bytes: such a count is not the whole prompt's) leaves the size as it is.
+    pub fn calibrated(self, request: &ModelRequest, last: Option<&Calibration>) -> PromptSize {
+        let Some(last) = last.filter(|l| {
+            !self.exact
+                && l.route == request.route
+                && l.chars > 0
+                && l.reported.saturating_mul(3) >= crate::context::estimate(l.chars)
+        }) else {
+            return self;
+        };
+        let chars = prompt_chars(request);
+        let tokens = if chars >= last.chars {
+            last.reported + crate::context::estimate(chars - last.chars)
+        } else {
+            (last.reported as u128 * chars as u128).div_ceil(last.chars as u128) as u64
+        };
+        PromptSize { tokens, ..self }
     }
 }
 

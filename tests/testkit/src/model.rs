@@ -6,7 +6,9 @@
 //! - [`ScriptedModel::respond`]: a closure that decides the answer from the request.
 //!
 //! The text is streamed as one delta per word (with its trailing space). It counts its calls,
-//! and can take a fixed time per call ([`ScriptedModel::with_delay`]).
+//! and can take a fixed time per call ([`ScriptedModel::with_delay`]). It reports 7 prompt
+//! tokens per call, or what [`ScriptedModel::with_prompt_tokens`] counts (as a remote
+//! provider's tokenizer would).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -23,6 +25,7 @@ use tokio::sync::mpsc::UnboundedSender;
 pub type Answer = (String, Vec<(String, Value)>);
 
 type Respond = Box<dyn Fn(&ModelRequest) -> Answer + Send + Sync>;
+type Count = Box<dyn Fn(&ModelRequest) -> u64 + Send + Sync>;
 
 enum Source {
     Script(Mutex<VecDeque<Answer>>),
@@ -34,6 +37,7 @@ pub struct ScriptedModel {
     source: Source,
     delay: Duration,
     calls: AtomicUsize,
+    count: Option<Count>,
 }
 
 impl ScriptedModel {
@@ -66,12 +70,22 @@ impl ScriptedModel {
             source,
             delay: Duration::ZERO,
             calls: AtomicUsize::new(0),
+            count: None,
         }
     }
 
     /// Takes `delay` before each answer.
     pub fn with_delay(mut self, delay: Duration) -> ScriptedModel {
         self.delay = delay;
+        self
+    }
+
+    /// Reports each call's `prompt_tokens` as `count` says.
+    pub fn with_prompt_tokens(
+        mut self,
+        count: impl Fn(&ModelRequest) -> u64 + Send + Sync + 'static,
+    ) -> ScriptedModel {
+        self.count = Some(Box::new(count));
         self
     }
 
@@ -94,6 +108,7 @@ impl ModelClient for ScriptedModel {
             "a model call with no transcript"
         );
         self.calls.fetch_add(1, Ordering::SeqCst);
+        let prompt_tokens = self.count.as_ref().map_or(7, |count| count(&request));
         if !self.delay.is_zero() {
             tokio::time::sleep(self.delay).await;
         }
@@ -112,7 +127,7 @@ impl ModelClient for ScriptedModel {
             text,
             tool_calls,
             usage: Usage {
-                prompt_tokens: 7,
+                prompt_tokens,
                 completion_tokens: 3,
             },
             provider: "scripted".into(),

@@ -17,6 +17,10 @@ fn now() -> DateTime<Utc> {
 }
 
 fn session(approval: ApprovalPolicy) -> Session {
+    session_offering(approval, &stead_actors::memory_block::OPS)
+}
+
+fn session_offering(approval: ApprovalPolicy, ops: &[&str]) -> Session {
     let mut s = Session::new();
     s.agent.tools.insert(
         "memory".to_string(),
@@ -25,7 +29,10 @@ fn session(approval: ApprovalPolicy) -> Session {
             idempotent: true,
             arguments: Default::default(),
             approver: Default::default(),
-            builtin: Some(Builtin::Memory { max_chars: 60 }),
+            builtin: Some(Builtin::Memory {
+                max_chars: 60,
+                ops: ops.iter().map(|o| o.to_string()).collect(),
+            }),
         },
     );
     s
@@ -69,6 +76,11 @@ fn the_memory_tool_edits_the_block_inside_its_decision() {
         ]
     );
     assert_eq!(s.state.memory, "Dentist: Friday");
+    assert!(matches!(
+        s.journal.iter().rev().nth(1),
+        Some(SessionEvent::ToolCallFinished { result, .. })
+            if *result == json!({"saved": "Dentist: Friday"})
+    ));
     // Too long for the block: the call fails back to the model, the block is unchanged.
     edit(
         &mut s,
@@ -125,5 +137,30 @@ fn an_approval_policy_applies_to_the_memory_tool() {
         s.journal.iter().rev().nth(1),
         Some(SessionEvent::ToolCallFailed { error, .. }) if error.contains("no line")
     ));
+    check(&s);
+}
+
+#[test]
+fn an_entry_runs_only_the_ops_it_offers() {
+    let mut s = session_offering(ApprovalPolicy::Never, &["append"]);
+    s.send(user("Keep my dentist, then drop it.")).unwrap();
+    edit(
+        &mut s,
+        "m1",
+        "t1",
+        json!({"op": "append", "text": "Dentist: Friday"}),
+    );
+    edit(
+        &mut s,
+        "m2",
+        "t2",
+        json!({"op": "remove", "old": "Dentist"}),
+    );
+    assert!(matches!(
+        s.journal.iter().rev().nth(1),
+        Some(SessionEvent::ToolCallFailed { error, .. })
+            if error == "`memory` does not offer op \"remove\"; it offers append"
+    ));
+    assert_eq!(s.state.memory, "Dentist: Friday");
     check(&s);
 }

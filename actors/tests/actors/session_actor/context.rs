@@ -4,7 +4,8 @@
 //! the budget, later prompts carry the summary, `stead replay check`'s decision check passes
 //! without calling the summariser, and forks from before and after a compaction rebuild the
 //! prompts the source had there. A turn too large alone fails with `context_overflow` and the
-//! session answers the next message.
+//! session answers the next message. A route whose provider counts more tokens than the
+//! estimate is kept inside the budget by the counts it reports.
 
 use std::sync::Mutex;
 
@@ -19,6 +20,7 @@ stead_testkit::both_backends!(
     a_long_session_is_compacted_before_the_calls_that_need_it,
     a_message_too_large_alone_fails_its_turn_and_the_session_goes_on,
     a_fact_in_the_memory_block_outlives_every_compaction,
+    a_providers_reported_count_keeps_prompts_inside_the_budget,
 );
 
 const BUDGET: u64 = 300;
@@ -33,8 +35,9 @@ fn compacting_agent(strategy: Strategy) -> Agent {
     agent
 }
 
-/// A model double that records each request and answers summaries as `SUMMARY {n}`.
-fn recording_model() -> (Arc<ScriptedModel>, Arc<Mutex<Vec<ModelRequest>>>) {
+/// A model double that records each request and answers summaries as `SUMMARY {n}`; it
+/// reports `ratio` times the estimate as each call's prompt tokens.
+fn recording_model(ratio: u64) -> (Arc<ScriptedModel>, Arc<Mutex<Vec<ModelRequest>>>) {
     let seen: Arc<Mutex<Vec<ModelRequest>>> = Arc::default();
     let log = seen.clone();
     let model = ScriptedModel::respond(move |request| {
@@ -49,14 +52,15 @@ fn recording_model() -> (Arc<ScriptedModel>, Arc<Mutex<Vec<ModelRequest>>>) {
         } else {
             (format!("Noted, answer {}.", log.len()), vec![])
         }
-    });
+    })
+    .with_prompt_tokens(move |request| ratio * estimate(request).tokens);
     (Arc::new(model), seen)
 }
 
 async fn a_long_session_is_compacted_before_the_calls_that_need_it(backend: Backend) {
     let db = db::open(backend).await;
     let store = db.store.clone();
-    let (model, seen) = recording_model();
+    let (model, seen) = recording_model(1);
     let agent = compacting_agent(Strategy::Summarize);
     let rules = agent.rules.clone();
     let registry = SessionRegistry::new(store.clone(), model.clone(), vec![agent]);
@@ -143,7 +147,7 @@ async fn a_long_session_is_compacted_before_the_calls_that_need_it(backend: Back
 async fn a_message_too_large_alone_fails_its_turn_and_the_session_goes_on(backend: Backend) {
     let db = db::open(backend).await;
     let store = db.store.clone();
-    let (model, _) = recording_model();
+    let (model, _) = recording_model(1);
     let registry = SessionRegistry::new(
         store.clone(),
         model,
@@ -179,15 +183,15 @@ async fn a_fact_in_the_memory_block_outlives_every_compaction(backend: Backend) 
     let mut agent = compacting_agent(Strategy::Truncate);
     agent.tools.insert(
         "memory".into(),
-        Arc::new(stead_actors::memory_block::MemoryBlockTool {
-            info: ToolInfo {
+        Arc::new(stead_actors::memory_block::MemoryBlockTool::all_ops(
+            ToolInfo {
                 name: "memory".into(),
                 description: "keep a fact".into(),
                 approval: ApprovalPolicy::Never,
                 idempotent: true,
             },
-            max_chars: 200,
-        }),
+            200,
+        )),
     );
     agent.rules.tools.insert(
         "memory".into(),
@@ -196,7 +200,10 @@ async fn a_fact_in_the_memory_block_outlives_every_compaction(backend: Backend) 
             idempotent: true,
             arguments: Default::default(),
             approver: Default::default(),
-            builtin: Some(stead_actors::schedule_tool::Builtin::Memory { max_chars: 200 }),
+            builtin: Some(stead_actors::schedule_tool::Builtin::Memory {
+                max_chars: 200,
+                ops: vec!["append".into(), "replace".into(), "remove".into()],
+            }),
         },
     );
     let rules = agent.rules.clone();
@@ -255,6 +262,53 @@ async fn a_fact_in_the_memory_block_outlives_every_compaction(backend: Backend) 
     let row = store.get_session(id).await.unwrap();
     let report = stead_actors::replay::check(id, &row.metadata, &journal, &rules).unwrap();
     assert_eq!(report.divergence, None);
+    registry.stop_all();
+    db.finish().await;
+}
+
+/// A provider whose tokenizer counts twice the estimate: the actor corrects each estimate by
+/// the last call's reported count, so no prompt is over the budget by more than the error on
+/// what one turn added (docs/sessions.md, "Token counting"); by the estimate alone they would
+/// reach twice the budget.
+async fn a_providers_reported_count_keeps_prompts_inside_the_budget(backend: Backend) {
+    let db = db::open(backend).await;
+    let store = db.store.clone();
+    let (model, seen) = recording_model(2);
+    let registry = SessionRegistry::new(
+        store.clone(),
+        model,
+        vec![compacting_agent(Strategy::Summarize)],
+    );
+    let id = new_session(&store).await;
+    let mut frames = registry.subscribe(id).await.unwrap();
+    let message = |n: usize| format!("Message {n}: {}", "lorem ipsum ".repeat(20));
+    for n in 0..12 {
+        say(&registry, id, &message(n)).await;
+        wait_for(&mut frames, "turn_finished").await;
+    }
+    let journal = store.read(id, 0, 1000).await.unwrap();
+    let count = |kind: &str| journal.iter().filter(|e| e.kind == kind).count();
+    assert_eq!(count("turn_finished"), 12);
+    assert_eq!(count("model_call_failed"), 0);
+    assert!(
+        count("context_compacted") >= 3,
+        "{}",
+        count("context_compacted")
+    );
+    // What one turn adds: its message and the reply before it, as estimated.
+    let added = stead_actors::context::estimate(message(10).len() + "Noted, answer 99.".len());
+    let requests = seen.lock().unwrap().clone();
+    for request in requests
+        .iter()
+        .filter(|r| r.system_prompt != SUMMARY_INSTRUCTION)
+    {
+        let counted = 2 * estimate(request).tokens;
+        assert!(
+            counted <= BUDGET + added,
+            "{counted} tokens as the provider counts them, over the budget {BUDGET} by more \
+             than one turn's estimate ({added})"
+        );
+    }
     registry.stop_all();
     db.finish().await;
 }

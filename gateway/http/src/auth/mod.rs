@@ -432,8 +432,43 @@ fn decode_hex(text: &str) -> Option<[u8; 32]> {
     Some(out)
 }
 
-/// The authenticated caller: the `Authorization: Bearer` header, else an `x-api-key` header
-/// (as Anthropic's clients send it), else a `token` query parameter.
+/// The credential a request presents: the `Authorization: Bearer` header, else an
+/// `x-api-key` header (as Anthropic's clients send it), else a `token` query parameter. An
+/// `Authorization` header of another scheme is refused. The WebSocket upgrade keeps exactly
+/// this credential to re-check it while the socket is open.
+pub fn presented(
+    headers: &axum::http::HeaderMap,
+    uri: &axum::http::Uri,
+) -> Result<Option<String>, ApiError> {
+    let header = match headers.get(axum::http::header::AUTHORIZATION) {
+        Some(value) => {
+            let value = value.to_str().unwrap_or_default();
+            match value.strip_prefix("Bearer ") {
+                Some(token) => Some(token.trim().to_string()),
+                None => {
+                    return Err(ApiError::new(
+                        ErrorCode::InvalidCredentials,
+                        "the Authorization header must be `Bearer <key or token>`",
+                    ))
+                }
+            }
+        }
+        // Anthropic's clients send their key as `x-api-key`.
+        None => headers
+            .get("x-api-key")
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.trim().to_string()),
+    };
+    let query = uri.query().and_then(|q| {
+        q.split('&')
+            .filter_map(|pair| pair.split_once('='))
+            .find(|(k, _)| *k == "token")
+            .map(|(_, v)| v.to_string())
+    });
+    Ok(header.or(query))
+}
+
+/// The authenticated caller, from the credential the request [`presented`].
 pub struct Caller(pub Principal);
 
 impl FromRequestParts<AppState> for Caller {
@@ -443,33 +478,7 @@ impl FromRequestParts<AppState> for Caller {
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
-        let header = match parts.headers.get(axum::http::header::AUTHORIZATION) {
-            Some(value) => {
-                let value = value.to_str().unwrap_or_default();
-                match value.strip_prefix("Bearer ") {
-                    Some(token) => Some(token.trim().to_string()),
-                    None => {
-                        return Err(ApiError::new(
-                            ErrorCode::InvalidCredentials,
-                            "the Authorization header must be `Bearer <key or token>`",
-                        ))
-                    }
-                }
-            }
-            // Anthropic's clients send their key as `x-api-key`.
-            None => parts
-                .headers
-                .get("x-api-key")
-                .and_then(|v| v.to_str().ok())
-                .map(|v| v.trim().to_string()),
-        };
-        let query = parts.uri.query().and_then(|q| {
-            q.split('&')
-                .filter_map(|pair| pair.split_once('='))
-                .find(|(k, _)| *k == "token")
-                .map(|(_, v)| v.to_string())
-        });
-        let credential = header.or(query);
+        let credential = presented(&parts.headers, &parts.uri)?;
         let principal = state.auth.authenticate(credential.as_deref())?;
         if let (Principal::Session(id), Some(claim)) = (
             &principal,

@@ -32,7 +32,7 @@ fn limit(state: &AppState, agent: &str) -> usize {
                 .tools
                 .values()
                 .filter_map(|r| match r.builtin {
-                    Some(stead_actors::schedule_tool::Builtin::Memory { max_chars }) => {
+                    Some(stead_actors::schedule_tool::Builtin::Memory { max_chars, .. }) => {
                         Some(max_chars)
                     }
                     _ => None,

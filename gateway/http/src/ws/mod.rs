@@ -35,10 +35,10 @@ const READ_BUFFER: usize = 4 << 10;
 /// How long one send may wait on a client that does not read.
 const SEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// The upgrade's query. A `token` parameter is read by the `Caller` extractor (and
+/// [`crate::auth::presented`]), not here.
 #[derive(Deserialize)]
 pub struct WsQuery {
-    /// A session token (read by the `Caller` extractor, and kept to re-check it while open).
-    token: Option<String>,
     /// A one-minute ticket from `POST /v1/sessions/{id}/ticket` (what browsers send).
     ticket: Option<String>,
     after_seq: Option<i64>,
@@ -56,11 +56,6 @@ pub async fn upgrade(
     // The session-scoped credential's token generation and expiry, re-checked on every
     // heartbeat: a rotation (or the token's expiry) closes the connection.
     let mut credential: Option<(i64, Option<i64>)> = None;
-    let bearer = headers
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(|t| t.trim().to_string());
     let caller = match &query.ticket {
         Some(ticket) => {
             let now = chrono::Utc::now().timestamp();
@@ -88,13 +83,19 @@ pub async fn upgrade(
         None => {
             let caller = caller?.0;
             if let Principal::Session(_) = caller {
-                // The token it came with (a header or `?token=`): checked again while open.
-                credential = query
-                    .token
-                    .as_deref()
-                    .or(bearer.as_deref())
-                    .and_then(|t| state.auth.session_claim(t))
+                // Exactly the credential that authenticated the upgrade (whichever header or
+                // `?token=` the `Caller` extractor took it from): checked again while open. A
+                // session caller whose credential cannot be re-checked gets no socket.
+                credential = crate::auth::presented(&headers, &uri)?
+                    .and_then(|t| state.auth.session_claim(&t))
                     .map(|c| (c.generation, (c.expires != 0).then_some(c.expires)));
+                if credential.is_none() {
+                    return Err(ApiError::new(
+                        ErrorCode::InvalidCredentials,
+                        "this credential cannot be re-checked while a WebSocket is open: \
+                         connect with the session token or a ticket",
+                    ));
+                }
             }
             caller
         }

@@ -221,6 +221,19 @@ async fn rotating_a_session_token_invalidates_the_old_one() {
         .unwrap();
     let mut by_ticket = stead_testkit::client::Ws { stream };
     assert_eq!(by_ticket.next().await.unwrap()["type"], "hello");
+    // And one with the token in `x-api-key` (issue 39: it used to survive the rotation, as
+    // only `?token=` and `Bearer` were re-checked).
+    let mut request =
+        tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(ws_url(
+            "after_seq=0",
+        ))
+        .unwrap();
+    request
+        .headers_mut()
+        .insert("x-api-key", first.parse().unwrap());
+    let (stream, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+    let mut by_header = stead_testkit::client::Ws { stream };
+    assert_eq!(by_header.next().await.unwrap()["type"], "hello");
 
     let (status, issued) = app.call_as("POST", &rotate, None, Some(&first)).await;
     assert_eq!(status, 200, "{issued}");
@@ -235,7 +248,7 @@ async fn rotating_a_session_token_invalidates_the_old_one() {
     );
     assert_eq!(app.call_as("GET", &path, None, Some(&second)).await.0, 200);
     // Connections opened with the old token or its ticket are closed at their next heartbeat.
-    for ws in [&mut open_before, &mut by_ticket] {
+    for ws in [&mut open_before, &mut by_ticket, &mut by_header] {
         let closed = tokio::time::timeout(std::time::Duration::from_secs(5), async {
             while ws.next().await.is_some() {}
         })
