@@ -108,12 +108,10 @@ pub(crate) fn build_agent(
     })
 }
 
-/// The HTTP client webhook tools call through.
+/// The HTTP client webhook tools call through ([`stead_actors::tools::webhook_client`]: no
+/// redirects, no `Referer`, no proxy from the environment).
 pub(crate) fn webhook_client() -> anyhow::Result<reqwest::Client> {
-    reqwest::Client::builder()
-        .user_agent(concat!("stead/", env!("CARGO_PKG_VERSION")))
-        .build()
-        .context("cannot build the webhook HTTP client")
+    stead_actors::tools::webhook_client().context("cannot build the webhook HTTP client")
 }
 
 /// The parts of an agent's configuration its decisions depend on, without the tools' argument

@@ -19,6 +19,7 @@ pub mod eval;
 pub mod knowledge;
 pub mod mcp;
 pub mod model_router;
+pub mod redact;
 pub mod replay_cli;
 pub mod retention;
 pub mod serve;

@@ -427,6 +427,62 @@ impl Tool for MemoryTool {
     }
 }
 
+/// The most bytes a webhook's answer may be: a larger one fails the call as soon as it is seen
+/// (its `Content-Length`, or the bytes read so far), before it is buffered whole.
+pub const MAX_WEBHOOK_ANSWER: usize = 1 << 20;
+
+/// The HTTP client webhook tools call through (docs/security.md, "Webhooks"): it follows no
+/// redirect (a 3xx fails the call — a redirect would carry the body and the entry's secret
+/// headers to another host), sends no `Referer`, and ignores `HTTP(S)_PROXY` in the
+/// environment (a webhook's body and headers go to its URL's host and nowhere else).
+pub fn webhook_client() -> reqwest::Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .user_agent(concat!("stead/", env!("CARGO_PKG_VERSION")))
+        .redirect(reqwest::redirect::Policy::none())
+        .referer(false)
+        .no_proxy()
+        .build()
+}
+
+/// A 2xx answer's JSON body, read at most [`MAX_WEBHOOK_ANSWER`] bytes.
+async fn read_answer(mut response: reqwest::Response) -> Result<Value, ToolError> {
+    let too_large = || {
+        ToolError(format!(
+            "webhook answered with more than {} KiB (the limit of a tool result)",
+            MAX_WEBHOOK_ANSWER >> 10
+        ))
+    };
+    if response
+        .content_length()
+        .is_some_and(|n| n > MAX_WEBHOOK_ANSWER as u64)
+    {
+        return Err(too_large());
+    }
+    let mut body = Vec::new();
+    loop {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                if body.len() + chunk.len() > MAX_WEBHOOK_ANSWER {
+                    return Err(too_large());
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(None) => break,
+            Err(e) => {
+                return Err(ToolError(format!(
+                    "webhook answer could not be read: {}",
+                    e.without_url()
+                )))
+            }
+        }
+    }
+    serde_json::from_slice(&body).map_err(|e| {
+        ToolError(format!(
+            "webhook answered with a body that is not JSON: {e}"
+        ))
+    })
+}
+
 /// `POST {url}` with `Idempotency-Key` and `{"session_id","call_id","tool","arguments"}`; a 2xx
 /// JSON body is the result. Idempotent webhooks are retried on failure (connection errors,
 /// timeouts, 5xx and 429) with exponential backoff; others are tried once.
@@ -480,16 +536,15 @@ impl Tool for WebhookTool {
                 Ok(response) if response.status().is_success() => {
                     // Errors never carry the URL: it may hold credentials, and the model and
                     // the session's users read `tool_call_failed`.
-                    return response.json::<Value>().await.map_err(|e| {
-                        ToolError(format!(
-                            "webhook answered with a body that is not JSON: {}",
-                            e.without_url()
-                        ))
-                    });
+                    return read_answer(response).await;
                 }
                 Ok(response) => {
                     let status = response.status();
-                    last_error = format!("webhook answered {status}");
+                    last_error = if status.is_redirection() {
+                        format!("webhook answered {status}: redirects are not followed")
+                    } else {
+                        format!("webhook answered {status}")
+                    };
                     if !(status.is_server_error() || status.as_u16() == 429) {
                         break; // a 4xx will not get better
                     }

@@ -198,13 +198,16 @@ impl Cluster for Peers {
         let answer = match outgoing.send().await {
             Ok(answer) => answer,
             // Not connected: nothing reached the owner (it is down or draining).
+            // Logged without the URL: its query may hold a session token (`?token=`).
             Err(error) if error.is_connect() => {
                 self.forward_failures.fetch_add(1, Ordering::Relaxed);
+                let error = error.without_url();
                 tracing::debug!(%owner, %error, "cluster: the owner is not reachable");
                 return None;
             }
             Err(error) => {
                 self.forward_failures.fetch_add(1, Ordering::Relaxed);
+                let error = error.without_url();
                 tracing::warn!(%owner, %error, "cluster: the owner did not answer a forwarded request");
                 return Some(
                     ApiError::new(
@@ -244,14 +247,19 @@ impl Cluster for Peers {
         let mut request = match url.as_str().into_client_request() {
             Ok(request) => request,
             Err(error) => {
+                let error = crate::redact::redact_urls(&error.to_string());
                 tracing::warn!(%owner, %error, "cluster: bad WebSocket address");
                 return None;
             }
         };
-        if let Some(value) = headers.get(axum::http::header::AUTHORIZATION) {
-            request
-                .headers_mut()
-                .insert(axum::http::header::AUTHORIZATION, value.clone());
+        // The credential as the client sent it (the owner checks it again).
+        for name in [
+            axum::http::header::AUTHORIZATION,
+            HeaderName::from_static("x-api-key"),
+        ] {
+            if let Some(value) = headers.get(&name) {
+                request.headers_mut().insert(name, value.clone());
+            }
         }
         for (name, value) in self.sign(&Method::GET, &url) {
             if let (Ok(name), Ok(value)) = (
@@ -269,6 +277,7 @@ impl Cluster for Peers {
             Ok((upstream, _)) => upstream,
             Err(error) => {
                 self.forward_failures.fetch_add(1, Ordering::Relaxed);
+                let error = crate::redact::redact_urls(&error.to_string());
                 tracing::warn!(%owner, %error, "cluster: cannot open the owner's WebSocket");
                 return None;
             }

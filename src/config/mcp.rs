@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 pub struct McpServerConfig {
     /// Letters, digits, `-` and single `_` (the model sees `{name}__{tool}`), at most 32.
     pub name: String,
-    /// stdio: the program Stead starts (found on `PATH`), with `args` and `env` (added to
-    /// Stead's own environment).
+    /// stdio: the program Stead starts (found on `PATH`), with `args`, and `env` as its
+    /// environment (with only `stead::mcp::server::INHERITED_ENV` of Stead's own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

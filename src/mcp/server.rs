@@ -35,6 +35,13 @@ const RESTART_FIRST_WAIT: Duration = Duration::from_secs(1);
 const RESTART_MAX_WAIT: Duration = Duration::from_secs(60);
 const HEALTHY_RUN: Duration = Duration::from_secs(5);
 
+/// What a stdio MCP server inherits of Stead's environment (docs/mcp.md): where to find
+/// programs, the user's home and locale, the temporary directory and time zone — nothing that
+/// could be a secret. Everything else it needs comes from its entry's `env`.
+pub const INHERITED_ENV: [&str; 8] = [
+    "PATH", "HOME", "USER", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "TZ",
+];
+
 /// How a server is reached.
 #[derive(Debug, Clone)]
 pub enum Transport {
@@ -200,6 +207,7 @@ impl McpServer {
         let mut info = lock(&self.info);
         info.status = status;
         if let Some(error) = error {
+            let error = crate::redact::redact_urls(&error);
             tracing::warn!(server = %self.config.name, %error, "MCP server");
             info.last_error = Some(error);
         }
@@ -319,6 +327,15 @@ impl McpServer {
         let serving = match &self.config.transport {
             Transport::Stdio { command, args, env } => {
                 let mut process = tokio::process::Command::new(command);
+                // A clean environment: Stead's holds provider keys, webhook secrets and the
+                // cluster secret. The child gets only these variables of Stead's, and the
+                // entry's `env`.
+                process.env_clear();
+                for name in INHERITED_ENV {
+                    if let Some(value) = std::env::var_os(name) {
+                        process.env(name, value);
+                    }
+                }
                 process.args(args).envs(env);
                 // The server dies with Stead, even when Stead is killed (SIGKILL runs no
                 // destructor that could stop it).
@@ -444,7 +461,12 @@ impl McpServer {
         let started = Instant::now();
         tracing::Span::current().record("stead.tool.server", self.config.name.as_str());
         self.counters.calls.fetch_add(1, Ordering::Relaxed);
-        let result = self.call_inner(tool, arguments, context).await;
+        // The error reaches `tool_call_failed`, the model and its provider: no URL in it may
+        // carry the server's credentials (an HTTP server's `…/mcp?api_key=…`).
+        let result = self
+            .call_inner(tool, arguments, context)
+            .await
+            .map_err(|e| ToolError(crate::redact::redact_urls(&e.0)));
         self.counters
             .latency_us
             .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);

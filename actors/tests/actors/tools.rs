@@ -150,7 +150,7 @@ fn webhook(url: &str, idempotent: bool) -> WebhookTool {
         parameters: json!({"type": "object"}),
         timeout: Duration::from_millis(500),
         attempts: 3,
-        client: reqwest::Client::new(),
+        client: stead_actors::tools::webhook_client().unwrap(),
     }
 }
 
@@ -225,5 +225,52 @@ async fn webhook_errors_do_not_leak_the_url() {
     assert!(err.0.starts_with("webhook unreachable"), "{err}");
     for secret in ["s3cret-pass", "s3cret-token", "alice"] {
         assert!(!err.0.contains(secret), "{secret} in {err}");
+    }
+}
+
+/// A webhook that answers with a redirect does not take the body (and the entry's secret
+/// headers) to the other host: the call fails with the status (issue 39; before, the client
+/// followed it and re-sent everything).
+#[tokio::test]
+async fn webhooks_follow_no_redirect() {
+    let elsewhere = Webhook::start().await;
+    let (url, hook) = serve(vec![]).await;
+    hook.redirect_to(&elsewhere.url("/collect"));
+    let err = webhook(&url, true)
+        .execute(json!({"table": "users"}), &context(Uuid::now_v7()))
+        .await
+        .unwrap_err();
+    assert!(err.0.contains("307"), "{err}");
+    assert!(err.0.contains("redirects are not followed"), "{err}");
+    assert_eq!(hook.deliveries().len(), 1, "a 3xx is not retried");
+    assert!(
+        elsewhere.deliveries().is_empty(),
+        "nothing reached the other host"
+    );
+}
+
+/// An answer over the limit fails the call without being buffered whole — declared by its
+/// `Content-Length` or streamed without one (issue 39: a 400 MiB answer took the process to a
+/// 2 GiB peak); one under it is the result.
+#[tokio::test]
+async fn webhook_answers_are_size_limited() {
+    use stead_actors::tools::MAX_WEBHOOK_ANSWER;
+    for declared in [true, false] {
+        let (url, hook) = serve(vec![]).await;
+        hook.answer_bytes(MAX_WEBHOOK_ANSWER + 1, declared);
+        let err = webhook(&url, false)
+            .execute(json!({}), &context(Uuid::now_v7()))
+            .await
+            .unwrap_err();
+        assert!(
+            err.0.contains("more than 1024 KiB"),
+            "declared {declared}: {err}"
+        );
+        hook.answer_bytes(MAX_WEBHOOK_ANSWER, declared);
+        let out = webhook(&url, false)
+            .execute(json!({}), &context(Uuid::now_v7()))
+            .await
+            .unwrap();
+        assert_eq!(out.as_str().map(str::len), Some(MAX_WEBHOOK_ANSWER - 2));
     }
 }

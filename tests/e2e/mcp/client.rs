@@ -88,6 +88,25 @@ async fn a_stdio_server_lists_and_runs_its_tools() {
         .await
         .unwrap_err();
     assert!(error.0.contains("JSON object"), "{error}");
+
+    // The child's environment is clean (issue 39: it inherited Stead's, provider keys and
+    // all): PATH and the entry's own `env`, none of the test process's other variables.
+    let env = tool(&server, "get-env")
+        .execute(json!({}), &context("c6"))
+        .await
+        .unwrap();
+    let env: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(env["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert!(env.contains_key("PATH"), "{env:?}");
+    assert_eq!(env["STEAD_TEST_MARKER"], marker.as_str());
+    assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
+    let leaked: Vec<&String> = env
+        .keys()
+        .filter(|k| std::env::var_os(k).is_some())
+        .filter(|k| !stead::mcp::server::INHERITED_ENV.contains(&k.as_str()))
+        .filter(|k| *k != "STEAD_TEST_MARKER")
+        .collect();
+    assert!(leaked.is_empty(), "inherited from Stead: {leaked:?}");
     server.stop().await;
     assert!(marked_processes(&marker).is_empty(), "stopped");
 }

@@ -3,7 +3,8 @@
 //! path, `Idempotency-Key` and JSON body; tests count effects by key. It answers with the
 //! scripted statuses in order, then 200; the status 999 stands for a hang (no answer for 5 s).
 //! The answer body is `{"deleted": <arguments.table>}`, what the tests' `delete_records` tool
-//! returns.
+//! returns — or, when set, a redirect ([`Webhook::redirect_to`]) or a JSON body of a given
+//! size ([`Webhook::answer_bytes`]).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -32,10 +33,20 @@ pub struct Delivery {
     pub authorization: String,
 }
 
+/// An answer other than the scripted status.
+#[derive(Clone)]
+enum Special {
+    /// `307` to this location.
+    Redirect(String),
+    /// A JSON string of this many bytes, with a `Content-Length` or streamed without one.
+    Bytes { len: usize, declared: bool },
+}
+
 #[derive(Default)]
 struct Shared {
     statuses: Mutex<VecDeque<u16>>,
     deliveries: Mutex<Vec<Delivery>>,
+    special: Mutex<Option<Special>>,
 }
 
 /// A running endpoint double; it serves until the test's runtime shuts down.
@@ -79,6 +90,17 @@ impl Webhook {
         format!("{}{path}", self.base)
     }
 
+    /// From now on every request is answered `307 Temporary Redirect` to `location`.
+    pub fn redirect_to(&self, location: &str) {
+        *self.shared.special.lock().expect("special") = Some(Special::Redirect(location.into()));
+    }
+
+    /// From now on every request is answered with a JSON string of `len` bytes, with a
+    /// `Content-Length` when `declared`, else streamed in 64 KiB chunks without one.
+    pub fn answer_bytes(&self, len: usize, declared: bool) {
+        *self.shared.special.lock().expect("special") = Some(Special::Bytes { len, declared });
+    }
+
     /// Every request so far, in arrival order.
     pub fn deliveries(&self) -> Vec<Delivery> {
         self.shared.deliveries.lock().expect("deliveries").clone()
@@ -100,7 +122,8 @@ async fn deliver(
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
-) -> (StatusCode, Json<Value>) {
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let key = headers
         .get("idempotency-key")
@@ -121,6 +144,30 @@ async fn deliver(
                 .unwrap_or_default()
                 .to_string(),
         });
+    let special = shared.special.lock().expect("special").clone();
+    match special {
+        Some(Special::Redirect(location)) => {
+            return (
+                StatusCode::TEMPORARY_REDIRECT,
+                [(axum::http::header::LOCATION, location)],
+            )
+                .into_response()
+        }
+        Some(Special::Bytes { len, declared }) => {
+            let text = format!("\"{}\"", "a".repeat(len.saturating_sub(2)));
+            if declared {
+                return text.into_response();
+            }
+            let chunks: Vec<Result<Bytes, std::convert::Infallible>> = text
+                .into_bytes()
+                .chunks(64 << 10)
+                .map(|c| Ok(Bytes::copy_from_slice(c)))
+                .collect();
+            return axum::body::Body::from_stream(futures_util::stream::iter(chunks))
+                .into_response();
+        }
+        None => {}
+    }
     let status = shared
         .statuses
         .lock()
@@ -129,10 +176,11 @@ async fn deliver(
         .unwrap_or(200);
     if status == HANG {
         tokio::time::sleep(Duration::from_secs(5)).await;
-        return (StatusCode::OK, Json(json!({})));
+        return (StatusCode::OK, Json(json!({}))).into_response();
     }
     (
         StatusCode::from_u16(status).expect("a status"),
         Json(json!({ "deleted": body["arguments"]["table"] })),
     )
+        .into_response()
 }
