@@ -210,7 +210,8 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         cluster: peers,
         knowledge: Some(knowledge.clone() as Arc<dyn stead_http::knowledge::KnowledgeApi>),
     };
-    let router = stead_http::router_with(state, crate::mcp::endpoint::route(mcp_inner.clone()));
+    let mcp_route = crate::mcp::endpoint::route(mcp_inner.clone(), state.clone());
+    let router = stead_http::router_with(state, mcp_route);
     let _ = mcp_inner.set(router.clone());
     let mut signals = ShutdownSignals::install()?;
     tracing::info!(address = %local, "stead listening");

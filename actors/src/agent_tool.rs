@@ -101,7 +101,9 @@ pub fn child_task(arguments: &Value) -> String {
 }
 
 /// Creates the child session of `link`'s call (if it does not exist) with its first message,
-/// and a due-index row that wakes it. Every step finds its effect in place when repeated.
+/// and a due-index row that wakes it. Every step finds its effect in place when repeated. The
+/// child keeps the parent's `metadata`, so its model calls are reported with the parent's
+/// (per-customer spend covers the whole tree).
 pub async fn start_child(
     store: &dyn JournalStore,
     parent: Uuid,
@@ -109,6 +111,7 @@ pub async fn start_child(
     principal: &str,
     agent: &str,
     task: String,
+    metadata: Value,
 ) -> Result<Uuid, Error> {
     let call_id = link.call_id.as_str();
     let child = child_session_id(parent, call_id);
@@ -116,7 +119,7 @@ pub async fn start_child(
         .create_session(NewSession {
             id: Some(child),
             agent: agent.to_string(),
-            metadata: json!({}),
+            metadata,
             parent: Some(ParentLink {
                 session_id: parent,
                 call_id: call_id.to_string(),

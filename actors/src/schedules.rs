@@ -221,8 +221,9 @@ impl ScheduleDef {
 pub struct ScheduleState {
     pub def: ScheduleDef,
     pub created_at: DateTime<Utc>,
-    /// `None`: done (a one-time schedule that fired). Done schedules stay, so that creating
-    /// the same key with the same definition again is still a no-op.
+    /// `None`: done (a one-time schedule that fired). The newest [`MAX_DONE_SCHEDULES`] done
+    /// schedules stay, so that creating the same key with the same definition again is still
+    /// a no-op.
     pub next_due_at: Option<DateTime<Utc>>,
     pub fired: u64,
 }
@@ -306,6 +307,26 @@ pub fn schedule_view(key: &str, schedule: &ScheduleState) -> serde_json::Value {
 }
 
 /// Folds a schedule event into a session's schedules.
+/// Done one-time schedules a session keeps (the newest by creation): enough that re-creating
+/// a schedule that just fired is still a no-op, without the state growing with every firing.
+pub const MAX_DONE_SCHEDULES: usize = 32;
+
+/// Forgets the oldest done schedules beyond [`MAX_DONE_SCHEDULES`] (part of the fold: replay
+/// prunes the same ones).
+fn prune_done(schedules: &mut BTreeMap<String, ScheduleState>) {
+    let mut done: Vec<(DateTime<Utc>, String)> = schedules
+        .iter()
+        .filter(|(_, s)| s.next_due_at.is_none())
+        .map(|(key, s)| (s.created_at, key.clone()))
+        .collect();
+    if done.len() > MAX_DONE_SCHEDULES {
+        done.sort();
+        for (_, key) in &done[..done.len() - MAX_DONE_SCHEDULES] {
+            schedules.remove(key);
+        }
+    }
+}
+
 pub(crate) fn apply(schedules: &mut BTreeMap<String, ScheduleState>, event: &SessionEvent) {
     match event {
         SessionEvent::ScheduleCreated {
@@ -330,6 +351,9 @@ pub(crate) fn apply(schedules: &mut BTreeMap<String, ScheduleState>, event: &Ses
             if let Some(s) = schedules.get_mut(key) {
                 s.next_due_at = *next_due_at;
                 s.fired += 1;
+            }
+            if next_due_at.is_none() {
+                prune_done(schedules);
             }
         }
         SessionEvent::ScheduleSkipped {

@@ -120,7 +120,18 @@ impl ServeProcess {
     pub fn start(dir: &std::path::Path, config: &str) -> anyhow::Result<Self> {
         use std::io::{BufRead, BufReader};
         std::fs::write(dir.join("stead.toml"), config)?;
-        let mut child = std::process::Command::new(std::env::current_exe()?)
+        let mut command = std::process::Command::new(std::env::current_exe()?);
+        // The server dies with this process, even when it is killed (a Ctrl-C or a SIGTERM
+        // of a bench or an evaluation runs no destructor that would stop it).
+        #[cfg(target_os = "linux")]
+        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut command, || {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let mut child = command
             .args(["serve", "--listen", "127.0.0.1:0", "--config"])
             .arg(dir.join("stead.toml"))
             .arg("--data-dir")

@@ -25,21 +25,168 @@ use tower::ServiceExt;
 /// The router the tools call into, set once the whole router is built.
 pub type Inner = Arc<OnceLock<Router>>;
 
-/// The `/mcp` route, calling into `inner` (which [`set`] fills with the finished router).
-pub fn route(inner: Inner) -> Router<stead_http::AppState> {
-    let config = StreamableHttpServerConfig::default()
+/// The `/mcp` route, calling into `inner` (which [`set`] fills with the finished router),
+/// behind [`guard`].
+pub fn route(inner: Inner, state: stead_http::AppState) -> Router<stead_http::AppState> {
+    let mut config = StreamableHttpServerConfig::default()
         // Host and Origin are checked by Stead's edge guard in front (server.allowed_hosts).
         .disable_allowed_hosts();
+    config.max_request_body_bytes = state.limits.body_bytes;
+    let mut manager = LocalSessionManager::default();
+    manager.session_config.keep_alive = Some(SESSION_IDLE);
+    let manager = Arc::new(manager);
     let service = StreamableHttpService::new(
         move || {
             Ok(Endpoint {
                 inner: inner.clone(),
             })
         },
-        Arc::new(LocalSessionManager::default()),
+        manager.clone(),
         config,
     );
-    Router::new().route_service("/mcp", service)
+    let sessions = Arc::new(Sessions {
+        manager,
+        owners: Default::default(),
+    });
+    Router::new()
+        .route_service("/mcp", service)
+        .route_layer(axum::middleware::from_fn(move |request, next| {
+            guard(state.clone(), sessions.clone(), request, next)
+        }))
+}
+
+/// Live MCP sessions at most, in all (each holds ~130 KiB of rmcp state until it closes or
+/// idles out)…
+pub const MAX_SESSIONS: usize = 256;
+/// …and per credential (an API key, a session token, or `local`).
+pub const MAX_SESSIONS_PER_CREDENTIAL: usize = 16;
+/// An MCP session with no request for this long is closed (rmcp's default is 5 minutes).
+pub const SESSION_IDLE: std::time::Duration = std::time::Duration::from_secs(120);
+/// How long a request body may take to arrive.
+pub const BODY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The live sessions and who created each (`Mcp-Session-Id` → credential).
+struct Sessions {
+    manager: Arc<LocalSessionManager>,
+    owners: std::sync::Mutex<std::collections::HashMap<String, String>>,
+}
+
+/// Who a principal is, as a session's owner.
+fn owner(principal: &stead_http::Principal) -> String {
+    match principal {
+        stead_http::Principal::Local => "local".into(),
+        stead_http::Principal::ApiKey(fingerprint) => format!("key:{fingerprint}"),
+        stead_http::Principal::Session(id) => format!("session:{id}"),
+    }
+}
+
+/// In front of rmcp (docs/mcp.md, "Stead as an MCP server"): every request is authenticated
+/// here, before its body is read (on a keyed server an anonymous `initialize` used to create a
+/// session); a request naming an `Mcp-Session-Id` must come from the credential that created
+/// it (else 404, as for an unknown session); a new session is refused with 429
+/// `too_many_mcp_sessions` over [`MAX_SESSIONS`] or [`MAX_SESSIONS_PER_CREDENTIAL`]; the body
+/// is read whole, at most the server's body limit (413) within [`BODY_DEADLINE`] (408).
+async fn guard(
+    state: stead_http::AppState,
+    sessions: Arc<Sessions>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    use stead_http::error_code::ErrorCode;
+    use stead_http::ApiError;
+    let principal = match stead_http::auth::presented(request.headers(), request.uri())
+        .and_then(|credential| state.auth.authenticate(credential.as_deref()))
+    {
+        Ok(principal) => principal,
+        Err(error) => return error.into_response(),
+    };
+    let who = owner(&principal);
+    let named = request
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let live: std::collections::HashSet<String> = sessions
+        .manager
+        .sessions
+        .read()
+        .await
+        .keys()
+        .map(|id| id.to_string())
+        .collect();
+    let opens = match &named {
+        Some(id) => {
+            let owners = sessions.owners.lock().unwrap_or_else(|e| e.into_inner());
+            if owners.get(id).is_some_and(|o| *o != who) {
+                return ApiError::new(
+                    ErrorCode::NotFound,
+                    "no such MCP session for this credential",
+                )
+                .into_response();
+            }
+            false
+        }
+        None if request.method() == axum::http::Method::POST => {
+            let mut owners = sessions.owners.lock().unwrap_or_else(|e| e.into_inner());
+            owners.retain(|id, _| live.contains(id));
+            let mine = owners.values().filter(|o| **o == who).count();
+            if live.len() >= MAX_SESSIONS || mine >= MAX_SESSIONS_PER_CREDENTIAL {
+                return ApiError::new(
+                    ErrorCode::TooManyMcpSessions,
+                    format!(
+                        "too many live MCP sessions ({} in all, {mine} of this credential; the \
+                         limits are {MAX_SESSIONS} and {MAX_SESSIONS_PER_CREDENTIAL}): close one \
+                         with DELETE /mcp, or wait {} s for an idle one to close",
+                        live.len(),
+                        SESSION_IDLE.as_secs()
+                    ),
+                )
+                .into_response();
+            }
+            true
+        }
+        None => false,
+    };
+    let limit = state.limits.body_bytes;
+    let (parts, body) = request.into_parts();
+    let bytes = match tokio::time::timeout(BODY_DEADLINE, axum::body::to_bytes(body, limit)).await {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(_)) => {
+            return ApiError::new(
+                ErrorCode::PayloadTooLarge,
+                format!("the body is larger than {limit} bytes, or could not be read"),
+            )
+            .into_response()
+        }
+        Err(_) => {
+            return ApiError::new(
+                ErrorCode::InvalidBody,
+                format!(
+                    "the body did not arrive within {} s",
+                    BODY_DEADLINE.as_secs()
+                ),
+            )
+            .into_response()
+        }
+    };
+    let response = next
+        .run(axum::extract::Request::from_parts(parts, Body::from(bytes)))
+        .await;
+    if opens {
+        if let Some(id) = response
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+        {
+            sessions
+                .owners
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(id.to_string(), who);
+        }
+    }
+    response
 }
 
 #[derive(Clone)]

@@ -26,15 +26,32 @@ fn allowed(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_' || c == '-'
 }
 
-/// The name the model sees for `tool` of `server`: characters a function name may not hold
-/// become `_`; a name over 64 characters is cut to 55 and ends with `_` and 8 hex digits of
-/// its full form's SHA-256, so it stays unique.
-pub fn model_name(server: &str, tool: &str) -> String {
+/// `{server}__{tool}` with the characters a function name may not hold as `_`, not
+/// shortened: what an entry's name or glob is matched against.
+fn full_name(server: &str, tool: &str) -> String {
     let tool: String = tool
         .chars()
         .map(|c| if allowed(c) { c } else { '_' })
         .collect();
-    let name = format!("{server}{SEPARATOR}{tool}");
+    format!("{server}{SEPARATOR}{tool}")
+}
+
+/// Whether shortening keeps a tool's policy: the rule that would apply to its full name
+/// ([`full_name`]) is the one its model-visible `name` matches (decisions look rules up by the
+/// name the model called). A tool for which it is not — a strict entry naming a long tool,
+/// shadowed after shortening by a broad glob — is not offered (issue 39: such a tool ran with
+/// the glob's `approval = "never"`).
+pub fn policy_kept(rules: &AgentRules, full: &str, name: &str) -> bool {
+    full == name
+        || rules.dynamic_rule(full).map(|r| &r.pattern)
+            == rules.dynamic_rule(name).map(|r| &r.pattern)
+}
+
+/// The name the model sees for `tool` of `server`: characters a function name may not hold
+/// become `_`; a name over 64 characters is cut to 55 and ends with `_` and 8 hex digits of
+/// its full form's SHA-256, so it stays unique.
+pub fn model_name(server: &str, tool: &str) -> String {
+    let name = full_name(server, tool);
     if name.len() <= MAX_NAME {
         return name;
     }
@@ -154,6 +171,12 @@ impl AgentMcp {
                 let Some(rule) = self.rules.dynamic_rule(&name) else {
                     continue;
                 };
+                if !policy_kept(&self.rules, &full_name(server.name(), &remote.name), &name) {
+                    tracing::warn!(server = %server.name(), tool = %remote.name, %name,
+                        "MCP tool left out: its shortened name would take another entry's policy \
+                         than its full name; name it with a glob that matches the shortened name too");
+                    continue;
+                }
                 if tools.contains_key(&name) {
                     continue; // two remote names that map to one: the first wins
                 }
@@ -292,5 +315,46 @@ mod tests {
         assert_ne!(long, model_name("files", &"x".repeat(101)));
         assert_eq!(pattern("files", "list_*"), "files__list_*");
         assert_eq!(pattern("files", "a.b"), "files__a_b");
+    }
+
+    #[test]
+    fn a_tool_whose_shortened_name_changes_its_policy_is_refused() {
+        use stead_actors::{ApprovalPolicy, DynamicToolRule};
+        let long = format!("delete_{}", "x".repeat(70));
+        let rule = |pattern: String, approval| DynamicToolRule {
+            pattern,
+            approval,
+            idempotent: false,
+            approver: Default::default(),
+        };
+        let mut rules = AgentRules {
+            route: "default".into(),
+            max_steps: 8,
+            tools: Default::default(),
+            approval_timeout: None,
+            dynamic: Vec::new(),
+            message_mode: Default::default(),
+            schedules: Default::default(),
+            callbacks: Default::default(),
+            delegation: Default::default(),
+            context: Default::default(),
+        };
+        rules.dynamic = vec![
+            rule(pattern("ops", "*"), ApprovalPolicy::Never),
+            rule(pattern("ops", &long), ApprovalPolicy::Always),
+        ];
+        let full = full_name("ops", &long);
+        let shown = model_name("ops", &long);
+        assert_ne!(full, shown);
+        // The strict entry matches the full name only; the model's name falls to `*`.
+        assert_eq!(
+            rules.dynamic_rule(&shown).unwrap().approval,
+            ApprovalPolicy::Never
+        );
+        assert!(!policy_kept(&rules, &full, &shown));
+        // Without the strict entry shortening changes nothing; a short name is always kept.
+        rules.dynamic.pop();
+        assert!(policy_kept(&rules, &full, &shown));
+        assert!(policy_kept(&rules, "ops__list", "ops__list"));
     }
 }

@@ -87,6 +87,15 @@ pub async fn fold_until(
             ReplayError::Invalid("the compaction's state is of another version".into())
         })?;
     }
+    // The latest snapshot, when it is at or before `at` (and after the compaction): only the
+    // journal after it is read (issue 39: every `?at=` folded the whole journal).
+    if let Some(snapshot) = store.latest_snapshot(id).await? {
+        if snapshot.seq <= at && snapshot.seq > folded.last_seq {
+            if let Some(state) = state_from_document(&snapshot.state) {
+                folded = state;
+            }
+        }
+    }
     for event in read_through(store, id, folded.last_seq, at).await? {
         match typed(&event) {
             Some(typed) => folded.apply(event.seq, &typed),

@@ -37,22 +37,32 @@ impl Live {
         };
         let due_changed = self.deps.due_changed.clone();
         let me = myself.clone();
+        let metadata = serde_json::Value::Object(self.metadata.clone());
         tokio::spawn(async move {
             let task = child_task(&arguments);
-            let input =
-                match start_child(store.as_ref(), parent, link, &principal, &agent, task).await {
-                    Ok(child) => {
-                        due_changed.notify_one();
-                        Input::ChildStarted {
-                            call_id,
-                            child_session_id: child.to_string(),
-                        }
-                    }
-                    Err(error) => Input::ToolFailed {
+            let started = start_child(
+                store.as_ref(),
+                parent,
+                link,
+                &principal,
+                &agent,
+                task,
+                metadata,
+            )
+            .await;
+            let input = match started {
+                Ok(child) => {
+                    due_changed.notify_one();
+                    Input::ChildStarted {
                         call_id,
-                        error: format!("the child session could not be started: {error}"),
-                    },
-                };
+                        child_session_id: child.to_string(),
+                    }
+                }
+                Err(error) => Input::ToolFailed {
+                    call_id,
+                    error: format!("the child session could not be started: {error}"),
+                },
+            };
             let _ = me.cast(SessionMsg::Input(input, None));
         });
     }

@@ -158,6 +158,8 @@ error_codes! {
     QueueFull = (TOO_MANY_REQUESTS, "queue_full"),
     /// A session already holds `server.max_websockets_per_session` WebSockets.
     TooManyWebSockets = (TOO_MANY_REQUESTS, "too_many_websockets"),
+    /// A new `/mcp` session over the live sessions' limits (in all, or of this credential).
+    TooManyMcpSessions = (TOO_MANY_REQUESTS, "too_many_mcp_sessions"),
     /// A bug or a database failure (details in the log only).
     Internal = (INTERNAL_SERVER_ERROR, "internal"),
     /// Every target of the route failed.

@@ -11,6 +11,7 @@
 
 mod browser;
 mod client;
+mod edge;
 mod python;
 mod serve;
 

@@ -19,16 +19,16 @@ description = "The current date and time (UTC)"
 
 [[agents.tools]]
 name = "remember"
-kind = "memory"
-description = "Store, read and list notes"
-ops = ["get", "set", "list"]
+kind = "memory_block"
+description = "Save a note"
+ops = ["append"]
 
 [[agents.tools]]
 name = "forget"
-kind = "memory"
-description = "Delete a stored note (destructive)"
+kind = "memory_block"
+description = "Delete a saved note (destructive)"
 approval = "never"
-ops = ["delete"]
+ops = ["remove"]
 "#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -205,7 +205,7 @@ async fn regenerate_fixtures() {
     upstream.push([
         Reply::Tool {
             name: "forget".into(),
-            arguments: json!({ "op": "delete", "key": "plans" }),
+            arguments: json!({ "op": "remove", "old": "plans" }),
         },
         Reply::text("Understood, I kept it."),
         Reply::Tool {

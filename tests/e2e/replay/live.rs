@@ -11,6 +11,14 @@ async fn tail_shows_the_events_of_a_running_turn_as_they_commit() {
     let upstream = upstream().await;
     let server = Stead::start(&config(&upstream, ""), None);
     let (id, _) = server.create("demo").await;
+    // Killed when the test ends, also when it fails (it would hold the test's output open).
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
     let mut tail = stead_testkit::stead::command()
         .current_dir(server.data.path())
         .args(["--config", "stead.toml", "--data-dir"])
@@ -22,6 +30,7 @@ async fn tail_shows_the_events_of_a_running_turn_as_they_commit() {
         .unwrap();
     let (lines_tx, lines_rx) = std::sync::mpsc::channel::<Value>();
     let out = tail.stdout.take().unwrap();
+    let tail = Killed(tail);
     std::thread::spawn(move || {
         for line in BufReader::new(out).lines() {
             let Ok(line) = line else { return };
@@ -44,7 +53,7 @@ async fn tail_shows_the_events_of_a_running_turn_as_they_commit() {
     upstream.push([
         Reply::Tool {
             name: "forget".into(),
-            arguments: json!({ "op": "delete", "key": "draft" }),
+            arguments: json!({ "op": "remove", "old": "draft" }),
         },
         Reply::slow_text("Forgotten.", Duration::from_secs(2)),
     ]);
@@ -68,7 +77,8 @@ async fn tail_shows_the_events_of_a_running_turn_as_they_commit() {
         json!({ "approved": true }),
     )
     .await;
-    next_kind("tool_call_finished");
+    // The memory block holds no line with "draft": the approved call fails back to the model.
+    next_kind("tool_call_failed");
     let second_call = next_kind("model_call_started");
     // The slow model call is still running when tail shows that it started.
     let (_, row) = server
@@ -79,8 +89,7 @@ async fn tail_shows_the_events_of_a_running_turn_as_they_commit() {
     next_kind("model_call_finished");
     let finished = next_kind("turn_finished");
     assert_eq!(finished["payload"]["reason"], "completed");
-    let _ = tail.kill();
-    let _ = tail.wait();
+    drop(tail);
     // Each line was the journal's event, by value.
     let journal = server.journal(&id).await;
     assert_eq!(journal.last().unwrap(), &finished);

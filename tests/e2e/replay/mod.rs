@@ -83,7 +83,7 @@ async fn record(server: &Stead, upstream: &Upstream) -> String {
     upstream.push([
         Reply::Tool {
             name: "forget".into(),
-            arguments: json!({ "op": "delete", "key": "draft" }),
+            arguments: json!({ "op": "remove", "old": "draft" }),
         },
         Reply::text("I forgot the draft."),
         Reply::text("Hello again."),

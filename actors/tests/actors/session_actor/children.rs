@@ -107,7 +107,10 @@ async fn tree(
     let scheduler = Scheduler::new(registry.clone(), options).spawn();
     let parent = db
         .store
-        .create_session(NewSession::for_agent("lead"))
+        .create_session(NewSession {
+            metadata: json!({"customer": "acme"}),
+            ..NewSession::for_agent("lead")
+        })
         .await
         .unwrap()
         .id;
@@ -149,6 +152,9 @@ async fn a_child_session_answers_its_parents_call_once(backend: Backend) {
     // The child names its parent, in its row and its journal, and did the task once.
     let row = store.get_session(child).await.unwrap();
     assert_eq!(row.agent, "researcher");
+    // With the parent's metadata (issue 39: a tree's spend reached per-customer reports only
+    // for the parent's calls).
+    assert_eq!(row.metadata, json!({"customer": "acme"}));
     let link = row.parent.unwrap();
     assert_eq!((link.session_id, link.call_id.as_str()), (parent, "t1"));
     let child_journal = kinds_of(&store, child).await;
@@ -179,6 +185,7 @@ async fn a_child_session_answers_its_parents_call_once(backend: Backend) {
         "local",
         "researcher",
         "Why is the sky blue?".into(),
+        json!({"customer": "acme"}),
     )
     .await
     .unwrap();

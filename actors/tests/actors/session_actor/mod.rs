@@ -9,6 +9,7 @@ mod children;
 mod context;
 mod delegation;
 mod fencing;
+mod fold;
 mod mid_turn;
 mod schedule_rules;
 mod schedule_tool;
