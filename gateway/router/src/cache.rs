@@ -88,10 +88,12 @@ pub(crate) fn canonical(value: &Value) -> Value {
     }
 }
 
-/// The exact-match cache key: a digest of the route and the normalized request (JSON with
-/// sorted keys).
-pub(crate) fn cache_key(request: &RouterRequest) -> [u8; 32] {
+/// The exact-match cache key: a digest of the caller's API key (the scope: one key never
+/// gets another's cached answer — a hit would tell it someone sent the same prompt, and hand
+/// it their answer), the route and the normalized request (JSON with sorted keys).
+pub(crate) fn cache_key(request: &RouterRequest, scope: Option<&str>) -> [u8; 32] {
     let normalized = json!({
+        "scope": scope,
         "route": request.route,
         "messages": request.messages,
         "tools": request.tools,

@@ -263,8 +263,7 @@ impl Router {
         let cache = match (&self.cache, route.cache, options.cache) {
             (Some(_), true, CacheMode::Bypass) => CacheStatus::Bypass,
             (Some(cache), true, CacheMode::Use) => {
-                let key = cache_key(&request);
-                if let Some(answer) = cache.get(&key).await {
+                if let Some(answer) = cache.get(&cache_key(&request, key)).await {
                     return Ok(self.hit(id, &answer, deltas, started));
                 }
                 CacheStatus::Miss
@@ -305,7 +304,7 @@ impl Router {
                 let ran = execution.clone();
                 let hit_deltas = deltas.clone();
                 let answer = store
-                    .try_get_with(cache_key(&request), async {
+                    .try_get_with(cache_key(&request, key), async {
                         let mut exec = Execution {
                             ran: true,
                             ..Default::default()

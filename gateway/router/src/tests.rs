@@ -68,12 +68,16 @@ fn cache_keys_ignore_key_order_and_differ_by_content() {
     };
     let mut b = a.clone();
     b.extra = serde_json::from_str(r#"{"b":2,"a":1}"#).unwrap();
-    assert_eq!(cache_key(&a), cache_key(&b));
+    assert_eq!(cache_key(&a, None), cache_key(&b, None));
     b.messages = vec![crate::chat::ChatMessage::user("hi!")];
-    assert_ne!(cache_key(&a), cache_key(&b));
+    assert_ne!(cache_key(&a, None), cache_key(&b, None));
     let mut c = a.clone();
     c.route = "other".into();
-    assert_ne!(cache_key(&a), cache_key(&c));
+    assert_ne!(cache_key(&a, None), cache_key(&c, None));
+    // Scoped by the caller's key.
+    assert_eq!(cache_key(&a, Some("k1")), cache_key(&a, Some("k1")));
+    assert_ne!(cache_key(&a, Some("k1")), cache_key(&a, Some("k2")));
+    assert_ne!(cache_key(&a, Some("k1")), cache_key(&a, None));
 }
 
 #[test]

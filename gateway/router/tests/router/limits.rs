@@ -32,6 +32,26 @@ async fn identical_calls_are_answered_once_sequentially_and_concurrently() {
     assert_eq!(up.requests().len(), 1);
     assert!(first.cost > 0.0);
     assert_eq!(second.cost, 0.0);
+    // Scoped per API key (issue 39: a hit told a key that another had sent the same prompt):
+    // another key misses and pays, then hits its own entry.
+    let as_key = |key: &str| CallOptions {
+        api_key: Some(key.into()),
+        ..Default::default()
+    };
+    let other = s
+        .router
+        .call(ask("r", "same"), as_key("other"), None)
+        .await
+        .unwrap();
+    assert_eq!(other.cache, CacheStatus::Miss);
+    assert_eq!(up.requests().len(), 2);
+    let again = s
+        .router
+        .call(ask("r", "same"), as_key("other"), None)
+        .await
+        .unwrap();
+    assert_eq!(again.cache, CacheStatus::Hit);
+    assert_eq!(up.requests().len(), 2);
     // The bypass header's mode goes upstream.
     let bypass = CallOptions {
         cache: CacheMode::Bypass,
@@ -39,7 +59,7 @@ async fn identical_calls_are_answered_once_sequentially_and_concurrently() {
     };
     let third = s.router.call(ask("r", "same"), bypass, None).await.unwrap();
     assert_eq!(third.cache, CacheStatus::Bypass);
-    assert_eq!(up.requests().len(), 2);
+    assert_eq!(up.requests().len(), 3);
 
     // Twenty concurrent identical calls (not cached yet): one upstream call.
     let calls = (0..20).map(|_| {
@@ -55,17 +75,17 @@ async fn identical_calls_are_answered_once_sequentially_and_concurrently() {
     assert!(answers
         .iter()
         .all(|a| a.as_ref().unwrap().text == "Cached words."));
-    assert_eq!(up.requests().len(), 3);
+    assert_eq!(up.requests().len(), 4);
     let misses = answers
         .iter()
         .filter(|a| a.as_ref().unwrap().cache == CacheStatus::Miss)
         .count();
     assert_eq!(misses, 1);
 
-    let records = s.sink.records(23).await;
-    assert_eq!(records.len(), 23);
+    let records = s.sink.records(25).await;
+    assert_eq!(records.len(), 25);
     let hits: Vec<&LogRecord> = records.iter().filter(|r| r.cache_hit).collect();
-    assert_eq!(hits.len(), 20, "1 sequential + 19 concurrent hits");
+    assert_eq!(hits.len(), 21, "2 sequential + 19 concurrent hits");
     assert!(hits.iter().all(|r| r.cost == 0.0 && r.tokens_out == 0));
 }
 
