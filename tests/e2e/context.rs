@@ -145,6 +145,7 @@ max_prompt_tokens = 1536
         .arg(&server.base)
         .arg(&out)
         .arg(&id)
+        .arg(compactions.to_string())
         .env(
             "CHROMIUM",
             std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into()),

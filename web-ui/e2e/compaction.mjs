@@ -2,15 +2,16 @@
 // session page shows each `context_compacted` as a divider between the turns ("N earlier turns
 // summarised …"); opening the last one shows its summary. Then the memory panel: an operator
 // writes a line into the session's pinned memory block and saves it. Screenshots go to OUT_DIR.
-// Run by tests/e2e/context.rs as `node compaction.mjs BASE_URL OUT_DIR SESSION_ID`; prints
-// `{"dividers", "label", "summary", "memory"}`.
+// Run by tests/e2e/context.rs as `node compaction.mjs BASE_URL OUT_DIR SESSION_ID EXPECTED`
+// (the journal's number of compactions: the page loads a long journal in pages, so it waits
+// for that many dividers before counting); prints `{"dividers", "label", "summary", "memory"}`.
 
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 
 import { chromium } from "playwright-core";
 
-const [base, out, session] = process.argv.slice(2);
+const [base, out, session, expected] = process.argv.slice(2);
 mkdirSync(out, { recursive: true });
 const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
@@ -24,7 +25,7 @@ try {
   await page.goto(`${base}/#/sessions/${session}`);
   await page.getByTestId("session-status").filter({ hasText: "idle" }).waitFor({ timeout: 60000 });
   const dividers = page.locator('details[data-role="compaction"]');
-  await dividers.first().waitFor({ timeout: 60000 });
+  await dividers.nth(Math.max(Number(expected ?? 1), 1) - 1).waitFor({ timeout: 60000 });
   const count = await dividers.count();
   const last = dividers.nth(count - 1);
   await last.locator("summary").click();
