@@ -1,26 +1,10 @@
 //! Done one-time schedules are pruned from the state (docs/schedules.md): the fold keeps the
 //! newest ones only, so a session's state does not grow with every firing.
 
-use chrono::{DateTime, Duration, Utc};
-use stead_actors::{CatchUp, ScheduleDef, ScheduleMessage, SessionEvent};
+use chrono::Duration;
+use stead_actors::{ScheduleDef, SessionEvent};
 
-fn t(text: &str) -> DateTime<Utc> {
-    DateTime::parse_from_rfc3339(text)
-        .unwrap()
-        .with_timezone(&Utc)
-}
-
-fn def(text: &str) -> ScheduleDef {
-    ScheduleDef {
-        at: None,
-        delay_secs: None,
-        cron: None,
-        tz: None,
-        every_secs: None,
-        message: ScheduleMessage::text(text),
-        catch_up: CatchUp::One,
-    }
-}
+use super::schedules::{def, t};
 
 /// Fired one-time schedules do not pile up in the state (issue 39: three rounds of 100 left 300
 /// in it, `GET …/state` at 18 MB): the newest 32 done ones stay, the pending ones all do, and

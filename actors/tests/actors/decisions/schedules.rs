@@ -13,13 +13,13 @@ use stead_actors::{
 use super::modes::check;
 use super::*;
 
-fn t(text: &str) -> DateTime<Utc> {
+pub(super) fn t(text: &str) -> DateTime<Utc> {
     DateTime::parse_from_rfc3339(text)
         .unwrap()
         .with_timezone(&Utc)
 }
 
-fn def(text: &str) -> ScheduleDef {
+pub(super) fn def(text: &str) -> ScheduleDef {
     ScheduleDef {
         at: None,
         delay_secs: None,
