@@ -100,6 +100,18 @@ impl Tool for MemoryBlockTool {
     }
 }
 
+/// Whether two lines say the same, ignoring case, surrounding space and closing punctuation
+/// ("My locker code is 4512." and "my locker code is 4512").
+fn same_line(a: &str, b: &str) -> bool {
+    let key = |l: &str| {
+        l.trim()
+            .trim_end_matches(['.', '!', ',', ';'])
+            .trim()
+            .to_lowercase()
+    };
+    key(a) == key(b)
+}
+
 /// The block after one operation and what changed (the call's result: `{"saved": line}`,
 /// `{"replaced": old, "with": line}` or `{"deleted": line}`), or why the operation cannot be
 /// done (the call's error).
@@ -122,7 +134,7 @@ pub fn apply(block: &str, arguments: &Value, max_chars: usize) -> Result<(String
         "append" => {
             // Saving a line the block holds already changes nothing (a small model asked to
             // list its notes saves them again).
-            if !lines.iter().any(|l| l.trim().eq_ignore_ascii_case(text)) {
+            if !lines.iter().any(|l| same_line(l, text)) {
                 lines.push(text);
             }
             json!({ "saved": text })
@@ -217,7 +229,7 @@ mod tests {
         // Saved again: nothing changes.
         let (again, _) = apply(
             &block,
-            &json!({"op": "append", "text": "wifi: SWORDFISH"}),
+            &json!({"op": "append", "text": "wifi: SWORDFISH."}),
             100,
         )
         .unwrap();
