@@ -34,11 +34,12 @@ pub fn build(
         .iter()
         .map(|agent| {
             let mut built = build_agent(agent, store, &client, knowledge)?;
-            built.rules.schedules = config.schedules.limits();
+            built.rules.schedules = config.schedules.limits(config.sessions.max_queued_messages);
             built.rules.delegation = stead_actors::Delegation {
                 max_depth: config.sessions.max_delegation_depth,
                 max_fanout: config.sessions.max_delegation_fanout,
                 max_steps: config.sessions.max_delegation_steps,
+                max_sessions: config.sessions.max_delegation_sessions,
             };
             built.dynamic = match mcp {
                 Some(mcp) => mcp_tools(agent, &built.rules, mcp, config)?,

@@ -274,6 +274,11 @@ pub struct ChaosBenchArgs {
     /// Seed of the random moments and actions (default: from the clock; printed).
     #[arg(long)]
     pub seed: Option<u64>,
+    /// With --fault none (one node): the server has an API key, and attackers without it and
+    /// with a session token run beside the workload (docs/benchmarks.md, "Abuse"); each
+    /// window checks that the limits held.
+    #[arg(long)]
+    pub abuse: bool,
     /// Print the result as one JSON object.
     #[arg(long)]
     pub json: bool,

@@ -205,6 +205,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         shutdown: stop_rx.clone(),
         connections: connections.clone(),
         session_sockets: Default::default(),
+        session_waits: Default::default(),
         metrics: Default::default(),
         mcp: (!config.mcp_servers.is_empty()).then(|| mcp.clone() as Arc<dyn stead_http::McpView>),
         cluster: peers,
@@ -230,6 +231,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let options = stead_http::ServeOptions {
         header_timeout: Duration::from_secs(config.server.header_timeout_secs),
         max_connections: config.server.max_connections,
+        body_timeout: Duration::from_secs(config.server.body_timeout_secs),
     };
     let server = tokio::spawn(stead_http::serve(listener, router, options, async move {
         let _ = server_stop.wait_for(|stop| *stop).await;

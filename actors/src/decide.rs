@@ -321,6 +321,11 @@ impl Planner<'_> {
         self.decision.actions.push(action);
     }
 
+    /// Events decided so far.
+    pub(crate) fn decision_len(&self) -> usize {
+        self.decision.events.len()
+    }
+
     pub(crate) fn push(&mut self, event: SessionEvent) {
         let seq = self.state.last_seq + 1;
         self.state.apply(seq, &event);

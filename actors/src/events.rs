@@ -155,6 +155,20 @@ pub struct ParentRef {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[ts(optional)]
     pub delegation: Option<String>,
+    /// The top-level session's message this child descends from: all its descendants share
+    /// one budget of model calls and child sessions (`sessions.max_delegation_steps`,
+    /// `sessions.max_delegation_sessions`; absent in journals from before it: the
+    /// `delegation`'s own count).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub message: Option<RootMessage>,
+}
+
+/// A top-level session's message, by the seq at which its turn started.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
+pub struct RootMessage {
+    pub session_id: String,
+    pub turn_seq: i64,
 }
 
 fn first_level() -> u32 {

@@ -172,6 +172,9 @@ pub enum Refusal {
     NoSuchSchedule,
     /// No schedule of the session is due (the due index woke it early, or another node fired).
     NothingDue,
+    /// Due schedules wait: the session's schedules fired `schedules.max_firings_per_hour`
+    /// times in the last hour; the next may fire at this time.
+    FiringLimit(chrono::DateTime<chrono::Utc>),
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]

@@ -33,6 +33,9 @@ pub use events::{
     TurnEnd, Usage, SYSTEM_DECIDER,
 };
 pub use policy::{args_hash, ApprovalPolicy, Approver, ArgumentSchema, SESSION_TOKEN_DECIDER};
-pub use rules::{Delegation, DEFAULT_MAX_DELEGATION_STEPS, DEFAULT_MAX_DEPTH, DEFAULT_MAX_FANOUT};
+pub use rules::{
+    Delegation, DEFAULT_MAX_DELEGATION_SESSIONS, DEFAULT_MAX_DELEGATION_STEPS, DEFAULT_MAX_DEPTH,
+    DEFAULT_MAX_FANOUT,
+};
 pub use schedules::{CatchUp, ScheduleDef, ScheduleLimits, ScheduleMessage, ScheduleState};
 pub use state::{CallState, CallStatus, SessionState, TranscriptEntry, Turn, LOCAL_PRINCIPAL};

@@ -55,17 +55,22 @@ pub struct Delegation {
     /// The most agent calls one model answer may start; the rest fail back to the model
     /// (`sessions.max_delegation_fanout`).
     pub max_fanout: u32,
-    /// The most model calls one delegation — the child session of a top-level session's agent
-    /// call and all its descendants — may make together (`sessions.max_delegation_steps`).
+    /// The most model calls the sub-agents under one message of a top-level session — its
+    /// children and all their descendants — may make together (`sessions.max_delegation_steps`).
     pub max_steps: u32,
+    /// The most child sessions one message of a top-level session may start, at any depth
+    /// (`sessions.max_delegation_sessions`).
+    pub max_sessions: u32,
 }
 
 /// The default delegation depth: a coordinator, its children and their children.
 pub const DEFAULT_MAX_DEPTH: u32 = 3;
 /// The default fan-out: agent calls one model answer may start.
 pub const DEFAULT_MAX_FANOUT: u32 = 8;
-/// The default step limit of one delegation (its whole subtree).
+/// The default step limit of one top-level message's sub-agents (the whole tree).
 pub const DEFAULT_MAX_DELEGATION_STEPS: u32 = 100;
+/// The default limit of child sessions under one top-level message.
+pub const DEFAULT_MAX_DELEGATION_SESSIONS: u32 = 32;
 
 impl Default for Delegation {
     fn default() -> Self {
@@ -73,6 +78,7 @@ impl Default for Delegation {
             max_depth: DEFAULT_MAX_DEPTH,
             max_fanout: DEFAULT_MAX_FANOUT,
             max_steps: DEFAULT_MAX_DELEGATION_STEPS,
+            max_sessions: DEFAULT_MAX_DELEGATION_SESSIONS,
         }
     }
 }

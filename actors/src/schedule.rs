@@ -15,6 +15,7 @@ use chrono_tz::Tz;
 use croner::parser::{CronParser, Seconds, Year};
 use croner::Cron;
 use serde::{Deserialize, Serialize};
+use ts_rs::TS;
 
 /// A schedule's timing, as its `schedule_created` event records it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -182,6 +183,100 @@ fn next_cron(cron: &Cron, tz: Tz, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
         inclusive = true;
     }
     None
+}
+
+/// What a schedule does with occurrences it missed (the server was down, or the session's
+/// firing waited): `one` fires once for all of them, `all` fires each (at most
+/// [`MAX_CATCH_UP`]), `skip` fires none that are more than [`SKIP_GRACE_SECS`] late.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, TS)]
+#[serde(rename_all = "snake_case")]
+pub enum CatchUp {
+    #[default]
+    One,
+    All,
+    Skip,
+}
+
+/// How late an occurrence may fire under `catch_up = "skip"`.
+pub const SKIP_GRACE_SECS: i64 = 60;
+
+/// One occurrence that fires: when it was due, the schedule's next due time after it, and how
+/// many missed occurrences it stands for (`catch_up = "one"` or `"skip"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Firing {
+    pub due_at: DateTime<Utc>,
+    pub next_due_at: Option<DateTime<Utc>>,
+    pub missed: u64,
+}
+
+/// What a schedule whose first pending occurrence is `first` does at `now`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Occurrences {
+    /// Fire these, in order.
+    Fire(Vec<Firing>),
+    /// `catch_up = "skip"` and every missed occurrence is over the grace: none fires.
+    Skip {
+        missed: u64,
+        next_due_at: Option<DateTime<Utc>>,
+    },
+}
+
+/// The catch-up rule applied: `one` fires `first` once for all missed occurrences, `all` fires
+/// each (at most [`MAX_CATCH_UP`]), `skip` fires the latest within [`SKIP_GRACE_SECS`] if any.
+pub fn occurrences(
+    timing: &Due,
+    catch_up: CatchUp,
+    first: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Occurrences {
+    let firing = |due_at, next_due_at, missed| Firing {
+        due_at,
+        next_due_at,
+        missed,
+    };
+    match catch_up {
+        CatchUp::All => {
+            let mut due = vec![first];
+            due.extend(timing.due_between(first, now, MAX_CATCH_UP - 1));
+            let capped = due.len() >= MAX_CATCH_UP;
+            let last = due.len() - 1;
+            Occurrences::Fire(
+                due.into_iter()
+                    .enumerate()
+                    .map(|(i, due_at)| {
+                        let next = if i == last && capped {
+                            timing.next_after(now)
+                        } else {
+                            timing.next_after(due_at)
+                        };
+                        firing(due_at, next, 0)
+                    })
+                    .collect(),
+            )
+        }
+        CatchUp::One => {
+            let missed = timing.due_between(first, now, MAX_CATCH_UP).len() as u64;
+            Occurrences::Fire(vec![firing(first, timing.next_after(now), missed)])
+        }
+        CatchUp::Skip => {
+            let grace = now - Duration::seconds(SKIP_GRACE_SECS);
+            let next = timing.next_after(now);
+            if first >= grace {
+                let missed = timing.due_between(first, now, MAX_CATCH_UP).len() as u64;
+                return Occurrences::Fire(vec![firing(first, next, missed)]);
+            }
+            // Late: the occurrences before the grace are skipped; the latest within it (if
+            // any) fires.
+            let late = 1 + timing.due_between(first, grace, MAX_CATCH_UP).len() as u64;
+            match timing.due_between(grace, now, 1).first() {
+                Some(recent) => Occurrences::Fire(vec![firing(*recent, next, late)]),
+                None => Occurrences::Skip {
+                    missed: late,
+                    next_due_at: next,
+                },
+            }
+        }
+    }
 }
 
 #[cfg(test)]

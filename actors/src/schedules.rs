@@ -12,22 +12,8 @@ use ts_rs::TS;
 
 use crate::decide::{Planner, Refusal};
 use crate::events::SessionEvent;
-use crate::schedule::{Due, InvalidTiming, Timing, MAX_CATCH_UP};
-
-/// What a schedule does with occurrences it missed (the server was down, or the session's
-/// firing waited): `one` fires once for all of them, `all` fires each (at most
-/// [`MAX_CATCH_UP`]), `skip` fires none that are more than [`SKIP_GRACE_SECS`] late.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, TS)]
-#[serde(rename_all = "snake_case")]
-pub enum CatchUp {
-    #[default]
-    One,
-    All,
-    Skip,
-}
-
-/// How late an occurrence may fire under `catch_up = "skip"`.
-pub const SKIP_GRACE_SECS: i64 = 60;
+pub use crate::schedule::{occurrences, CatchUp, Firing, Occurrences, SKIP_GRACE_SECS};
+use crate::schedule::{Due, InvalidTiming, Timing};
 
 /// What a firing delivers: a user message — its `text`, or the agent's `callback` (a prompt
 /// template from the agent's configuration) rendered with `args` and the occurrence.
@@ -241,13 +227,24 @@ pub struct ScheduleLimits {
     pub min_interval_secs: u64,
     /// Pending schedules a session may hold.
     pub max_per_session: usize,
+    /// Firings one session's schedules may make in any hour, all together; an occurrence
+    /// over it waits (and, under `catch_up = "one"`, counts as missed when it fires).
+    pub max_firings_per_hour: u32,
+    /// Messages a session holds while a turn runs (`sessions.max_queued_messages`): a
+    /// firing that would queue past it waits.
+    pub max_queued: usize,
 }
+
+/// The default of `schedules.max_firings_per_hour`.
+pub const DEFAULT_MAX_FIRINGS_PER_HOUR: u32 = 60;
 
 impl Default for ScheduleLimits {
     fn default() -> Self {
         ScheduleLimits {
             min_interval_secs: 1,
             max_per_session: 100,
+            max_firings_per_hour: DEFAULT_MAX_FIRINGS_PER_HOUR,
+            max_queued: 32,
         }
     }
 }
@@ -434,6 +431,11 @@ impl Planner<'_> {
     /// Fires (or, under `skip`, skips) every schedule due at `now`, earliest first: each
     /// firing is `schedule_fired` then the `user_message` it delivers, which starts a turn or
     /// queues behind the running one. [`Refusal::NothingDue`] when none is due.
+    ///
+    /// Limits (docs/schedules.md, "Limits"): a schedule whose last firing still waits in the
+    /// queue does not fire; no firing queues past `max_queued` messages; the session fires at
+    /// most `max_firings_per_hour` in any hour. What a limit holds back stays due and fires
+    /// when it allows ([`Refusal::QueueFull`] or [`Refusal::FiringLimit`] when nothing fired).
     pub(crate) fn fire_due(&mut self, now: DateTime<Utc>) -> Result<(), Refusal> {
         let mut due: Vec<(DateTime<Utc>, String)> = self
             .state
@@ -446,7 +448,13 @@ impl Planner<'_> {
         if due.is_empty() {
             return Err(Refusal::NothingDue);
         }
+        let before = self.decision_len();
+        let mut held: Option<Refusal> = None;
         for (first, key) in due {
+            if self.state.schedule_queued(&key) {
+                held.get_or_insert(Refusal::QueueFull);
+                continue;
+            }
             let Some(schedule) = self.state.schedules.get(&key).cloned() else {
                 continue;
             };
@@ -466,6 +474,15 @@ impl Planner<'_> {
                             due_at: firing.due_at,
                             missed: firing.missed,
                         };
+                        // (`catch_up = "all"`: one firing queued at a time, the rest wait.)
+                        let waiting = self
+                            .state
+                            .schedule_queued(&key)
+                            .then_some(Refusal::QueueFull);
+                        if let Some(refusal) = waiting.or_else(|| self.firing_held(now)) {
+                            held.get_or_insert(refusal);
+                            break;
+                        }
                         match schedule
                             .def
                             .message
@@ -493,7 +510,30 @@ impl Planner<'_> {
                 }),
             }
         }
-        Ok(())
+        match held {
+            Some(refusal) if self.decision_len() == before => Err(refusal),
+            _ => Ok(()),
+        }
+    }
+
+    /// Why a firing at `now` must wait, if it must: the queue is full, or the session's
+    /// schedules fired `max_firings_per_hour` times in the hour before `now` (until when).
+    fn firing_held(&self, now: DateTime<Utc>) -> Option<Refusal> {
+        let limits = self.agent.schedules;
+        if self.state.turn.is_some() && self.state.queued.len() >= limits.max_queued {
+            return Some(Refusal::QueueFull);
+        }
+        let hour_before = now - Duration::hours(1);
+        let recent = &self.state.recent_firings;
+        let in_hour = recent.iter().filter(|t| **t > hour_before).count();
+        if in_hour >= limits.max_firings_per_hour as usize {
+            // The window frees a firing when the oldest one in it is an hour old.
+            let oldest = recent.iter().find(|t| **t > hour_before).copied();
+            return Some(Refusal::FiringLimit(
+                oldest.map_or(now, |t| t + Duration::hours(1)),
+            ));
+        }
+        None
     }
 
     fn fire(&mut self, key: &str, text: &str, firing: Firing, now: DateTime<Utc>) {
@@ -510,84 +550,5 @@ impl Planner<'_> {
             mode: None,
             schedule: Some(key.to_string()),
         });
-    }
-}
-
-/// One occurrence that fires: when it was due, the schedule's next due time after it, and how
-/// many missed occurrences it stands for (`catch_up = "one"` or `"skip"`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Firing {
-    pub due_at: DateTime<Utc>,
-    pub next_due_at: Option<DateTime<Utc>>,
-    pub missed: u64,
-}
-
-/// What a schedule whose first pending occurrence is `first` does at `now`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Occurrences {
-    /// Fire these, in order.
-    Fire(Vec<Firing>),
-    /// `catch_up = "skip"` and every missed occurrence is over the grace: none fires.
-    Skip {
-        missed: u64,
-        next_due_at: Option<DateTime<Utc>>,
-    },
-}
-
-/// The catch-up rule applied: `one` fires `first` once for all missed occurrences, `all` fires
-/// each (at most [`MAX_CATCH_UP`]), `skip` fires the latest within [`SKIP_GRACE_SECS`] if any.
-pub fn occurrences(
-    timing: &Due,
-    catch_up: CatchUp,
-    first: DateTime<Utc>,
-    now: DateTime<Utc>,
-) -> Occurrences {
-    let firing = |due_at, next_due_at, missed| Firing {
-        due_at,
-        next_due_at,
-        missed,
-    };
-    match catch_up {
-        CatchUp::All => {
-            let mut due = vec![first];
-            due.extend(timing.due_between(first, now, MAX_CATCH_UP - 1));
-            let capped = due.len() >= MAX_CATCH_UP;
-            let last = due.len() - 1;
-            Occurrences::Fire(
-                due.into_iter()
-                    .enumerate()
-                    .map(|(i, due_at)| {
-                        let next = if i == last && capped {
-                            timing.next_after(now)
-                        } else {
-                            timing.next_after(due_at)
-                        };
-                        firing(due_at, next, 0)
-                    })
-                    .collect(),
-            )
-        }
-        CatchUp::One => {
-            let missed = timing.due_between(first, now, MAX_CATCH_UP).len() as u64;
-            Occurrences::Fire(vec![firing(first, timing.next_after(now), missed)])
-        }
-        CatchUp::Skip => {
-            let grace = now - Duration::seconds(SKIP_GRACE_SECS);
-            let next = timing.next_after(now);
-            if first >= grace {
-                let missed = timing.due_between(first, now, MAX_CATCH_UP).len() as u64;
-                return Occurrences::Fire(vec![firing(first, next, missed)]);
-            }
-            // Late: the occurrences before the grace are skipped; the latest within it (if
-            // any) fires.
-            let late = 1 + timing.due_between(first, grace, MAX_CATCH_UP).len() as u64;
-            match timing.due_between(grace, now, 1).first() {
-                Some(recent) => Occurrences::Fire(vec![firing(*recent, next, late)]),
-                None => Occurrences::Skip {
-                    missed: late,
-                    next_due_at: next,
-                },
-            }
-        }
     }
 }

@@ -77,6 +77,10 @@ pub struct Turn {
     /// model call is a repair call (no tools, an instruction to answer).
     #[serde(default)]
     pub rejected_replies: u32,
+    /// The seq of the event that started this turn (its message): the key of the turn's
+    /// sub-agent budget (0 in snapshots from before it).
+    #[serde(default)]
+    pub started_seq: i64,
 }
 
 impl Turn {
@@ -108,6 +112,12 @@ pub struct SessionState {
     pub turn: Option<Turn>,
     /// User messages that arrived during a turn, handled after it, in order.
     pub queued: VecDeque<String>,
+    /// The schedule each of `queued` came from (`None`: not a schedule's), in the same order:
+    /// a schedule with a firing still queued does not fire again (docs/schedules.md).
+    pub queued_from: VecDeque<Option<String>>,
+    /// When the session's schedules fired in the hour up to the latest firing (the window of
+    /// `schedules.max_firings_per_hour`).
+    pub recent_firings: VecDeque<chrono::DateTime<chrono::Utc>>,
     pub client_ids: imbl::OrdSet<String>,
     /// Tools approved for the rest of the session.
     pub approved_tools: BTreeSet<String>,
@@ -166,6 +176,19 @@ impl SessionState {
         )
     }
 
+    /// The top-level message this session's sub-agent work counts against: its own running
+    /// turn for a top-level session, its parent's for a child (`None` for a child from a
+    /// journal older than per-message budgets, or a top-level session between turns).
+    pub fn root_message(&self, own_id: &str) -> Option<crate::events::RootMessage> {
+        match &self.parent {
+            Some(parent) => parent.message.clone(),
+            None => self.turn.as_ref().map(|turn| crate::events::RootMessage {
+                session_id: own_id.to_string(),
+                turn_seq: turn.started_seq,
+            }),
+        }
+    }
+
     /// Who this session's model calls are charged to.
     pub fn principal(&self) -> &str {
         self.principal.as_deref().unwrap_or(LOCAL_PRINCIPAL)
@@ -195,7 +218,7 @@ impl SessionState {
                 text,
                 client_id,
                 mode,
-                ..
+                schedule,
             } => {
                 if let Some(id) = client_id {
                     self.client_ids.insert(id.clone());
@@ -205,13 +228,18 @@ impl SessionState {
                     // Ahead of the queue (and of the interrupted turn's steering): the
                     // `turn_cancelled` that follows starts it.
                     (Some(turn), Some(MessageMode::Interrupt)) => {
-                        for steer in std::mem::take(&mut turn.steering).into_iter().rev() {
-                            self.queued.push_front(steer);
+                        let steering = std::mem::take(&mut turn.steering);
+                        for steer in steering.into_iter().rev() {
+                            self.queue_front(steer);
                         }
-                        self.queued.push_front(text.clone());
+                        self.queue_front(text.clone());
                     }
                     (Some(turn), Some(MessageMode::Steer)) => turn.steering.push(text.clone()),
-                    (Some(_), _) => self.queued.push_back(text.clone()),
+                    (Some(_), _) => {
+                        self.align_queue();
+                        self.queued.push_back(text.clone());
+                        self.queued_from.push_back(schedule.clone());
+                    }
                 }
             }
             SessionEvent::ModelCallStarted { call_id, .. } => {
@@ -390,12 +418,24 @@ impl SessionState {
             | SessionEvent::ScheduleFired { .. }
             | SessionEvent::ScheduleSkipped { .. }
             | SessionEvent::ScheduleCancelled { .. } => {
+                if let SessionEvent::ScheduleFired { at, .. } = event {
+                    let hour_before = *at - chrono::Duration::hours(1);
+                    while self
+                        .recent_firings
+                        .front()
+                        .is_some_and(|t| *t <= hour_before)
+                    {
+                        self.recent_firings.pop_front();
+                    }
+                    self.recent_firings.push_back(*at);
+                }
                 crate::schedules::apply(&mut self.schedules, event)
             }
             SessionEvent::SessionFailed { reason } => {
                 self.failed = Some(reason.clone());
                 self.turn = None;
                 self.queued.clear();
+                self.queued_from.clear();
             }
             SessionEvent::SessionForked {
                 from,
@@ -430,15 +470,18 @@ impl SessionState {
                 self.closed = true;
                 self.turn = None;
                 self.queued.clear();
+                self.queued_from.clear();
             }
             SessionEvent::TurnFinished { .. } | SessionEvent::TurnCancelled { .. } => {
                 // Steering that no model call took becomes the next turn's message.
                 if let Some(turn) = self.turn.take() {
                     for text in turn.steering.into_iter().rev() {
-                        self.queued.push_front(text);
+                        self.queue_front(text);
                     }
                 }
+                self.align_queue();
                 if let Some(next) = self.queued.pop_front() {
+                    self.queued_from.pop_front();
                     self.start_turn(next);
                 }
             }
@@ -475,9 +518,33 @@ impl SessionState {
             .collect()
     }
 
+    /// Puts a person's message (steering, an interruption) at the head of the queue.
+    fn queue_front(&mut self, text: String) {
+        self.align_queue();
+        self.queued.push_front(text);
+        self.queued_from.push_front(None);
+    }
+
+    /// A snapshot from before `queued_from` existed has no source for its queued messages:
+    /// they count as no schedule's.
+    fn align_queue(&mut self) {
+        while self.queued_from.len() < self.queued.len() {
+            self.queued_from.push_front(None);
+        }
+        self.queued_from.truncate(self.queued.len());
+    }
+
+    /// Whether a firing of schedule `key` waits in the queue.
+    pub fn schedule_queued(&self, key: &str) -> bool {
+        self.queued_from.iter().any(|k| k.as_deref() == Some(key))
+    }
+
     fn start_turn(&mut self, text: String) {
         self.transcript.push_back(TranscriptEntry::User { text });
-        self.turn = Some(Turn::default());
+        self.turn = Some(Turn {
+            started_seq: self.last_seq,
+            ..Turn::default()
+        });
     }
 
     fn set_status(&mut self, call_id: &str, status: CallStatus) {

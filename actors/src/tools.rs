@@ -73,6 +73,9 @@ pub struct ToolContext {
     /// (MCP tools send `notifications/cancelled`); its answer is dropped either way.
     pub cancel: tokio_util::sync::CancellationToken,
     pub progress: ProgressSink,
+    /// Who the session's calls are charged to (its creator's key fingerprint, or `local`):
+    /// a tool that calls a model or embeddings route charges it there too.
+    pub principal: String,
 }
 
 impl ToolContext {
@@ -85,6 +88,7 @@ impl ToolContext {
             idempotency_key: format!("{session_id}:{call_id}"),
             cancel: Default::default(),
             progress: ProgressSink::none(),
+            principal: crate::state::LOCAL_PRINCIPAL.to_string(),
         }
     }
 }

@@ -43,9 +43,9 @@ pub use traits::{
     Snapshots,
 };
 pub use types::{
-    BudgetDecision, BudgetRequest, ClusterNode, Compaction, Event, KvEntry, Lease, NewEvent,
-    NewSession, NodeStatus, ParentLink, Purged, Session, SessionPage, SessionQuery, SessionStatus,
-    Snapshot, DEFAULT_PAGE, MAX_PAGE,
+    BudgetDecision, BudgetRequest, ClusterNode, Compaction, DelegationCounts, Event, KvEntry,
+    Lease, NewEvent, NewSession, NodeStatus, ParentLink, Purged, Session, SessionPage,
+    SessionQuery, SessionStatus, Snapshot, DEFAULT_PAGE, MAX_PAGE,
 };
 
 /// Default limit on one event's serialized payload.

@@ -69,9 +69,18 @@ pub trait Sessions: Send + Sync {
     /// valid) and returns the session as it now is.
     async fn rotate_token(&self, id: Uuid) -> Result<Session>;
 
-    /// Counts one model call against the delegation whose top child session is `id` (it and
-    /// its descendants share the count); returns the count with this one.
-    async fn charge_delegation_step(&self, id: Uuid) -> Result<i64>;
+    /// Counts one model call (or, with `session`, one child session) against the message
+    /// whose turn started at `turn_seq` on top-level session `id`: every descendant of that
+    /// message shares the counts, on any node (one atomic statement). A charge for a later
+    /// turn than the row's starts both counts again; an earlier one (a straggler of a finished
+    /// message) adds to the current counts. Returns the counts with this one. (Journals from
+    /// before per-message budgets charge their delegation's row with `turn_seq` 0.)
+    async fn charge_delegation(
+        &self,
+        id: Uuid,
+        turn_seq: i64,
+        session: bool,
+    ) -> Result<crate::DelegationCounts>;
 
     /// Deletes a session with its journal, snapshot, compaction and storage. Only for undoing
     /// a session that was never complete (an import or fork whose copy failed).

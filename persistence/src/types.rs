@@ -96,6 +96,16 @@ impl NewSession {
     }
 }
 
+/// What one message of a top-level session has spent on sub-agents
+/// ([`crate::Sessions::charge_delegation`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DelegationCounts {
+    /// Model calls of its descendants.
+    pub model_calls: i64,
+    /// Child sessions started under it, at any depth.
+    pub sessions: i64,
+}
+
 /// A stored session row.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Session {

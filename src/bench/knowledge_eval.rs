@@ -165,7 +165,10 @@ async fn run(
                 filter: Default::default(),
                 mode,
             };
-            let hits = knowledge.query("docs", query, None).await.map_err(fail)?;
+            let hits = knowledge
+                .query("docs", query, &Default::default())
+                .await
+                .map_err(fail)?;
             let mut sections: Vec<&str> = Vec::new();
             for hit in &hits {
                 if !sections.contains(&hit.document_id.as_str()) {

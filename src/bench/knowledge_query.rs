@@ -125,14 +125,22 @@ async fn run(
     for probe in &probes {
         let t = Instant::now();
         let hits = knowledge
-            .query("bench", search(Mode::Exact, probe, false), None)
+            .query(
+                "bench",
+                search(Mode::Exact, probe, false),
+                &Default::default(),
+            )
             .await
             .map_err(|e| anyhow::anyhow!(e.message))?;
         exact.record(t.elapsed().as_micros() as u64)?;
         truth.push(hits);
         let t = Instant::now();
         knowledge
-            .query("bench", search(Mode::Exact, probe, true), None)
+            .query(
+                "bench",
+                search(Mode::Exact, probe, true),
+                &Default::default(),
+            )
             .await
             .map_err(|e| anyhow::anyhow!(e.message))?;
         filtered.record(t.elapsed().as_micros() as u64)?;
@@ -146,7 +154,11 @@ async fn run(
     // The graph is built by the first ANN query.
     let t = Instant::now();
     knowledge
-        .query("bench", search(Mode::Ann, &probes[0], false), None)
+        .query(
+            "bench",
+            search(Mode::Ann, &probes[0], false),
+            &Default::default(),
+        )
         .await
         .map_err(|e| anyhow::anyhow!(e.message))?;
     let graph_s = t.elapsed().as_secs_f64();
@@ -156,7 +168,11 @@ async fn run(
     for (probe, exact_hits) in probes.iter().zip(&truth) {
         let t = Instant::now();
         let hits = knowledge
-            .query("bench", search(Mode::Ann, probe, false), None)
+            .query(
+                "bench",
+                search(Mode::Ann, probe, false),
+                &Default::default(),
+            )
             .await
             .map_err(|e| anyhow::anyhow!(e.message))?;
         ann.record(t.elapsed().as_micros() as u64)?;

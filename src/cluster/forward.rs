@@ -1,8 +1,8 @@
 //! Forwarding between nodes: a request (or WebSocket) for a session another node holds goes to
-//! that node's advertised address, signed with the cluster secret — HMAC-SHA256 over the
-//! sending node, the time, the method and the path with its query — and carries the client's
-//! own credentials, which the owner checks as if the client had come to it. A signature more
-//! than a minute old, or one that does not verify, is refused.
+//! that node's advertised address, signed with the cluster secret ([`super::signature`]:
+//! over both nodes, the time, a nonce, the method, the path with its query and the body's
+//! hash) and carries the client's own credentials, which the owner checks as if the client had
+//! come to it. A signature that does not verify, is stale or is seen twice is refused.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -12,22 +12,15 @@ use axum::extract::ws::{Message as AxumMessage, WebSocket};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Uri};
 use axum::response::{IntoResponse, Response};
 use futures_util::{SinkExt, StreamExt};
-use hmac::{Hmac, Mac};
 use serde_json::{json, Value};
-use sha2::Sha256;
 use stead_http::cluster::{Cluster, Forwarded, Origin, WsPump};
 use stead_http::ApiError;
 use stead_persistence::JournalStore;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
+use super::signature::Signer;
 use super::Membership;
-
-pub const NODE_HEADER: &str = "x-stead-node";
-pub const TIME_HEADER: &str = "x-stead-node-time";
-pub const SIGNATURE_HEADER: &str = "x-stead-node-signature";
-/// How old a node signature may be.
-const SIGNATURE_WINDOW_SECS: u64 = 60;
 
 /// Headers that belong to one hop, not to the request.
 const HOP_BY_HOP: [&str; 9] = [
@@ -50,6 +43,7 @@ pub struct Peers {
     forwarded_http: AtomicU64,
     forwarded_ws: AtomicU64,
     forward_failures: AtomicU64,
+    signer: Signer,
     /// The nodes as last read, and when (forwards read them at most once per `NODES_CACHE`).
     nodes: std::sync::Mutex<Option<(std::time::Instant, Vec<stead_persistence::NodeStatus>)>>,
 }
@@ -68,6 +62,7 @@ impl Peers {
             .connect_timeout(std::time::Duration::from_secs(1))
             .build()?;
         Ok(Peers {
+            signer: Signer::new(membership.secret.clone(), membership.node.node_id.clone()),
             membership,
             store,
             client,
@@ -76,35 +71,6 @@ impl Peers {
             forward_failures: AtomicU64::new(0),
             nodes: std::sync::Mutex::new(None),
         })
-    }
-
-    /// The MAC over a request: the sending node, the time, the method and the path with its
-    /// query exactly as sent (after the URL's normalisation).
-    fn signature(&self, node: &str, time: i64, method: &Method, path: &str) -> Hmac<Sha256> {
-        #[allow(clippy::expect_used)]
-        let mut mac = Hmac::<Sha256>::new_from_slice(&self.membership.secret)
-            .expect("HMAC takes keys of any length");
-        mac.update(format!("stead-node\n{node}\n{time}\n{method}\n{path}").as_bytes());
-        mac
-    }
-
-    /// The headers that sign a request this node forwards.
-    fn sign(&self, method: &Method, url: &url::Url) -> Vec<(&'static str, String)> {
-        let node = &self.membership.node.node_id;
-        let time = chrono::Utc::now().timestamp();
-        let path = match url.query() {
-            Some(query) => format!("{}?{query}", url.path()),
-            None => url.path().to_string(),
-        };
-        let signature = hex(&self
-            .signature(node, time, method, &path)
-            .finalize()
-            .into_bytes());
-        vec![
-            (NODE_HEADER, node.clone()),
-            (TIME_HEADER, time.to_string()),
-            (SIGNATURE_HEADER, signature),
-        ]
     }
 
     /// The advertised address of `owner` when it is a live node other than this one.
@@ -146,24 +112,6 @@ impl Peers {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(text: &str) -> Option<Vec<u8>> {
-    if text.len() % 2 != 0 {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
-}
-
-fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    headers.get(name).and_then(|v| v.to_str().ok())
-}
-
 #[async_trait::async_trait]
 impl Cluster for Peers {
     async fn report(&self) -> Result<Value, ApiError> {
@@ -186,13 +134,16 @@ impl Cluster for Peers {
         let mut outgoing = self
             .client
             .request(request.method.clone(), url.clone())
-            .body(request.body);
+            .body(request.body.clone());
         for (name, value) in &request.headers {
             if !HOP_BY_HOP.contains(&name.as_str()) && !name.as_str().starts_with("x-stead-node") {
                 outgoing = outgoing.header(name, value);
             }
         }
-        for (name, value) in self.sign(&request.method, &url) {
+        for (name, value) in self
+            .signer
+            .sign(owner, &request.method, &url, &request.body)
+        {
             outgoing = outgoing.header(name, value);
         }
         let answer = match outgoing.send().await {
@@ -261,7 +212,7 @@ impl Cluster for Peers {
                 request.headers_mut().insert(name, value.clone());
             }
         }
-        for (name, value) in self.sign(&Method::GET, &url) {
+        for (name, value) in self.signer.sign(owner, &Method::GET, &url, b"") {
             if let (Ok(name), Ok(value)) = (
                 HeaderName::from_bytes(name.as_bytes()),
                 HeaderValue::from_str(&value),
@@ -295,24 +246,7 @@ impl Cluster for Peers {
     }
 
     fn origin(&self, method: &Method, uri: &Uri, headers: &HeaderMap) -> Origin {
-        let Some(node) = header(headers, NODE_HEADER) else {
-            return Origin::Client;
-        };
-        let verified = (|| {
-            let time: i64 = header(headers, TIME_HEADER)?.parse().ok()?;
-            if chrono::Utc::now().timestamp().abs_diff(time) > SIGNATURE_WINDOW_SECS {
-                return None;
-            }
-            let given = unhex(header(headers, SIGNATURE_HEADER)?)?;
-            let path = uri.path_and_query().map_or("/", |p| p.as_str());
-            self.signature(node, time, method, path)
-                .verify_slice(&given)
-                .ok()
-        })();
-        match verified {
-            Some(()) => Origin::Node,
-            None => Origin::Forged,
-        }
+        self.signer.origin(method, uri, headers)
     }
 
     fn metrics(&self) -> String {

@@ -4,6 +4,7 @@
 //! ([`forward::Peers`], the HTTP edge's `Cluster`).
 
 pub mod forward;
+pub mod signature;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -19,6 +19,9 @@ pub struct SchedulesConfig {
     pub min_interval_secs: u64,
     /// Pending schedules one session may hold; more are refused (422 `too_many_schedules`).
     pub max_per_session: usize,
+    /// Firings one session's schedules may make in any hour, all together; occurrences over
+    /// it wait (docs/schedules.md, "Limits").
+    pub max_firings_per_hour: u32,
     /// The longest the scheduler sleeps between two looks at the due index (it also wakes
     /// when this node writes a row, and at the earliest due time): how soon a schedule written
     /// by another node is seen.
@@ -31,16 +34,20 @@ impl Default for SchedulesConfig {
         SchedulesConfig {
             min_interval_secs: limits.min_interval_secs,
             max_per_session: limits.max_per_session,
+            max_firings_per_hour: limits.max_firings_per_hour,
             poll_ms: 1000,
         }
     }
 }
 
 impl SchedulesConfig {
-    pub fn limits(&self) -> stead_actors::ScheduleLimits {
+    /// The limits of sessions that hold at most `max_queued` messages while a turn runs.
+    pub fn limits(&self, max_queued: usize) -> stead_actors::ScheduleLimits {
         stead_actors::ScheduleLimits {
             min_interval_secs: self.min_interval_secs,
             max_per_session: self.max_per_session,
+            max_firings_per_hour: self.max_firings_per_hour,
+            max_queued,
         }
     }
 }
@@ -76,9 +83,11 @@ pub struct SessionsConfig {
     pub max_delegation_depth: u32,
     /// The most `agent` calls one model answer may start (the rest fail back to the model).
     pub max_delegation_fanout: u32,
-    /// The most model calls one delegation (a top-level session's child and all its
-    /// descendants) may make together.
+    /// The most model calls the sub-agents under one message of a top-level session (its
+    /// children and all their descendants) may make together.
     pub max_delegation_steps: u32,
+    /// The most child sessions one message of a top-level session may start, at any depth.
+    pub max_delegation_sessions: u32,
 }
 
 impl Default for SessionsConfig {
@@ -99,6 +108,7 @@ impl Default for SessionsConfig {
             max_delegation_depth: stead_actors::DEFAULT_MAX_DEPTH,
             max_delegation_fanout: stead_actors::DEFAULT_MAX_FANOUT,
             max_delegation_steps: stead_actors::DEFAULT_MAX_DELEGATION_STEPS,
+            max_delegation_sessions: stead_actors::DEFAULT_MAX_DELEGATION_SESSIONS,
         }
     }
 }
@@ -140,6 +150,8 @@ pub struct ServerConfig {
     pub cors_origins: Vec<String>,
     /// A client must send a request's headers within this many seconds.
     pub header_timeout_secs: u64,
+    /// A request's whole body must arrive within this many seconds of its headers.
+    pub body_timeout_secs: u64,
     /// Most TCP connections held at once; more are answered 503 and closed.
     pub max_connections: usize,
     /// Most WebSocket connections one session holds at once.
@@ -434,6 +446,7 @@ impl Default for ServerConfig {
             allowed_hosts: Vec::new(),
             cors_origins: Vec::new(),
             header_timeout_secs: 10,
+            body_timeout_secs: 30,
             max_connections: 10_000,
             max_websockets_per_session: 16,
             ws_heartbeat_secs: 20,

@@ -71,6 +71,7 @@ impl Config {
         }
         for (name, value) in [
             ("header_timeout_secs", self.server.header_timeout_secs),
+            ("body_timeout_secs", self.server.body_timeout_secs),
             ("max_connections", self.server.max_connections as u64),
             (
                 "max_websockets_per_session",
@@ -113,6 +114,10 @@ impl Config {
         for (name, value) in [
             ("min_interval_secs", self.schedules.min_interval_secs),
             ("max_per_session", self.schedules.max_per_session as u64),
+            (
+                "max_firings_per_hour",
+                u64::from(self.schedules.max_firings_per_hour),
+            ),
             ("poll_ms", self.schedules.poll_ms),
         ] {
             if value == 0 {

@@ -118,7 +118,16 @@ impl KnowledgeApi for Knowledge {
     ) -> Result<Value, ApiError> {
         let query = self.parse_query(&body)?;
         let mode = query.mode;
-        let hits = Knowledge::query(self, collection, query, api_key).await?;
+        let hits = Knowledge::query(
+            self,
+            collection,
+            query,
+            &stead_router::CallOptions {
+                api_key,
+                ..Default::default()
+            },
+        )
+        .await?;
         Ok(json!({
             "collection": collection,
             "mode": mode.as_str(),

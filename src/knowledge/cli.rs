@@ -94,7 +94,7 @@ pub async fn run(config: Config, command: KnowledgeCommand) -> anyhow::Result<Ex
             let body = json!({ "text": args.text, "top_k": args.top_k, "mode": args.mode });
             let query = knowledge.parse_query(&body).map_err(api)?;
             let hits = knowledge
-                .query(&args.collection, query, None)
+                .query(&args.collection, query, &Default::default())
                 .await
                 .map_err(api)?;
             for (rank, hit) in hits.iter().enumerate() {

@@ -213,21 +213,19 @@ impl Knowledge {
         self.store.get_collection(name).await.map_err(store_error)
     }
 
-    /// Embeds `texts` through `route`, in calls of [`EMBED_BATCH`]; the vectors and the model
+    /// Embeds `texts` through `route`, in calls of [`EMBED_BATCH`] charged as `charge` says
+    /// (its key and session, as the request log records them); the vectors and the model
     /// that made them (every call must name the same one).
     pub async fn embed(
         &self,
         route: &str,
         texts: Vec<String>,
-        api_key: Option<String>,
+        charge: &CallOptions,
     ) -> Result<(Vec<Vec<f32>>, String), ApiError> {
         let mut vectors = Vec::with_capacity(texts.len());
         let mut model: Option<String> = None;
         for batch in texts.chunks(EMBED_BATCH) {
-            let options = CallOptions {
-                api_key: api_key.clone(),
-                ..Default::default()
-            };
+            let options = charge.clone();
             let request = EmbedRequest {
                 route: route.to_string(),
                 inputs: batch.to_vec(),
@@ -298,7 +296,14 @@ impl Knowledge {
             Err(error) => return Err(store_error(error)),
         }
         let (vectors, model) = self
-            .embed(&row.embedding_route, chunks.clone(), api_key)
+            .embed(
+                &row.embedding_route,
+                chunks.clone(),
+                &CallOptions {
+                    api_key,
+                    ..Default::default()
+                },
+            )
             .await?;
         let put = PutDocument {
             collection: collection.to_string(),
@@ -356,12 +361,13 @@ impl Knowledge {
         query::parse(body, self.config.max_top_k)
     }
 
-    /// Runs a query against a collection.
+    /// Runs a query against a collection; a text query's embedding is charged as `charge`
+    /// says.
     pub async fn query(
         &self,
         collection: &str,
         query: Query,
-        api_key: Option<String>,
+        charge: &CallOptions,
     ) -> Result<Vec<Hit>, ApiError> {
         let index = self.index(collection).await?;
         if let Some(field) = query.filter.keys().find(|f| !index.fields.contains(*f)) {
@@ -392,7 +398,7 @@ impl Knowledge {
             (None, Some(text)) => {
                 let row = self.collection(collection).await?;
                 let (mut vectors, model) = self
-                    .embed(&row.embedding_route, vec![text.clone()], api_key)
+                    .embed(&row.embedding_route, vec![text.clone()], charge)
                     .await?;
                 if index.model.as_deref().is_some_and(|m| m != model) {
                     return Err(invalid(
@@ -473,7 +479,7 @@ impl Knowledge {
         progress(0, total);
         for batch in loaded.chunks.chunks(EMBED_BATCH * 4) {
             let texts = batch.iter().map(|c| c.text.clone()).collect();
-            let (vectors, made_by) = self.embed(&route, texts, None).await?;
+            let (vectors, made_by) = self.embed(&route, texts, &Default::default()).await?;
             if !model.is_empty() && model != made_by {
                 return Err(invalid(
                     ErrorCode::EmbeddingMismatch,

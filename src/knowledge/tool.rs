@@ -73,7 +73,7 @@ impl Tool for KnowledgeTool {
         })
     }
 
-    async fn execute(&self, arguments: Value, _context: &ToolContext) -> Result<Value, ToolError> {
+    async fn execute(&self, arguments: Value, context: &ToolContext) -> Result<Value, ToolError> {
         let service = self
             .service
             .as_ref()
@@ -92,6 +92,13 @@ impl Tool for KnowledgeTool {
                 self.collections.join(", ")
             )));
         }
+        // Charged to the session's principal and logged with the session, like its model
+        // calls (issue 39: charged to no one, it escaped every key's budget and rate limit).
+        let charge = stead_router::CallOptions {
+            api_key: Some(context.principal.clone()),
+            session_id: Some(context.session_id),
+            ..Default::default()
+        };
         let mut hits: Vec<(String, Hit)> = Vec::new();
         for collection in collections {
             let query = Query {
@@ -102,7 +109,7 @@ impl Tool for KnowledgeTool {
                 mode: self.mode,
             };
             let found = service
-                .query(collection, query, None)
+                .query(collection, query, &charge)
                 .await
                 .map_err(|e| ToolError(format!("{collection}: {}", e.message)))?;
             hits.extend(found.into_iter().map(|h| (collection.clone(), h)));

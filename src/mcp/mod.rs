@@ -16,6 +16,7 @@ pub mod endpoint;
 mod progress;
 pub mod result;
 pub mod server;
+mod stderr;
 pub mod tools;
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -356,7 +356,7 @@ impl McpServer {
                         ))
                     })?;
                 if let Some(stderr) = stderr {
-                    tokio::spawn(log_stderr(name.clone(), stderr));
+                    tokio::spawn(super::stderr::log_stderr(name.clone(), stderr));
                 }
                 tokio::time::timeout(timeout, handler.serve(transport)).await
             }
@@ -537,16 +537,6 @@ impl McpServer {
         let result = serde_json::to_value(&result)
             .map_err(|e| ToolError(format!("cannot read the MCP server `{name}`'s result: {e}")))?;
         tool_result(result)
-    }
-}
-
-/// A stdio server's stderr, line by line into the log (the pipe must be drained, or a chatty
-/// server blocks).
-async fn log_stderr(server: String, stderr: tokio::process::ChildStderr) {
-    use tokio::io::AsyncBufReadExt;
-    let mut lines = tokio::io::BufReader::new(stderr).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        tracing::debug!(server = %server, "{line}");
     }
 }
 

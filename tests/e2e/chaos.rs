@@ -136,3 +136,64 @@ fn a_full_disk_refuses_writes_clearly_and_loses_nothing() {
     }
     assert!(run["checked"]["acks"].as_u64().unwrap() > 0, "{report}");
 }
+
+/// The short version of `stead bench chaos --fault none --abuse` (issue 39; the 10-minute
+/// figures are in docs/benchmarks.md): ten windows of 0.3–1.5 s of the workload beside the
+/// attackers on a keyed server. The bench fails on a legitimate request that failed, a limit
+/// the attacked session exceeded, or memory that grew; here the attackers must also have been
+/// refused as the limits say.
+#[test]
+fn attackers_beside_the_workload_are_refused_and_the_workload_is_not() {
+    let data = tempfile::tempdir().unwrap();
+    let report = run(
+        data.path(),
+        &["--kills", "10", "--fault", "none", "--abuse"],
+        None,
+    );
+    let abuse = report["run"]["abuse"].as_object().unwrap();
+    // What the server answered each attack (an attacker's connection that broke — the server
+    // refused a 4 MiB body mid-send, a keep-alive race — got no answer to count).
+    let answered = |prefix: &str| -> Vec<String> {
+        abuse
+            .keys()
+            .filter(|k| k.starts_with(prefix) && !k.ends_with(" no-answer"))
+            .cloned()
+            .collect()
+    };
+    assert_eq!(
+        answered("anon-mcp-initialize"),
+        ["anon-mcp-initialize 401"],
+        "{report}"
+    );
+    assert_eq!(
+        answered("anon-mcp-stream"),
+        ["anon-mcp-stream 401"],
+        "{report}"
+    );
+    assert_eq!(
+        answered("anon-forged-node"),
+        ["anon-forged-node 401"],
+        "{report}"
+    );
+    assert_eq!(
+        answered("token-operator-route"),
+        ["token-operator-route 403"],
+        "{report}"
+    );
+    assert_eq!(
+        answered("token-schedule-create"),
+        ["token-schedule-create 201"],
+        "{report}"
+    );
+    assert!(
+        answered("token-wait").iter().any(|k| k.ends_with(" 202")),
+        "waits over the allowance are answered at once: {report}"
+    );
+    assert!(
+        answered("token-resume")
+            .iter()
+            .any(|k| k != "token-resume refused 0%"),
+        "resumes in a loop are refused: {report}"
+    );
+    assert_eq!(report["run"]["acknowledged"]["unanswered"], 0, "{report}");
+}

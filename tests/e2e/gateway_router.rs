@@ -470,3 +470,32 @@ route = "metered"
         "{statuses:?}"
     );
 }
+
+/// Issue 39 (found by reading): an upstream's own error text stays in the request log; the
+/// session's `model_call_failed` (read by its token holder and by the model) names the
+/// provider and the status only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_error_text_reaches_the_log_but_not_the_journal() {
+    let a = Upstream::start(vec![], Reply::status(401)).await;
+    let b = Upstream::start(vec![], Reply::status(403)).await;
+    let server = Stead::start(&config(&a, &b), None);
+    let (id, _) = server.create("chat").await;
+    let (status, body) = server.say(&id, "hello").await;
+    assert_eq!(status, 200, "{body}");
+    let journal = server.journal(&id).await;
+    let failed = journal
+        .iter()
+        .find(|e| e["kind"] == "model_call_failed")
+        .expect("a failed model call");
+    let error = failed["payload"]["error"].as_str().unwrap();
+    assert!(!error.contains("scripted"), "{error}");
+    assert!(error.contains("`b` answered HTTP 403"), "{error}");
+    let rows = logs(&server, &format!("session_id={id}"), 1).await;
+    let attempts = rows[0]["attempts"].as_array().unwrap();
+    assert!(
+        attempts
+            .iter()
+            .any(|a| a["error"].as_str().unwrap_or("").contains("scripted 403")),
+        "{rows:?}"
+    );
+}

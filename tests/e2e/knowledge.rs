@@ -515,6 +515,26 @@ async fn contract(postgres: bool) {
         .find(|e| e["kind"] == "assistant_message")
         .unwrap();
     assert_eq!(reply["payload"]["text"], "Steep it at 80 degrees [tea].");
+    // The tool's query embedding is charged to the session's principal (issue 39: it was
+    // charged to no one, outside every key's budget and rate limit).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let logs = loop {
+        let (status, logs) = server
+            .call(
+                "GET",
+                &format!("/v1/gateway/logs?route=embed&session_id={id}"),
+                None,
+            )
+            .await;
+        assert_eq!(status, 200, "{logs}");
+        if logs["logs"].as_array().is_some_and(|l| !l.is_empty())
+            || std::time::Instant::now() > deadline
+        {
+            break logs;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(logs["logs"][0]["api_key"], "local", "{logs}");
 
     // Deleting: a document, then the collection with the rest.
     let (status, _) = server

@@ -34,11 +34,32 @@ impl Live {
             // A child of a top-level session is a delegation of its own; deeper children
             // count against their ancestors'.
             delegation: self.state.delegation(&parent.to_string()),
+            message: self.state.root_message(&parent.to_string()),
         };
+        let max_sessions = self.deps.agent.rules.delegation.max_sessions;
         let due_changed = self.deps.due_changed.clone();
         let me = myself.clone();
         let metadata = serde_json::Value::Object(self.metadata.clone());
         tokio::spawn(async move {
+            // Every child counts against its top-level message's sessions (a child re-started
+            // after a crash counts again: the limit errs on the side of stopping).
+            let charged = match link
+                .message
+                .as_ref()
+                .and_then(|m| Some((m.session_id.parse::<Uuid>().ok()?, m.turn_seq)))
+            {
+                Some((row, turn_seq)) => {
+                    charge_message(store.as_ref(), row, turn_seq, true, max_sessions).await
+                }
+                None => None,
+            };
+            if let Some(error) = charged {
+                let _ = me.cast(SessionMsg::Input(
+                    Input::ToolFailed { call_id, error },
+                    None,
+                ));
+                return;
+            }
             let task = child_task(&arguments);
             let started = start_child(
                 store.as_ref(),
@@ -129,8 +150,16 @@ impl Live {
     /// it belongs to one.
     pub(super) fn delegation_steps(&self) -> DelegationSteps {
         let own = self.deps.session_id.to_string();
+        let counter = self
+            .state
+            .parent
+            .as_ref()
+            .and_then(|parent| match &parent.message {
+                Some(message) => Some((message.session_id.parse().ok()?, message.turn_seq)),
+                None => Some((self.state.delegation(&own)?.parse().ok()?, 0)),
+            });
         DelegationSteps {
-            delegation: self.state.delegation(&own).and_then(|id| id.parse().ok()),
+            counter,
             limit: self.deps.agent.rules.delegation.max_steps,
             store: self.deps.store.clone(),
         }
@@ -232,30 +261,65 @@ impl Live {
     }
 }
 
-/// A model call's charge against its delegation's steps (`sessions.max_delegation_steps`).
+/// A model call's charge against its top-level message's sub-agent budget
+/// (`sessions.max_delegation_steps`).
 pub(super) struct DelegationSteps {
-    delegation: Option<Uuid>,
+    /// The counting row and turn seq: the top-level session's with its message's turn, or —
+    /// for a child from a journal older than per-message budgets — its delegation's row.
+    counter: Option<(Uuid, i64)>,
     limit: u32,
     store: std::sync::Arc<dyn stead_persistence::JournalStore>,
 }
 
 impl DelegationSteps {
-    /// Counts the call; the error that fails it when the delegation has made its limit of
-    /// model calls. A database that cannot count lets the call go ahead (logged): the limit is
-    /// a bound on runaway delegation, and the journal's own writes report the database.
+    /// Counts the call; the error that fails it when the message's sub-agents have made
+    /// their limit of model calls, or when the count cannot be made (fails closed: a database
+    /// that cannot count must not let a runaway tree go on).
     pub(super) async fn charge(&self) -> Option<String> {
-        let delegation = self.delegation?;
-        match self.store.charge_delegation_step(delegation).await {
-            Ok(steps) if steps > i64::from(self.limit) => Some(format!(
-                "this delegation (session {delegation} and its sub-agents) has made {} model \
-                 calls, the most sessions.max_delegation_steps allows",
-                self.limit
-            )),
-            Ok(_) => None,
-            Err(error) => {
-                tracing::warn!(%delegation, %error, "the delegation's step could not be counted");
-                None
-            }
+        let (row, turn_seq) = self.counter?;
+        charge_message(&*self.store, row, turn_seq, false, self.limit).await
+    }
+}
+
+/// Charges one model call (or, with `session`, one child session) to the top-level message
+/// `turn_seq` of session `row`; the error when it is over `limit` or cannot be counted.
+pub(super) async fn charge_message(
+    store: &dyn stead_persistence::JournalStore,
+    row: Uuid,
+    turn_seq: i64,
+    session: bool,
+    limit: u32,
+) -> Option<String> {
+    let (what, setting) = if session {
+        (
+            "started sub-agent sessions",
+            "sessions.max_delegation_sessions",
+        )
+    } else {
+        (
+            "made sub-agent model calls",
+            "sessions.max_delegation_steps",
+        )
+    };
+    match store.charge_delegation(row, turn_seq, session).await {
+        Ok(counts) => {
+            let count = if session {
+                counts.sessions
+            } else {
+                counts.model_calls
+            };
+            (count > i64::from(limit)).then(|| {
+                format!(
+                    "this message of session {row} has {what} {limit} times, the most \
+                     {setting} allows"
+                )
+            })
+        }
+        Err(error) => {
+            tracing::warn!(session = %row, %error, "a sub-agent charge could not be counted");
+            Some(format!(
+                "the sub-agents' budget ({setting}) could not be counted; nothing was started"
+            ))
         }
     }
 }

@@ -458,6 +458,7 @@ impl Live {
                     idempotency_key,
                     cancel: cancel.clone(),
                     progress,
+                    principal: self.state.principal().to_string(),
                 };
                 let me = myself.clone();
                 let span = tracing::info_span!(

@@ -256,6 +256,11 @@ async fn wake(
             Err(SessionError::Refused(Refusal::QueueFull)) => {
                 return Woken::Deferred(Duration::from_secs(1))
             }
+            // Over its hourly firings: not woken again before one is free.
+            Err(SessionError::Refused(Refusal::FiringLimit(until))) => {
+                let wait = (until - now).to_std().unwrap_or_default();
+                return Woken::Deferred(wait.max(Duration::from_secs(1)));
+            }
             Err(SessionError::Refused(_)) => {}
             Err(SessionError::NotFound) => {
                 for row in rows {

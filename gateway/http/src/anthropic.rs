@@ -11,7 +11,7 @@
 //! `metadata`, `top_k`, `thinking` and other fields are ignored.
 
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::{FromRequest, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
@@ -250,9 +250,9 @@ pub async fn messages(
     State(state): State<AppState>,
     caller: Result<Caller, ApiError>,
     headers: HeaderMap,
-    body: Result<ApiJson<Value>, ApiError>,
+    request: axum::extract::Request,
 ) -> Response {
-    match answer(state, caller, headers, body).await {
+    match answer(state, caller, headers, request).await {
         Ok(response) => response,
         Err(error) => refusal(error),
     }
@@ -262,11 +262,13 @@ async fn answer(
     state: AppState,
     caller: Result<Caller, ApiError>,
     headers: HeaderMap,
-    body: Result<ApiJson<Value>, ApiError>,
+    request: axum::extract::Request,
 ) -> Result<Response, ApiError> {
+    // The credential is checked before a byte of the body is read (issue 39: the body was
+    // read first, so an anonymous client could hold the handler with a trickled body).
     let Caller(caller) = caller?;
     caller.require_operator()?;
-    let ApiJson(body) = body?;
+    let ApiJson(body) = ApiJson::<Value>::from_request(request, &state).await?;
     let parsed = openai_body(&body)
         .and_then(|b| wire::parse_request(&b))
         .map_err(|e| ApiError::new(ErrorCode::MalformedRequest, e))?;

@@ -16,6 +16,11 @@ use serde_json::Value;
 use crate::auth::Caller;
 use crate::{ApiError, AppState, ErrorCode};
 
+/// The header of a forwarded request that carries the lowercase hex SHA-256 of its body,
+/// covered by the node signature: a node-signed request whose body does not hash to it is
+/// refused (issue 39: the signature covered no body, so a captured one could carry another).
+pub const BODY_HASH_HEADER: &str = "x-stead-node-body-sha256";
+
 /// The response extension of a `session_elsewhere` answer: the lease holder's node id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Elsewhere(pub String);
@@ -77,15 +82,27 @@ pub async fn forward(State(state): State<AppState>, request: Request, next: Next
     let Some(cluster) = state.cluster.clone() else {
         return next.run(request).await;
     };
+    let forged = || {
+        ApiError::new(
+            ErrorCode::InvalidCredentials,
+            "the node signature of this forwarded request does not verify",
+        )
+        .into_response()
+    };
     match cluster.origin(request.method(), request.uri(), request.headers()) {
-        Origin::Forged => {
-            return ApiError::new(
-                ErrorCode::InvalidCredentials,
-                "the node signature of this forwarded request does not verify",
-            )
-            .into_response()
+        Origin::Forged => return forged(),
+        Origin::Node => {
+            // The signature covers the body's hash: the body must be the one signed.
+            let (parts, body) = request.into_parts();
+            let Ok(body) = axum::body::to_bytes(body, state.limits.body_bytes).await else {
+                return forged();
+            };
+            let claimed = parts.headers.get(BODY_HASH_HEADER);
+            if claimed.and_then(|v| v.to_str().ok()) != Some(&hex_sha256(&body)) {
+                return forged();
+            }
+            return next.run(Request::from_parts(parts, Body::from(body))).await;
         }
-        Origin::Node => return next.run(request).await,
         Origin::Client => {}
     }
     let upgrade = request.headers().contains_key(axum::http::header::UPGRADE);
@@ -141,6 +158,15 @@ pub async fn forward(State(state): State<AppState>, request: Request, next: Next
         return response;
     }
     cluster.forward(&owner, saved).await.unwrap_or(response)
+}
+
+/// The lowercase hex SHA-256 of `body`.
+fn hex_sha256(body: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(body)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// How long a request waits for a session's owner that does not answer (a draining node

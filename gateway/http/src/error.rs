@@ -189,6 +189,13 @@ pub fn refusal_error(refusal: Refusal) -> ApiError {
             "no schedule with this key in this session",
         ),
         Refusal::NothingDue => ApiError::new(ErrorCode::Stale, "no schedule of the session is due"),
+        Refusal::FiringLimit(until) => ApiError::new(
+            ErrorCode::Stale,
+            format!(
+                "the session's schedules fired schedules.max_firings_per_hour times in the last \
+                 hour; the next may fire at {until}"
+            ),
+        ),
         Refusal::QueueFull => ApiError::new(
             ErrorCode::QueueFull,
             "the session holds as many queued messages as it may (sessions.max_queued_messages); \

@@ -10,6 +10,7 @@
 
 mod anthropic;
 pub mod auth;
+mod body_deadline;
 pub mod cluster;
 pub mod cors;
 mod edge;
@@ -95,6 +96,8 @@ pub struct AppState {
     pub connections: Arc<tokio::sync::Semaphore>,
     /// Open WebSocket connections per session (`Limits::ws_per_session`).
     pub session_sockets: Arc<ws::SessionSockets>,
+    /// Requests waiting (`?wait=true`) on each session, bounded like its WebSockets.
+    pub session_waits: Arc<ws::SessionSockets>,
     /// Request counters and latencies for `/metrics`.
     pub metrics: Arc<metrics::Metrics>,
     /// The model router behind `/v1/chat/completions` (the sessions use the same one).

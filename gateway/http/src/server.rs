@@ -1,4 +1,5 @@
-//! The accept loop: HTTP/1.1 over hyper with a header-read timeout, one cap on the TCP
+//! The accept loop: HTTP/1.1 over hyper with a header-read timeout, a whole-body deadline on
+//! every request (`crate::body_deadline`), one cap on the TCP
 //! connections held at once (upgraded WebSockets included: the permit travels with the socket)
 //! and a graceful shutdown. Over the cap, a connection is answered `503` with an `overloaded`
 //! error body and closed at once, so a flood of idle sockets cannot exhaust file descriptors
@@ -21,7 +22,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::ServiceExt;
 
-/// Bounds of the accept loop (`server.header_timeout_secs`, `server.max_connections`).
+/// Bounds of the accept loop (`server.header_timeout_secs`, `server.max_connections`,
+/// `server.body_timeout_secs`).
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
     /// A client must have sent a request's headers this long after it started (or after the
@@ -29,6 +31,9 @@ pub struct ServeOptions {
     pub header_timeout: Duration,
     /// TCP connections held at once, WebSockets included.
     pub max_connections: usize,
+    /// A request's whole body must have arrived this long after its headers; else reading it
+    /// fails (`crate::body_deadline`).
+    pub body_timeout: Duration,
 }
 
 impl Default for ServeOptions {
@@ -36,6 +41,7 @@ impl Default for ServeOptions {
         ServeOptions {
             header_timeout: Duration::from_secs(10),
             max_connections: 10_000,
+            body_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -96,11 +102,13 @@ pub async fn serve(
             stream,
             _permit: permit,
         });
-        let service = TowerToHyperService::new(
-            router
-                .clone()
-                .map_request(|request: axum::http::Request<Incoming>| request.map(Body::new)),
-        );
+        let body_timeout = options.body_timeout;
+        let service = TowerToHyperService::new(router.clone().map_request(
+            move |request: axum::http::Request<Incoming>| {
+                request
+                    .map(|body| crate::body_deadline::with_deadline(Body::new(body), body_timeout))
+            },
+        ));
         let mut stop = stop_rx.clone();
         let open = open_rx.clone();
         let header_timeout = options.header_timeout;

@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use futures_util::StreamExt;
 use serde_json::{json, Map, Value};
 
+use super::answer::{read_limited, AnswerLimit, MAX_ANSWER_BYTES};
 use super::openai::{status_error, transport_error};
 use super::provider::{Chunk, FailureKind, Provider, ProviderCall, ProviderError, ProviderReply};
 use crate::chat::{ChatMessage, FinishReason, Role, ToolCall, ToolChoice, Usage};
@@ -54,7 +55,7 @@ impl AnthropicProvider {
     }
 
     fn stream_error(&self, message: impl std::fmt::Display) -> ProviderError {
-        ProviderError::new(FailureKind::Stream, format!("{}: {message}", self.name))
+        ProviderError::new(FailureKind::Stream, format!("{}: {message}", self.name)).quoting()
     }
 }
 
@@ -378,17 +379,18 @@ impl Provider for AnthropicProvider {
         }
         match call.chunks {
             None => {
-                let value: Value = response
-                    .json()
-                    .await
-                    .map_err(|e| transport_error(&self.name, &e, true))?;
+                let bytes = read_limited(&self.name, response, MAX_ANSWER_BYTES).await?;
+                let value: Value = serde_json::from_slice(&bytes)
+                    .map_err(|e| self.stream_error(format!("an unreadable answer: {e}")))?;
                 parse_message(&value, call.model).map_err(|e| self.stream_error(e))
             }
             Some(chunks) => {
                 let mut body = std::pin::pin!(response.bytes_stream());
                 let mut fold = StreamFold::default();
+                let mut received = AnswerLimit::new(&self.name, MAX_ANSWER_BYTES);
                 while let Some(bytes) = body.next().await {
                     let bytes = bytes.map_err(|e| transport_error(&self.name, &e, true))?;
+                    received.take(bytes.len())?;
                     let (texts, fragments) = fold.feed(&bytes).map_err(|e| self.stream_error(e))?;
                     for text in texts {
                         let _ = chunks.send(Chunk::Text(text));

@@ -253,6 +253,7 @@ impl Router {
                 id,
                 code,
                 message,
+                unquoted: None,
                 retry_after,
                 attempts: Vec::new(),
             };
@@ -334,6 +335,9 @@ impl Router {
                                 "an identical call running at the same time failed: {}",
                                 error.message
                             ),
+                            unquoted: error.unquoted.as_ref().map(|m| {
+                                format!("an identical call running at the same time failed: {m}")
+                            }),
                             attempts: Vec::new(),
                             ..error.as_ref().clone()
                         },
@@ -419,6 +423,7 @@ impl Router {
                     "no route is named `{name}` (the routes: {})",
                     self.route_names().join(", ")
                 ),
+                unquoted: None,
                 retry_after: None,
                 attempts: Vec::new(),
             });
@@ -477,6 +482,7 @@ fn rate_limited(
         id,
         code: RouterErrorCode::RateLimited,
         message: format!("{who} is over its {limit}"),
+        unquoted: None,
         retry_after: Some(wait),
         attempts: Vec::new(),
     }

@@ -74,9 +74,19 @@ impl Drop for Held<'_> {
     }
 }
 
-fn cache_key(request: &EmbedRequest) -> [u8; 32] {
+/// The cache entry of `request` for the key `scope` (its fingerprint): like answers, cached
+/// embeddings are per key (docs/gateway.md, "Cache"), so a hit tells no key what another
+/// embedded.
+fn cache_key(request: &EmbedRequest, scope: Option<&str>) -> [u8; 32] {
     let mut digest = Sha256::new();
     digest.update(b"embeddings\0");
+    match scope {
+        Some(scope) => {
+            digest.update((scope.len() as u64).to_le_bytes());
+            digest.update(scope.as_bytes());
+        }
+        None => digest.update(u64::MAX.to_le_bytes()),
+    }
     digest.update(request.route.as_bytes());
     for input in &request.inputs {
         digest.update((input.len() as u64).to_le_bytes());
@@ -204,6 +214,7 @@ impl Router {
                 id,
                 code,
                 message,
+                unquoted: None,
                 retry_after,
                 attempts: Vec::new(),
             };
@@ -213,7 +224,10 @@ impl Router {
         let cache = match (&self.embed_cache, route.cache, options.cache) {
             (Some(_), true, CacheMode::Bypass) => CacheStatus::Bypass,
             (Some(store), true, CacheMode::Use) => {
-                if let Some(hit) = store.get(&cache_key(request)).await {
+                if let Some(hit) = store
+                    .get(&cache_key(request, options.api_key.as_deref()))
+                    .await
+                {
                     return Ok(EmbedResponse {
                         id,
                         vectors: hit.vectors.clone(),
@@ -259,7 +273,10 @@ impl Router {
                 held.settle(cost);
                 if let (Some(store), CacheStatus::Miss) = (&self.embed_cache, cache) {
                     store
-                        .insert(cache_key(request), Arc::new(embedded.clone()))
+                        .insert(
+                            cache_key(request, options.api_key.as_deref()),
+                            Arc::new(embedded.clone()),
+                        )
                         .await;
                 }
                 Ok(EmbedResponse {
@@ -401,7 +418,7 @@ impl Router {
                 }
             }
         }
-        let (code, message) = match &last_error {
+        let (code, (message, unquoted)) = match &last_error {
             Some(error) => (
                 match error.kind {
                     FailureKind::Invalid => RouterErrorCode::UpstreamRejected,
@@ -410,23 +427,21 @@ impl Router {
                     }
                     _ => RouterErrorCode::UpstreamFailed,
                 },
-                format!(
-                    "route `{}` failed after {} attempt(s); the last: {}",
-                    request.route,
-                    attempts.iter().filter(|a| a.outcome == "error").count(),
-                    error.message
-                ),
+                crate::failover::route_failed(&request.route, attempts, error),
             ),
             None => (
                 RouterErrorCode::Unavailable,
-                format!(
-                    "route `{}` has no target available ({})",
-                    request.route,
-                    attempts
-                        .iter()
-                        .filter_map(|a| a.error.clone())
-                        .collect::<Vec<_>>()
-                        .join("; ")
+                (
+                    format!(
+                        "route `{}` has no target available ({})",
+                        request.route,
+                        attempts
+                            .iter()
+                            .filter_map(|a| a.error.clone())
+                            .collect::<Vec<_>>()
+                            .join("; ")
+                    ),
+                    None,
                 ),
             ),
         };
@@ -434,6 +449,7 @@ impl Router {
             id,
             code,
             message,
+            unquoted,
             retry_after: None,
             attempts: Vec::new(),
         })

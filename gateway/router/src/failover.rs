@@ -156,24 +156,19 @@ impl Router {
                 }
             }
         }
-        let message = match &last_error {
-            Some(error) => format!(
-                "route `{}` failed after {} attempt(s); the last: {}",
-                request.route,
-                exec.attempts
-                    .iter()
-                    .filter(|a| a.outcome == "error")
-                    .count(),
-                error.message
-            ),
-            None => format!(
-                "route `{}` has no target available ({})",
-                request.route,
-                exec.attempts
-                    .iter()
-                    .filter_map(|a| a.error.clone())
-                    .collect::<Vec<_>>()
-                    .join("; ")
+        let (message, unquoted) = match &last_error {
+            Some(error) => route_failed(&request.route, &exec.attempts, error),
+            None => (
+                format!(
+                    "route `{}` has no target available ({})",
+                    request.route,
+                    exec.attempts
+                        .iter()
+                        .filter_map(|a| a.error.clone())
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ),
+                None,
             ),
         };
         Err(RouterError {
@@ -190,6 +185,7 @@ impl Router {
                 None => RouterErrorCode::Unavailable,
             },
             message,
+            unquoted,
             retry_after: None,
             attempts: exec.attempts.clone(),
         })
@@ -236,4 +232,29 @@ impl Repeat {
         self.settled = true;
         std::mem::take(&mut self.held)
     }
+}
+
+/// The message of a route whose targets all failed, `error` the last failure: in full, and —
+/// when `error` quotes the provider's own words — the same without them (for sessions'
+/// journals, [`crate::RouterError::unquoted`]).
+pub(crate) fn route_failed(
+    route: &str,
+    attempts: &[AttemptRecord],
+    error: &ProviderError,
+) -> (String, Option<String>) {
+    let failed = attempts.iter().filter(|a| a.outcome == "error").count();
+    let head = format!("route `{route}` failed after {failed} attempt(s); the last: ");
+    let unquoted = error.quoted.then(|| {
+        let provider = attempts
+            .iter()
+            .rev()
+            .find(|a| a.outcome == "error")
+            .map_or("the provider", |a| a.provider.as_str());
+        let what = match error.status {
+            Some(status) => format!("`{provider}` answered HTTP {status}"),
+            None => format!("`{provider}`'s answer failed ({})", error.kind.as_str()),
+        };
+        format!("{head}{what} (the provider's own message is in the request log)")
+    });
+    (format!("{head}{}", error.message), unquoted)
 }

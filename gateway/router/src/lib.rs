@@ -16,6 +16,7 @@
 //! (`stead_inference::provider`) and the request log goes to a sink trait, both wired by the
 //! binary.
 
+pub mod answer;
 pub mod anthropic;
 mod attempt;
 mod breaker;
@@ -190,8 +191,19 @@ pub struct RouterError {
     pub id: Uuid,
     pub code: RouterErrorCode,
     pub message: String,
+    /// `message` without the provider's own words, when it quotes them (an upstream's error
+    /// text): what a session journals (`model_call_failed`), where the session's token holder
+    /// and the model read it. The request log and the router's direct callers get `message`.
+    pub unquoted: Option<String>,
     pub retry_after: Option<Duration>,
     pub attempts: Vec<AttemptRecord>,
+}
+
+impl RouterError {
+    /// The message a session may journal: `message` without the provider's own words.
+    pub fn for_session(&self) -> &str {
+        self.unquoted.as_deref().unwrap_or(&self.message)
+    }
 }
 
 impl std::fmt::Display for RouterError {

@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use futures_util::StreamExt;
 use serde_json::Value;
 
+use super::answer::{read_limited, AnswerLimit, MAX_ANSWER_BYTES, MAX_EMBED_ANSWER_BYTES};
 use super::provider::{
     Chunk, EmbedReply, FailureKind, Provider, ProviderCall, ProviderError, ProviderReply,
 };
@@ -107,7 +108,8 @@ pub(crate) fn transport_error(
 pub(crate) async fn status_error(name: &str, response: reqwest::Response) -> ProviderError {
     let status = response.status();
     let after = retry_after(response.headers());
-    let body = response.text().await.unwrap_or_default();
+    let body = super::answer::read_prefix(response, super::answer::MAX_ERROR_BYTES).await;
+    let body = String::from_utf8_lossy(&body);
     let message = serde_json::from_str::<Value>(&body)
         .ok()
         .and_then(|v| v["error"]["message"].as_str().map(String::from))
@@ -117,6 +119,7 @@ pub(crate) async fn status_error(name: &str, response: reqwest::Response) -> Pro
         after,
         format!("{name} answered {status}: {message}"),
     )
+    .quoting()
 }
 
 /// An OpenAI embeddings answer: `data[i].embedding` (floats) by `index`, and `usage`.
@@ -185,12 +188,16 @@ impl Provider for OpenAiProvider {
         if !status.is_success() {
             return Err(self.status_error(response).await);
         }
-        let value: Value = response
-            .json()
-            .await
-            .map_err(|e| self.transport_error(&e, true))?;
-        parse_embeddings(&value, inputs.len(), model)
-            .map_err(|e| ProviderError::new(FailureKind::Stream, format!("{}: {e}", self.name)))
+        let bytes = read_limited(&self.name, response, MAX_EMBED_ANSWER_BYTES).await?;
+        let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
+            ProviderError::new(
+                FailureKind::Stream,
+                format!("{} sent an unreadable answer: {e}", self.name),
+            )
+        })?;
+        parse_embeddings(&value, inputs.len(), model).map_err(|e| {
+            ProviderError::new(FailureKind::Stream, format!("{}: {e}", self.name)).quoting()
+        })
     }
 
     async fn chat(&self, call: ProviderCall<'_>) -> Result<ProviderReply, ProviderError> {
@@ -215,10 +222,7 @@ impl Provider for OpenAiProvider {
         }
         let folded = match call.chunks {
             None => {
-                let bytes = response
-                    .bytes()
-                    .await
-                    .map_err(|e| self.transport_error(&e, true))?;
+                let bytes = read_limited(&self.name, response, MAX_ANSWER_BYTES).await?;
                 let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
                     ProviderError::new(
                         FailureKind::Stream,
@@ -226,20 +230,25 @@ impl Provider for OpenAiProvider {
                     )
                 })?;
                 wire::parse_completion(&value).map_err(|e| {
-                    ProviderError::new(FailureKind::Stream, format!("{}: {e}", self.name))
+                    ProviderError::new(FailureKind::Stream, format!("{}: {e}", self.name)).quoting()
                 })?
             }
             Some(chunks) => {
                 let mut body = std::pin::pin!(response.bytes_stream());
                 let mut stream = StreamAccumulator::default();
+                let mut received = AnswerLimit::new(&self.name, MAX_ANSWER_BYTES);
                 loop {
                     let (fed, ended) = match body.next().await {
-                        Some(Ok(bytes)) => (stream.feed(&bytes), false),
+                        Some(Ok(bytes)) => {
+                            received.take(bytes.len())?;
+                            (stream.feed(&bytes), false)
+                        }
                         Some(Err(error)) => return Err(self.transport_error(&error, true)),
                         None => (stream.end(), true),
                     };
                     let fed = fed.map_err(|e| {
                         ProviderError::new(FailureKind::Stream, format!("{}: {e}", self.name))
+                            .quoting()
                     })?;
                     for text in fed.text {
                         let _ = chunks.send(Chunk::Text(text));
@@ -252,7 +261,7 @@ impl Provider for OpenAiProvider {
                     }
                 }
                 stream.finish().map_err(|e| {
-                    ProviderError::new(FailureKind::Stream, format!("{}: {e}", self.name))
+                    ProviderError::new(FailureKind::Stream, format!("{}: {e}", self.name)).quoting()
                 })?
             }
         };

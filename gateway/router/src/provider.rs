@@ -127,6 +127,10 @@ pub struct ProviderError {
     /// The provider's `Retry-After`, when it sent one.
     pub retry_after: Option<Duration>,
     pub message: String,
+    /// Whether `message` quotes the provider's own words (an error answer's text, an error
+    /// event in a stream): they stay in the request log and with the router's direct callers,
+    /// never in a session's journal (issue 39: a hosted API's text can name keys or accounts).
+    pub quoted: bool,
 }
 
 impl ProviderError {
@@ -136,7 +140,14 @@ impl ProviderError {
             status: None,
             retry_after: None,
             message: message.into(),
+            quoted: false,
         }
+    }
+
+    /// The same error, marked as quoting the provider's own words.
+    pub fn quoting(mut self) -> Self {
+        self.quoted = true;
+        self
     }
 
     pub fn status(status: u16, retry_after: Option<Duration>, message: impl Into<String>) -> Self {
@@ -145,6 +156,7 @@ impl ProviderError {
             status: Some(status),
             retry_after,
             message: message.into(),
+            quoted: false,
         }
     }
 }

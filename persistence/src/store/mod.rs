@@ -261,14 +261,40 @@ impl<D: Dialect> Sessions for SqlStore<D> {
         self.update_session(id, update).await
     }
 
-    async fn charge_delegation_step(&self, id: Uuid) -> Result<i64> {
-        let mut update = Sql::<D>::new(
-            "UPDATE sessions SET delegation_steps = delegation_steps + 1 WHERE id = ",
-        );
-        update.bind(id).push(" RETURNING delegation_steps");
+    async fn charge_delegation(
+        &self,
+        id: Uuid,
+        turn_seq: i64,
+        session: bool,
+    ) -> Result<crate::DelegationCounts> {
+        let (step, child): (i64, i64) = if session { (0, 1) } else { (1, 0) };
+        let mut update =
+            Sql::<D>::new("UPDATE sessions SET delegation_steps = CASE WHEN delegation_turn < ");
+        update
+            .bind(turn_seq)
+            .push(" THEN ")
+            .bind(step)
+            .push(" ELSE delegation_steps + ")
+            .bind(step)
+            .push(" END, delegation_sessions = CASE WHEN delegation_turn < ")
+            .bind(turn_seq)
+            .push(" THEN ")
+            .bind(child)
+            .push(" ELSE delegation_sessions + ")
+            .bind(child)
+            .push(" END, delegation_turn = CASE WHEN delegation_turn < ")
+            .bind(turn_seq)
+            .push(" THEN ")
+            .bind(turn_seq)
+            .push(" ELSE delegation_turn END WHERE id = ")
+            .bind(id)
+            .push(" RETURNING delegation_steps, delegation_sessions");
         let row = update.fetch_optional(self.on_write()).await?;
         match row {
-            Some(row) => row.int("delegation_steps"),
+            Some(row) => Ok(crate::DelegationCounts {
+                model_calls: row.int("delegation_steps")?,
+                sessions: row.int("delegation_sessions")?,
+            }),
             None => Err(Error::SessionNotFound(id)),
         }
     }

@@ -11,11 +11,13 @@
 //! With `--nodes N` (PostgreSQL) the server is a cluster of N nodes (`servers`): clients pick a
 //! node per request and each fault kills the node holding the most sessions.
 
+mod abuse;
 mod check;
 pub(crate) mod doubles;
 mod servers;
 mod workload;
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Child, ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -61,6 +63,9 @@ struct Totals {
     /// With `--fault none`: one row per window (not added up across runs).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     windows: Vec<Window>,
+    /// With `--abuse`: what the attackers were answered, by `attack status`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    abuse: BTreeMap<String, u64>,
 }
 
 /// A soak window: the server process and the clients' requests in it.
@@ -170,6 +175,10 @@ pub async fn chaos(config: Config, args: ChaosBenchArgs) -> anyhow::Result<ExitC
         args.min_up_ms <= args.max_up_ms,
         "--min-up-ms must not exceed --max-up-ms"
     );
+    anyhow::ensure!(
+        !args.abuse || (args.fault == ChaosFault::None && args.nodes == 1),
+        "--abuse runs beside a soak: it needs --fault none and one node"
+    );
     prepare_data_dir(&config.server.data_dir)?;
     let database = BenchDatabase::create(&config, args.backend).await?;
     let dir = config
@@ -196,6 +205,8 @@ pub async fn chaos(config: Config, args: ChaosBenchArgs) -> anyhow::Result<ExitC
         (BenchBackend::Postgres, ChaosFault::Kill) => "postgres",
         (_, ChaosFault::DiskFull) => "sqlite-disk-full",
         (_, ChaosFault::DbRestart) => "postgres-restart",
+        (BenchBackend::Sqlite, ChaosFault::None) if args.abuse => "sqlite-abuse",
+        (BenchBackend::Postgres, ChaosFault::None) if args.abuse => "postgres-abuse",
         (BenchBackend::Sqlite, ChaosFault::None) => "sqlite-soak",
         (BenchBackend::Postgres, ChaosFault::None) => "postgres-soak",
     };
@@ -270,6 +281,10 @@ fn print_totals(title: &str, t: &Totals) {
     for w in &t.windows {
         println!("  {}", w.line());
     }
+    if !t.abuse.is_empty() {
+        let answered: Vec<String> = t.abuse.iter().map(|(k, n)| format!("{n}× {k}")).collect();
+        println!("  attackers were answered: {}", answered.join(", "));
+    }
     println!("  violations: {}", t.violations);
     for v in &t.first_violations {
         println!("    {v}");
@@ -335,16 +350,20 @@ async fn run(dir: &Path, database: &str, args: &ChaosBenchArgs) -> anyhow::Resul
     });
     let upstream = doubles::upstream().await?;
     let (webhook, effects) = doubles::webhook().await?;
-    let mut servers = Servers::start(
-        dir,
-        database,
-        &doubles::config(&upstream, &webhook),
-        args.nodes,
-    )
-    .await?;
+    let mut config = doubles::config(&upstream, &webhook);
+    let key = args.abuse.then_some(abuse::OPERATOR_KEY);
+    if let Some(key) = key {
+        config.push_str(&format!("\n[server]\napi_keys = [\"{key}\"]\n"));
+    }
+    let mut servers = Servers::start(dir, database, &config, args.nodes).await?;
     // Ports stay the same across restarts, so that clients need not learn new ones; with a
     // cluster each request goes to a node picked at random.
-    let shared = Arc::new(Shared::new(servers.bases()));
+    let shared = Arc::new(Shared::new(servers.bases(), key));
+    let tally = Arc::new(abuse::Tally::default());
+    let target = match args.abuse {
+        true => Some(abuse::start(shared.clone(), tally.clone()).await?),
+        false => None,
+    };
     let fault = match args.fault {
         ChaosFault::Kill if args.nodes > 1 => "SIGKILLs of the node holding the most sessions",
         ChaosFault::Kill => "SIGKILLs of stead serve",
@@ -434,6 +453,9 @@ async fn run(dir: &Path, database: &str, args: &ChaosBenchArgs) -> anyhow::Resul
                 let w = window(&shared, servers.first(), started.elapsed());
                 println!("  {}", w.line());
                 run.windows.push(w);
+                if let Some(target) = &target {
+                    report(&mut run, abuse::check(&shared, target).await);
+                }
                 paused
             }
         };
@@ -475,6 +497,39 @@ async fn run(dir: &Path, database: &str, args: &ChaosBenchArgs) -> anyhow::Resul
     run.acknowledged.add(shared.ledger().counts);
     run.server_errors = shared.ledger().server_errors.clone();
     run.unexpected_errors = shared.ledger().unexpected_errors.clone();
+    if args.abuse {
+        run.abuse = tally.take();
+        let found = abuse_verdict(&run);
+        report(&mut run, found);
+    }
     drop(servers);
     Ok(run)
+}
+
+/// With `--abuse`, beside the limits checked per window: no legitimate request failed (no
+/// step unanswered, no server error), the server's memory stayed flat (the last window within
+/// a quarter and 64 MiB of the second: the first holds the start-up), and no trickled body
+/// was held past the body deadline.
+fn abuse_verdict(run: &Totals) -> Vec<String> {
+    let mut found = Vec::new();
+    if run.acknowledged.unanswered > 0 || !run.server_errors.is_empty() {
+        found.push(format!(
+            "abuse: legitimate requests failed: {} steps unanswered, server errors {:?}",
+            run.acknowledged.unanswered, run.server_errors
+        ));
+    }
+    if let (Some(early), Some(last)) = (run.windows.get(1), run.windows.last()) {
+        if last.rss_mib > early.rss_mib * 1.25 + 64.0 {
+            found.push(format!(
+                "abuse: the server's memory grew from {:.1} MiB to {:.1} MiB",
+                early.rss_mib, last.rss_mib
+            ));
+        }
+    }
+    for key in run.abuse.keys() {
+        if key.starts_with("token-slow-body held") {
+            found.push(format!("abuse: a trickled body was held: {key}"));
+        }
+    }
+    found
 }

@@ -105,19 +105,29 @@ pub struct Shared {
     pub gate: tokio::sync::RwLock<()>,
     pub ledger: Mutex<Ledger>,
     pub stop: AtomicBool,
+    /// The `Authorization` the clients send (WebSockets too), on a keyed server.
+    authorization: Option<tokio_tungstenite::tungstenite::http::HeaderValue>,
     /// Latency of the clients' REST requests (microseconds) since the last `take_latency`.
     latency: Mutex<hdrhistogram::Histogram<u64>>,
 }
 
 impl Shared {
-    pub fn new(bases: Vec<String>) -> Self {
+    /// Clients of the nodes at `bases`, sending `key` (an operator API key) when given.
+    pub fn new(bases: Vec<String>, key: Option<&str>) -> Self {
+        let mut headers = reqwest::header::HeaderMap::new();
+        let authorization = key.and_then(|k| format!("Bearer {k}").parse().ok());
+        if let Some(value) = authorization.clone() {
+            headers.insert(reqwest::header::AUTHORIZATION, value);
+        }
         Shared {
             bases,
             http: reqwest::Client::builder()
                 .timeout(Duration::from_secs(15))
                 .pool_max_idle_per_host(0)
+                .default_headers(headers)
                 .build()
                 .expect("an HTTP client"),
+            authorization,
             gate: tokio::sync::RwLock::new(()),
             ledger: Mutex::new(Ledger::default()),
             stop: AtomicBool::new(false),
@@ -462,9 +472,17 @@ async fn over_ws(
         "{}/v1/sessions/{id}/ws?after_seq={after_seq}",
         shared.base().replacen("http://", "ws://", 1)
     );
+    let mut request =
+        tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(url)?;
+    if let Some(value) = &shared.authorization {
+        request.headers_mut().insert(
+            tokio_tungstenite::tungstenite::http::header::AUTHORIZATION,
+            value.clone(),
+        );
+    }
     let (mut socket, _) = tokio::time::timeout(
         Duration::from_secs(10),
-        tokio_tungstenite::connect_async(url),
+        tokio_tungstenite::connect_async(request),
     )
     .await
     .context("connect timed out")??;

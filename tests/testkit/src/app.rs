@@ -112,6 +112,7 @@ impl App {
             shutdown: stopped.clone(),
             connections: Arc::new(tokio::sync::Semaphore::new(1024)),
             session_sockets: Default::default(),
+            session_waits: Default::default(),
             metrics: Default::default(),
             model_router: Arc::new(model_router),
             mcp: None,

@@ -27,6 +27,7 @@ fn delegating(depth: u32) -> Session {
             call_id: "t1".into(),
             depth,
             delegation: None,
+            message: None,
         });
     }
     s

@@ -9,6 +9,7 @@ mod memory_block;
 mod modes;
 mod recovery;
 mod replies;
+mod schedule_limits;
 mod schedule_pruning;
 mod schedule_tool;
 mod schedules;

@@ -65,7 +65,7 @@ fn fired(s: &Session, from: usize) -> Vec<Fired> {
         .collect()
 }
 
-fn finish_turn(s: &mut Session, call: &str) {
+pub(super) fn finish_turn(s: &mut Session, call: &str) {
     s.send(Input::ModelFinished {
         call_id: call.into(),
         output: ModelOutput {
@@ -228,16 +228,25 @@ fn missed_occurrences_follow_the_catch_up_rule() {
         )]
     );
 
+    // All: each missed occurrence fires, in order, one queued at a time (docs/schedules.md,
+    // "Limits"): the first starts a turn, the second waits behind it, the rest stay due and
+    // fire as turns end.
     let mut all = Session::new();
     create(&mut all, "tick", every(CatchUp::All, 60), t0).unwrap();
     due(&mut all, now).unwrap();
+    assert_eq!(fired(&all, 0).len(), 2);
+    assert_eq!(all.state.queued.len(), 1);
+    assert_eq!(due(&mut all, now), Err(Refusal::QueueFull));
+    while fired(&all, 0).len() < 10 {
+        let call = format!("m{}", all.state.model_calls_total);
+        finish_turn(&mut all, &call);
+        due(&mut all, now).unwrap();
+    }
     let fired_all = fired(&all, 0);
     assert_eq!(fired_all.len(), 10);
     assert_eq!(fired_all[0].1, t0 + Duration::seconds(60));
     assert_eq!(fired_all[9].1, t0 + Duration::seconds(600));
     assert_eq!(fired_all[9].2, Some(t0 + Duration::seconds(660)));
-    // One turn runs, nine messages wait behind it.
-    assert_eq!(all.state.queued.len(), 9);
 
     // Skip: what is over a minute late is dropped; the latest occurrence within the minute
     // fires.

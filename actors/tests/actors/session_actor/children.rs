@@ -158,10 +158,15 @@ async fn a_child_session_answers_its_parents_call_once(backend: Backend) {
     let link = row.parent.unwrap();
     assert_eq!((link.session_id, link.call_id.as_str()), (parent, "t1"));
     let child_journal = kinds_of(&store, child).await;
+    // …and the parent's message it descends from (its turn's budget, issue 39).
+    let mut link = child_journal[0].1["parent"].clone();
+    let message = link.as_object_mut().unwrap().remove("message").unwrap();
     assert_eq!(
-        child_journal[0].1["parent"],
+        link,
         json!({"session_id": parent, "call_id": "t1", "depth": 1})
     );
+    assert_eq!(message["session_id"], json!(parent));
+    assert!(message["turn_seq"].as_i64().unwrap() > 0, "{message}");
     let tasks: Vec<&Value> = child_journal
         .iter()
         .filter(|(k, _)| k == "user_message")
@@ -177,6 +182,7 @@ async fn a_child_session_answers_its_parents_call_once(backend: Backend) {
         call_id: "t1".into(),
         depth: 1,
         delegation: None,
+        message: None,
     };
     let again = start_child(
         store.as_ref(),

@@ -4,7 +4,8 @@
 //! a person approves it, both replies come back once and the coordinator finishes; the decision
 //! check holds for the parent and both children. A fork of the coordinator taken while a child
 //! works starts a child of its own and never touches the original. A child that loops stops at
-//! the delegation's step limit and its parent hears why.
+//! the delegation's step limit and its parent hears why; a message whose answer fans out shares
+//! one budget of model calls and child sessions across its whole tree.
 
 use stead_actors::agent_tool::child_session_id;
 use stead_actors::session::{Scheduler, SchedulerOptions};
@@ -18,6 +19,7 @@ stead_testkit::both_backends!(
     two_children_run_at_once_and_a_childs_approval_reaches_the_parent,
     a_fork_inside_a_delegation_starts_its_own_child_and_leaves_the_original_alone,
     a_delegation_stops_at_its_step_limit,
+    one_messages_fan_out_shares_one_budget_of_calls_and_sessions,
 );
 
 /// A store, a registry of `agents` answered by `model`, a scheduler that looks every 100 ms,
@@ -300,6 +302,71 @@ async fn a_delegation_stops_at_its_step_limit(backend: Backend) {
             .unwrap()
             .session_id,
         lead
+    );
+    scheduler.abort();
+    registry.stop_all();
+}
+
+/// Issue 39, item 11: the budget is per top-level *message*, not per child. The lead's one
+/// answer starts four looping researchers; with `max_delegation_sessions = 3` the fourth is
+/// not started, and the three share `max_delegation_steps = 5` model calls (before: each child
+/// had its own 5, so 20, and every child started).
+async fn one_messages_fan_out_shares_one_budget_of_calls_and_sessions(backend: Backend) {
+    let (mut agents, _) = looping();
+    for agent in &mut agents {
+        agent.rules.delegation.max_steps = 5;
+        agent.rules.delegation.max_sessions = 3;
+    }
+    let model = ScriptedModel::respond(|request| {
+        if request.system_prompt == delegation::RESEARCHER_PROMPT {
+            return (String::new(), vec![("clock".to_string(), json!({}))]);
+        }
+        let answered = request
+            .transcript
+            .iter()
+            .any(|e| matches!(e, stead_actors::TranscriptEntry::Tool { .. }));
+        if answered {
+            return ("Gave up.".into(), vec![]);
+        }
+        let research = ("research".to_string(), json!({"task": "Loop."}));
+        (String::new(), vec![research; 4])
+    });
+    let (db, registry, scheduler, lead) = tree(backend, Arc::new(model), agents).await;
+    let store = db.store.clone();
+    let mut frames = registry.subscribe(lead).await.unwrap();
+    say(&registry, lead, "Loop four times over.").await;
+    wait_for(&mut frames, "turn_finished").await;
+
+    let mut started = 0;
+    let mut model_calls = 0;
+    for n in 1..=4 {
+        let child = child_session_id(lead, &format!("t{n}"));
+        let Ok(events) = store.read(child, 0, 1000).await else {
+            continue;
+        };
+        if events.is_empty() {
+            continue;
+        }
+        started += 1;
+        model_calls += events
+            .iter()
+            .filter(|e| e.kind == "model_call_finished")
+            .count();
+    }
+    assert_eq!(started, 3, "max_delegation_sessions");
+    assert_eq!(model_calls, 5, "max_delegation_steps, shared");
+    let lead_events = store.read(lead, 0, 1000).await.unwrap();
+    let errors: Vec<&str> = lead_events
+        .iter()
+        .filter(|e| e.kind == "tool_call_failed")
+        .filter_map(|e| e.payload["error"].as_str())
+        .collect();
+    assert_eq!(errors.len(), 4, "{errors:?}");
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("sessions.max_delegation_sessions")),
+        "{errors:?}"
     );
     scheduler.abort();
     registry.stop_all();

@@ -299,6 +299,17 @@ async fn missed_occurrences_follow_the_catch_up_rule_on_a_real_store(backend: Ba
     clock.set(now);
     let pass = scheduler.run_due().await.unwrap();
     assert_eq!((pass.due, pass.fired, pass.deferred), (4, 4, 0));
+    // `all` keeps one firing queued at a time (docs/schedules.md, "Limits"): its later
+    // occurrences stay due and fire, pass after pass, as its turns end.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while fired_count(&store, all).await < 10 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "`all` never fired ten"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        scheduler.run_due().await.unwrap();
+    }
     // Every row moved past now: another pass finds nothing due.
     assert_eq!(scheduler.run_due().await.unwrap().due, 0);
 
@@ -342,8 +353,7 @@ async fn missed_occurrences_follow_the_catch_up_rule_on_a_real_store(backend: Ba
     );
     assert_eq!(&kinds_of(&events)[3..], turn);
 
-    // `all`: each missed occurrence fires, in order; the first message starts a turn, the
-    // other nine queue behind it and each runs a turn of its own.
+    // `all`: each missed occurrence fires, in order, each with a turn of its own.
     let events = after_turns(&store, all, 10).await;
     let mut want = vec![created("tick", every(CatchUp::All, 60), t0, 60)];
     for k in 1..=10 {
@@ -351,7 +361,11 @@ async fn missed_occurrences_follow_the_catch_up_rule_on_a_real_store(backend: Ba
         want.push(tick.clone());
     }
     assert_eq!(scheduling(&events), want);
-    assert_eq!(&kinds_of(&events)[21..], turn.repeat(10).as_slice());
+    let turns = kinds_of(&events)
+        .iter()
+        .filter(|k| **k == "turn_finished")
+        .count();
+    assert_eq!(turns, 10);
 
     // `skip`: what is over a minute late is dropped; the latest occurrence within the minute
     // fires, counting the nine before it.
@@ -401,4 +415,13 @@ async fn missed_occurrences_follow_the_catch_up_rule_on_a_real_store(backend: Ba
         check(&store, &registry, id).await;
     }
     registry.stop_all();
+}
+
+/// `schedule_fired` events in `id`'s journal.
+async fn fired_count(store: &Arc<dyn JournalStore>, id: uuid::Uuid) -> usize {
+    journal(store, id)
+        .await
+        .iter()
+        .filter(|(kind, _)| kind == "schedule_fired")
+        .count()
 }

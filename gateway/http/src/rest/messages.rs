@@ -67,11 +67,17 @@ pub async fn post_message(
 ) -> Result<Response, ApiError> {
     caller.require_session(id)?;
     check_message(&body.text, body.client_id.as_deref())?;
-    // Attach before sending, so the wait sees every frame the message causes.
-    let mut subscription = if query.wait {
-        Some(state.sessions.attach(id, 65_536).await?)
-    } else {
-        None
+    // Attach before sending, so the wait sees every frame the message causes. A session
+    // holds at most `max_websockets_per_session` waits at once (each is a subscriber of its
+    // actor); past that the message is sent and answered 202 at once, as when a wait runs
+    // out (issue 39: waits were unbounded).
+    let waiting = query
+        .wait
+        .then(|| state.session_waits.take(id, state.limits.ws_per_session))
+        .flatten();
+    let mut subscription = match &waiting {
+        Some(_) => Some(state.sessions.attach(id, 65_536).await?),
+        None => None,
     };
     let seq = state
         .sessions

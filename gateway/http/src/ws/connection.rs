@@ -41,7 +41,14 @@ pub(super) struct Connection {
     /// The latest progress of each tool call that runs, sent again on resume.
     progress: std::collections::BTreeMap<String, stead_actors::tools::ToolProgress>,
     last_heard: Instant,
+    /// When this connection last replayed on a client's `resume` (one per [`RESUME_EVERY`]).
+    last_resume: Option<Instant>,
 }
+
+/// How often one connection may ask to replay the journal again: a 30-byte `resume` with
+/// `after_seq: 0` replays the whole journal, so a loop of them would turn one token into a
+/// journal-reading pump (issue 39).
+const RESUME_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
 type Closed = String;
 
@@ -67,6 +74,7 @@ impl Connection {
             held: None,
             progress: Default::default(),
             last_heard: Instant::now(),
+            last_resume: None,
         }
     }
 
@@ -267,6 +275,21 @@ impl Connection {
                     ))
                     .await;
             }
+            if self
+                .last_resume
+                .is_some_and(|at| at.elapsed() < RESUME_EVERY)
+            {
+                return self
+                    .send_error(&ApiError::new(
+                        ErrorCode::RateLimited,
+                        format!(
+                            "one `resume` per {} s on a connection: wait, or open a new one",
+                            RESUME_EVERY.as_secs()
+                        ),
+                    ))
+                    .await;
+            }
+            self.last_resume = Some(Instant::now());
             // The first frame being a resume: replay, then the stream, then what was held.
             if first {
                 let held = self.held.take().unwrap_or_default();

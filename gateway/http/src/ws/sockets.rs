@@ -13,7 +13,7 @@ pub struct SessionSocket {
 
 impl SessionSockets {
     /// A slot for one more WebSocket of `id`, unless it holds `max` already.
-    pub(super) fn take(self: &std::sync::Arc<Self>, id: Uuid, max: usize) -> Option<SessionSocket> {
+    pub(crate) fn take(self: &std::sync::Arc<Self>, id: Uuid, max: usize) -> Option<SessionSocket> {
         let mut counts = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let count = counts.entry(id).or_default();
         if *count >= max {

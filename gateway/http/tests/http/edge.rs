@@ -148,6 +148,54 @@ async fn a_client_that_never_finishes_its_headers_is_cut_off() {
     assert_eq!(status, 200);
 }
 
+/// Issue 39, item 4: a body trickled a byte at a time is cut off at the whole-body deadline on
+/// any route (before: only the headers had a timeout, and 40 such connections held every
+/// slot), and the server goes on serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_trickled_past_its_deadline_is_cut_off() {
+    let options = stead_http::ServeOptions {
+        body_timeout: Duration::from_millis(800),
+        ..Default::default()
+    };
+    let app = app_with(Default::default(), options).await;
+    for path in ["/v1/messages", "/v1/sessions"] {
+        let stream = TcpStream::connect(address(&app)).await.unwrap();
+        let (mut reader, mut writer) = stream.into_split();
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n\
+             content-length: 1000\r\n\r\n{{"
+        );
+        writer.write_all(head.as_bytes()).await.unwrap();
+        let started = Instant::now();
+        let trickle = tokio::spawn(async move {
+            for _ in 0..100 {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                if writer.write_all(b" ").await.is_err() {
+                    break;
+                }
+            }
+        });
+        let mut answer = Vec::new();
+        let mut buffer = [0u8; 4096];
+        while !String::from_utf8_lossy(&answer).contains("\r\n\r\n") {
+            match tokio::time::timeout(Duration::from_secs(10), reader.read(&mut buffer)).await {
+                Ok(Ok(n)) if n > 0 => answer.extend_from_slice(&buffer[..n]),
+                _ => break,
+            }
+        }
+        trickle.abort();
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 400"), "{path}: {answer}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{path}: answered after {:?}",
+            started.elapsed()
+        );
+    }
+    let (status, _, _) = raw_get(&app, "/healthz", &[("host", "127.0.0.1")]).await;
+    assert_eq!(status, 200);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_over_the_cap_get_503_overloaded() {
     let options = stead_http::ServeOptions {
@@ -215,4 +263,50 @@ async fn a_session_holds_at_most_its_websocket_allowance() {
         }
     }
     assert!(opened, "a closed WebSocket kept its slot");
+}
+
+/// Issue 39 (found by reading): `?wait=true` requests were unbounded subscribers of their
+/// session. Past `ws_per_session` waits at once, a message is still sent but answered 202 at
+/// once; the waits in place still end with the turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_holds_at_most_its_allowance_of_waiting_requests() {
+    let limits = stead_http::Limits {
+        ws_per_session: 2,
+        ..Default::default()
+    };
+    let model = ScriptedModel::respond(|_| ("ok".to_string(), vec![]))
+        .with_delay(Duration::from_millis(1500));
+    let app = App::start_with(
+        vec![ops_agent()],
+        Arc::new(model),
+        &[],
+        limits,
+        Default::default(),
+    )
+    .await;
+    let (id, _) = app.create("ops").await;
+    let path = format!("/v1/sessions/{id}/messages?wait=true");
+    let say = |text: &'static str| {
+        let path = path.clone();
+        let app = &app;
+        async move {
+            let started = Instant::now();
+            let (status, body) = app
+                .call("POST", &path, Some(serde_json::json!({ "text": text })))
+                .await;
+            (status, started.elapsed(), body)
+        }
+    };
+    let third = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        say("three").await
+    };
+    let (first, second, third) = tokio::join!(say("one"), say("two"), third);
+    assert_eq!(
+        third.0, 202,
+        "over the allowance: accepted, not waited: {}",
+        third.2
+    );
+    assert!(third.1 < Duration::from_millis(1000), "{:?}", third.1);
+    assert_eq!((first.0, second.0), (200, 200), "{} {}", first.2, second.2);
 }

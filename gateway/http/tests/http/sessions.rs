@@ -144,6 +144,36 @@ async fn a_websocket_resumes_after_a_seq_in_order() {
     assert_eq!(app.journal(&id).await[6..].to_vec(), events);
 }
 
+/// Issue 39 (found by reading): a loop of `resume {after_seq: 0}` replayed the whole journal
+/// per frame. The first resume replays; one sooner than 5 s after it gets `rate_limited` and
+/// nothing more; the connection stays open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_resume_within_its_interval_replays_nothing() {
+    let app = app().await;
+    let (id, token) = app.create("ops").await;
+    app.say(&id, "First?").await;
+    let mut ws = app.ws(&id, &token, "").await;
+    assert_eq!(ws.next().await.unwrap()["type"], "hello");
+    ws.send(json!({ "type": "resume", "after_seq": 0 })).await;
+    for seq in 1..=6 {
+        let frame = ws.next().await.unwrap();
+        assert_eq!(
+            (frame["type"].as_str(), frame["seq"].as_i64()),
+            (Some("event"), Some(seq))
+        );
+    }
+    ws.send(json!({ "type": "resume", "after_seq": 0 })).await;
+    let refused = ws.next().await.unwrap();
+    assert_eq!(refused["type"], "error", "{refused}");
+    assert_eq!(refused["code"], "rate_limited", "{refused}");
+    // Still open: a message is answered as usual, its events start after the journal.
+    ws.send(json!({ "type": "user_message", "text": "Second?", "client_id": "c2" }))
+        .await;
+    let frames = ws.until_event("turn_finished").await;
+    let events = stead_testkit::client::events(&frames);
+    assert_eq!(events.first().unwrap()["seq"], 7, "{frames:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operational_endpoints_answer_without_a_model() {
     let app = app().await;

@@ -98,6 +98,24 @@ async fn embeddings_fall_back_are_cached_and_logged() {
         .await
         .unwrap();
     assert_eq!(bypass.cache, CacheStatus::Bypass);
+    // Issue 39: the cache is per key — another key misses (and pays) where the keyless
+    // caller hit, so a hit tells no key what another embedded.
+    let keyed = CallOptions {
+        api_key: Some("key-b".into()),
+        ..Default::default()
+    };
+    let other = setup
+        .router
+        .embed(embed("embed", &["green tea", "a flat tyre"]), keyed.clone())
+        .await
+        .unwrap();
+    assert_eq!(other.cache, CacheStatus::Miss);
+    let again = setup
+        .router
+        .embed(embed("embed", &["green tea", "a flat tyre"]), keyed)
+        .await
+        .unwrap();
+    assert_eq!(again.cache, CacheStatus::Hit);
 
     let unknown = setup
         .router
@@ -106,7 +124,7 @@ async fn embeddings_fall_back_are_cached_and_logged() {
         .unwrap_err();
     assert_eq!(unknown.code, "unknown_route");
 
-    let records = setup.sink.records(4).await;
+    let records = setup.sink.records(6).await;
     let summary: Vec<(String, String, u64, bool)> = records
         .iter()
         .map(|r| (r.route.clone(), r.status.clone(), r.tokens_in, r.cache_hit))
@@ -117,6 +135,8 @@ async fn embeddings_fall_back_are_cached_and_logged() {
             ("embed".to_string(), "ok".to_string(), 5, false),
             ("embed".into(), "ok".into(), 0, true),
             ("embed".into(), "ok".into(), 5, false),
+            ("embed".into(), "ok".into(), 5, false),
+            ("embed".into(), "ok".into(), 0, true),
             ("nope".into(), "error".into(), 0, false),
         ]
     );

@@ -281,3 +281,38 @@ async fn long_requests_timing_out_mid_stream_do_not_cool_the_target_down() {
         "later calls skipped it: cooling down"
     );
 }
+
+/// Issue 39, item 7: an upstream that answers without end is cut off at the answer limit,
+/// streamed or not, and the route falls back (the bytes are never buffered whole).
+#[tokio::test]
+async fn an_answer_over_the_size_limit_fails_its_attempt_and_falls_back() {
+    use stead_router::answer::MAX_ANSWER_BYTES;
+    let huge = "x".repeat(MAX_ANSWER_BYTES + 1);
+    let flood = Upstream::start(vec![], Reply::text(&huge)).await;
+    let fine = Upstream::start(vec![], Reply::text("Small answer.")).await;
+    let s = router(
+        &[("a", &flood), ("b", &fine)],
+        json!([{ "name": "r", "targets": [
+            { "provider": "a", "model": "m", "retry": fast_retry(1) },
+            { "provider": "b", "model": "m" }
+        ] }]),
+        json!({}),
+    );
+    let whole = s
+        .router
+        .call(ask("r", "hi"), CallOptions::default(), None)
+        .await
+        .unwrap();
+    assert_eq!(whole.text, "Small answer.");
+    let (streamed, result) = stream(&s.router, ask("r", "hi"), CallOptions::default()).await;
+    assert_eq!(result.unwrap().text, "Small answer.");
+    assert!(streamed.ends_with("Small answer."), "{}", streamed.len());
+    let records = s.sink.records(2).await;
+    assert_eq!(records.len(), 2);
+    for record in &records {
+        let first = &record.attempts[0];
+        assert_eq!(first.error_kind.as_deref(), Some("stream"));
+        let error = first.error.as_deref().unwrap_or("");
+        assert!(error.contains("over 16 MiB"), "{error}");
+    }
+}

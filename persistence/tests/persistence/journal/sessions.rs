@@ -403,28 +403,54 @@ async fn compaction_replaces_an_ended_journal_only(backend: Backend) {
     ));
 }
 
-/// `charge_delegation_step` counts atomically: 40 concurrent charges of one row end at 40, each
-/// answer a distinct count; an unknown id is `SessionNotFound`.
+/// `charge_delegation` counts atomically: 40 concurrent charges of one message end at 40, each
+/// answer a distinct count; sessions count apart; a later turn starts again, an earlier one
+/// (a straggler) adds to the current counts; an unknown id is `SessionNotFound`.
 async fn a_delegations_steps_are_counted_on_its_row_under_concurrency(backend: Backend) {
     let t = db::open(backend).await;
-    let child = new_session(&t.store).await;
+    let root = new_session(&t.store).await;
     let other = new_session(&t.store).await;
     let charges: Vec<_> = (0..40)
         .map(|_| {
             let store = t.store.clone();
-            tokio::spawn(async move { store.charge_delegation_step(child).await.unwrap() })
+            tokio::spawn(async move { store.charge_delegation(root, 7, false).await.unwrap() })
         })
         .collect();
     let mut counts = Vec::new();
     for charge in charges {
-        counts.push(charge.await.unwrap());
+        counts.push(charge.await.unwrap().model_calls);
     }
     counts.sort_unstable();
     assert_eq!(counts, (1..=40).collect::<Vec<i64>>());
-    assert_eq!(t.store.charge_delegation_step(other).await.unwrap(), 1);
+    let counts = |model_calls, sessions| stead_persistence::DelegationCounts {
+        model_calls,
+        sessions,
+    };
+    assert_eq!(
+        t.store.charge_delegation(root, 7, true).await.unwrap(),
+        counts(40, 1)
+    );
+    // A straggler of an earlier message adds to the current one's counts.
+    assert_eq!(
+        t.store.charge_delegation(root, 3, false).await.unwrap(),
+        counts(41, 1)
+    );
+    // The next message starts again.
+    assert_eq!(
+        t.store.charge_delegation(root, 12, false).await.unwrap(),
+        counts(1, 0)
+    );
+    assert_eq!(
+        t.store.charge_delegation(root, 12, true).await.unwrap(),
+        counts(1, 1)
+    );
+    assert_eq!(
+        t.store.charge_delegation(other, 0, false).await.unwrap(),
+        counts(1, 0)
+    );
     let unknown = Uuid::now_v7();
     assert!(matches!(
-        t.store.charge_delegation_step(unknown).await,
+        t.store.charge_delegation(unknown, 1, false).await,
         Err(stead_persistence::Error::SessionNotFound(id)) if id == unknown
     ));
 }

@@ -74,7 +74,14 @@ depth: number,
  * that it descends from (absent at depth 1: the child itself). Its row counts the
  * delegation's model calls (`sessions.max_delegation_steps`).
  */
-delegation?: string, };
+delegation?: string, 
+/**
+ * The top-level session's message this child descends from: all its descendants share
+ * one budget of model calls and child sessions (`sessions.max_delegation_steps`,
+ * `sessions.max_delegation_sessions`; absent in journals from before it: the
+ * `delegation`'s own count).
+ */
+message?: RootMessage, };
 
 /**
  * What a `context_compacted` event records: the oldest `entries` of the transcript — `turns`
