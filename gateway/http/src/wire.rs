@@ -255,6 +255,7 @@ pub fn typescript() -> String {
         declaration::<SeenTool>(&cfg),
         declaration::<stead_actors::CatchUp>(&cfg),
         declaration::<stead_actors::events::ParentRef>(&cfg),
+        declaration::<stead_actors::events::RootMessage>(&cfg),
         declaration::<stead_actors::events::Compaction>(&cfg),
         declaration::<stead_actors::ScheduleMessage>(&cfg),
         declaration::<stead_actors::ScheduleDef>(&cfg),

@@ -84,6 +84,11 @@ delegation?: string,
 message?: RootMessage, };
 
 /**
+ * A top-level session's message, by the seq at which its turn started.
+ */
+export type RootMessage = { session_id: string, turn_seq: number, };
+
+/**
  * What a `context_compacted` event records: the oldest `entries` of the transcript — `turns`
  * whole turns — left the prompt of the model call `call_id` (in flight), replaced by `summary`
  * (written by `model`; `None` with the `truncate` strategy or when the summariser failed).
