@@ -36,6 +36,15 @@ fn api_key(provider: &crate::config::ProviderConfig) -> Option<String> {
     })
 }
 
+/// The most bytes of one answer of a remote provider (`max_answer_mib`, default 16 MiB).
+fn answer_limit(provider: &crate::config::ProviderConfig) -> usize {
+    provider
+        .max_answer_mib
+        .map_or(stead_router::answer::MAX_ANSWER_BYTES, |mib| {
+            mib.saturating_mul(1 << 20)
+        })
+}
+
 /// Builds the router over the started local pools (by provider name), logging into `store`,
 /// its strict budgets kept in `budgets` when given (a cluster's shared ledger).
 pub fn build(
@@ -70,18 +79,24 @@ pub fn build(
                         pool.clone(),
                     )) as Arc<dyn Provider>
                 }),
-            ProviderKind::Openai => Some(Arc::new(OpenAiProvider::new(
-                provider.name.clone(),
-                provider.base_url.as_deref().unwrap_or_default(),
-                api_key(provider),
-                client.clone(),
-            ))),
-            ProviderKind::Anthropic => Some(Arc::new(AnthropicProvider::new(
-                provider.name.clone(),
-                provider.base_url.as_deref().unwrap_or_default(),
-                api_key(provider),
-                client.clone(),
-            ))),
+            ProviderKind::Openai => Some(Arc::new(
+                OpenAiProvider::new(
+                    provider.name.clone(),
+                    provider.base_url.as_deref().unwrap_or_default(),
+                    api_key(provider),
+                    client.clone(),
+                )
+                .with_answer_limit(answer_limit(provider)),
+            )),
+            ProviderKind::Anthropic => Some(Arc::new(
+                AnthropicProvider::new(
+                    provider.name.clone(),
+                    provider.base_url.as_deref().unwrap_or_default(),
+                    api_key(provider),
+                    client.clone(),
+                )
+                .with_answer_limit(answer_limit(provider)),
+            )),
         };
         providers.insert(provider.name.clone(), built);
     }

@@ -92,6 +92,7 @@ impl Default for Config {
                 model_dir: None,
                 base_url: None,
                 api_key_env: None,
+                max_answer_mib: None,
                 engine: EngineConfig::default(),
             }],
             routes: vec![RouteConfig {
@@ -182,6 +183,7 @@ fn local_embedding_provider() -> ProviderConfig {
         model_dir: None,
         base_url: None,
         api_key_env: None,
+        max_answer_mib: None,
         engine: EngineConfig {
             max_batch: 32,
             queue_capacity: 256,

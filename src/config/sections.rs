@@ -211,6 +211,10 @@ pub struct ProviderConfig {
     pub base_url: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_key_env: Option<String>,
+    /// openai, anthropic: the most MiB of one answer, whole or streamed (default 16;
+    /// embeddings answers may be 8 times as large). A larger answer fails its attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_answer_mib: Option<usize>,
     /// onnx: the local engine's pool.
     #[serde(default, flatten)]
     pub engine: EngineConfig,

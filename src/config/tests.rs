@@ -185,6 +185,7 @@ fn cross_references_and_duplicates_are_named() {
         model_dir: None,
         base_url: Some("ftp://x".into()),
         api_key_env: None,
+        max_answer_mib: None,
         engine: EngineConfig::default(),
     }))
     .contains(&format!("providers[{next}].base_url")));

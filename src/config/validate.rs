@@ -297,6 +297,9 @@ impl Config {
                             ))
                         }
                     }
+                    if provider.max_answer_mib == Some(0) {
+                        return Err(bad(&format!("{key}.max_answer_mib"), "must be at least 1"));
+                    }
                 }
                 _ => {}
             }

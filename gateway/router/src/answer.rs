@@ -4,13 +4,14 @@
 
 use super::provider::{FailureKind, ProviderError};
 
-/// The most bytes of one chat answer, whole or streamed (all events together). A completion
-/// of the largest `max_tokens` any provider offers stays far below it.
+/// The most bytes of one chat answer by default, whole or streamed (all events together); a
+/// provider's `max_answer_mib` changes it. A completion of the largest `max_tokens` any
+/// provider offers stays far below it.
 pub const MAX_ANSWER_BYTES: usize = 16 << 20;
 
-/// The most bytes of one embeddings answer (2,048 inputs of 3,072 floats written as JSON
-/// text fit in it).
-pub const MAX_EMBED_ANSWER_BYTES: usize = 128 << 20;
+/// The most bytes of one embeddings answer by default: 8 times a chat answer's (2,048 inputs
+/// of 3,072 floats written as JSON text fit in it).
+pub const MAX_EMBED_ANSWER_BYTES: usize = 8 * MAX_ANSWER_BYTES;
 
 /// The most bytes of an error answer read for its message; the rest is not read.
 pub const MAX_ERROR_BYTES: usize = 64 << 10;

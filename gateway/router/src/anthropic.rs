@@ -27,6 +27,8 @@ pub struct AnthropicProvider {
     url: reqwest::Url,
     api_key: Option<String>,
     client: reqwest::Client,
+    /// The most bytes of one answer ([`crate::answer::MAX_ANSWER_BYTES`] unless set).
+    answer_limit: usize,
 }
 
 impl AnthropicProvider {
@@ -51,7 +53,14 @@ impl AnthropicProvider {
             url,
             api_key,
             client,
+            answer_limit: MAX_ANSWER_BYTES,
         }
+    }
+
+    /// The same provider with another bound on one answer's bytes (`max_answer_mib`).
+    pub fn with_answer_limit(mut self, bytes: usize) -> Self {
+        self.answer_limit = bytes;
+        self
     }
 
     fn stream_error(&self, message: impl std::fmt::Display) -> ProviderError {
@@ -379,7 +388,7 @@ impl Provider for AnthropicProvider {
         }
         match call.chunks {
             None => {
-                let bytes = read_limited(&self.name, response, MAX_ANSWER_BYTES).await?;
+                let bytes = read_limited(&self.name, response, self.answer_limit).await?;
                 let value: Value = serde_json::from_slice(&bytes)
                     .map_err(|e| self.stream_error(format!("an unreadable answer: {e}")))?;
                 parse_message(&value, call.model).map_err(|e| self.stream_error(e))
@@ -387,7 +396,7 @@ impl Provider for AnthropicProvider {
             Some(chunks) => {
                 let mut body = std::pin::pin!(response.bytes_stream());
                 let mut fold = StreamFold::default();
-                let mut received = AnswerLimit::new(&self.name, MAX_ANSWER_BYTES);
+                let mut received = AnswerLimit::new(&self.name, self.answer_limit);
                 while let Some(bytes) = body.next().await {
                     let bytes = bytes.map_err(|e| transport_error(&self.name, &e, true))?;
                     received.take(bytes.len())?;

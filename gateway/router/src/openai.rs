@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use futures_util::StreamExt;
 use serde_json::Value;
 
-use super::answer::{read_limited, AnswerLimit, MAX_ANSWER_BYTES, MAX_EMBED_ANSWER_BYTES};
+use super::answer::{read_limited, AnswerLimit, MAX_ANSWER_BYTES};
 use super::provider::{
     Chunk, EmbedReply, FailureKind, Provider, ProviderCall, ProviderError, ProviderReply,
 };
@@ -24,6 +24,9 @@ pub struct OpenAiProvider {
     embeddings_url: reqwest::Url,
     api_key: Option<String>,
     client: reqwest::Client,
+    /// The most bytes of one chat answer ([`MAX_ANSWER_BYTES`] unless set); embeddings
+    /// answers may be 8 times as large.
+    answer_limit: usize,
 }
 
 impl OpenAiProvider {
@@ -50,7 +53,14 @@ impl OpenAiProvider {
             embeddings_url: parse("/embeddings"),
             api_key,
             client,
+            answer_limit: MAX_ANSWER_BYTES,
         }
+    }
+
+    /// The same provider with another bound on one answer's bytes (`max_answer_mib`).
+    pub fn with_answer_limit(mut self, bytes: usize) -> Self {
+        self.answer_limit = bytes;
+        self
     }
 
     fn transport_error(&self, error: &reqwest::Error, streaming: bool) -> ProviderError {
@@ -188,7 +198,7 @@ impl Provider for OpenAiProvider {
         if !status.is_success() {
             return Err(self.status_error(response).await);
         }
-        let bytes = read_limited(&self.name, response, MAX_EMBED_ANSWER_BYTES).await?;
+        let bytes = read_limited(&self.name, response, self.answer_limit.saturating_mul(8)).await?;
         let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
             ProviderError::new(
                 FailureKind::Stream,
@@ -222,7 +232,7 @@ impl Provider for OpenAiProvider {
         }
         let folded = match call.chunks {
             None => {
-                let bytes = read_limited(&self.name, response, MAX_ANSWER_BYTES).await?;
+                let bytes = read_limited(&self.name, response, self.answer_limit).await?;
                 let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
                     ProviderError::new(
                         FailureKind::Stream,
@@ -236,7 +246,7 @@ impl Provider for OpenAiProvider {
             Some(chunks) => {
                 let mut body = std::pin::pin!(response.bytes_stream());
                 let mut stream = StreamAccumulator::default();
-                let mut received = AnswerLimit::new(&self.name, MAX_ANSWER_BYTES);
+                let mut received = AnswerLimit::new(&self.name, self.answer_limit);
                 loop {
                     let (fed, ended) = match body.next().await {
                         Some(Ok(bytes)) => {

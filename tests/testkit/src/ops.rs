@@ -65,6 +65,8 @@ pub fn config(upstream: &str, webhook: &str, extra: &str) -> String {
 name = "fake"
 kind = "openai"
 base_url = "{upstream}"
+# The flood test streams a 48 MiB answer (over the default 16 MiB limit of one answer).
+max_answer_mib = 64
 
 [[routes]]
 name = "default"
