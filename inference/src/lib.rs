@@ -2,10 +2,10 @@
 //! directory it loads, tokenization and incremental detokenization, the model's own chat
 //! template and the prompt adapters for small models (`adapt`), sampling, continuous batching, and tool calls constrained to their JSON schemas
 //! (llguidance); sentence embeddings with an encoder model (`embedding`); and the `onnx`
-//! provider that puts a pool behind the model router (`stead-router`, whose chat vocabulary —
-//! messages, tools, usage — the engine speaks). It
-//! knows nothing of sessions, storage or HTTP, and nothing of routing: retries, fallback,
-//! cache and limits belong to the router.
+//! provider that puts a pool behind the model router: it implements `stead-model`'s
+//! `Provider` and speaks its chat vocabulary (messages, tools, usage), and does not link the
+//! router. It knows nothing of sessions, storage or HTTP, and nothing of routing: retries,
+//! fallback, cache and limits belong to the router.
 
 pub mod adapt;
 pub mod constrained;

@@ -1,12 +1,12 @@
 //! The `onnx` provider: the pooled local ONNX Runtime engine as one of the model router's
-//! providers (`stead_router::Provider`); the binary registers one per started pool. The
+//! providers (`stead_model::Provider`); the binary registers one per started pool. The
 //! `onnx_embedding` provider does the same for the local embedding pool.
 
 use async_trait::async_trait;
 
 use crate::pool::InferencePool;
 use crate::{ChatRequest, Error, SamplingParams, StreamEvent};
-use stead_router::{
+use stead_model::{
     Chunk, FailureKind, Provider, ProviderCall, ProviderError, ProviderMetric, ProviderReply,
 };
 
@@ -23,7 +23,7 @@ impl OnnxProvider {
     /// The engine's request for a router request.
     fn chat_request(
         &self,
-        request: &stead_router::RouterRequest,
+        request: &stead_model::RouterRequest,
         sampling: SamplingParams,
         assistant_prefix: String,
     ) -> ChatRequest {
@@ -132,7 +132,7 @@ impl Provider for OnnxProvider {
         ]
     }
 
-    fn measure(&self, _model: &str, request: &stead_router::RouterRequest) -> Option<(u64, u64)> {
+    fn measure(&self, _model: &str, request: &stead_model::RouterRequest) -> Option<(u64, u64)> {
         let sampling = SamplingParams {
             max_tokens: 1,
             ..SamplingParams::default()
@@ -238,7 +238,7 @@ impl Provider for OnnxEmbeddingProvider {
         &self,
         model: &str,
         inputs: &[String],
-    ) -> Result<stead_router::EmbedReply, ProviderError> {
+    ) -> Result<stead_model::EmbedReply, ProviderError> {
         if model != self.model {
             return Err(ProviderError::new(
                 FailureKind::Invalid,
@@ -253,7 +253,7 @@ impl Provider for OnnxEmbeddingProvider {
             .embed_counted(inputs.to_vec())
             .await
             .map_err(failure)?;
-        Ok(stead_router::EmbedReply {
+        Ok(stead_model::EmbedReply {
             vectors: embedded.vectors,
             prompt_tokens: embedded.tokens,
             model: self.model.clone(),

@@ -1,6 +1,6 @@
 use serde::{Deserialize, Serialize};
 
-pub use stead_router::chat::{
+pub use stead_model::chat::{
     ChatMessage, FinishReason, Role, ToolCall, ToolChoice, ToolSpec, Usage,
 };
 

@@ -79,6 +79,35 @@ fn a_newcomer_finds_each_owner_by_folder_name_from_the_readme() {
     }
 }
 
+/// The engine and the router share one leaf vocabulary crate (`model/`) and neither links the
+/// other; the vocabulary links no Stead crate at all.
+#[test]
+fn the_engine_does_not_link_the_router_and_the_vocabulary_is_a_leaf() {
+    let depends = |manifest: &str, on: &str| {
+        read(manifest)
+            .lines()
+            .any(|l| l.split(['.', ' ', '=']).next() == Some(on))
+    };
+    assert!(
+        !depends("inference/Cargo.toml", "stead-router"),
+        "the engine depends on the router"
+    );
+    assert!(depends("inference/Cargo.toml", "stead-model"));
+    assert!(depends("gateway/router/Cargo.toml", "stead-model"));
+    for other in [
+        "stead-router",
+        "stead-inference",
+        "stead-actors",
+        "stead-persistence",
+        "stead-http",
+    ] {
+        assert!(
+            !depends("model/Cargo.toml", other),
+            "the vocabulary crate depends on {other}"
+        );
+    }
+}
+
 #[test]
 fn the_http_edge_and_the_router_do_not_link_the_local_engine() {
     for manifest in ["gateway/http/Cargo.toml", "gateway/router/Cargo.toml"] {

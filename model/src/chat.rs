@@ -1,5 +1,5 @@
 //! The chat vocabulary every model speaks, local or remote: messages, tool definitions and
-//! calls, `tool_choice`, token usage and why an answer ended. OpenAI-shaped, so the wire format
+//! calls, `tool_choice`, token usage and why an answer ended. OpenAI-shaped, so the router's wire format
 //! maps onto it one to one; the local engine (`stead-inference`) and the session actors
 //! (through the binary's wiring) use the same types.
 

@@ -1,5 +1,5 @@
-//! What the router asks of a provider: one chat completion for one model, streamed or not, and
-//! (where it makes them) embeddings of some texts.
+//! What the model router asks of a provider: one chat completion for one model, streamed or
+//! not, and (where it makes them) embeddings of some texts.
 
 use std::time::Duration;
 
