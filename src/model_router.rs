@@ -290,7 +290,7 @@ impl ModelClient for SessionModel {
             _ = stead_router::cancelled(&cancel) => return Err(ModelError::Cancelled),
             response = call => response.map_err(|e| {
                 // A refusal by a limit or budget names its code: the journal says why. An
-                // upstream's own error text stays in the request log (issue 39).
+                // upstream's own error text stays in the request log.
                 if e.code.is_limit() {
                     ModelError::Failed(format!("{}: {}", e.code, e.message))
                 } else {

@@ -1,4 +1,4 @@
-//! When schedules are due (issue 18, docs/schedules.md): the kinds (`at`, `delay`,
+//! When schedules are due (docs/schedules.md): the kinds (`at`, `delay`,
 //! `cron` in an IANA zone, `every`), their validation, and the one pure function that gives a
 //! schedule's next due instant strictly after a given one — so every due instant can be
 //! recomputed from the last journaled one after a crash, and tests use an injected clock.

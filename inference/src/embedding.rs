@@ -1,4 +1,4 @@
-//! Sentence embeddings on the local engine (issue 21, docs/inference.md): a BERT-style encoder
+//! Sentence embeddings on the local engine (docs/inference.md): a BERT-style encoder
 //! ONNX model (all-MiniLM-L6-v2, prepared by `stead setup` into `models/all-minilm-l6-v2/`)
 //! with its HuggingFace `tokenizer.json`. A batch of texts is tokenized (truncated to
 //! [`MAX_TOKENS`]), padded to its longest, run once, mean-pooled over each text's tokens and

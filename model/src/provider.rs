@@ -129,7 +129,7 @@ pub struct ProviderError {
     pub message: String,
     /// Whether `message` quotes the provider's own words (an error answer's text, an error
     /// event in a stream): they stay in the request log and with the router's direct callers,
-    /// never in a session's journal (issue 39: a hosted API's text can name keys or accounts).
+    /// never in a session's journal (a hosted API's text can name keys or accounts).
     pub quoted: bool,
 }
 

@@ -1,4 +1,4 @@
-//! `stead bench context` (issue 38; docs/sessions.md, "Context management"): one session of
+//! `stead bench context` (docs/sessions.md, "Context management"): one session of
 //! many turns on a route whose budget is small, through a `stead serve` child whose model is an
 //! upstream double inside the bench process (a test double: it runs no model). Turn 1 asks the
 //! agent to keep a code word, and the double answers with a `memory_block` call; every later

@@ -1,4 +1,4 @@
-//! `stead bench knowledge` (issue 21, docs/benchmarks.md). `--part embed` (this module):
+//! `stead bench knowledge` (docs/benchmarks.md). `--part embed` (this module):
 //! embedding throughput of the local
 //! embedding model (`models/all-minilm-l6-v2`, prepared by `stead setup`) through Stead's
 //! embedding pool, against Python `onnxruntime` on the same `model.onnx`, fed the same token

@@ -188,7 +188,7 @@ mod tests {
         headers
     }
 
-    /// Issue 39, item 15: the signature covers the target node, the body's hash and a nonce;
+    /// The signature covers the target node, the body's hash and a nonce;
     /// it verifies once.
     #[test]
     fn a_signature_verifies_once_for_its_node_path_and_body() {

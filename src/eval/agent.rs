@@ -4,7 +4,7 @@
 //! graded on the tools it called (names in order, argument matchers), its reply (contains /
 //! does not contain), and always on the reply being neither empty nor tool-call text (the
 //! check `stead_actors::reply::problem` makes) and on its wall time. The summary has the
-//! targets of issue 38: pass rate, replies with tool-call text, empty replies, asked-for tool
+//! targets of the agent-quality work: pass rate, replies with tool-call text, empty replies, asked-for tool
 //! chosen, unasked tool, turn and later-step first-token times. Greedy decoding makes a run
 //! repeatable on one machine.
 

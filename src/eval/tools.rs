@@ -6,7 +6,7 @@
 //! built-in configuration, whose model is the one prepared in the data directory. The first
 //! model call of each turn is read back from the session's journal: a prompt that asks for a
 //! tool scores when that call asks for the right tool; a prompt that does not counts against
-//! the model when the call asks for any tool. Targets (issue 16): right tool ≥ 80 %, unasked
+//! the model when the call asks for any tool. Targets: right tool ≥ 80 %, unasked
 //! ≤ 10 %. Greedy decoding makes a run repeatable on one machine.
 
 use std::time::Instant;

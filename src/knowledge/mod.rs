@@ -1,4 +1,4 @@
-//! Knowledge collections (issue 21, docs/knowledge.md): the service behind
+//! Knowledge collections (docs/knowledge.md): the service behind
 //! `/v1/collections…`, the `knowledge` agent tool and `stead knowledge`. A document is cut into
 //! chunks ([`chunk`]), embedded through the model router (the collection's embedding route:
 //! logged, cached and limited like any call) and written to the store in one transaction.

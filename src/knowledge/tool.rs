@@ -93,7 +93,7 @@ impl Tool for KnowledgeTool {
             )));
         }
         // Charged to the session's principal and logged with the session, like its model
-        // calls (issue 39: charged to no one, it escaped every key's budget and rate limit).
+        // calls (before, charged to no one, they escaped every key's budget and rate limit).
         let charge = stead_router::CallOptions {
             api_key: Some(context.principal.clone()),
             session_id: Some(context.session_id),

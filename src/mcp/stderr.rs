@@ -62,7 +62,7 @@ fn emit(line: &[u8], cut: bool, each: &mut impl FnMut(&str)) {
 mod tests {
     use super::drain_lines;
 
-    /// Issue 39, item 7: a line without end is cut at the limit, and the lines after it
+    /// A line without end is cut at the limit, and the lines after it
     /// still arrive.
     #[tokio::test]
     async fn stderr_lines_are_cut_at_the_limit() {

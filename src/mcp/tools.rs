@@ -39,7 +39,7 @@ fn full_name(server: &str, tool: &str) -> String {
 /// Whether shortening keeps a tool's policy: the rule that would apply to its full name
 /// ([`full_name`]) is the one its model-visible `name` matches (decisions look rules up by the
 /// name the model called). A tool for which it is not — a strict entry naming a long tool,
-/// shadowed after shortening by a broad glob — is not offered (issue 39: such a tool ran with
+/// shadowed after shortening by a broad glob — is not offered (such a tool ran with
 /// the glob's `approval = "never"`).
 pub fn policy_kept(rules: &AgentRules, full: &str, name: &str) -> bool {
     full == name

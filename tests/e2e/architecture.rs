@@ -174,3 +174,59 @@ fn no_source_file_is_over_600_lines() {
     assert!(seen > 100, "only {seen} source files found");
     assert!(long.is_empty(), "files over 600 lines: {long:#?}");
 }
+
+/// Comments say what the code does and why, not which issue asked for it (issues close; the
+/// reasons belong in the comment itself, the history in `CHANGELOG.md`).
+#[test]
+fn no_comment_names_an_issue_number() {
+    fn walk(dir: &Path, found: &mut Vec<String>, seen: &mut usize) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if path.is_dir() {
+                if !name.starts_with('.') && !["target", "node_modules"].contains(&name.as_str()) {
+                    walk(&path, found, seen);
+                }
+                continue;
+            }
+            if !name.ends_with(".rs") {
+                continue;
+            }
+            *seen += 1;
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            for (n, line) in text.lines().enumerate() {
+                let Some((_, comment)) = line.split_once("//") else {
+                    continue;
+                };
+                let lower = comment.to_lowercase();
+                let names_one = lower.match_indices("issue ").any(|(at, _)| {
+                    lower[at + "issue ".len()..]
+                        .chars()
+                        .next()
+                        .is_some_and(|c| c.is_ascii_digit())
+                });
+                if names_one {
+                    found.push(format!("{}:{}: {}", path.display(), n + 1, line.trim()));
+                }
+            }
+        }
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let (mut found, mut seen) = (Vec::new(), 0);
+    for dir in [
+        "actors",
+        "gateway",
+        "inference",
+        "model",
+        "persistence",
+        "src",
+        "tests",
+    ] {
+        walk(&root.join(dir), &mut found, &mut seen);
+    }
+    assert!(seen > 100, "only {seen} Rust files found");
+    assert!(found.is_empty(), "comments naming an issue: {found:#?}");
+}

@@ -137,7 +137,7 @@ fn a_full_disk_refuses_writes_clearly_and_loses_nothing() {
     assert!(run["checked"]["acks"].as_u64().unwrap() > 0, "{report}");
 }
 
-/// The short version of `stead bench chaos --fault none --abuse` (issue 39; the 10-minute
+/// The short version of `stead bench chaos --fault none --abuse` (the 10-minute
 /// figures are in docs/benchmarks.md): ten windows of 0.3–1.5 s of the workload beside the
 /// attackers on a keyed server. The bench fails on a legitimate request that failed, a limit
 /// the attacked session exceeded, or memory that grew; here the attackers must also have been

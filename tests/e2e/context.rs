@@ -1,4 +1,4 @@
-//! Context management end to end (issue 38; docs/sessions.md, "Context management"): a
+//! Context management end to end (docs/sessions.md, "Context management"): a
 //! `stead serve` whose route is an upstream double that declares a small context — it
 //! refuses (400) any prompt over 2,048 tokens (four characters each) and records every prompt
 //! it sees. An agent with `max_prompt_tokens = 1536` talks for 200 turns of ~75-token messages

@@ -471,7 +471,7 @@ route = "metered"
     );
 }
 
-/// Issue 39 (found by reading): an upstream's own error text stays in the request log; the
+/// An upstream's own error text stays in the request log; the
 /// session's `model_call_failed` (read by its token holder and by the model) names the
 /// provider and the status only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -515,7 +515,7 @@ async fn contract(postgres: bool) {
         .find(|e| e["kind"] == "assistant_message")
         .unwrap();
     assert_eq!(reply["payload"]["text"], "Steep it at 80 degrees [tea].");
-    // The tool's query embedding is charged to the session's principal (issue 39: it was
+    // The tool's query embedding is charged to the session's principal (it was
     // charged to no one, outside every key's budget and rate limit).
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let logs = loop {

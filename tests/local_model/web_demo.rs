@@ -3,7 +3,7 @@
 //! its built-in configuration — remember a note (kept in the session's memory block), a
 //! calculation, ask to forget the note and reject the approval card, ask again and approve
 //! it. The model decides by itself to call the
-//! tools, and after each result it answers in a sentence (issue 38: never call JSON, never an
+//! tools, and after each result it answers in a sentence (never call JSON, never an
 //! empty bubble). Screenshots go to `{target}/tmp/web-ui-demo/`; afterwards the journal is
 //! checked for what the page showed.
 

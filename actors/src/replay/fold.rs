@@ -88,7 +88,7 @@ pub async fn fold_until(
         })?;
     }
     // The latest snapshot, when it is at or before `at` (and after the compaction): only the
-    // journal after it is read (issue 39: every `?at=` folded the whole journal).
+    // journal after it is read (every `?at=` folded the whole journal).
     if let Some(snapshot) = store.latest_snapshot(id).await? {
         if snapshot.seq <= at && snapshot.seq > folded.last_seq {
             if let Some(state) = state_from_document(&snapshot.state) {

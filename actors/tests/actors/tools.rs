@@ -229,7 +229,7 @@ async fn webhook_errors_do_not_leak_the_url() {
 }
 
 /// A webhook that answers with a redirect does not take the body (and the entry's secret
-/// headers) to the other host: the call fails with the status (issue 39; before, the client
+/// headers) to the other host: the call fails with the status (before, the client
 /// followed it and re-sent everything).
 #[tokio::test]
 async fn webhooks_follow_no_redirect() {
@@ -250,7 +250,7 @@ async fn webhooks_follow_no_redirect() {
 }
 
 /// An answer over the limit fails the call without being buffered whole — declared by its
-/// `Content-Length` or streamed without one (issue 39: a 400 MiB answer took the process to a
+/// `Content-Length` or streamed without one (a 400 MiB answer took the process to a
 /// 2 GiB peak); one under it is the result.
 #[tokio::test]
 async fn webhook_answers_are_size_limited() {

@@ -264,7 +264,7 @@ async fn answer(
     headers: HeaderMap,
     request: axum::extract::Request,
 ) -> Result<Response, ApiError> {
-    // The credential is checked before a byte of the body is read (issue 39: the body was
+    // The credential is checked before a byte of the body is read (the body was
     // read first, so an anonymous client could hold the handler with a trickled body).
     let Caller(caller) = caller?;
     caller.require_operator()?;

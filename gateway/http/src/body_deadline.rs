@@ -85,7 +85,7 @@ mod tests {
     use super::*;
     use futures_util::StreamExt;
 
-    /// Issue 39, item 4: a body that trickles past its deadline fails the read; one that
+    /// A body that trickles past its deadline fails the read; one that
     /// arrives in time is read whole.
     #[tokio::test]
     async fn a_body_past_its_deadline_fails_and_one_in_time_is_whole() {

@@ -18,7 +18,7 @@ use crate::{ApiError, AppState, ErrorCode};
 
 /// The header of a forwarded request that carries the lowercase hex SHA-256 of its body,
 /// covered by the node signature: a node-signed request whose body does not hash to it is
-/// refused (issue 39: the signature covered no body, so a captured one could carry another).
+/// refused (the signature covered no body, so a captured one could carry another).
 pub const BODY_HASH_HEADER: &str = "x-stead-node-body-sha256";
 
 /// The response extension of a `session_elsewhere` answer: the lease holder's node id.

@@ -1,5 +1,5 @@
 //! `stead bench chaos --fault none --abuse`: attackers beside the normal workload on a keyed
-//! server (issue 39; docs/benchmarks.md). One has no credential: it opens MCP sessions and
+//! server (docs/benchmarks.md). One has no credential: it opens MCP sessions and
 //! streams, trickles request bodies, sends oversized ones and forges node signatures. One
 //! holds a session token: it fills its session with every-second schedules, floods waiting
 //! messages, loops WebSocket resumes and knocks on operator routes. Each window checks that

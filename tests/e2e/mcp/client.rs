@@ -89,7 +89,7 @@ async fn a_stdio_server_lists_and_runs_its_tools() {
         .unwrap_err();
     assert!(error.0.contains("JSON object"), "{error}");
 
-    // The child's environment is clean (issue 39: it inherited Stead's, provider keys and
+    // The child's environment is clean (it inherited Stead's, provider keys and
     // all): PATH and the entry's own `env`, none of the test process's other variables.
     let env = tool(&server, "get-env")
         .execute(json!({}), &context("c6"))

@@ -1,4 +1,4 @@
-//! Stead's own `/mcp` endpoint on a keyed server, at its edge (issue 39): an anonymous
+//! Stead's own `/mcp` endpoint on a keyed server, at its edge: an anonymous
 //! `initialize` is refused before rmcp creates a session, a session answers only the
 //! credential that created it, live sessions are capped per credential (429
 //! `too_many_mcp_sessions`) while another credential still gets one, and a body over the

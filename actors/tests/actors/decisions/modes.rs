@@ -1,4 +1,4 @@
-//! Messages that arrive mid-turn (issue 18): `queue`, `interrupt`, `steer` and `drop_if_busy`,
+//! Messages that arrive mid-turn: `queue`, `interrupt`, `steer` and `drop_if_busy`,
 //! per message or as the agent's default, by value on the journal, and the decision check over
 //! such a journal.
 

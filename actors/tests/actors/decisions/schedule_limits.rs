@@ -1,4 +1,4 @@
-//! Schedule limits (issue 39, item 9; docs/schedules.md, "Limits"): a wake-up never queues
+//! Schedule limits (docs/schedules.md, "Limits"): a wake-up never queues
 //! past `max_queued`, a schedule never has two firings queued, and a session fires at most
 //! `max_firings_per_hour` in any hour — what is held back stays due and fires later.
 

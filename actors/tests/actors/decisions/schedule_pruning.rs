@@ -6,7 +6,7 @@ use stead_actors::{ScheduleDef, SessionEvent};
 
 use super::schedules::{def, t};
 
-/// Fired one-time schedules do not pile up in the state (issue 39: three rounds of 100 left 300
+/// Fired one-time schedules do not pile up in the state (three rounds of 100 left 300
 /// in it, `GET …/state` at 18 MB): the newest 32 done ones stay, the pending ones all do, and
 /// replay prunes the same.
 #[test]

@@ -1,4 +1,4 @@
-//! Schedules as decisions (issue 18), with an injected clock (the `now` of each input): a delay
+//! Schedules as decisions, with an injected clock (the `now` of each input): a delay
 //! fires once; a cron in a zone with daylight saving fires at the zone's wall-clock time; keys
 //! make re-creation idempotent; catch-up modes; a firing queues behind a running turn; closing
 //! cancels; bad definitions are refused with nothing journaled; and the decision check passes

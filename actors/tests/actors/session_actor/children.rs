@@ -152,13 +152,13 @@ async fn a_child_session_answers_its_parents_call_once(backend: Backend) {
     // The child names its parent, in its row and its journal, and did the task once.
     let row = store.get_session(child).await.unwrap();
     assert_eq!(row.agent, "researcher");
-    // With the parent's metadata (issue 39: a tree's spend reached per-customer reports only
+    // With the parent's metadata (a tree's spend reached per-customer reports only
     // for the parent's calls).
     assert_eq!(row.metadata, json!({"customer": "acme"}));
     let link = row.parent.unwrap();
     assert_eq!((link.session_id, link.call_id.as_str()), (parent, "t1"));
     let child_journal = kinds_of(&store, child).await;
-    // …and the parent's message it descends from (its turn's budget, issue 39).
+    // …and the parent's message it descends from (its turn's budget).
     let mut link = child_journal[0].1["parent"].clone();
     let message = link.as_object_mut().unwrap().remove("message").unwrap();
     assert_eq!(

@@ -307,7 +307,7 @@ async fn a_delegation_stops_at_its_step_limit(backend: Backend) {
     registry.stop_all();
 }
 
-/// Issue 39, item 11: the budget is per top-level *message*, not per child. The lead's one
+/// The budget is per top-level *message*, not per child. The lead's one
 /// answer starts four looping researchers; with `max_delegation_sessions = 3` the fourth is
 /// not started, and the three share `max_delegation_steps = 5` model calls (before: each child
 /// had its own 5, so 20, and every child started).

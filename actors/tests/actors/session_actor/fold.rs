@@ -1,6 +1,6 @@
 //! `fold_until` (what `GET …/state?at=N`, `stead replay state` and forks use) starts from the
 //! session's latest snapshot when it is at or before the seq asked for, on both backends
-//! (issue 39: every `?at=` folded the whole journal), and from the start when it is after.
+//! (every `?at=` folded the whole journal), and from the start when it is after.
 
 use stead_actors::replay::{fold_until, snapshot_document};
 use stead_persistence::Backend;

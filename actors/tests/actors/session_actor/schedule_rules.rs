@@ -1,4 +1,4 @@
-//! Schedule rules through the session actor, on SQLite and PostgreSQL (issue 18): re-creating
+//! Schedule rules through the session actor, on SQLite and PostgreSQL: re-creating
 //! a schedule under its key with the same definition journals nothing, another definition is a
 //! conflict unless replaced; the catch-up modes on a real store with an injected clock. The
 //! decision check passes on every journal these record (`mid_turn` holds the interrupt and

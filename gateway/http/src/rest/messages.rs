@@ -70,7 +70,7 @@ pub async fn post_message(
     // Attach before sending, so the wait sees every frame the message causes. A session
     // holds at most `max_websockets_per_session` waits at once (each is a subscriber of its
     // actor); past that the message is sent and answered 202 at once, as when a wait runs
-    // out (issue 39: waits were unbounded).
+    // out (waits were unbounded).
     let waiting = query
         .wait
         .then(|| state.session_waits.take(id, state.limits.ws_per_session))

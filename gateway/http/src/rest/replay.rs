@@ -11,7 +11,7 @@ pub struct AtQuery {
     at: Option<i64>,
 }
 
-/// `GET …/state?at=N` folds running at once in this process (issue 39: eight concurrent folds
+/// `GET …/state?at=N` folds running at once in this process (eight concurrent folds
 /// of an ~80 MB journal raised RSS by 270 MiB).
 pub const CONCURRENT_FOLDS: usize = 2;
 

@@ -47,7 +47,7 @@ pub(super) struct Connection {
 
 /// How often one connection may ask to replay the journal again: a 30-byte `resume` with
 /// `after_seq: 0` replays the whole journal, so a loop of them would turn one token into a
-/// journal-reading pump (issue 39).
+/// journal-reading pump.
 const RESUME_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
 type Closed = String;

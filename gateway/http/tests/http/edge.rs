@@ -148,7 +148,7 @@ async fn a_client_that_never_finishes_its_headers_is_cut_off() {
     assert_eq!(status, 200);
 }
 
-/// Issue 39, item 4: a body trickled a byte at a time is cut off at the whole-body deadline on
+/// A body trickled a byte at a time is cut off at the whole-body deadline on
 /// any route (before: only the headers had a timeout, and 40 such connections held every
 /// slot), and the server goes on serving.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -265,7 +265,7 @@ async fn a_session_holds_at_most_its_websocket_allowance() {
     assert!(opened, "a closed WebSocket kept its slot");
 }
 
-/// Issue 39 (found by reading): `?wait=true` requests were unbounded subscribers of their
+/// `?wait=true` requests were unbounded subscribers of their
 /// session. Past `ws_per_session` waits at once, a message is still sent but answered 202 at
 /// once; the waits in place still end with the turn.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -144,7 +144,7 @@ async fn a_websocket_resumes_after_a_seq_in_order() {
     assert_eq!(app.journal(&id).await[6..].to_vec(), events);
 }
 
-/// Issue 39 (found by reading): a loop of `resume {after_seq: 0}` replayed the whole journal
+/// A loop of `resume {after_seq: 0}` replayed the whole journal
 /// per frame. The first resume replays; one sooner than 5 s after it gets `rate_limited` and
 /// nothing more; the connection stays open.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -251,7 +251,7 @@ async fn rotating_a_session_token_invalidates_the_old_one() {
         .unwrap();
     let mut by_ticket = stead_testkit::client::Ws { stream };
     assert_eq!(by_ticket.next().await.unwrap()["type"], "hello");
-    // And one with the token in `x-api-key` (issue 39: it used to survive the rotation, as
+    // And one with the token in `x-api-key` (it used to survive the rotation, as
     // only `?token=` and `Bearer` were re-checked).
     let mut request =
         tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(ws_url(
@@ -366,7 +366,7 @@ async fn an_operator_purges_a_session_for_good() {
     assert_eq!(status, 404);
 }
 
-/// A message's `mode` over REST and the WebSocket (issue 18): `drop_if_busy` is refused with
+/// A message's `mode` over REST and the WebSocket: `drop_if_busy` is refused with
 /// 409 `busy` and journals nothing; `interrupt` cancels the running turn and runs at once;
 /// `steer` joins the running turn; bad modes are 422.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

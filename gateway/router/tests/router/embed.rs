@@ -98,7 +98,7 @@ async fn embeddings_fall_back_are_cached_and_logged() {
         .await
         .unwrap();
     assert_eq!(bypass.cache, CacheStatus::Bypass);
-    // Issue 39: the cache is per key — another key misses (and pays) where the keyless
+    // The cache is per key — another key misses (and pays) where the keyless
     // caller hit, so a hit tells no key what another embedded.
     let keyed = CallOptions {
         api_key: Some("key-b".into()),

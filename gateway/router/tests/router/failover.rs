@@ -282,7 +282,7 @@ async fn long_requests_timing_out_mid_stream_do_not_cool_the_target_down() {
     );
 }
 
-/// Issue 39, item 7: an upstream that answers without end is cut off at the answer limit,
+/// An upstream that answers without end is cut off at the answer limit,
 /// streamed or not, and the route falls back (the bytes are never buffered whole).
 #[tokio::test]
 async fn an_answer_over_the_size_limit_fails_its_attempt_and_falls_back() {

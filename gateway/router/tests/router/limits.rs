@@ -32,7 +32,7 @@ async fn identical_calls_are_answered_once_sequentially_and_concurrently() {
     assert_eq!(up.requests().len(), 1);
     assert!(first.cost > 0.0);
     assert_eq!(second.cost, 0.0);
-    // Scoped per API key (issue 39: a hit told a key that another had sent the same prompt):
+    // Scoped per API key (a hit told a key that another had sent the same prompt):
     // another key misses and pays, then hits its own entry.
     let as_key = |key: &str| CallOptions {
         api_key: Some(key.into()),
