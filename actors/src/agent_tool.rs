@@ -18,7 +18,6 @@ use uuid::Uuid;
 use crate::agent_schedules::{derived_id, wake_now};
 use crate::decide::{Planner, Refusal};
 use crate::events::{ParentRef, SessionEvent, TurnEnd};
-use crate::policy::ApprovalPolicy;
 use crate::schedule_tool::Builtin;
 use crate::state::{CallStatus, SessionState};
 use crate::tools::{Tool, ToolContext, ToolError, ToolInfo};
@@ -58,19 +57,8 @@ impl AgentTool {
 
 #[async_trait]
 impl Tool for AgentTool {
-    fn name(&self) -> &str {
-        &self.info.name
-    }
-    fn description(&self) -> &str {
-        &self.info.description
-    }
-    fn approval(&self) -> &ApprovalPolicy {
-        &self.info.approval
-    }
-    fn idempotent(&self) -> bool {
-        // Starting the child again finds the same child.
-        true
-    }
+    // Starting the child again finds the same child.
+    crate::tool_info_accessors!(idempotent = true);
     fn parameters(&self) -> Value {
         self.parameters.clone()
     }

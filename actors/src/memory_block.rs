@@ -9,7 +9,6 @@ use serde_json::{json, Value};
 
 use crate::decide::{Planner, Refusal};
 use crate::events::SessionEvent;
-use crate::policy::ApprovalPolicy;
 use crate::schedule_tool::Builtin;
 use crate::tools::{Tool, ToolContext, ToolError, ToolInfo};
 
@@ -44,19 +43,8 @@ impl MemoryBlockTool {
 
 #[async_trait]
 impl Tool for MemoryBlockTool {
-    fn name(&self) -> &str {
-        &self.info.name
-    }
-    fn description(&self) -> &str {
-        &self.info.description
-    }
-    fn approval(&self) -> &ApprovalPolicy {
-        &self.info.approval
-    }
-    fn idempotent(&self) -> bool {
-        // Its effect is journaled with its result: re-running after a crash is safe.
-        true
-    }
+    // Its effect is journaled with its result: re-running after a crash is safe.
+    crate::tool_info_accessors!(idempotent = true);
     fn builtin(&self) -> Option<Builtin> {
         Some(Builtin::Memory {
             max_chars: self.max_chars,
@@ -266,7 +254,7 @@ mod tests {
         let info = ToolInfo {
             name: "forget".into(),
             description: "Delete a line".into(),
-            approval: ApprovalPolicy::Always,
+            approval: crate::policy::ApprovalPolicy::Always,
             idempotent: true,
         };
         let remove = MemoryBlockTool {

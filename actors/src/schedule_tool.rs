@@ -13,7 +13,6 @@ use serde_json::{json, Map, Value};
 
 use crate::decide::{Planner, Refusal};
 use crate::events::SessionEvent;
-use crate::policy::ApprovalPolicy;
 use crate::schedules::{schedule_view, CatchUp, ScheduleDef, ScheduleMessage, MAX_KEY_CHARS};
 use crate::tools::{Tool, ToolContext, ToolError, ToolInfo};
 
@@ -68,20 +67,9 @@ impl ScheduleTool {
 
 #[async_trait]
 impl Tool for ScheduleTool {
-    fn name(&self) -> &str {
-        &self.info.name
-    }
-    fn description(&self) -> &str {
-        &self.info.description
-    }
-    fn approval(&self) -> &ApprovalPolicy {
-        &self.info.approval
-    }
-    fn idempotent(&self) -> bool {
-        // A call journals its effect and its result together: running it again after a crash
-        // is always safe.
-        true
-    }
+    // A call journals its effect and its result together: running it again after a crash is
+    // always safe.
+    crate::tool_info_accessors!(idempotent = true);
 
     fn builtin(&self) -> Option<Builtin> {
         Some(Builtin::Schedule(self.rules.clone()))

@@ -146,19 +146,32 @@ pub struct ToolInfo {
     pub idempotent: bool,
 }
 
+/// The [`Tool`] methods a tool with an `info: ToolInfo` field answers from it. With
+/// `idempotent = EXPR`, `idempotent` answers that instead (built-in tools whose effect is
+/// journaled with their result, read-only tools).
+#[macro_export]
 macro_rules! tool_info_accessors {
     () => {
+        $crate::tool_info_accessors!(@described);
+        fn idempotent(&self) -> bool {
+            self.info.idempotent
+        }
+    };
+    (idempotent = $idempotent:expr) => {
+        $crate::tool_info_accessors!(@described);
+        fn idempotent(&self) -> bool {
+            $idempotent
+        }
+    };
+    (@described) => {
         fn name(&self) -> &str {
             &self.info.name
         }
         fn description(&self) -> &str {
             &self.info.description
         }
-        fn approval(&self) -> &ApprovalPolicy {
+        fn approval(&self) -> &$crate::policy::ApprovalPolicy {
             &self.info.approval
-        }
-        fn idempotent(&self) -> bool {
-            self.info.idempotent
         }
     };
 }

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::{json, Value};
 use stead_actors::tools::{Tool, ToolContext, ToolError, ToolInfo};
-use stead_actors::ApprovalPolicy;
 
 use super::{Hit, Knowledge, Mode, Query};
 
@@ -38,21 +37,8 @@ impl KnowledgeTool {
 
 #[async_trait]
 impl Tool for KnowledgeTool {
-    fn name(&self) -> &str {
-        &self.info.name
-    }
-
-    fn description(&self) -> &str {
-        &self.info.description
-    }
-
-    fn approval(&self) -> &ApprovalPolicy {
-        &self.info.approval
-    }
-
-    fn idempotent(&self) -> bool {
-        true
-    }
+    // A search changes nothing.
+    stead_actors::tool_info_accessors!(idempotent = true);
 
     fn parameters(&self) -> Value {
         let mut properties = json!({
