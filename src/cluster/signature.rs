@@ -11,9 +11,9 @@ use std::sync::Mutex;
 use axum::http::{HeaderMap, Method, Uri};
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
+pub use stead_http::cluster::NODE_HEADER;
 use stead_http::cluster::{Origin, BODY_HASH_HEADER};
 
-pub const NODE_HEADER: &str = "x-stead-node";
 pub const TIME_HEADER: &str = "x-stead-node-time";
 pub const NONCE_HEADER: &str = "x-stead-node-nonce";
 pub const SIGNATURE_HEADER: &str = "x-stead-node-signature";

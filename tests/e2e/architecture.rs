@@ -127,51 +127,54 @@ fn the_http_edge_and_the_router_do_not_link_the_local_engine() {
     }
 }
 
+/// Source files under `dir` with one of `extensions`, skipping dependencies, build outputs
+/// and generated files.
+fn source_files(dir: &Path, extensions: &[&str], found: &mut Vec<std::path::PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if path.is_dir() {
+            let skipped = [
+                "target",
+                "node_modules",
+                "dist",
+                "generated",
+                "test-results",
+            ];
+            if !name.starts_with('.') && !skipped.contains(&name.as_str()) {
+                source_files(&path, extensions, found);
+            }
+            continue;
+        }
+        let source = extensions
+            .iter()
+            .any(|ext| name.ends_with(&format!(".{ext}")));
+        if source && !name.ends_with(".d.ts") {
+            found.push(path);
+        }
+    }
+}
+
 /// No source file grows past 600 lines (a file that long holds more than one responsibility:
 /// split it by what each part owns). Generated files, dependencies and build outputs aside.
 #[test]
 fn no_source_file_is_over_600_lines() {
-    fn walk(dir: &Path, long: &mut Vec<String>, seen: &mut usize) {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if path.is_dir() {
-                if !name.starts_with('.')
-                    && ![
-                        "target",
-                        "node_modules",
-                        "dist",
-                        "generated",
-                        "test-results",
-                    ]
-                    .contains(&name.as_str())
-                {
-                    walk(&path, long, seen);
-                }
-                continue;
-            }
-            let source = ["rs", "py", "ts", "tsx", "sh", "mjs"]
-                .iter()
-                .any(|ext| name.ends_with(&format!(".{ext}")));
-            if !source || name.ends_with(".d.ts") {
-                continue;
-            }
-            *seen += 1;
-            let lines = std::fs::read_to_string(&path)
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    source_files(root, &["rs", "py", "ts", "tsx", "sh", "mjs"], &mut files);
+    assert!(files.len() > 100, "only {} source files found", files.len());
+    let long: Vec<String> = files
+        .iter()
+        .filter_map(|path| {
+            let lines = std::fs::read_to_string(path)
                 .map(|text| text.lines().count())
                 .unwrap_or(0);
-            if lines > 600 {
-                long.push(format!("{} ({lines} lines)", path.display()));
-            }
-        }
-    }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let (mut long, mut seen) = (Vec::new(), 0);
-    walk(root, &mut long, &mut seen);
-    assert!(seen > 100, "only {seen} source files found");
+            (lines > 600).then(|| format!("{} ({lines} lines)", path.display()))
+        })
+        .collect();
     assert!(long.is_empty(), "files over 600 lines: {long:#?}");
 }
 
@@ -179,43 +182,8 @@ fn no_source_file_is_over_600_lines() {
 /// reasons belong in the comment itself, the history in `CHANGELOG.md`).
 #[test]
 fn no_comment_names_an_issue_number() {
-    fn walk(dir: &Path, found: &mut Vec<String>, seen: &mut usize) {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if path.is_dir() {
-                if !name.starts_with('.') && !["target", "node_modules"].contains(&name.as_str()) {
-                    walk(&path, found, seen);
-                }
-                continue;
-            }
-            if !name.ends_with(".rs") {
-                continue;
-            }
-            *seen += 1;
-            let text = std::fs::read_to_string(&path).unwrap_or_default();
-            for (n, line) in text.lines().enumerate() {
-                let Some((_, comment)) = line.split_once("//") else {
-                    continue;
-                };
-                let lower = comment.to_lowercase();
-                let names_one = lower.match_indices("issue ").any(|(at, _)| {
-                    lower[at + "issue ".len()..]
-                        .chars()
-                        .next()
-                        .is_some_and(|c| c.is_ascii_digit())
-                });
-                if names_one {
-                    found.push(format!("{}:{}: {}", path.display(), n + 1, line.trim()));
-                }
-            }
-        }
-    }
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let (mut found, mut seen) = (Vec::new(), 0);
+    let mut files = Vec::new();
     for dir in [
         "actors",
         "gateway",
@@ -225,8 +193,27 @@ fn no_comment_names_an_issue_number() {
         "src",
         "tests",
     ] {
-        walk(&root.join(dir), &mut found, &mut seen);
+        source_files(&root.join(dir), &["rs"], &mut files);
     }
-    assert!(seen > 100, "only {seen} Rust files found");
+    assert!(files.len() > 100, "only {} Rust files found", files.len());
+    let mut found = Vec::new();
+    for path in &files {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        for (n, line) in text.lines().enumerate() {
+            let Some((_, comment)) = line.split_once("//") else {
+                continue;
+            };
+            let lower = comment.to_lowercase();
+            let names_one = lower.match_indices("issue ").any(|(at, _)| {
+                lower[at + "issue ".len()..]
+                    .chars()
+                    .next()
+                    .is_some_and(|c| c.is_ascii_digit())
+            });
+            if names_one {
+                found.push(format!("{}:{}: {}", path.display(), n + 1, line.trim()));
+            }
+        }
+    }
     assert!(found.is_empty(), "comments naming an issue: {found:#?}");
 }

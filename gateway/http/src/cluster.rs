@@ -16,6 +16,10 @@ use serde_json::Value;
 use crate::auth::Caller;
 use crate::{ApiError, AppState, ErrorCode};
 
+/// The header naming the node that sent a forwarded request (the rest of the node signature's
+/// headers are the `stead` crate's, `src/cluster/signature.rs`).
+pub const NODE_HEADER: &str = "x-stead-node";
+
 /// The header of a forwarded request that carries the lowercase hex SHA-256 of its body,
 /// covered by the node signature: a node-signed request whose body does not hash to it is
 /// refused (the signature covered no body, so a captured one could carry another).

@@ -105,11 +105,10 @@ pub async fn upgrade(
     // Another node of the cluster holds the session: the socket is proxied to it
     // (docs/cluster.md); the owner checks the credentials again and counts the socket.
     if let Some(cluster) = state.cluster.clone() {
-        // The forward middleware verified a node's signature already (and refused a bad
-        // one); checked again here, its nonce reads as a replay — anything but `Client`
-        // means another node sent it, and it is never proxied again.
-        let from_client = cluster.origin(&axum::http::Method::GET, &uri, &headers)
-            == crate::cluster::Origin::Client;
+        // The forward middleware verified a node's signature already and refused a bad one:
+        // a request that still names a node came from another node, and is never proxied
+        // again.
+        let from_client = !headers.contains_key(crate::cluster::NODE_HEADER);
         if from_client {
             if let Err(stead_actors::session::SessionError::HeldElsewhere(owner)) =
                 state.sessions.session(id).await
