@@ -1,25 +1,17 @@
-//! `stead serve` and `stead migrate`: prepare the data directory, open the store, run.
+//! `stead serve`, `stead migrate` and `stead setup`: the wiring of the crates into a running
+//! server — the data directory, the store, the local engines, the router, the agents, the
+//! session registry and the HTTP edge.
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use stead_agents::engines::{start_embedding_models, start_local_models, stop_local_models};
+use stead_config::{prepare_data_dir, Config};
+use stead_http::raise_fd_limit;
 use stead_persistence::{JournalStore, RequestLog, StoreOptions};
 use tokio::net::TcpListener;
-
-use crate::config::Config;
-
-/// Creates the data directory and proves it writable, so that a bad one fails at start with a
-/// message naming it rather than later with an I/O error.
-pub fn prepare_data_dir(dir: &Path) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir)
-        .map_err(|e| anyhow::anyhow!("server.data_dir: cannot create {}: {e}", dir.display()))?;
-    let probe = dir.join(".stead-write-probe");
-    std::fs::write(&probe, b"ok")
-        .and_then(|()| std::fs::remove_file(&probe))
-        .map_err(|e| anyhow::anyhow!("server.data_dir: {} is not writable: {e}", dir.display()))
-}
 
 /// Opens the configured store; with `migrate`, applies pending migrations and reports them.
 pub async fn open_store(config: &Config, migrate: bool) -> anyhow::Result<Arc<dyn JournalStore>> {
@@ -125,7 +117,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
             node_ttl: membership.ttl,
         }) as Arc<dyn stead_router::SharedLedger>
     });
-    let model_router = crate::model_router::build(
+    let model_router = stead_agents::models::build(
         &config,
         &pools,
         &embedders,
@@ -133,15 +125,15 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         shared_budgets,
     )?;
     // MCP servers start in the background: a slow or broken one does not hold up the start.
-    let mcp = crate::mcp::McpRegistry::new(&config.mcp_servers)?;
+    let mcp = stead_agents::mcp::McpRegistry::new(&config.mcp_servers)?;
     mcp.start();
-    let knowledge = Arc::new(crate::knowledge::Knowledge::new(
+    let knowledge = Arc::new(stead_agents::knowledge::Knowledge::new(
         store.clone(),
         model_router.clone(),
         config.knowledge.clone(),
     ));
-    let agents = crate::agents::build(&config, &store, Some(&mcp), Some(&knowledge))?;
-    let session_model = Arc::new(crate::model_router::SessionModel {
+    let agents = stead_agents::build(&config, &store, Some(&mcp), Some(&knowledge))?;
+    let session_model = Arc::new(stead_agents::models::SessionModel {
         router: model_router.clone(),
     });
     let sessions = Arc::new(
@@ -181,7 +173,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let connections = Arc::new(tokio::sync::Semaphore::new(stead_http::MAX_CONNECTIONS));
-    let mcp_inner = crate::mcp::endpoint::Inner::default();
+    let mcp_inner = stead_agents::mcp::endpoint::Inner::default();
     let state = stead_http::AppState {
         store: store.clone(),
         sessions: sessions.clone(),
@@ -211,7 +203,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         cluster: peers,
         knowledge: Some(knowledge.clone() as Arc<dyn stead_http::knowledge::KnowledgeApi>),
     };
-    let mcp_route = crate::mcp::endpoint::route(mcp_inner.clone(), state.clone());
+    let mcp_route = stead_agents::mcp::endpoint::route(mcp_inner.clone(), state.clone());
     let router = stead_http::router_with(state, mcp_route);
     let _ = mcp_inner.set(router.clone());
     let mut signals = ShutdownSignals::install()?;
@@ -406,25 +398,6 @@ fn checked_session_secret(path: &Path) -> anyhow::Result<Vec<u8>> {
     Ok(key)
 }
 
-/// Raises this process's open-file limit to its hard limit (many sockets), returning it.
-pub fn raise_fd_limit() -> u64 {
-    // SAFETY: getrlimit/setrlimit on our own process with a valid struct.
-    unsafe {
-        let mut limit = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
-            return 0;
-        }
-        if limit.rlim_cur < limit.rlim_max {
-            limit.rlim_cur = limit.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
-        }
-        limit.rlim_cur
-    }
-}
-
 /// SIGINT and SIGTERM, with their handlers installed when this is created — before the
 /// server announces itself, so a signal sent right after the "listening" line is never lost
 /// to the default disposition (which would kill the process instead of draining it).
@@ -475,118 +448,4 @@ pub async fn setup(config: Config, args: crate::cli::SetupArgs) -> anyhow::Resul
         prepared.runtime_library.display()
     );
     Ok(())
-}
-
-/// Starts the pooled engine of every `onnx` provider whose model is prepared. A provider whose
-/// model directory is missing is skipped with a warning (run `stead setup`); one that cannot
-/// start (say, `execution_provider = "cuda"` without CUDA) stops the server from starting.
-async fn start_local_models(
-    config: &Config,
-) -> anyhow::Result<Vec<(String, Arc<stead_inference::pool::InferencePool>)>> {
-    use stead_inference::pool::{InferencePool, PoolConfig};
-    let mut pools = Vec::new();
-    for (index, provider) in config.providers.iter().enumerate() {
-        if provider.kind != crate::config::ProviderKind::Onnx {
-            continue;
-        }
-        let Some(model_dir) = provider.model_dir.clone() else {
-            anyhow::bail!("providers[{index}].model_dir: an onnx provider needs one");
-        };
-        if !model_dir.join("stead_model.json").is_file() {
-            tracing::warn!(
-                provider = %provider.name,
-                model_dir = %model_dir.display(),
-                "local model not prepared; run `stead setup` (the provider is unavailable)"
-            );
-            continue;
-        }
-        let name = model_dir.file_name().map_or_else(
-            || provider.name.clone(),
-            |n| n.to_string_lossy().into_owned(),
-        );
-        let engine = &provider.engine;
-        let mut pool = PoolConfig::new(
-            name,
-            model_dir,
-            stead_inference::setup::runtime_library(&config.server.data_dir),
-        );
-        pool.execution_provider = engine.execution_provider;
-        pool.workers = engine.workers;
-        pool.threads_per_worker = engine.threads_per_worker;
-        pool.max_batch = engine.max_batch;
-        pool.queue_capacity = engine.queue_capacity;
-        pool.prefix_cache_bytes = engine.prefix_cache_bytes;
-        pool.prefix_cache_min_tokens = engine.prefix_cache_min_tokens;
-        pool.block_repeated_calls = engine.block_repeated_calls;
-        pool.adapters = stead_inference::adapt::Adapters {
-            tool_result_hint: engine.tool_result_hint,
-            digest_history: engine.digest_history,
-        };
-        let started = InferencePool::start(pool)
-            .await
-            .map_err(|e| anyhow::anyhow!("providers[{index}] (`{}`): {e}", provider.name))?;
-        tracing::info!(
-            provider = %provider.name,
-            model = %started.model_name(),
-            cuda = started.on_cuda,
-            "local model ready"
-        );
-        pools.push((provider.name.clone(), Arc::new(started)));
-    }
-    Ok(pools)
-}
-
-/// A started local embedding pool: its provider's name, its model's name and the pool.
-pub type EmbeddingModel = (
-    String,
-    String,
-    Arc<stead_inference::embedding_pool::EmbeddingPool>,
-);
-
-/// Starts the embedding pool of every `onnx_embedding` provider whose model is prepared (one
-/// that is not is skipped with a warning, like a chat model).
-pub(crate) async fn start_embedding_models(config: &Config) -> anyhow::Result<Vec<EmbeddingModel>> {
-    use stead_inference::embedding_pool::{EmbeddingPool, EmbeddingPoolConfig};
-    let mut started = Vec::new();
-    for (index, provider) in config.providers.iter().enumerate() {
-        if provider.kind != crate::config::ProviderKind::OnnxEmbedding {
-            continue;
-        }
-        let Some(model_dir) = provider.model_dir.clone() else {
-            anyhow::bail!("providers[{index}].model_dir: an onnx_embedding provider needs one");
-        };
-        let (onnx, tokenizer) = stead_inference::embedding::model_files(&model_dir);
-        if !onnx.is_file() || !tokenizer.is_file() {
-            tracing::warn!(
-                provider = %provider.name,
-                model_dir = %model_dir.display(),
-                "embedding model not prepared; run `stead setup` (the provider is unavailable)"
-            );
-            continue;
-        }
-        let model = model_dir.file_name().map_or_else(
-            || provider.name.clone(),
-            |n| n.to_string_lossy().into_owned(),
-        );
-        let mut pool = EmbeddingPoolConfig::new(
-            model_dir,
-            stead_inference::setup::runtime_library(&config.server.data_dir),
-        );
-        pool.threads = provider.engine.threads_per_worker;
-        pool.max_batch = provider.engine.max_batch;
-        pool.queue_capacity = provider.engine.queue_capacity;
-        let pool = EmbeddingPool::start(pool)
-            .await
-            .map_err(|e| anyhow::anyhow!("providers[{index}] (`{}`): {e}", provider.name))?;
-        tracing::info!(provider = %provider.name, model = %model, dimension = pool.dimension(),
-            "local embedding model ready");
-        started.push((provider.name.clone(), model, Arc::new(pool)));
-    }
-    Ok(started)
-}
-
-async fn stop_local_models(pools: &[(String, Arc<stead_inference::pool::InferencePool>)]) {
-    for (_, pool) in pools {
-        pool.shutdown().await;
-    }
 }

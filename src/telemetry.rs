@@ -16,7 +16,7 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
-use crate::config::{Config, LogFormat};
+use stead_config::{Config, LogFormat};
 
 /// The exporter's HTTP client. The batch processor exports from a thread of its own, which has
 /// no tokio runtime, so each request runs as a task on the runtime captured at start.

@@ -149,18 +149,37 @@ pub async fn start_child(
     Ok(child)
 }
 
+/// Why a child session gave its `agent` call no answer; the parent's model reads it as the
+/// tool's error.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ChildFailure {
+    #[error("the child session {child} failed: {reason}")]
+    Failed { child: Uuid, reason: String },
+    #[error("the child session {0} was closed")]
+    Closed(Uuid),
+    #[error("the child session {0} stopped at its agent's max_steps without an answer")]
+    MaxSteps(Uuid),
+    #[error("the child session {child}'s model call failed: {error}")]
+    ModelFailed { child: Uuid, error: String },
+    #[error("the child session {child}'s turn was cancelled: {reason}")]
+    Cancelled { child: Uuid, reason: String },
+}
+
 /// What a child's journal says of the call that started it: `None` while its turn runs; else
-/// the call's result (`{"reply", "child_session_id"}`) or its error.
-pub fn child_outcome(child: Uuid, events: &[SessionEvent]) -> Option<Result<Value, String>> {
+/// the call's result (`{"reply", "child_session_id"}`) or why there is none.
+pub fn child_outcome(child: Uuid, events: &[SessionEvent]) -> Option<Result<Value, ChildFailure>> {
     let mut state = SessionState::default();
     for (i, event) in events.iter().enumerate() {
         state.apply(i as i64 + 1, event);
     }
     if let Some(reason) = &state.failed {
-        return Some(Err(format!("the child session {child} failed: {reason}")));
+        return Some(Err(ChildFailure::Failed {
+            child,
+            reason: reason.clone(),
+        }));
     }
     if state.closed {
-        return Some(Err(format!("the child session {child} was closed")));
+        return Some(Err(ChildFailure::Closed(child)));
     }
     if state.turn.is_some() || events.len() < 2 {
         return None;
@@ -178,22 +197,18 @@ pub fn child_outcome(child: Uuid, events: &[SessionEvent]) -> Option<Result<Valu
             });
             Ok(json!({ "reply": reply.unwrap_or_default(), "child_session_id": child }))
         }
-        Ok(TurnEnd::MaxSteps) => Err(format!(
-            "the child session {child} stopped at its agent's max_steps without an answer"
-        )),
+        Ok(TurnEnd::MaxSteps) => Err(ChildFailure::MaxSteps(child)),
         Ok(TurnEnd::ModelFailed) => {
             let error = events.iter().rev().find_map(|e| match e {
                 SessionEvent::ModelCallFailed { error, .. } => Some(error.as_str()),
                 _ => None,
             });
-            Err(format!(
-                "the child session {child}'s model call failed: {}",
-                error.unwrap_or("no reason recorded")
-            ))
+            Err(ChildFailure::ModelFailed {
+                child,
+                error: error.unwrap_or("no reason recorded").to_string(),
+            })
         }
-        Err(reason) => Err(format!(
-            "the child session {child}'s turn was cancelled: {reason}"
-        )),
+        Err(reason) => Err(ChildFailure::Cancelled { child, reason }),
     })
 }
 
@@ -307,6 +322,7 @@ mod tests {
         assert!(child_outcome(child, &events)
             .unwrap()
             .unwrap_err()
+            .to_string()
             .contains("failed: crashed"));
     }
 }

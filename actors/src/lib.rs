@@ -32,7 +32,9 @@ pub use events::{
     ApprovalOutcome, ApprovalScope, MessageMode, Overrides, RequestedCall, SeenTool, SessionEvent,
     TurnEnd, Usage, SYSTEM_DECIDER,
 };
-pub use policy::{args_hash, ApprovalPolicy, Approver, ArgumentSchema, SESSION_TOKEN_DECIDER};
+pub use policy::{
+    args_hash, ApprovalPolicy, Approver, ArgumentSchema, PolicyError, SESSION_TOKEN_DECIDER,
+};
 pub use rules::{
     Delegation, DEFAULT_MAX_DELEGATION_SESSIONS, DEFAULT_MAX_DELEGATION_STEPS, DEFAULT_MAX_DEPTH,
     DEFAULT_MAX_FANOUT,

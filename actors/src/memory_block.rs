@@ -103,22 +103,28 @@ fn same_line(a: &str, b: &str) -> bool {
 /// The block after one operation and what changed (the call's result: `{"saved": line}`,
 /// `{"replaced": old, "with": line}` or `{"deleted": line}`), or why the operation cannot be
 /// done (the call's error).
-pub fn apply(block: &str, arguments: &Value, max_chars: usize) -> Result<(String, Value), String> {
+pub fn apply(
+    block: &str,
+    arguments: &Value,
+    max_chars: usize,
+) -> Result<(String, Value), ToolError> {
     let text = arguments["text"].as_str().unwrap_or_default().trim();
     let old = arguments["old"].as_str().unwrap_or_default().trim();
     let mut lines: Vec<&str> = block.lines().filter(|l| !l.trim().is_empty()).collect();
     let find = |lines: &[&str]| {
         if old.is_empty() {
-            return Err("`old` names the line to change".to_string());
+            return Err(ToolError("`old` names the line to change".into()));
         }
         let old = old.to_lowercase();
         lines
             .iter()
             .position(|l| l.to_lowercase().contains(&old))
-            .ok_or_else(|| format!("no line of the memory block contains {old:?}"))
+            .ok_or_else(|| ToolError(format!("no line of the memory block contains {old:?}")))
     };
     let change = match arguments["op"].as_str().unwrap_or_default() {
-        "append" if text.is_empty() => return Err("`text` is the line to append".into()),
+        "append" if text.is_empty() => {
+            return Err(ToolError("`text` is the line to append".into()))
+        }
         "append" => {
             // Saving a line the block holds already changes nothing (a small model asked to
             // list its notes saves them again).
@@ -127,7 +133,7 @@ pub fn apply(block: &str, arguments: &Value, max_chars: usize) -> Result<(String
             }
             json!({ "saved": text })
         }
-        "replace" if text.is_empty() => return Err("`text` is the new line".into()),
+        "replace" if text.is_empty() => return Err(ToolError("`text` is the new line".into())),
         "replace" => {
             let at = find(&lines)?;
             let change = json!({ "replaced": lines[at], "with": text });
@@ -138,15 +144,19 @@ pub fn apply(block: &str, arguments: &Value, max_chars: usize) -> Result<(String
             let at = find(&lines)?;
             json!({ "deleted": lines.remove(at) })
         }
-        other => return Err(format!("unknown op {other:?}: append, replace or remove")),
+        other => {
+            return Err(ToolError(format!(
+                "unknown op {other:?}: append, replace or remove"
+            )))
+        }
     };
     let next = lines.join("\n");
     let chars = next.chars().count();
     if chars > max_chars {
-        return Err(format!(
+        return Err(ToolError(format!(
             "the memory block would hold {chars} characters, more than its {max_chars}: \
              replace or remove lines first"
-        ));
+        )));
     }
     Ok((next, change))
 }
@@ -166,10 +176,10 @@ impl Planner<'_> {
         let outcome = if ops.iter().any(|o| o == op) {
             apply(&self.state.memory, arguments, max_chars)
         } else {
-            Err(format!(
+            Err(ToolError(format!(
                 "`{tool}` does not offer op {op:?}; it offers {}",
                 ops.join(", ")
-            ))
+            )))
         };
         match outcome {
             Ok((text, change)) => {
@@ -183,7 +193,7 @@ impl Planner<'_> {
                     result: change,
                 });
             }
-            Err(error) => self.push(SessionEvent::ToolCallFailed {
+            Err(ToolError(error)) => self.push(SessionEvent::ToolCallFailed {
                 call_id,
                 tool,
                 error,
@@ -238,6 +248,7 @@ mod tests {
         assert_eq!(deleted, json!({"deleted": "Wifi: swordfish"}));
         assert!(apply(&block, &json!({"op": "remove", "old": "cat"}), 100)
             .unwrap_err()
+            .0
             .contains("no line"));
         assert!(apply(
             &block,
@@ -245,6 +256,7 @@ mod tests {
             100
         )
         .unwrap_err()
+        .0
         .contains("more than its 100"));
         assert!(apply(&block, &json!({"op": "wipe"}), 100).is_err());
     }

@@ -40,12 +40,40 @@ impl std::fmt::Debug for ArgumentSchema {
     }
 }
 
+/// A configured policy or argument schema that cannot be used (a configuration error).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PolicyError {
+    #[error("invalid JSON Schema for the arguments: {0}")]
+    Schema(String),
+    #[error("`{0}` is not \"never\", \"always\" or a condition like `table == \"users\"`")]
+    NotAPolicy(String),
+    #[error("`{0}` is not an argument path (like `table` or `filter.days`)")]
+    NotAPath(String),
+    #[error("`{0}` is not a JSON value (strings need double quotes)")]
+    NotALiteral(String),
+}
+
+/// Why a condition cannot be decided for a call's arguments (the call then needs approval).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+enum Undecided {
+    #[error("the argument `{0}` is missing")]
+    Missing(String),
+    #[error("the argument `{path}` is {found} where {expected} is expected")]
+    OtherKind {
+        path: String,
+        found: &'static str,
+        expected: &'static str,
+    },
+    #[error("the argument `{path}` ({kind}) cannot be ordered")]
+    Unordered { path: String, kind: &'static str },
+}
+
 impl ArgumentSchema {
     /// Compiles a JSON Schema; an invalid schema is a configuration error.
-    pub fn compile(schema: &Value) -> Result<Self, String> {
+    pub fn compile(schema: &Value) -> Result<Self, PolicyError> {
         jsonschema::validator_for(schema)
             .map(|v| ArgumentSchema(Some(std::sync::Arc::new(v))))
-            .map_err(|e| format!("invalid JSON Schema for the arguments: {e}"))
+            .map_err(|e| PolicyError::Schema(e.to_string()))
     }
 
     /// Why `arguments` are not acceptable (`None` when they are): at most three problems, each
@@ -111,7 +139,7 @@ pub enum Op {
 
 impl ApprovalPolicy {
     /// Parses the config's `approval` value, naming what is wrong.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, PolicyError> {
         match text.trim() {
             "never" => return Ok(ApprovalPolicy::Never),
             "always" => return Ok(ApprovalPolicy::Always),
@@ -129,9 +157,7 @@ impl ApprovalPolicy {
             .iter()
             .filter_map(|(token, op)| text.find(token).map(|at| (at, *token, *op)))
             .min_by_key(|(at, token, _)| (*at, usize::MAX - token.len()))
-            .ok_or_else(|| {
-                format!("`{text}` is not \"never\", \"always\" or a condition like `table == \"users\"`")
-            })?;
+            .ok_or_else(|| PolicyError::NotAPolicy(text.to_string()))?;
         let path = text[..at].trim();
         let literal = text[at + token.len()..].trim();
         if path.is_empty()
@@ -139,12 +165,10 @@ impl ApprovalPolicy {
                 .split('.')
                 .all(|p| !p.is_empty() && p.chars().all(|c| c.is_alphanumeric() || c == '_'))
         {
-            return Err(format!(
-                "`{path}` is not an argument path (like `table` or `filter.days`)"
-            ));
+            return Err(PolicyError::NotAPath(path.to_string()));
         }
         let value: Value = serde_json::from_str(literal)
-            .map_err(|_| format!("`{literal}` is not a JSON value (strings need double quotes)"))?;
+            .map_err(|_| PolicyError::NotALiteral(literal.to_string()))?;
         Ok(ApprovalPolicy::When(Condition {
             path: path.split('.').map(str::to_string).collect(),
             op,
@@ -195,20 +219,20 @@ impl Condition {
     /// Whether the condition holds; `Err` (why not) when it cannot be decided: the path is
     /// missing, or the value there is of another kind than the literal (`null` compares with
     /// anything).
-    fn check(&self, arguments: &Value) -> Result<bool, String> {
+    fn check(&self, arguments: &Value) -> Result<bool, Undecided> {
         let path = self.path.join(".");
         let mut current = arguments;
         for part in &self.path {
             current = current
                 .get(part)
-                .ok_or_else(|| format!("the argument `{path}` is missing"))?;
+                .ok_or_else(|| Undecided::Missing(path.clone()))?;
         }
         if !self.value.is_null() && kind(current) != kind(&self.value) {
-            return Err(format!(
-                "the argument `{path}` is {} where {} is expected",
-                kind(current),
-                kind(&self.value)
-            ));
+            return Err(Undecided::OtherKind {
+                path,
+                found: kind(current),
+                expected: kind(&self.value),
+            });
         }
         let ordering = match (current.as_f64(), self.value.as_f64()) {
             (Some(a), Some(b)) => a.partial_cmp(&b),
@@ -219,10 +243,10 @@ impl Condition {
         };
         use std::cmp::Ordering::*;
         if ordering.is_none() && !matches!(self.op, Op::Eq | Op::Ne) {
-            return Err(format!(
-                "the argument `{path}` ({}) cannot be ordered",
-                kind(current)
-            ));
+            return Err(Undecided::Unordered {
+                path,
+                kind: kind(current),
+            });
         }
         Ok(match self.op {
             Op::Eq => current == &self.value || ordering == Some(Equal),
@@ -368,7 +392,7 @@ mod fuzz {
                             prop_assert!(closed || input.contains("null"));
                         }
                     }
-                    Err(message) => prop_assert!(!message.is_empty()),
+                    Err(message) => prop_assert!(!message.to_string().is_empty()),
                 }
             }
         }

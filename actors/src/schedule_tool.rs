@@ -210,7 +210,7 @@ impl Planner<'_> {
                 tool,
                 result,
             },
-            Err(error) => SessionEvent::ToolCallFailed {
+            Err(ToolError(error)) => SessionEvent::ToolCallFailed {
                 call_id,
                 tool,
                 error,
@@ -226,13 +226,13 @@ impl Planner<'_> {
         rules: &ScheduleToolRules,
         arguments: &Value,
         now: DateTime<Utc>,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, ToolError> {
         let op = arguments["op"].as_str().unwrap_or_default();
         if !rules.ops.iter().any(|o| o == op) {
-            return Err(format!(
+            return Err(ToolError(format!(
                 "unknown op `{op}` (this tool offers: {})",
                 rules.ops.join(", ")
-            ));
+            )));
         }
         let key = arguments["key"].as_str().unwrap_or_default().to_string();
         if op == "list" {
@@ -245,27 +245,28 @@ impl Planner<'_> {
             return Ok(json!({ "schedules": schedules }));
         }
         if key.is_empty() {
-            return Err(format!("`key` is required for `{op}`"));
+            return Err(ToolError(format!("`key` is required for `{op}`")));
         }
         if op == "cancel" {
             self.cancel_schedule(key.clone(), "cancelled by the agent".into())
-                .map_err(|r| refused(r, &key))?;
+                .map_err(|r| ToolError(refused(r, &key)))?;
             return Ok(json!({ "key": key, "cancelled": true }));
         }
         let def = definition(arguments)?;
-        def.timing().map_err(|e| format!("invalid schedule: {e}"))?;
+        def.timing()
+            .map_err(|e| ToolError(format!("invalid schedule: {e}")))?;
         if !rules.timings.iter().any(|t| t == def.kind()) {
-            return Err(format!(
+            return Err(ToolError(format!(
                 "this tool makes {} schedules only, not `{}`",
                 rules.timings.join(", "),
                 def.kind()
-            ));
+            )));
         }
         let replace = arguments["replace"].as_bool().unwrap_or(false);
         let created = match self.create_schedule(key.clone(), def, replace, now) {
             Ok(()) => true,
             Err(Refusal::ScheduleExists) => false,
-            Err(refusal) => return Err(refused(refusal, &key)),
+            Err(refusal) => return Err(ToolError(refused(refusal, &key))),
         };
         let schedule = self
             .state
@@ -278,24 +279,24 @@ impl Planner<'_> {
 }
 
 /// The definition a `create` call's arguments give.
-fn definition(arguments: &Value) -> Result<ScheduleDef, String> {
+fn definition(arguments: &Value) -> Result<ScheduleDef, ToolError> {
     let text = arguments["text"].as_str().unwrap_or_default();
     if text.trim().is_empty() {
-        return Err(
+        return Err(ToolError(
             "`text` (the message to receive when it fires) is required for `create`".into(),
-        );
+        ));
     }
     let at = match arguments.get("at").and_then(Value::as_str) {
         Some(at) => Some(
             DateTime::parse_from_rfc3339(at)
-                .map_err(|_| format!("`at` is not an RFC 3339 instant: {at}"))?
+                .map_err(|_| ToolError(format!("`at` is not an RFC 3339 instant: {at}")))?
                 .with_timezone(&Utc),
         ),
         None => None,
     };
     let catch_up: CatchUp = match arguments.get("catch_up") {
         Some(value) => serde_json::from_value(value.clone())
-            .map_err(|_| "`catch_up` is one of one, all and skip".to_string())?,
+            .map_err(|_| ToolError("`catch_up` is one of one, all and skip".into()))?,
         None => CatchUp::default(),
     };
     Ok(ScheduleDef {

@@ -44,24 +44,24 @@ impl ScheduleMessage {
 
     /// Checks the message against the agent's callbacks: a non-empty text, or a configured
     /// callback (with an object of arguments, if any) whose template renders.
-    fn check(&self, callbacks: &BTreeMap<String, String>) -> Result<(), String> {
+    fn check(&self, callbacks: &BTreeMap<String, String>) -> Result<(), MessageError> {
         match (&self.text, &self.callback) {
             (Some(text), None) if !text.trim().is_empty() => Ok(()),
-            (Some(_), None) => Err("`message.text` must not be empty".into()),
+            (Some(_), None) => Err(MessageError::EmptyText),
             (None, Some(name)) => {
                 if self.args.as_ref().is_some_and(|a| !a.is_object()) {
-                    return Err("`message.args` must be a JSON object".into());
+                    return Err(MessageError::ArgsNotObject);
                 }
                 let template = callbacks.get(name).ok_or_else(|| {
                     let known: Vec<&str> = callbacks.keys().map(String::as_str).collect();
-                    format!(
-                        "the agent has no callback `{name}` (it has: {})",
-                        if known.is_empty() {
+                    MessageError::NoCallback {
+                        name: name.clone(),
+                        known: if known.is_empty() {
                             "none".to_string()
                         } else {
                             known.join(", ")
-                        }
-                    )
+                        },
+                    }
                 })?;
                 let sample = Occurrence {
                     key: "key",
@@ -70,7 +70,7 @@ impl ScheduleMessage {
                 };
                 render(template, self.args.as_ref(), &sample).map(|_| ())
             }
-            _ => Err("give exactly one of `message.text` and `message.callback`".into()),
+            _ => Err(MessageError::NotOne),
         }
     }
 
@@ -79,24 +79,45 @@ impl ScheduleMessage {
         &self,
         callbacks: &BTreeMap<String, String>,
         occurrence: &Occurrence,
-    ) -> Result<String, String> {
+    ) -> Result<String, MessageError> {
         if let Some(text) = &self.text {
             return Ok(text.clone());
         }
         let name = self.callback.as_deref().unwrap_or_default();
         let template = callbacks
             .get(name)
-            .ok_or_else(|| format!("its callback `{name}` is no longer configured"))?;
+            .ok_or_else(|| MessageError::CallbackGone(name.to_string()))?;
         render(template, self.args.as_ref(), occurrence)
     }
 }
 
 /// Whether `template` parses as a callback's template (configuration checks it at start).
-pub fn check_template(template: &str) -> Result<(), String> {
+pub fn check_template(template: &str) -> Result<(), MessageError> {
     minijinja::Environment::new()
         .template_from_str(template)
         .map(|_| ())
-        .map_err(|e| format!("not a template: {e}"))
+        .map_err(MessageError::NotATemplate)
+}
+
+/// Why a schedule's message cannot be made (defining it is refused; firing it cancels it).
+#[derive(Debug, thiserror::Error)]
+pub enum MessageError {
+    #[error("`message.text` must not be empty")]
+    EmptyText,
+    #[error("`message.args` must be a JSON object")]
+    ArgsNotObject,
+    #[error("the agent has no callback `{name}` (it has: {known})")]
+    NoCallback { name: String, known: String },
+    #[error("give exactly one of `message.text` and `message.callback`")]
+    NotOne,
+    #[error("its callback `{0}` is no longer configured")]
+    CallbackGone(String),
+    #[error("not a template: {0}")]
+    NotATemplate(#[source] minijinja::Error),
+    #[error("the callback's template does not render: {0}")]
+    Render(#[source] minijinja::Error),
+    #[error("the callback's template renders an empty message")]
+    RendersEmpty,
 }
 
 /// What a callback's template sees of the occurrence it renders for.
@@ -112,7 +133,7 @@ pub fn render(
     template: &str,
     args: Option<&serde_json::Value>,
     occurrence: &Occurrence,
-) -> Result<String, String> {
+) -> Result<String, MessageError> {
     let mut env = minijinja::Environment::new();
     env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
     let context = minijinja::context! {
@@ -123,9 +144,9 @@ pub fn render(
     };
     let text = env
         .render_str(template, context)
-        .map_err(|e| format!("the callback's template does not render: {e}"))?;
+        .map_err(MessageError::Render)?;
     if text.trim().is_empty() {
-        return Err("the callback's template renders an empty message".into());
+        return Err(MessageError::RendersEmpty);
     }
     Ok(text)
 }
@@ -277,7 +298,7 @@ pub fn check_definition(
     }
     def.message
         .check(&rules.callbacks)
-        .map_err(Refusal::InvalidSchedule)?;
+        .map_err(|e| Refusal::InvalidSchedule(e.to_string()))?;
     let timing = def
         .timing()
         .map_err(|e| Refusal::InvalidSchedule(e.to_string()))?;
@@ -492,7 +513,7 @@ impl Planner<'_> {
                             Err(why) => {
                                 self.push(SessionEvent::ScheduleCancelled {
                                     key: key.clone(),
-                                    reason: why,
+                                    reason: why.to_string(),
                                 });
                                 break;
                             }

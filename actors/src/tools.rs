@@ -217,7 +217,7 @@ impl Tool for CalculatorTool {
         let expression = arguments["expression"]
             .as_str()
             .ok_or_else(|| ToolError("`expression` must be a string".into()))?;
-        let value = calculate(expression).map_err(ToolError)?;
+        let value = calculate(expression).map_err(|e| ToolError(e.to_string()))?;
         // A whole number reads as one (`391`, not `391.0`): models quote what they are given.
         let value = if value.fract() == 0.0 && value.abs() < 9.0e15 {
             json!(value as i64)
@@ -228,16 +228,33 @@ impl Tool for CalculatorTool {
     }
 }
 
+/// Why an arithmetic expression has no value; the calculator tool answers it to the model.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CalcError {
+    #[error("unexpected `{0}`")]
+    Unexpected(char),
+    #[error("`{0}` is not a number")]
+    NotANumber(String),
+    #[error("missing `)`")]
+    MissingParen,
+    #[error("the expression ends too early")]
+    EndsEarly,
+    #[error("division by zero")]
+    DivisionByZero,
+    #[error("the result is not a finite number")]
+    NotFinite,
+}
+
 /// Evaluates an arithmetic expression.
-pub fn calculate(expression: &str) -> Result<f64, String> {
+pub fn calculate(expression: &str) -> Result<f64, CalcError> {
     let tokens: Vec<char> = expression.chars().collect();
     let mut parser = Arith { tokens, at: 0 };
     let value = parser.sum()?;
     if parser.peek().is_some() {
-        return Err(format!("unexpected `{}`", parser.tokens[parser.at]));
+        return Err(CalcError::Unexpected(parser.tokens[parser.at]));
     }
     if !value.is_finite() {
-        return Err("the result is not a finite number".into());
+        return Err(CalcError::NotFinite);
     }
     Ok(value)
 }
@@ -256,7 +273,7 @@ impl Arith {
         self.tokens.get(self.at).copied()
     }
 
-    fn sum(&mut self) -> Result<f64, String> {
+    fn sum(&mut self) -> Result<f64, CalcError> {
         let mut value = self.product()?;
         while let Some(op @ ('+' | '-')) = self.peek() {
             self.at += 1;
@@ -266,16 +283,16 @@ impl Arith {
         Ok(value)
     }
 
-    fn product(&mut self) -> Result<f64, String> {
+    fn product(&mut self) -> Result<f64, CalcError> {
         let mut value = self.unary()?;
         while let Some(op @ ('*' | '/' | '%')) = self.peek() {
             self.at += 1;
             let rhs = self.unary()?;
             value = match op {
                 '*' => value * rhs,
-                '/' if rhs == 0.0 => return Err("division by zero".into()),
+                '/' if rhs == 0.0 => return Err(CalcError::DivisionByZero),
                 '/' => value / rhs,
-                _ if rhs == 0.0 => return Err("division by zero".into()),
+                _ if rhs == 0.0 => return Err(CalcError::DivisionByZero),
                 _ => value % rhs,
             };
         }
@@ -283,7 +300,7 @@ impl Arith {
     }
 
     /// `^` binds tighter than unary minus (`-2^2` is −4) and is right-associative.
-    fn power(&mut self) -> Result<f64, String> {
+    fn power(&mut self) -> Result<f64, CalcError> {
         let base = self.atom()?;
         if self.peek() == Some('^') {
             self.at += 1;
@@ -293,7 +310,7 @@ impl Arith {
         Ok(base)
     }
 
-    fn unary(&mut self) -> Result<f64, String> {
+    fn unary(&mut self) -> Result<f64, CalcError> {
         match self.peek() {
             Some('-') => {
                 self.at += 1;
@@ -307,13 +324,13 @@ impl Arith {
         }
     }
 
-    fn atom(&mut self) -> Result<f64, String> {
+    fn atom(&mut self) -> Result<f64, CalcError> {
         match self.peek() {
             Some('(') => {
                 self.at += 1;
                 let value = self.sum()?;
                 if self.peek() != Some(')') {
-                    return Err("missing `)`".into());
+                    return Err(CalcError::MissingParen);
                 }
                 self.at += 1;
                 Ok(value)
@@ -328,11 +345,10 @@ impl Arith {
                     self.at += 1;
                 }
                 let text: String = self.tokens[start..self.at].iter().collect();
-                text.parse()
-                    .map_err(|_| format!("`{text}` is not a number"))
+                text.parse().map_err(|_| CalcError::NotANumber(text))
             }
-            Some(c) => Err(format!("unexpected `{c}`")),
-            None => Err("the expression ends too early".into()),
+            Some(c) => Err(CalcError::Unexpected(c)),
+            None => Err(CalcError::EndsEarly),
         }
     }
 }

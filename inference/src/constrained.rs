@@ -64,17 +64,17 @@ impl ToolGrammar {
         schema
     }
 
-    /// A matcher for `schema`, or the reason it cannot compile.
-    pub fn matcher(
-        &self,
-        schema: Value,
-        max_tokens: usize,
-    ) -> std::result::Result<Matcher, String> {
+    /// A matcher for `schema` (the schema of `tool`, or `*` for a call of any tool), or why it
+    /// cannot compile.
+    pub fn matcher(&self, schema: Value, max_tokens: usize, tool: &str) -> Result<Matcher> {
         let mut grammar = TopLevelGrammar::from_json_schema(schema);
         grammar.max_tokens = Some(max_tokens.clamp(1, MAX_CALL_TOKENS));
         let matcher = Matcher::new(self.factory.create_parser(grammar));
         match matcher.get_error() {
-            Some(error) => Err(error),
+            Some(message) => Err(Error::InvalidToolSchema {
+                tool: tool.to_string(),
+                message,
+            }),
             None => Ok(matcher),
         }
     }
@@ -88,11 +88,11 @@ impl ToolGrammar {
                     message: "parameters must be a JSON-schema object".into(),
                 });
             }
-            self.matcher(Self::call_schema(std::slice::from_ref(tool), None), 16)
-                .map_err(|message| Error::InvalidToolSchema {
-                    tool: tool.name.clone(),
-                    message,
-                })?;
+            self.matcher(
+                Self::call_schema(std::slice::from_ref(tool), None),
+                16,
+                &tool.name,
+            )?;
         }
         Ok(())
     }

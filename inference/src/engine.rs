@@ -30,28 +30,26 @@ pub enum ExecutionProvider {
     Auto,
 }
 
-static ENVIRONMENT: OnceLock<std::result::Result<ort::environment::Environment, String>> =
-    OnceLock::new();
+static ENVIRONMENT: OnceLock<Result<ort::environment::Environment>> = OnceLock::new();
 
 /// Loads ONNX Runtime from `library` (once per process; later calls reuse the first).
 pub fn init_runtime(library: &Path) -> Result<ort::environment::Environment> {
     ENVIRONMENT
         .get_or_init(|| {
             if !library.is_file() {
-                return Err(format!(
+                return Err(Error::Runtime(format!(
                     "{} does not exist (run `stead setup` to prepare ONNX Runtime)",
                     library.display()
-                ));
+                )));
             }
             ort::init_from(library)
-                .map_err(|e| format!("cannot load {}: {e}", library.display()))?
+                .map_err(|e| Error::Runtime(format!("cannot load {}: {e}", library.display())))?
                 .with_name("stead")
                 .with_telemetry(false)
                 .build()
-                .map_err(|e| e.to_string())
+                .map_err(|e| Error::Runtime(e.to_string()))
         })
         .clone()
-        .map_err(Error::Runtime)
 }
 
 /// Per layer: (key, value).

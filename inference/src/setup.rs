@@ -140,15 +140,20 @@ impl Precision {
     }
 }
 
-impl std::str::FromStr for Precision {
-    type Err = String;
+/// A precision name that is not int4, int8 or fp32.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown precision `{0}` (int4, int8 or fp32)")]
+pub struct UnknownPrecision(pub String);
 
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
+impl std::str::FromStr for Precision {
+    type Err = UnknownPrecision;
+
+    fn from_str(s: &str) -> std::result::Result<Self, UnknownPrecision> {
         match s {
             "int4" => Ok(Precision::Int4),
             "int8" => Ok(Precision::Int8),
             "fp32" => Ok(Precision::Fp32),
-            other => Err(format!("unknown precision `{other}` (int4, int8 or fp32)")),
+            other => Err(UnknownPrecision(other.to_string())),
         }
     }
 }

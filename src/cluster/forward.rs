@@ -198,7 +198,7 @@ impl Cluster for Peers {
         let mut request = match url.as_str().into_client_request() {
             Ok(request) => request,
             Err(error) => {
-                let error = crate::redact::redact_urls(&error.to_string());
+                let error = stead_config::redact::redact_urls(&error.to_string());
                 tracing::warn!(%owner, %error, "cluster: bad WebSocket address");
                 return None;
             }
@@ -228,7 +228,7 @@ impl Cluster for Peers {
             Ok((upstream, _)) => upstream,
             Err(error) => {
                 self.forward_failures.fetch_add(1, Ordering::Relaxed);
-                let error = crate::redact::redact_urls(&error.to_string());
+                let error = stead_config::redact::redact_urls(&error.to_string());
                 tracing::warn!(%owner, %error, "cluster: cannot open the owner's WebSocket");
                 return None;
             }

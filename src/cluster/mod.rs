@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use stead_actors::session::SessionRegistry;
 use stead_persistence::{BudgetDecision, BudgetRequest, ClusterNode, JournalStore};
-use stead_router::{SharedLedger, SharedReservation};
+use stead_router::{LedgerError, SharedLedger, SharedReservation};
 
-use crate::config::ClusterConfig;
+use stead_config::ClusterConfig;
 
 /// What a node of a cluster runs with.
 #[derive(Clone)]
@@ -188,7 +188,7 @@ impl SharedLedger for SharedBudgets {
         amount: f64,
         budget: f64,
         window: Duration,
-    ) -> Result<SharedReservation, String> {
+    ) -> Result<SharedReservation, LedgerError> {
         let request = BudgetRequest {
             key: key.to_string(),
             node_id: self.node_id.clone(),
@@ -213,7 +213,7 @@ impl SharedLedger for SharedBudgets {
             }
             Err(error) => {
                 tracing::warn!(%error, "the shared budget ledger failed");
-                Err(error.to_string())
+                Err(LedgerError(Box::new(error)))
             }
         }
     }

@@ -17,7 +17,7 @@ use uuid::Uuid;
 use super::output::clip;
 use super::replay::read_export;
 use super::CheckArgs;
-use crate::config::Config;
+use stead_config::Config;
 
 /// One journal to check: where it came from and its events.
 struct Recording {
@@ -46,14 +46,12 @@ pub(super) async fn check(
     }
     let started = Instant::now();
     // The rules as the server runs them: with the tools' argument schemas.
-    let client = crate::agents::webhook_client()?;
-    let mut rules: HashMap<String, Result<AgentRules, String>> = HashMap::new();
+    let client = stead_agents::webhook_client()?;
+    let mut rules: HashMap<String, anyhow::Result<AgentRules>> = HashMap::new();
     for agent in &config.agents {
         rules.insert(
             agent.name.clone(),
-            crate::agents::build_agent(agent, store, &client, None)
-                .map(|built| built.rules)
-                .map_err(|e| format!("{e:#}")),
+            stead_agents::build_agent(agent, store, &client, None).map(|built| built.rules),
         );
     }
     let mut results: Vec<(String, Uuid, Outcome)> = Vec::new();
@@ -63,7 +61,7 @@ pub(super) async fn check(
         } else {
             match rules.get(&recording.agent) {
                 None => Outcome::Error(format!("agent `{}` is not configured", recording.agent)),
-                Some(Err(e)) => Outcome::Error(e.clone()),
+                Some(Err(e)) => Outcome::Error(format!("{e:#}")),
                 Some(Ok(rules)) => match replay::check(
                     recording.session_id,
                     &recording.metadata,

@@ -21,7 +21,7 @@ use clap::{Args, Subcommand};
 use stead_persistence::JournalStore;
 use uuid::Uuid;
 
-use crate::config::Config;
+use stead_config::Config;
 
 #[derive(Debug, Subcommand)]
 pub enum SessionCommand {
@@ -158,7 +158,7 @@ async fn store(config: &Config) -> anyhow::Result<Arc<dyn JournalStore>> {
         config.database_url(),
         stead_persistence::DatabaseUrl::Sqlite(_)
     ) {
-        crate::serve::prepare_data_dir(&config.server.data_dir)?;
+        stead_config::prepare_data_dir(&config.server.data_dir)?;
     }
     // Migrations run quietly: these commands print only their own output.
     let store = crate::serve::open_store(config, false).await?;

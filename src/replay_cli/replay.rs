@@ -12,7 +12,7 @@ use stead_persistence::JournalStore;
 
 use super::output::print_json;
 use super::{ExportArgs, ForkArgs, ImportArgs, StateArgs};
-use crate::config::Config;
+use stead_config::Config;
 
 pub(super) async fn state(store: &Arc<dyn JournalStore>, args: StateArgs) -> anyhow::Result<()> {
     let row = store.get_session(args.id).await?;
@@ -32,7 +32,7 @@ fn agent_hash(config: &Config, agent: &str) -> Option<String> {
         .agents
         .iter()
         .find(|a| a.name == agent)
-        .map(crate::agents::config_hash)
+        .map(stead_agents::config_hash)
 }
 
 pub(super) async fn export(

@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::output::{event_json, human, print_json};
 use super::{CompactArgs, ListArgs, ShowArgs, TailArgs};
-use crate::config::Config;
+use stead_config::Config;
 
 pub(super) async fn list(store: &Arc<dyn JournalStore>, args: ListArgs) -> anyhow::Result<()> {
     let status = args

@@ -108,6 +108,77 @@ fn the_engine_does_not_link_the_router_and_the_vocabulary_is_a_leaf() {
     }
 }
 
+/// The binary's own `src/` is wiring: the command line, `stead serve`, cluster membership and
+/// the operator commands that work on the store. Benchmarks, tools and configuration are
+/// crates below it, so `src/` stays small enough to read in one sitting.
+#[test]
+fn the_binary_is_wiring_only() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    source_files(&root.join("src"), &["rs"], &mut files);
+    let lines: usize = files
+        .iter()
+        .map(|path| std::fs::read_to_string(path).map_or(0, |text| text.lines().count()))
+        .sum();
+    assert!(files.len() >= 5, "only {} files under src/", files.len());
+    assert!(
+        lines < 6_000,
+        "src/ holds {lines} lines; the wiring limit is 6,000"
+    );
+    for moved in [
+        "src/bench",
+        "src/eval",
+        "src/knowledge",
+        "src/mcp",
+        "src/config",
+    ] {
+        assert!(!root.join(moved).exists(), "{moved} is back in the binary");
+    }
+}
+
+/// The crates above the libraries stack one way: configuration, then agents (built from it),
+/// then the benches (which build agents and servers), then the binary. Nothing below depends
+/// on what is above it, and no library links the benches.
+#[test]
+fn configuration_agents_and_benches_stack_one_way() {
+    let depends = |manifest: &str, on: &str| {
+        read(manifest)
+            .lines()
+            .any(|l| l.split(['.', ' ', '=']).next() == Some(on))
+    };
+    assert!(depends("agents/Cargo.toml", "stead-config"));
+    assert!(depends("bench/Cargo.toml", "stead-agents"));
+    assert!(depends("Cargo.toml", "stead-bench"));
+    for (manifest, above) in [
+        (
+            "config/Cargo.toml",
+            &["stead-agents", "stead-bench", "stead"][..],
+        ),
+        (
+            "agents/Cargo.toml",
+            &["stead-bench", "stead", "stead-testkit"],
+        ),
+        ("bench/Cargo.toml", &["stead", "stead-testkit"]),
+    ] {
+        for &other in above {
+            assert!(!depends(manifest, other), "{manifest} depends on {other}");
+        }
+    }
+    for library in [
+        "actors",
+        "gateway/http",
+        "gateway/router",
+        "inference",
+        "model",
+        "persistence",
+    ] {
+        let manifest = format!("{library}/Cargo.toml");
+        for other in ["stead-config", "stead-agents", "stead-bench"] {
+            assert!(!depends(&manifest, other), "{manifest} depends on {other}");
+        }
+    }
+}
+
 #[test]
 fn the_http_edge_and_the_router_do_not_link_the_local_engine() {
     for manifest in ["gateway/http/Cargo.toml", "gateway/router/Cargo.toml"] {
@@ -186,6 +257,9 @@ fn no_comment_names_an_issue_number() {
     let mut files = Vec::new();
     for dir in [
         "actors",
+        "agents",
+        "bench",
+        "config",
         "gateway",
         "inference",
         "model",
@@ -216,4 +290,73 @@ fn no_comment_names_an_issue_number() {
         }
     }
     assert!(found.is_empty(), "comments naming an issue: {found:#?}");
+}
+
+/// The error type of every `Result<T, E>` written in `text` whose `E` is a bare `String`.
+fn string_errors(text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for (at, _) in text.match_indices("Result<") {
+        let rest = &text[at + "Result<".len()..];
+        let (mut depth, mut last_comma, mut end) = (0usize, None, None);
+        for (i, c) in rest.char_indices() {
+            match c {
+                '<' | '(' | '[' => depth += 1,
+                '>' | ')' | ']' if depth == 0 => {
+                    end = Some(i);
+                    break;
+                }
+                '>' | ')' | ']' => depth -= 1,
+                ',' if depth == 0 => last_comma = Some(i),
+                ';' | '{' => break,
+                _ => {}
+            }
+        }
+        if let (Some(comma), Some(end)) = (last_comma, end) {
+            if rest[comma + 1..end].trim().trim_end_matches(',').trim() == "String" {
+                found.push(format!("Result<{}>", &rest[..end]));
+            }
+        }
+    }
+    found
+}
+
+/// Errors carry a type, not a sentence: no `Result<_, String>` outside tests (a `thiserror`
+/// enum or a named message type says what failed and keeps its cause).
+#[test]
+fn no_result_carries_a_bare_string_error_outside_tests() {
+    assert_eq!(
+        string_errors("fn f() -> Result<Vec<(u8, u8)>, String> { } Result<(), MyError>"),
+        vec!["Result<Vec<(u8, u8)>, String>".to_string()],
+        "the scanner itself"
+    );
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    for dir in [
+        "actors/src",
+        "agents/src",
+        "bench/src",
+        "config/src",
+        "gateway/http/src",
+        "gateway/router/src",
+        "inference/src",
+        "model/src",
+        "persistence/src",
+        "src",
+    ] {
+        source_files(&root.join(dir), &["rs"], &mut files);
+    }
+    assert!(files.len() > 100, "only {} Rust files found", files.len());
+    let mut found = Vec::new();
+    for path in files {
+        if path.file_name().is_some_and(|n| n == "tests.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        // A file's unit tests come last, after its `#[cfg(test)]` module header.
+        let code = text.split("#[cfg(test)]\nmod").next().unwrap_or_default();
+        for error in string_errors(code) {
+            found.push(format!("{}: {error}", path.display()));
+        }
+    }
+    assert!(found.is_empty(), "String errors outside tests: {found:#?}");
 }

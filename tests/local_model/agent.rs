@@ -62,7 +62,7 @@ async fn a_session_answers_with_the_real_model() {
         )) as Arc<dyn stead_router::Provider>),
     );
     let router = stead_router::Router::new(&routes, Default::default(), &providers, None).unwrap();
-    let model = Arc::new(stead::model_router::SessionModel {
+    let model = Arc::new(stead_agents::models::SessionModel {
         router: Arc::new(router),
     });
     let registry = SessionRegistry::new(store.clone(), model, vec![agent]);

@@ -36,9 +36,24 @@ pub enum SessionError {
     /// to a fresh activation).
     #[error("the session actor is passivating")]
     Passivating,
+    /// The actor took the request and stopped before answering: whether it was applied is
+    /// unknown (the journal tells).
+    #[error("the session actor stopped")]
+    Stopped,
+    /// Every activation tried was passivating; nothing was applied.
+    #[error("the session actor kept passivating")]
+    KeptPassivating,
     /// An event would be over the journal's size limit; nothing was written.
     #[error("{0}")]
     TooLarge(String),
+}
+
+/// The model call in flight: its id, the flag that cancels it, and the text streamed so far
+/// (a subscriber that attaches mid-stream starts from it).
+pub(super) struct StreamingCall {
+    pub(super) call_id: String,
+    pub(super) cancel: Arc<AtomicBool>,
+    pub(super) text: String,
 }
 
 pub enum SessionMsg {
@@ -110,8 +125,8 @@ pub struct Live {
     pub(super) tasks_in_flight: usize,
     pub(super) last_activity: std::time::Instant,
     pub(super) last_snapshot: i64,
-    /// The model call in flight: its id, cancel flag and the text streamed so far.
-    pub(super) streaming: Option<(String, Arc<AtomicBool>, String)>,
+    /// The model call in flight.
+    pub(super) streaming: Option<StreamingCall>,
     /// The status last written to the session's row (for listing and filtering).
     pub(super) synced_status: SessionStatus,
     /// The session's metadata, for its model calls' request-log rows.
@@ -241,133 +256,20 @@ impl Actor for SessionActor {
         live: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            SessionMsg::Tick => {
-                live.subscribers.retain(|s| !s.sender.is_closed());
-                if live.lease_renewed.elapsed() >= live.deps.lifecycle.lease_ttl / 3 {
-                    let deps = &live.deps;
-                    match deps
-                        .store
-                        .renew_lease(
-                            deps.session_id,
-                            &deps.lease.owner,
-                            deps.lease.epoch,
-                            deps.lifecycle.lease_ttl,
-                        )
-                        .await
-                    {
-                        Ok(_) => live.lease_renewed = std::time::Instant::now(),
-                        Err(stead_persistence::Error::Fenced { .. }) => {
-                            tracing::warn!(session = %deps.session_id, "lease lost; stopping");
-                            myself.stop(Some("lease lost".into()));
-                            return Ok(());
-                        }
-                        Err(error) => {
-                            tracing::warn!(session = %deps.session_id, %error, "lease renewal failed")
-                        }
-                    }
-                }
-                // A pending approval's expiry is a row of the due index: the scheduler wakes a
-                // passivated session when it is due.
-                let idle = live.tasks_in_flight == 0
-                    && live.subscribers.is_empty()
-                    && live.last_activity.elapsed() >= live.deps.lifecycle.passivate_after;
-                if idle {
-                    // Parked or idle sessions hold nothing: state is in the journal. Draining
-                    // (not stopping) answers what is already queued — inputs with
-                    // `Passivating`, so their senders retry on a fresh activation instead of
-                    // losing them — and refuses what comes later the same way.
-                    live.passivating = true;
-                    let _ = myself.drain();
-                }
-                return Ok(());
-            }
+            SessionMsg::Tick => live.tick(&myself).await,
             SessionMsg::Input(_, caller) if live.passivating => {
                 if let Some(caller) = caller {
                     caller.answer(Err(SessionError::Passivating));
                 }
-                return Ok(());
             }
             // A subscriber of a passivating actor would hear nothing: its caller retries.
-            SessionMsg::Subscribe(..) if live.passivating => return Ok(()),
-            SessionMsg::Input(input, caller) => {
-                if let Some(caller) = &caller {
-                    caller
-                        .taken
-                        .store(true, std::sync::atomic::Ordering::SeqCst);
-                }
-                live.last_activity = std::time::Instant::now();
-                if is_task_outcome(&input) {
-                    live.tasks_in_flight = live.tasks_in_flight.saturating_sub(1);
-                }
-                let retry = match &input {
-                    Input::ModelFinished { call_id, .. } => Some((call_id.clone(), true)),
-                    Input::ToolFinished { call_id, .. } => Some((call_id.clone(), false)),
-                    _ => None,
-                };
-                // The actor's own inputs (a task's outcome, a timer) have no caller to retry
-                // them: kept for another try when the journal cannot take them now.
-                let own = caller.is_none().then(|| input.clone());
-                let mut result = live.process(&myself, input).await;
-                if let (Err(SessionError::Storage(error)), Some(input)) = (&result, own) {
-                    let wait = UNWRITTEN_FIRST_WAIT
-                        .saturating_mul(1 << live.unwritten.min(6))
-                        .min(UNWRITTEN_MAX_WAIT);
-                    live.unwritten += 1;
-                    tracing::warn!(
-                        session = %live.deps.session_id, %error, retry_in_ms = wait.as_millis() as u64,
-                        "an input of the session could not be journaled; trying again"
-                    );
-                    // Still in flight: the session must not passivate with it pending.
-                    if is_task_outcome(&input) {
-                        live.tasks_in_flight += 1;
-                    }
-                    myself.send_after(wait, move || SessionMsg::Input(input, None));
-                    return Ok(());
-                }
-                if result.is_ok() {
-                    live.unwritten = 0;
-                }
-                // A model answer or tool result too large to journal fails its call instead of
-                // wedging the turn.
-                if let (Err(SessionError::TooLarge(why)), Some((call_id, model))) = (&result, retry)
-                {
-                    let error = format!("the result could not be journaled: {why}");
-                    let failed = if model {
-                        Input::ModelFailed { call_id, error }
-                    } else {
-                        Input::ToolFailed { call_id, error }
-                    };
-                    result = live.process(&myself, failed).await;
-                }
-                // The caller hears of the commit before the actions start, so a failure while
-                // starting them (a restart follows) cannot hide that the input was committed.
-                let (answer, actions) = match result {
-                    Ok((seq, actions)) => (Ok(seq), actions),
-                    Err(error) => (Err(error), Vec::new()),
-                };
-                if let Some(caller) = caller {
-                    caller.answer(answer);
-                }
-                if actions
-                    .iter()
-                    .any(|a| matches!(a, crate::Action::CallModel { .. }))
-                {
-                    live.journal_tool_list(&myself).await;
-                }
-                for action in actions {
-                    live.start(&myself, action);
-                }
-                // The snapshot only speeds up activation: it is written after the caller has
-                // its answer.
-                if live.state.last_seq - live.last_snapshot >= live.deps.lifecycle.snapshot_every {
-                    live.snapshot().await;
-                }
-            }
+            SessionMsg::Subscribe(..) if live.passivating => {}
+            SessionMsg::Input(input, caller) => live.take_input(&myself, input, caller).await,
             SessionMsg::Delta { call_id, text } => {
-                if let Some((current, _, buffer)) = &mut live.streaming {
-                    if *current == call_id {
-                        let offset = buffer.len();
-                        buffer.push_str(&text);
+                if let Some(streaming) = &mut live.streaming {
+                    if streaming.call_id == call_id {
+                        let offset = streaming.text.len();
+                        streaming.text.push_str(&text);
                         let attempt = live.deps.lease.epoch;
                         live.broadcast(Frame::Delta {
                             call_id,
@@ -388,28 +290,158 @@ impl Actor for SessionActor {
                 }
             }
             SessionMsg::Subscribe(subscriber, reply) => {
-                let attached = Attached {
-                    last_seq: live.state.last_seq,
-                    status: live.state.status(),
-                    streaming: live
-                        .streaming
-                        .as_ref()
-                        .map(|(call_id, _, text)| (call_id.clone(), text.clone())),
-                    attempt: live.deps.lease.epoch,
-                    progress: live
-                        .progress
-                        .iter()
-                        .map(|(call, p)| (call.clone(), p.clone()))
-                        .collect(),
-                };
-                live.subscribers.push(subscriber);
-                let _ = reply.send(attached);
+                let _ = reply.send(live.attach(subscriber));
             }
             SessionMsg::State(reply) => {
                 let _ = reply.send(live.state.clone());
             }
         }
         Ok(())
+    }
+}
+
+impl Live {
+    /// The periodic tick: drops closed subscribers, renews the lease, and passivates an idle
+    /// actor.
+    async fn tick(&mut self, myself: &ActorRef<SessionMsg>) {
+        self.subscribers.retain(|s| !s.sender.is_closed());
+        if self.lease_renewed.elapsed() >= self.deps.lifecycle.lease_ttl / 3 {
+            let deps = &self.deps;
+            match deps
+                .store
+                .renew_lease(
+                    deps.session_id,
+                    &deps.lease.owner,
+                    deps.lease.epoch,
+                    deps.lifecycle.lease_ttl,
+                )
+                .await
+            {
+                Ok(_) => self.lease_renewed = std::time::Instant::now(),
+                Err(stead_persistence::Error::Fenced { .. }) => {
+                    tracing::warn!(session = %deps.session_id, "lease lost; stopping");
+                    myself.stop(Some("lease lost".into()));
+                    return;
+                }
+                Err(error) => {
+                    tracing::warn!(session = %deps.session_id, %error, "lease renewal failed")
+                }
+            }
+        }
+        // A pending approval's expiry is a row of the due index: the scheduler wakes a
+        // passivated session when it is due.
+        let idle = self.tasks_in_flight == 0
+            && self.subscribers.is_empty()
+            && self.last_activity.elapsed() >= self.deps.lifecycle.passivate_after;
+        if idle {
+            // Parked or idle sessions hold nothing: state is in the journal. Draining
+            // (not stopping) answers what is already queued — inputs with
+            // `Passivating`, so their senders retry on a fresh activation instead of
+            // losing them — and refuses what comes later the same way.
+            self.passivating = true;
+            let _ = myself.drain();
+        }
+    }
+
+    /// An input from a caller or from the actor's own tasks: processed (kept for another try
+    /// when the journal cannot take it now), answered, and its actions started.
+    async fn take_input(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        input: Input,
+        caller: Option<Caller>,
+    ) {
+        if let Some(caller) = &caller {
+            caller
+                .taken
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        self.last_activity = std::time::Instant::now();
+        if is_task_outcome(&input) {
+            self.tasks_in_flight = self.tasks_in_flight.saturating_sub(1);
+        }
+        let retry = match &input {
+            Input::ModelFinished { call_id, .. } => Some((call_id.clone(), true)),
+            Input::ToolFinished { call_id, .. } => Some((call_id.clone(), false)),
+            _ => None,
+        };
+        // The actor's own inputs (a task's outcome, a timer) have no caller to retry
+        // them: kept for another try when the journal cannot take them now.
+        let own = caller.is_none().then(|| input.clone());
+        let mut result = self.process(myself, input).await;
+        if let (Err(SessionError::Storage(error)), Some(input)) = (&result, own) {
+            let wait = UNWRITTEN_FIRST_WAIT
+                .saturating_mul(1 << self.unwritten.min(6))
+                .min(UNWRITTEN_MAX_WAIT);
+            self.unwritten += 1;
+            tracing::warn!(
+                session = %self.deps.session_id, %error, retry_in_ms = wait.as_millis() as u64,
+                "an input of the session could not be journaled; trying again"
+            );
+            // Still in flight: the session must not passivate with it pending.
+            if is_task_outcome(&input) {
+                self.tasks_in_flight += 1;
+            }
+            myself.send_after(wait, move || SessionMsg::Input(input, None));
+            return;
+        }
+        if result.is_ok() {
+            self.unwritten = 0;
+        }
+        // A model answer or tool result too large to journal fails its call instead of
+        // wedging the turn.
+        if let (Err(SessionError::TooLarge(why)), Some((call_id, model))) = (&result, retry) {
+            let error = format!("the result could not be journaled: {why}");
+            let failed = if model {
+                Input::ModelFailed { call_id, error }
+            } else {
+                Input::ToolFailed { call_id, error }
+            };
+            result = self.process(myself, failed).await;
+        }
+        // The caller hears of the commit before the actions start, so a failure while
+        // starting them (a restart follows) cannot hide that the input was committed.
+        let (answer, actions) = match result {
+            Ok((seq, actions)) => (Ok(seq), actions),
+            Err(error) => (Err(error), Vec::new()),
+        };
+        if let Some(caller) = caller {
+            caller.answer(answer);
+        }
+        if actions
+            .iter()
+            .any(|a| matches!(a, crate::Action::CallModel { .. }))
+        {
+            self.journal_tool_list(myself).await;
+        }
+        for action in actions {
+            self.start(myself, action);
+        }
+        // The snapshot only speeds up activation: it is written after the caller has
+        // its answer.
+        if self.state.last_seq - self.last_snapshot >= self.deps.lifecycle.snapshot_every {
+            self.snapshot().await;
+        }
+    }
+
+    /// A new subscriber, and where the session stands for it.
+    fn attach(&mut self, subscriber: Subscriber) -> Attached {
+        let attached = Attached {
+            last_seq: self.state.last_seq,
+            status: self.state.status(),
+            streaming: self
+                .streaming
+                .as_ref()
+                .map(|s| (s.call_id.clone(), s.text.clone())),
+            attempt: self.deps.lease.epoch,
+            progress: self
+                .progress
+                .iter()
+                .map(|(call, p)| (call.clone(), p.clone()))
+                .collect(),
+        };
+        self.subscribers.push(subscriber);
+        attached
     }
 }
 

@@ -253,9 +253,9 @@ impl Live {
                 call_id: call_id.to_string(),
                 result,
             },
-            Err(error) => Input::ToolFailed {
+            Err(failure) => Input::ToolFailed {
                 call_id: call_id.to_string(),
-                error,
+                error: failure.to_string(),
             },
         })
     }

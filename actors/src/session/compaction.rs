@@ -8,7 +8,7 @@
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use super::{Calibration, ModelClient, ModelRequest};
+use super::{Calibration, ModelClient, ModelError, ModelRequest};
 use crate::context::{self, ContextRules, Strategy};
 use crate::decide::Input;
 use crate::state::TranscriptEntry;
@@ -107,6 +107,15 @@ pub(super) async fn fit(
     }))
 }
 
+/// Why no summary was written (the oldest turns are then dropped without one).
+#[derive(Debug, thiserror::Error)]
+enum SummaryError {
+    #[error("the summary call failed: {0}")]
+    Call(#[from] ModelError),
+    #[error("the summariser answered with nothing")]
+    Empty,
+}
+
 /// Asks the summary route (the agent's own by default) for a summary of `dropped` and the
 /// summary so far; returns the text and the model that wrote it.
 async fn summarise(
@@ -117,7 +126,7 @@ async fn summarise(
     dropped: &[TranscriptEntry],
     budget: u64,
     cancel: Arc<AtomicBool>,
-) -> Result<(String, String), String> {
+) -> Result<(String, String), SummaryError> {
     let mut input = context::summary_input(previous, dropped, rules.max_tool_result_tokens);
     // The summariser's own prompt stays inside the budget: the newest part is kept.
     let cap =
@@ -143,13 +152,10 @@ async fn summarise(
         repair: false,
     };
     let (deltas, _stream) = tokio::sync::mpsc::unbounded_channel();
-    let output = model
-        .complete(summary_request, deltas, cancel)
-        .await
-        .map_err(|e| e.to_string())?;
+    let output = model.complete(summary_request, deltas, cancel).await?;
     let text = output.text.trim().to_string();
     if text.is_empty() {
-        return Err("the summariser answered with nothing".into());
+        return Err(SummaryError::Empty);
     }
     Ok((text, output.model))
 }

@@ -12,10 +12,13 @@ mod due_index;
 mod frames;
 mod live;
 mod model;
+mod model_call;
 mod registry;
 mod scheduler;
 mod supervisor;
+mod tool_call;
 
+use actor::StreamingCall;
 pub use actor::{Caller, Live, SessionActor, SessionDeps, SessionError, SessionMsg};
 pub use config::{Agent, AgentTools, Lifecycle};
 pub use due_index::{approval_call, APPROVAL_KEY_PREFIX};

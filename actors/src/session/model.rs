@@ -128,7 +128,7 @@ impl PromptSize {
     }
 }
 
-/// How sessions reach models: in `stead serve`, the model router (`src/model_router.rs`).
+/// How sessions reach models: in `stead serve`, the model router (`agents/src/models.rs`).
 #[async_trait]
 pub trait ModelClient: Send + Sync + 'static {
     /// The size of `request`'s prompt on its route (the actor keeps it inside the agent's

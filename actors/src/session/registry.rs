@@ -319,23 +319,19 @@ impl SessionRegistry {
             let taken = Arc::new(AtomicBool::new(false));
             let call =
                 |reply| SessionMsg::Input(input.clone(), Some(Caller::new(reply, taken.clone())));
-            match actor.call(call, None).await {
-                Ok(ractor::rpc::CallResult::Success(Err(SessionError::Passivating))) => {}
-                Ok(ractor::rpc::CallResult::Success(result)) => return result,
-                // Not delivered: the actor was draining or gone before it took the input.
-                Err(ractor::MessagingErr::SendErr(_))
-                | Err(ractor::MessagingErr::ChannelClosed) => {}
-                // Delivered but dropped with the mailbox as the actor ended, never taken.
-                Ok(ractor::rpc::CallResult::SenderError) if !taken.load(Ordering::SeqCst) => {}
-                // Taken, and the actor ended before answering: whether it was applied is
-                // unknown (its events may be committed), so it is not sent again.
-                _ => return Err(SessionError::Journal("the session actor stopped".into())),
+            // An input dropped with the mailbox of an ending actor was never taken; one taken
+            // and never answered may have been applied (its events may be committed), so it
+            // is not sent again.
+            match Asked::of(actor.call(call, None).await, || {
+                !taken.load(Ordering::SeqCst)
+            }) {
+                Asked::Answered(Err(SessionError::Passivating)) | Asked::NotTaken => {}
+                Asked::Answered(result) => return result,
+                Asked::Stopped => return Err(SessionError::Stopped),
             }
             self.wait_until_stopped(id, &actor).await;
         }
-        Err(SessionError::Journal(
-            "the session actor kept passivating".into(),
-        ))
+        Err(SessionError::KeptPassivating)
     }
 
     /// Waits (briefly) for a passivating actor to finish, so the next activation is a new one.
@@ -359,31 +355,23 @@ impl SessionRegistry {
                 sender,
                 lagged: lagged.clone(),
             };
-            match actor
+            let asked = actor
                 .call(|reply| SessionMsg::Subscribe(subscriber, reply), None)
-                .await
-            {
-                Ok(ractor::rpc::CallResult::Success(attached)) => {
+                .await;
+            // A passivating actor drops the request unanswered, or refuses delivery.
+            match Asked::of(asked, || !running(&actor)) {
+                Asked::Answered(attached) => {
                     return Ok(Subscription {
                         frames,
                         attached,
                         lagged,
                     })
                 }
-                // A passivating actor drops the request unanswered, or refuses delivery.
-                Ok(ractor::rpc::CallResult::SenderError)
-                | Err(ractor::MessagingErr::SendErr(_))
-                | Err(ractor::MessagingErr::ChannelClosed)
-                    if !matches!(actor.get_status(), ractor::ActorStatus::Running) =>
-                {
-                    self.wait_until_stopped(id, &actor).await
-                }
-                _ => return Err(SessionError::Journal("the session actor stopped".into())),
+                Asked::NotTaken => self.wait_until_stopped(id, &actor).await,
+                Asked::Stopped => return Err(SessionError::Stopped),
             }
         }
-        Err(SessionError::Journal(
-            "the session actor kept passivating".into(),
-        ))
+        Err(SessionError::KeptPassivating)
     }
 
     /// Frames from now on (a generous buffer, for in-process callers and tests).
@@ -397,21 +385,15 @@ impl SessionRegistry {
     pub async fn state(&self, id: Uuid) -> Result<SessionState, SessionError> {
         for _ in 0..PASSIVATION_RETRIES {
             let actor = self.session(id).await?;
-            match actor.call(SessionMsg::State, None).await {
-                Ok(ractor::rpc::CallResult::Success(state)) => return Ok(state),
-                Ok(ractor::rpc::CallResult::SenderError)
-                | Err(ractor::MessagingErr::SendErr(_))
-                | Err(ractor::MessagingErr::ChannelClosed)
-                    if !matches!(actor.get_status(), ractor::ActorStatus::Running) =>
-                {
-                    self.wait_until_stopped(id, &actor).await
-                }
-                _ => return Err(SessionError::Journal("the session actor stopped".into())),
+            match Asked::of(actor.call(SessionMsg::State, None).await, || {
+                !running(&actor)
+            }) {
+                Asked::Answered(state) => return Ok(state),
+                Asked::NotTaken => self.wait_until_stopped(id, &actor).await,
+                Asked::Stopped => return Err(SessionError::Stopped),
             }
         }
-        Err(SessionError::Journal(
-            "the session actor kept passivating".into(),
-        ))
+        Err(SessionError::KeptPassivating)
     }
 
     /// Stops the session's live actor (if any) for good — no later access activates it again
@@ -478,4 +460,39 @@ impl SessionRegistry {
             actor.stop(None);
         }
     }
+}
+
+/// How one call to a session actor ended.
+enum Asked<T> {
+    Answered(T),
+    /// The actor did not take the request (not delivered, or dropped unanswered with the
+    /// mailbox of an actor that is ending): it may go to a fresh activation.
+    NotTaken,
+    /// The actor took the request and stopped before answering.
+    Stopped,
+}
+
+impl<T> Asked<T> {
+    /// `untaken` tells, for a request that was not answered, whether the actor surely did not
+    /// take it (each caller knows how: a flag the actor sets, or the actor no longer running).
+    fn of(
+        result: Result<ractor::rpc::CallResult<T>, ractor::MessagingErr<SessionMsg>>,
+        untaken: impl Fn() -> bool,
+    ) -> Self {
+        match result {
+            Ok(ractor::rpc::CallResult::Success(answer)) => Asked::Answered(answer),
+            Ok(ractor::rpc::CallResult::SenderError)
+            | Err(ractor::MessagingErr::SendErr(_))
+            | Err(ractor::MessagingErr::ChannelClosed)
+                if untaken() =>
+            {
+                Asked::NotTaken
+            }
+            _ => Asked::Stopped,
+        }
+    }
+}
+
+fn running(actor: &ActorRef<SessionMsg>) -> bool {
+    matches!(actor.get_status(), ractor::ActorStatus::Running)
 }

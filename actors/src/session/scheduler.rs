@@ -388,7 +388,7 @@ async fn start_occurrence(
         Ok(text) => text,
         Err(why) => {
             // Its callback was removed from the configuration: the schedule cannot fire again.
-            tracing::warn!(agent = %row.agent, key = %row.key, why, "scheduler: an agent's schedule is deleted");
+            tracing::warn!(agent = %row.agent, key = %row.key, %why, "scheduler: an agent's schedule is deleted");
             let _ = store.delete_schedule(&row.owner, &row.key).await;
             return Err(Woken::Nothing);
         }

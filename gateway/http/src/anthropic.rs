@@ -19,7 +19,7 @@ use axum::Json;
 use serde_json::{json, Map, Value};
 use stead_router::anthropic::{stop_reason, tool_input};
 use stead_router::chat::ToolCall;
-use stead_router::wire;
+use stead_router::wire::{self, WireError};
 use stead_router::{RouterError, RouterResponse};
 use uuid::Uuid;
 
@@ -66,7 +66,7 @@ fn router_refusal(error: &RouterError) -> Response {
 }
 
 /// The request as an OpenAI chat completions body, which the router's parser then checks.
-pub(crate) fn openai_body(body: &Value) -> Result<Value, String> {
+pub(crate) fn openai_body(body: &Value) -> Result<Value, WireError> {
     let object = body.as_object().ok_or("the body must be a JSON object")?;
     match object.get("max_tokens") {
         Some(v) if v.as_u64().is_some_and(|n| n >= 1) => {}
@@ -95,7 +95,7 @@ pub(crate) fn openai_body(body: &Value) -> Result<Value, String> {
         .filter(|m| !m.is_empty())
         .ok_or("`messages` must be a non-empty array")?;
     for (i, turn) in turns.iter().enumerate() {
-        convert_turn(turn, &mut messages).map_err(|e| format!("messages[{i}]: {e}"))?;
+        convert_turn(turn, &mut messages).map_err(|e| e.within(format!("messages[{i}]")))?;
     }
     let mut out = Map::new();
     out.insert("messages".into(), Value::Array(messages));
@@ -125,7 +125,7 @@ pub(crate) fn openai_body(body: &Value) -> Result<Value, String> {
                     },
                 }))
             })
-            .collect::<Result<Vec<_>, String>>()?;
+            .collect::<Result<Vec<_>, WireError>>()?;
         out.insert("tools".into(), Value::Array(tools));
     }
     if let Some(choice) = object.get("tool_choice").filter(|c| !c.is_null()) {
@@ -149,7 +149,7 @@ pub(crate) fn openai_body(body: &Value) -> Result<Value, String> {
 /// One Anthropic turn as OpenAI messages: tool results become `tool` messages (first, as
 /// Anthropic puts them), text the user's or assistant's message, `tool_use` the assistant's
 /// tool calls.
-fn convert_turn(turn: &Value, out: &mut Vec<Value>) -> Result<(), String> {
+fn convert_turn(turn: &Value, out: &mut Vec<Value>) -> Result<(), WireError> {
     let role = match turn["role"].as_str() {
         Some(role @ ("user" | "assistant")) => role,
         _ => return Err("`role` must be \"user\" or \"assistant\"".into()),
@@ -166,7 +166,7 @@ fn convert_turn(turn: &Value, out: &mut Vec<Value>) -> Result<(), String> {
             Some("text") => text.push_str(block["text"].as_str().unwrap_or_default()),
             Some("tool_use") if role == "assistant" => {
                 let (Some(id), Some(name)) = (block["id"].as_str(), block["name"].as_str()) else {
-                    return Err(format!("content[{j}]: a tool_use block needs `id` and `name`"));
+                    return Err(format!("content[{j}]: a tool_use block needs `id` and `name`").into());
                 };
                 calls.push(json!({
                     "id": id,
@@ -198,9 +198,9 @@ fn convert_turn(turn: &Value, out: &mut Vec<Value>) -> Result<(), String> {
             Some(kind) => {
                 return Err(format!(
                     "content[{j}]: `{kind}` blocks are not supported here (text, tool_use and tool_result are)"
-                ))
+                ).into())
             }
-            None => return Err(format!("content[{j}]: a block needs a `type`")),
+            None => return Err(format!("content[{j}]: a block needs a `type`").into()),
         }
     }
     if !text.is_empty() || !calls.is_empty() {
@@ -271,7 +271,7 @@ async fn answer(
     let ApiJson(body) = ApiJson::<Value>::from_request(request, &state).await?;
     let parsed = openai_body(&body)
         .and_then(|b| wire::parse_request(&b))
-        .map_err(|e| ApiError::new(ErrorCode::MalformedRequest, e))?;
+        .map_err(|e| ApiError::new(ErrorCode::MalformedRequest, e.to_string()))?;
     let mut options = options(&caller, &headers)?;
     let id = *options.request_id.get_or_insert_with(Uuid::now_v7);
     let message_id = format!("msg_{}", id.simple());
@@ -444,7 +444,7 @@ mod tests {
         ];
         for (body, needle) in cases {
             let error = openai_body(&body).unwrap_err();
-            assert!(error.contains(needle), "{error}");
+            assert!(error.message().contains(needle), "{error}");
         }
         assert_eq!(error_type(StatusCode::UNAUTHORIZED), "authentication_error");
         assert_eq!(

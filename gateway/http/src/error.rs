@@ -87,6 +87,12 @@ impl From<SessionError> for ApiError {
             SessionError::Refused(refusal) => refusal_error(refusal),
             SessionError::TooLarge(message) => ApiError::new(ErrorCode::EventTooLarge, message),
             SessionError::Journal(message) => ApiError::internal("the session failed", message),
+            SessionError::Stopped => {
+                ApiError::internal("the session failed", "the session actor stopped")
+            }
+            SessionError::KeptPassivating => {
+                ApiError::internal("the session failed", "the session actor kept passivating")
+            }
             // Nothing was applied: the caller may send it again (the same `client_id` is safe).
             SessionError::Storage(message) => {
                 tracing::error!(error = %message, "the database could not be used");

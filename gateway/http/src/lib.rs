@@ -42,7 +42,7 @@ use stead_persistence::JournalStore;
 pub use auth::{Auth, Principal};
 pub use error::{refusal_error, ApiError, ApiJson, ApiPath, ApiQuery};
 pub use error_code::ErrorCode;
-pub use server::{serve, ServeOptions};
+pub use server::{raise_fd_limit, serve, ServeOptions};
 pub use ws::SessionSockets;
 
 /// Bounds on what one client may send or hold.

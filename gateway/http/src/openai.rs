@@ -57,7 +57,8 @@ pub(crate) fn options(principal: &Principal, headers: &HeaderMap) -> Result<Call
                     "x-stead-metadata must be ASCII JSON",
                 )
             })?;
-            parse_metadata(text).map_err(|e| ApiError::new(ErrorCode::InvalidMetadata, e))?
+            parse_metadata(text)
+                .map_err(|e| ApiError::new(ErrorCode::InvalidMetadata, e.to_string()))?
         }
     };
     let bypass = headers
@@ -94,7 +95,8 @@ pub async fn chat_completions(
         request,
         stream,
         include_usage,
-    } = wire::parse_request(&body).map_err(|e| ApiError::new(ErrorCode::MalformedRequest, e))?;
+    } = wire::parse_request(&body)
+        .map_err(|e| ApiError::new(ErrorCode::MalformedRequest, e.to_string()))?;
     let mut options = options(&caller, &headers)?;
     let id = *options.request_id.get_or_insert_with(Uuid::now_v7);
     let created = chrono::Utc::now().timestamp();

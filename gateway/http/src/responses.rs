@@ -16,7 +16,7 @@ use axum::response::sse::Event;
 use axum::response::Response;
 use serde_json::{json, Map, Value};
 use stead_router::chat::FinishReason;
-use stead_router::wire;
+use stead_router::wire::{self, WireError};
 use stead_router::RouterResponse;
 use uuid::Uuid;
 
@@ -27,7 +27,7 @@ use crate::streamed::{self, Refused, Step};
 use crate::{ApiError, ApiJson, AppState, ErrorCode};
 
 /// The request as an OpenAI chat completions body, which the router's parser then checks.
-pub(crate) fn openai_body(body: &Value) -> Result<Value, String> {
+pub(crate) fn openai_body(body: &Value) -> Result<Value, WireError> {
     let object = body.as_object().ok_or("the body must be a JSON object")?;
     if object
         .get("previous_response_id")
@@ -50,7 +50,7 @@ pub(crate) fn openai_body(body: &Value) -> Result<Value, String> {
         Some(Value::String(text)) => messages.push(json!({ "role": "user", "content": text })),
         Some(Value::Array(items)) => {
             for (i, item) in items.iter().enumerate() {
-                convert_item(item, &mut messages).map_err(|e| format!("input[{i}]: {e}"))?;
+                convert_item(item, &mut messages).map_err(|e| e.within(format!("input[{i}]")))?;
             }
         }
         _ => return Err("`input` must be a string or an array of items".into()),
@@ -79,13 +79,13 @@ pub(crate) fn openai_body(body: &Value) -> Result<Value, String> {
                         "parameters": tool.get("parameters").filter(|p| !p.is_null()).cloned().unwrap_or(json!({"type": "object"})),
                     },
                 })),
-                (Some("function"), None) => Err(format!("tools[{i}]: `name` must be a string")),
+                (Some("function"), None) => Err(format!("tools[{i}]: `name` must be a string").into()),
                 (kind, _) => Err(format!(
                     "tools[{i}]: only `function` tools are supported, not {}",
                     kind.unwrap_or("a tool without `type`")
-                )),
+                ).into()),
             })
-            .collect::<Result<Vec<_>, String>>()?;
+            .collect::<Result<Vec<_>, WireError>>()?;
         out.insert("tools".into(), Value::Array(tools));
     }
     if let Some(choice) = object.get("tool_choice").filter(|c| !c.is_null()) {
@@ -111,7 +111,7 @@ pub(crate) fn openai_body(body: &Value) -> Result<Value, String> {
 
 /// One input item as chat messages. Consecutive `function_call`s join one assistant message
 /// (with the assistant's text before them, if any).
-fn convert_item(item: &Value, out: &mut Vec<Value>) -> Result<(), String> {
+fn convert_item(item: &Value, out: &mut Vec<Value>) -> Result<(), WireError> {
     let kind = item["type"]
         .as_str()
         .unwrap_or(if item.get("role").is_some() {
@@ -140,10 +140,11 @@ fn convert_item(item: &Value, out: &mut Vec<Value>) -> Result<(), String> {
                             (kind, _) => Err(format!(
                                 "content[{j}]: `{}` parts are not supported (text parts are)",
                                 kind.unwrap_or("untyped")
-                            )),
+                            )
+                            .into()),
                         },
                     )
-                    .collect::<Result<Vec<_>, _>>()?
+                    .collect::<Result<Vec<_>, WireError>>()?
                     .join(""),
                 _ => return Err("`content` must be a string or an array of parts".into()),
             };
@@ -189,7 +190,8 @@ fn convert_item(item: &Value, out: &mut Vec<Value>) -> Result<(), String> {
         other => {
             return Err(format!(
             "`{other}` items are not supported (message, function_call, function_call_output are)"
-        ))
+        )
+            .into())
         }
     }
     Ok(())
@@ -326,7 +328,7 @@ pub async fn responses(
     caller.require_operator()?;
     let parsed = openai_body(&body)
         .and_then(|b| wire::parse_request(&b))
-        .map_err(|e| ApiError::new(ErrorCode::MalformedRequest, e))?;
+        .map_err(|e| ApiError::new(ErrorCode::MalformedRequest, e.to_string()))?;
     let mut options = options(&caller, &headers)?;
     let id = *options.request_id.get_or_insert_with(Uuid::now_v7);
     let echo = Echo::new(id, &body);
@@ -506,7 +508,7 @@ mod tests {
         ];
         for (body, needle) in cases {
             let error = openai_body(&body).unwrap_err();
-            assert!(error.contains(needle), "{error}");
+            assert!(error.message().contains(needle), "{error}");
         }
     }
 }

@@ -214,6 +214,25 @@ impl AsyncWrite for Counted {
     }
 }
 
+/// Raises this process's open-file limit to its hard limit (many sockets), returning it.
+pub fn raise_fd_limit() -> u64 {
+    // SAFETY: getrlimit/setrlimit on our own process with a valid struct.
+    unsafe {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return 0;
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+        limit.rlim_cur
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

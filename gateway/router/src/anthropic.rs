@@ -14,6 +14,7 @@ use super::answer::{read_limited, AnswerLimit, MAX_ANSWER_BYTES};
 use super::openai::{status_error, transport_error};
 use super::provider::{Chunk, FailureKind, Provider, ProviderCall, ProviderError, ProviderReply};
 use crate::chat::{ChatMessage, FinishReason, Role, ToolCall, ToolChoice, Usage};
+use crate::wire::WireError;
 
 /// The API version sent as `anthropic-version`.
 pub const API_VERSION: &str = "2023-06-01";
@@ -202,7 +203,7 @@ fn assistant_blocks(message: &ChatMessage) -> Vec<Value> {
 }
 
 /// A whole `message` answer: its text, tool calls, stop reason, usage and model.
-fn parse_message(value: &Value, asked: &str) -> Result<ProviderReply, String> {
+fn parse_message(value: &Value, asked: &str) -> Result<ProviderReply, WireError> {
     let content = value["content"]
         .as_array()
         .ok_or("the answer has no `content` array")?;
@@ -247,7 +248,7 @@ struct StreamFold {
 
 impl StreamFold {
     /// Reads what `bytes` completes; returns the events' text and how many tool fragments came.
-    fn feed(&mut self, bytes: &[u8]) -> Result<(Vec<String>, usize), String> {
+    fn feed(&mut self, bytes: &[u8]) -> Result<(Vec<String>, usize), WireError> {
         self.buffer.extend_from_slice(bytes);
         let mut texts = Vec::new();
         let mut fragments = 0;
@@ -317,7 +318,8 @@ impl StreamFold {
                     return Err(format!(
                         "the stream ended with an error: {}",
                         event["error"]["message"].as_str().unwrap_or("unknown")
-                    ))
+                    )
+                    .into())
                 }
                 _ => {}
             }
@@ -325,7 +327,7 @@ impl StreamFold {
         Ok((texts, fragments))
     }
 
-    fn finish(self, asked: &str) -> Result<ProviderReply, String> {
+    fn finish(self, asked: &str) -> Result<ProviderReply, WireError> {
         if !self.done {
             return Err("the stream ended before `message_stop`".into());
         }
@@ -535,6 +537,6 @@ mod tests {
         let error = fold
             .feed(b"data: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n")
             .unwrap_err();
-        assert!(error.contains("Overloaded"), "{error}");
+        assert!(error.message().contains("Overloaded"), "{error}");
     }
 }

@@ -4,7 +4,6 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::{self, UnboundedSender};
 
-use crate::call::Execution;
 use crate::failover::Repeat;
 use crate::provider::RouterRequest;
 use crate::provider::{Chunk, FailureKind, Provider, ProviderCall, ProviderError, ProviderReply};
@@ -13,7 +12,8 @@ use crate::Router;
 
 impl Router {
     /// One attempt at one target, under its deadlines. Streamed text goes to the caller as it
-    /// arrives (without what repeats `produced`), and is appended to `produced`.
+    /// arrives (without what repeats `produced`), and is appended to `produced`; the call's
+    /// time to its first token is set in `first_token` if it is not yet.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn attempt(
         &self,
@@ -22,7 +22,7 @@ impl Router {
         request: &RouterRequest,
         produced: &mut String,
         deltas: Option<&UnboundedSender<String>>,
-        exec: &mut Execution,
+        first_token: &mut Option<Duration>,
         call_started: Instant,
     ) -> Result<ProviderReply, ProviderError> {
         let config = &target.config;
@@ -58,8 +58,8 @@ impl Router {
         let mut forward = |chunk: Chunk, first: &mut bool, produced: &mut String| {
             if !*first {
                 *first = true;
-                if exec.ttft.is_none() {
-                    exec.ttft = Some(call_started.elapsed());
+                if first_token.is_none() {
+                    *first_token = Some(call_started.elapsed());
                 }
             }
             if let Chunk::Text(text) = chunk {

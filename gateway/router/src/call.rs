@@ -9,12 +9,12 @@ use tokio::sync::mpsc::UnboundedSender;
 use tracing::Instrument;
 use uuid::Uuid;
 
-use serde_json::Value;
-
-use crate::cache::cache_key;
+use crate::cache::{cache_key, Answer};
+use crate::limits::Reservation;
 use crate::log::{AttemptRecord, LogRecord};
 use crate::metrics::Observation;
 use crate::provider::RouterRequest;
+use crate::route::Route;
 use crate::settle::{millis, prompt_bound, Abandonment, Ledger};
 use crate::{
     wire, CacheMode, CacheStatus, CallOptions, Router, RouterError, RouterErrorCode,
@@ -46,25 +46,7 @@ impl Router {
         let started = Instant::now();
         let at = chrono::Utc::now();
         let stream = deltas.is_some();
-        let span = tracing::info_span!(
-            "chat",
-            "otel.name" = format!("chat {}", request.route),
-            "otel.kind" = "client",
-            "gen_ai.operation.name" = "chat",
-            "gen_ai.request.model" = %request.route,
-            "gen_ai.provider.name" = tracing::field::Empty,
-            "stead.provider" = tracing::field::Empty,
-            "gen_ai.response.model" = tracing::field::Empty,
-            "gen_ai.response.id" = %id,
-            "gen_ai.usage.input_tokens" = tracing::field::Empty,
-            "gen_ai.usage.output_tokens" = tracing::field::Empty,
-            "gen_ai.response.finish_reasons" = tracing::field::Empty,
-            "gen_ai.conversation.id" = tracing::field::Empty,
-            "error.type" = tracing::field::Empty,
-        );
-        if let Some(session) = options.session_id {
-            span.record("gen_ai.conversation.id", session.to_string());
-        }
+        let span = chat_span(id, &request, &options);
         let ledger = Ledger::default();
         let mut abandonment = Abandonment {
             router: self,
@@ -90,148 +72,22 @@ impl Router {
             .instrument(span.clone());
         let result = match deltas {
             // The text passes through here, so that an abandoned call knows what it streamed.
-            Some(outer) => {
-                let (inner, mut texts) = tokio::sync::mpsc::unbounded_channel();
-                ledger.set_deltas(inner);
-                tokio::pin!(run);
-                let result = loop {
-                    tokio::select! {
-                        biased;
-                        Some(text) = texts.recv() => {
-                            abandonment.streamed_bytes += text.len();
-                            let _ = outer.send(text);
-                        }
-                        result = &mut run => break result,
-                    }
-                };
-                while let Ok(text) = texts.try_recv() {
-                    abandonment.streamed_bytes += text.len();
-                    let _ = outer.send(text);
-                }
-                result
-            }
+            Some(outer) => relay(run, &ledger, outer, &mut abandonment.streamed_bytes).await,
             None => run.await,
         };
         abandonment.armed = false;
         let latency = started.elapsed();
-        // What every record of this call says; the outcome fills in the rest.
-        let base = LogRecord {
-            id,
-            at,
-            session_id: options.session_id,
-            api_key: options.api_key.clone(),
-            route: request.route.clone(),
-            provider: None,
-            model: None,
-            status: String::new(),
-            attempts: Vec::new(),
-            latency_ms: millis(latency),
-            ttft_ms: None,
-            tokens_in: 0,
-            tokens_out: 0,
-            cost: 0.0,
-            cache_hit: false,
-            stream,
-            metadata: self.logged_metadata(&options.metadata),
-            error: None,
-            bodies: Value::Null,
-        };
-        let (record, observation_ok) = match &result {
-            Ok(response) => {
-                span.record("gen_ai.provider.name", response.system.as_str());
-                span.record("stead.provider", response.provider.as_str());
-                span.record("gen_ai.response.model", response.model.as_str());
-                span.record(
-                    "gen_ai.usage.input_tokens",
-                    response.usage.prompt_tokens as i64,
-                );
-                span.record(
-                    "gen_ai.usage.output_tokens",
-                    response.usage.completion_tokens as i64,
-                );
-                span.record(
-                    "gen_ai.response.finish_reasons",
-                    format!("[\"{}\"]", wire::finish_reason_str(response.finish_reason)),
-                );
-                let hit = response.cache == CacheStatus::Hit;
-                (
-                    LogRecord {
-                        provider: Some(response.provider.clone()),
-                        model: Some(response.model.clone()),
-                        status: "ok".into(),
-                        attempts: response.attempts.clone(),
-                        ttft_ms: response.ttft.map(millis),
-                        tokens_in: if hit {
-                            0
-                        } else {
-                            response.usage.prompt_tokens as u64
-                        },
-                        tokens_out: if hit {
-                            0
-                        } else {
-                            response.usage.completion_tokens as u64
-                        },
-                        cost: response.cost,
-                        cache_hit: hit,
-                        bodies: self.logged_bodies(
-                            &request,
-                            Some(serde_json::json!({
-                                "text": response.text,
-                                "tool_calls": response.tool_calls,
-                            })),
-                        ),
-                        ..base
-                    },
-                    !hit,
-                )
-            }
+        let base = self.base_record(id, at, &options, &request.route, latency, stream);
+        let record = match &result {
+            Ok(response) => self.answered_record(&span, base, &request, response, latency),
             Err(error) => {
                 span.record("error.type", error.code.as_str());
-                let last = error.attempts.last();
-                (
-                    LogRecord {
-                        provider: last.map(|a| a.provider.clone()),
-                        model: last.map(|a| a.model.clone()),
-                        status: match error.code {
-                            code if code.is_limit() => code.to_string(),
-                            _ => "error".to_string(),
-                        },
-                        attempts: error.attempts.clone(),
-                        error: Some(error.message.clone()),
-                        bodies: self.logged_bodies(&request, None),
-                        ..base
-                    },
-                    false,
-                )
+                LogRecord {
+                    bodies: self.logged_bodies(&request, None),
+                    ..self.failed_record(base, error, latency)
+                }
             }
         };
-        if let Ok(response) = &result {
-            if observation_ok {
-                self.metrics.observe(&Observation {
-                    route: &request.route,
-                    provider: &response.provider,
-                    model: &response.model,
-                    ok: true,
-                    duration_s: latency.as_secs_f64(),
-                    ttft_s: response.ttft.map(|t| t.as_secs_f64()),
-                    input_tokens: response.usage.prompt_tokens as u64,
-                    output_tokens: response.usage.completion_tokens as u64,
-                });
-            }
-        } else if let Err(error) = &result {
-            if let Some(last) = error.attempts.last() {
-                self.metrics.observe(&Observation {
-                    route: &request.route,
-                    provider: &last.provider,
-                    model: &last.model,
-                    ok: false,
-                    duration_s: latency.as_secs_f64(),
-                    ttft_s: None,
-                    input_tokens: 0,
-                    output_tokens: 0,
-                });
-            }
-        }
         if let Some(log) = &self.log {
             log.record(record);
         }
@@ -248,15 +104,6 @@ impl Router {
         started: Instant,
     ) -> Result<RouterResponse, RouterError> {
         let deltas = if streamed { ledger.deltas() } else { None };
-        let refuse =
-            |code: RouterErrorCode, message: String, retry_after: Option<Duration>| RouterError {
-                id,
-                code,
-                message,
-                unquoted: None,
-                retry_after,
-                attempts: Vec::new(),
-            };
         // The route, then requests per minute: the key's, then the route's.
         let key = options.api_key.as_deref();
         let route = self.admit(id, &request.route, key)?;
@@ -274,88 +121,12 @@ impl Router {
         // Tokens per minute: a call starts while the balance is positive.
         self.check_tokens(id, &request.route, route, key)?;
         // The budget: reserve the most this call can cost.
-        let reservation = match (&self.budgets, key) {
-            (Some(budgets), Some(key)) => {
-                if request.params.max_tokens.is_none()
-                    && route.targets.iter().any(|t| t.config.max_tokens.is_none())
-                {
-                    request.params.max_tokens = Some(BUDGET_MAX_TOKENS);
-                }
-                let most = route.most_expensive();
-                let prompt = prompt_bound(&request) as f64;
-                let completion = request
-                    .params
-                    .max_tokens
-                    .into_iter()
-                    .chain(route.targets.iter().filter_map(|t| t.config.max_tokens))
-                    .max()
-                    .unwrap_or(BUDGET_MAX_TOKENS) as f64;
-                let amount = (most.input * prompt + most.output * completion) / 1e6;
-                Some(budgets.reserve(key, amount).await.map_err(|refused| {
-                    refuse(refused.code, refused.message, Some(refused.retry_after))
-                })?)
-            }
-            _ => None,
-        };
+        let reservation = self.reserve(id, route, &mut request, key).await?;
         // From here on the upstream may bill: an abandoned call is charged.
         ledger.admit(reservation);
-        let outcome = match (&self.cache, cache) {
-            (Some(store), CacheStatus::Miss) => {
-                let execution = Arc::new(Mutex::new(Execution::default()));
-                let ran = execution.clone();
-                let hit_deltas = deltas.clone();
-                let answer = store
-                    .try_get_with(cache_key(&request, key), async {
-                        let mut exec = Execution {
-                            ran: true,
-                            ..Default::default()
-                        };
-                        let result = self.execute(id, route, &request, deltas, &mut exec).await;
-                        *ran.lock().unwrap_or_else(PoisonError::into_inner) = exec;
-                        result.map(Arc::new)
-                    })
-                    .await;
-                let exec =
-                    std::mem::take(&mut *execution.lock().unwrap_or_else(PoisonError::into_inner));
-                match answer {
-                    Ok(answer) if exec.ran => Ok((answer.as_ref().clone(), exec)),
-                    // Answered by an identical call that ran at the same time.
-                    Ok(answer) => Ok((
-                        self.hit(id, &answer, hit_deltas, started).into_answer(),
-                        Execution {
-                            ran: false,
-                            ..Default::default()
-                        },
-                    )),
-                    Err(error) if exec.ran => Err((error.as_ref().clone(), exec)),
-                    Err(error) => Err((
-                        RouterError {
-                            id,
-                            message: format!(
-                                "an identical call running at the same time failed: {}",
-                                error.message
-                            ),
-                            unquoted: error.unquoted.as_ref().map(|m| {
-                                format!("an identical call running at the same time failed: {m}")
-                            }),
-                            attempts: Vec::new(),
-                            ..error.as_ref().clone()
-                        },
-                        Execution::default(),
-                    )),
-                }
-            }
-            _ => {
-                let mut exec = Execution {
-                    ran: true,
-                    ..Default::default()
-                };
-                match self.execute(id, route, &request, deltas, &mut exec).await {
-                    Ok(answer) => Ok((answer, exec)),
-                    Err(error) => Err((error, exec)),
-                }
-            }
-        };
+        let outcome = self
+            .execute_once(id, route, &request, key, cache, deltas, started)
+            .await;
         match outcome {
             Ok((answer, exec)) => {
                 let coalesced = !exec.ran;
@@ -402,6 +173,231 @@ impl Router {
                     ..error
                 })
             }
+        }
+    }
+}
+
+impl Router {
+    /// Reserves the most the call can cost against the key's budget (a call without
+    /// `max_tokens` on a route whose targets set none is bounded to `BUDGET_MAX_TOKENS`).
+    async fn reserve(
+        &self,
+        id: Uuid,
+        route: &Route,
+        request: &mut RouterRequest,
+        key: Option<&str>,
+    ) -> Result<Option<Reservation>, RouterError> {
+        let (Some(budgets), Some(key)) = (&self.budgets, key) else {
+            return Ok(None);
+        };
+        if request.params.max_tokens.is_none()
+            && route.targets.iter().any(|t| t.config.max_tokens.is_none())
+        {
+            request.params.max_tokens = Some(BUDGET_MAX_TOKENS);
+        }
+        let most = route.most_expensive();
+        let prompt = prompt_bound(request) as f64;
+        let completion = request
+            .params
+            .max_tokens
+            .into_iter()
+            .chain(route.targets.iter().filter_map(|t| t.config.max_tokens))
+            .max()
+            .unwrap_or(BUDGET_MAX_TOKENS) as f64;
+        let amount = (most.input * prompt + most.output * completion) / 1e6;
+        budgets
+            .reserve(key, amount)
+            .await
+            .map(Some)
+            .map_err(|refused| RouterError {
+                id,
+                code: refused.code,
+                message: refused.message,
+                unquoted: None,
+                retry_after: Some(refused.retry_after),
+                attempts: Vec::new(),
+            })
+    }
+
+    /// Runs the route's targets once for this call: on a cache miss, identical calls at the
+    /// same time share one run (the others are answered as hits); else the call runs alone.
+    #[allow(clippy::too_many_arguments)]
+    async fn execute_once(
+        &self,
+        id: Uuid,
+        route: &Route,
+        request: &RouterRequest,
+        key: Option<&str>,
+        cache: CacheStatus,
+        deltas: Option<UnboundedSender<String>>,
+        started: Instant,
+    ) -> Result<(Answer, Execution), (RouterError, Execution)> {
+        let (Some(store), CacheStatus::Miss) = (&self.cache, cache) else {
+            let mut exec = Execution {
+                ran: true,
+                ..Default::default()
+            };
+            return match self.execute(id, route, request, deltas, &mut exec).await {
+                Ok(answer) => Ok((answer, exec)),
+                Err(error) => Err((error, exec)),
+            };
+        };
+        let execution = Arc::new(Mutex::new(Execution::default()));
+        let ran = execution.clone();
+        let hit_deltas = deltas.clone();
+        let answer = store
+            .try_get_with(cache_key(request, key), async {
+                let mut exec = Execution {
+                    ran: true,
+                    ..Default::default()
+                };
+                let result = self.execute(id, route, request, deltas, &mut exec).await;
+                *ran.lock().unwrap_or_else(PoisonError::into_inner) = exec;
+                result.map(Arc::new)
+            })
+            .await;
+        let exec = std::mem::take(&mut *execution.lock().unwrap_or_else(PoisonError::into_inner));
+        match answer {
+            Ok(answer) if exec.ran => Ok((answer.as_ref().clone(), exec)),
+            // Answered by an identical call that ran at the same time.
+            Ok(answer) => Ok((
+                self.hit(id, &answer, hit_deltas, started).into_answer(),
+                Execution {
+                    ran: false,
+                    ..Default::default()
+                },
+            )),
+            Err(error) if exec.ran => Err((error.as_ref().clone(), exec)),
+            Err(error) => Err((
+                RouterError {
+                    id,
+                    message: format!(
+                        "an identical call running at the same time failed: {}",
+                        error.message
+                    ),
+                    unquoted: error
+                        .unquoted
+                        .as_ref()
+                        .map(|m| format!("an identical call running at the same time failed: {m}")),
+                    attempts: Vec::new(),
+                    ..error.as_ref().clone()
+                },
+                Execution::default(),
+            )),
+        }
+    }
+}
+
+/// The trace span of one chat call (OpenTelemetry's GenAI names); the outcome fills in the rest.
+fn chat_span(id: Uuid, request: &RouterRequest, options: &CallOptions) -> tracing::Span {
+    let span = tracing::info_span!(
+        "chat",
+        "otel.name" = format!("chat {}", request.route),
+        "otel.kind" = "client",
+        "gen_ai.operation.name" = "chat",
+        "gen_ai.request.model" = %request.route,
+        "gen_ai.provider.name" = tracing::field::Empty,
+        "stead.provider" = tracing::field::Empty,
+        "gen_ai.response.model" = tracing::field::Empty,
+        "gen_ai.response.id" = %id,
+        "gen_ai.usage.input_tokens" = tracing::field::Empty,
+        "gen_ai.usage.output_tokens" = tracing::field::Empty,
+        "gen_ai.response.finish_reasons" = tracing::field::Empty,
+        "gen_ai.conversation.id" = tracing::field::Empty,
+        "error.type" = tracing::field::Empty,
+    );
+    if let Some(session) = options.session_id {
+        span.record("gen_ai.conversation.id", session.to_string());
+    }
+    span
+}
+
+/// Passes a streamed call's text from `ledger`'s channel on to `outer` while `run` runs,
+/// counting the bytes, so that an abandoned call knows what it streamed.
+async fn relay<T>(
+    run: impl std::future::Future<Output = T>,
+    ledger: &Ledger,
+    outer: UnboundedSender<String>,
+    streamed_bytes: &mut usize,
+) -> T {
+    let (inner, mut texts) = tokio::sync::mpsc::unbounded_channel();
+    ledger.set_deltas(inner);
+    tokio::pin!(run);
+    let result = loop {
+        tokio::select! {
+            biased;
+            Some(text) = texts.recv() => {
+                *streamed_bytes += text.len();
+                let _ = outer.send(text);
+            }
+            result = &mut run => break result,
+        }
+    };
+    while let Ok(text) = texts.try_recv() {
+        *streamed_bytes += text.len();
+        let _ = outer.send(text);
+    }
+    result
+}
+
+impl Router {
+    /// The record of an answered chat call (a cache hit counts no tokens), its span's answer
+    /// attributes, and — unless the cache answered — its metrics.
+    fn answered_record(
+        &self,
+        span: &tracing::Span,
+        base: LogRecord,
+        request: &RouterRequest,
+        response: &RouterResponse,
+        latency: Duration,
+    ) -> LogRecord {
+        span.record("gen_ai.provider.name", response.system.as_str());
+        span.record("stead.provider", response.provider.as_str());
+        span.record("gen_ai.response.model", response.model.as_str());
+        span.record(
+            "gen_ai.usage.input_tokens",
+            response.usage.prompt_tokens as i64,
+        );
+        span.record(
+            "gen_ai.usage.output_tokens",
+            response.usage.completion_tokens as i64,
+        );
+        span.record(
+            "gen_ai.response.finish_reasons",
+            format!("[\"{}\"]", wire::finish_reason_str(response.finish_reason)),
+        );
+        let hit = response.cache == CacheStatus::Hit;
+        if !hit {
+            self.metrics.observe(&Observation {
+                route: &request.route,
+                provider: &response.provider,
+                model: &response.model,
+                ok: true,
+                duration_s: latency.as_secs_f64(),
+                ttft_s: response.ttft.map(|t| t.as_secs_f64()),
+                input_tokens: response.usage.prompt_tokens as u64,
+                output_tokens: response.usage.completion_tokens as u64,
+            });
+        }
+        let counted = |tokens: usize| if hit { 0 } else { tokens as u64 };
+        LogRecord {
+            provider: Some(response.provider.clone()),
+            model: Some(response.model.clone()),
+            status: "ok".into(),
+            attempts: response.attempts.clone(),
+            ttft_ms: response.ttft.map(millis),
+            tokens_in: counted(response.usage.prompt_tokens),
+            tokens_out: counted(response.usage.completion_tokens),
+            cost: response.cost,
+            cache_hit: hit,
+            bodies: self.logged_bodies(
+                request,
+                Some(serde_json::json!({
+                    "text": response.text,
+                    "tool_calls": response.tool_calls,
+                })),
+            ),
+            ..base
         }
     }
 }

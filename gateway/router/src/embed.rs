@@ -1,20 +1,19 @@
 //! Embeddings through the router (`POST /v1/embeddings`, the knowledge collections): a route's
-//! targets tried in order, each retried on the failures its rules name, breakers skipped;
+//! targets tried in the failover loop chat uses (`crate::failover`);
 //! per-key and per-route limits, strict budgets (input tokens at the target's input price), the
 //! cache (the route and the exact inputs) and one request-log record per call, as for chat.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
+use crate::failover::{Attempt, Tried};
 use crate::log::{AttemptRecord, LogRecord};
 use crate::metrics::Observation;
-use crate::provider::{FailureKind, ProviderError};
-use crate::route::{retry_wait, Route};
-use crate::settle::millis;
+use crate::provider::{FailureKind, Provider, ProviderError};
+use crate::route::{Route, Target};
 use crate::{CacheMode, CacheStatus, CallOptions, Router, RouterError, RouterErrorCode};
 
 /// Texts to embed through a route.
@@ -117,28 +116,8 @@ impl Router {
             tracing::Instrument::instrument(self.run_embed(id, &request, &options, started), span)
                 .await;
         let latency = started.elapsed();
-        let base = LogRecord {
-            id,
-            at,
-            session_id: options.session_id,
-            api_key: options.api_key.clone(),
-            route: request.route.clone(),
-            provider: None,
-            model: None,
-            status: String::new(),
-            attempts: Vec::new(),
-            latency_ms: millis(latency),
-            ttft_ms: None,
-            tokens_in: 0,
-            tokens_out: 0,
-            cost: 0.0,
-            cache_hit: false,
-            stream: false,
-            metadata: self.logged_metadata(&options.metadata),
-            error: None,
-            // The inputs may be whole documents: embeddings never keep bodies.
-            bodies: Value::Null,
-        };
+        // The inputs may be whole documents: embeddings never keep bodies.
+        let base = self.base_record(id, at, &options, &request.route, latency, false);
         let record = match &result {
             Ok(response) => {
                 let hit = response.cache == CacheStatus::Hit;
@@ -169,32 +148,7 @@ impl Router {
                     ..base
                 }
             }
-            Err(error) => {
-                let last = error.attempts.last();
-                if let Some(last) = last {
-                    self.metrics.observe(&Observation {
-                        route: &request.route,
-                        provider: &last.provider,
-                        model: &last.model,
-                        ok: false,
-                        duration_s: latency.as_secs_f64(),
-                        ttft_s: None,
-                        input_tokens: 0,
-                        output_tokens: 0,
-                    });
-                }
-                LogRecord {
-                    provider: last.map(|a| a.provider.clone()),
-                    model: last.map(|a| a.model.clone()),
-                    status: match error.code {
-                        code if code.is_limit() => code.to_string(),
-                        _ => "error".to_string(),
-                    },
-                    attempts: error.attempts.clone(),
-                    error: Some(error.message.clone()),
-                    ..base
-                }
-            }
+            Err(error) => self.failed_record(base, error, latency),
         };
         if let Some(log) = &self.log {
             log.record(record);
@@ -307,151 +261,75 @@ impl Router {
         request: &EmbedRequest,
         attempts: &mut Vec<AttemptRecord>,
     ) -> Result<(Embedded, f64), RouterError> {
-        let order = route.order();
-        let all_cooling = order.iter().all(|t| t.breaker.is_open());
-        let cooldown = Duration::from_secs_f64(self.gateway.cooldown_secs);
-        let mut last_error: Option<ProviderError> = None;
-        let record = |target: &crate::route::Target,
-                      outcome: &str,
-                      error: Option<&ProviderError>,
-                      latency_ms: f64| AttemptRecord {
-            provider: target.provider_name.clone(),
-            model: target.model.clone(),
-            outcome: outcome.into(),
-            error_kind: error.map(|e| e.kind.as_str().to_string()),
-            status: error.and_then(|e| e.status),
-            error: error.map(|e| e.message.clone()),
-            retry_after_ms: error.and_then(|e| e.retry_after).map(millis),
-            latency_ms,
-            streamed_chars: 0,
-        };
-        for target in order {
-            let Some(provider) = &target.provider else {
-                let error = ProviderError::new(
-                    FailureKind::Unavailable,
-                    format!("provider `{}` is not available", target.provider_name),
-                );
-                attempts.push(record(target, "unavailable", Some(&error), 0.0));
-                continue;
-            };
-            let retry = &target.config.retry;
-            for attempt in 1..=retry.attempts {
-                let admission = if all_cooling {
-                    None
-                } else {
-                    target.breaker.admit()
-                };
-                if !all_cooling && admission.is_none() {
-                    let mut skipped = record(target, "skipped", None, 0.0);
-                    skipped.error_kind = Some("cooldown".into());
-                    skipped.error = Some("cooling down after repeated failures".into());
-                    attempts.push(skipped);
-                    break;
-                }
-                let attempt_started = Instant::now();
-                let deadline = Duration::from_secs_f64(target.config.timeout_secs);
-                let result = match tokio::time::timeout(
-                    deadline,
-                    provider.embed(&target.model, &request.inputs),
-                )
-                .await
-                {
-                    Ok(result) => result,
-                    Err(_) => Err(ProviderError::new(
-                        FailureKind::Timeout,
-                        format!(
-                            "{} did not answer within {}s",
-                            target.provider_name, target.config.timeout_secs
-                        ),
-                    )),
-                }
-                .and_then(|reply| {
-                    if reply.vectors.len() == request.inputs.len() {
-                        Ok(reply)
-                    } else {
-                        Err(ProviderError::new(
-                            FailureKind::Stream,
-                            format!(
-                                "{} answered {} embeddings for {} inputs",
-                                target.provider_name,
-                                reply.vectors.len(),
-                                request.inputs.len()
-                            ),
-                        ))
-                    }
-                });
-                let latency_ms = millis(attempt_started.elapsed());
-                drop(admission);
-                match result {
-                    Ok(reply) => {
-                        target.breaker.success();
-                        attempts.push(record(target, "ok", None, latency_ms));
-                        let cost = target.price.input * reply.prompt_tokens as f64 / 1e6;
-                        return Ok((
-                            Embedded {
-                                vectors: reply.vectors,
-                                prompt_tokens: reply.prompt_tokens,
-                                provider: target.provider_name.clone(),
-                                model: target.model.clone(),
-                                system: provider.system().to_string(),
-                            },
-                            cost,
-                        ));
-                    }
-                    Err(error) => {
-                        if error.counts_against_target() {
-                            target
-                                .breaker
-                                .failure(self.gateway.cooldown_failures, cooldown);
-                        }
-                        tracing::info!(request = %id, provider = %target.provider_name,
-                            model = %target.model, attempt, error = %error.message,
-                            "an embedding attempt failed");
-                        attempts.push(record(target, "error", Some(&error), latency_ms));
-                        let wait = retry_wait(&target.config, &error, attempt);
-                        last_error = Some(error);
-                        match wait {
-                            Some(wait) => tokio::time::sleep(wait).await,
-                            None => break,
-                        }
-                    }
-                }
-            }
-        }
-        let (code, (message, unquoted)) = match &last_error {
-            Some(error) => (
-                match error.kind {
-                    FailureKind::Invalid => RouterErrorCode::UpstreamRejected,
-                    FailureKind::Status if matches!(error.status, Some(400 | 404 | 413 | 422)) => {
-                        RouterErrorCode::UpstreamRejected
-                    }
-                    _ => RouterErrorCode::UpstreamFailed,
+        let (target, embedded) = self
+            .failover(
+                id,
+                &request.route,
+                route,
+                "an embedding attempt",
+                attempts,
+                &mut EmbedAttempt {
+                    inputs: &request.inputs,
                 },
-                crate::failover::route_failed(&request.route, attempts, error),
-            ),
-            None => (
-                RouterErrorCode::Unavailable,
-                (
-                    format!(
-                        "route `{}` has no target available ({})",
-                        request.route,
-                        attempts
-                            .iter()
-                            .filter_map(|a| a.error.clone())
-                            .collect::<Vec<_>>()
-                            .join("; ")
-                    ),
-                    None,
-                ),
-            ),
-        };
-        Err(RouterError {
-            id,
-            code,
-            message,
-            unquoted,
-            retry_after: None,
-            attempts: Vec::new(),
-        })
+            )
+            .await?;
+        let cost = target.price.input * embedded.prompt_tokens as f64 / 1e6;
+        Ok((embedded, cost))
     }
+}
+
+/// An embedding call's tries.
+struct EmbedAttempt<'r> {
+    inputs: &'r [String],
+}
+
+impl Attempt for EmbedAttempt<'_> {
+    type Answer = Embedded;
+
+    async fn run(&mut self, target: &Target, provider: &dyn Provider) -> Tried<Embedded> {
+        Tried {
+            result: embed_once(target, provider, self.inputs).await,
+            streamed_chars: 0,
+        }
+    }
+}
+
+/// One try at one target, under its deadline; an answer with another number of vectors than
+/// inputs is a failed attempt.
+async fn embed_once(
+    target: &Target,
+    provider: &dyn Provider,
+    inputs: &[String],
+) -> Result<Embedded, ProviderError> {
+    let deadline = Duration::from_secs_f64(target.config.timeout_secs);
+    let reply = match tokio::time::timeout(deadline, provider.embed(&target.model, inputs)).await {
+        Ok(result) => result?,
+        Err(_) => {
+            return Err(ProviderError::new(
+                FailureKind::Timeout,
+                format!(
+                    "{} did not answer within {}s",
+                    target.provider_name, target.config.timeout_secs
+                ),
+            ))
+        }
+    };
+    if reply.vectors.len() != inputs.len() {
+        return Err(ProviderError::new(
+            FailureKind::Stream,
+            format!(
+                "{} answered {} embeddings for {} inputs",
+                target.provider_name,
+                reply.vectors.len(),
+                inputs.len()
+            ),
+        ));
+    }
+    Ok(Embedded {
+        vectors: reply.vectors,
+        prompt_tokens: reply.prompt_tokens,
+        provider: target.provider_name.clone(),
+        model: target.model.clone(),
+        system: provider.system().to_string(),
+    })
 }

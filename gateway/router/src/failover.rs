@@ -1,7 +1,8 @@
-//! Failover across a route's targets: each target retried on the failures its rules name,
-//! breakers skipped, and a stream that broke after some text continued on the next attempt
-//! without repeating what the caller already has.
+//! Failover across a route's targets, one loop for chat and embeddings: each target retried on
+//! the failures its rules name, breakers skipped; for chat, a stream that broke after some text
+//! continued on the next attempt without repeating what the caller already has.
 
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::UnboundedSender;
@@ -10,48 +11,64 @@ use uuid::Uuid;
 use crate::cache::Answer;
 use crate::call::Execution;
 use crate::log::AttemptRecord;
-use crate::provider::{FailureKind, ProviderError, RouterRequest};
-use crate::route::{retry_wait, Route};
+use crate::provider::{FailureKind, Provider, ProviderError, ProviderReply, RouterRequest};
+use crate::route::{retry_wait, Route, Target};
 use crate::settle::millis;
 use crate::{Router, RouterError, RouterErrorCode};
 
+/// One try at one target, as the failover loop makes it: chat and embeddings each implement it.
+pub(crate) trait Attempt {
+    type Answer;
+
+    fn run<'a>(
+        &'a mut self,
+        target: &'a Target,
+        provider: &'a dyn Provider,
+    ) -> impl Future<Output = Tried<Self::Answer>> + Send + 'a;
+}
+
+/// What one try at one target came to.
+pub(crate) struct Tried<T> {
+    pub(crate) result: Result<T, ProviderError>,
+    /// Characters of text the try streamed to the caller (a streamed chat answer's).
+    pub(crate) streamed_chars: usize,
+}
+
 impl Router {
-    /// Tries the route's targets until one answers.
-    pub(crate) async fn execute(
+    /// The failover loop every kind of call shares: the route's targets in order, each retried
+    /// on the failures its rules name, targets cooling down skipped (unless every one is),
+    /// every attempt recorded in `attempts`. `attempt` makes one try at a target; the first
+    /// that answers wins, with its target. `what` names the call in logs ("a model attempt").
+    pub(crate) async fn failover<'r, A: Attempt>(
         &self,
         id: Uuid,
-        route: &Route,
-        request: &RouterRequest,
-        deltas: Option<UnboundedSender<String>>,
-        exec: &mut Execution,
-    ) -> Result<Answer, RouterError> {
-        let started = Instant::now();
+        route_name: &str,
+        route: &'r Route,
+        what: &str,
+        attempts: &mut Vec<AttemptRecord>,
+        attempt: &mut A,
+    ) -> Result<(&'r Target, A::Answer), RouterError> {
         let order = route.order();
         let all_cooling = order.iter().all(|t| t.breaker.is_open());
-        // Text the caller has already been sent (a later attempt continues it).
-        let mut produced = String::new();
         let mut last_error: Option<ProviderError> = None;
         let cooldown = Duration::from_secs_f64(self.gateway.cooldown_secs);
         for target in order {
             let Some(provider) = &target.provider else {
-                exec.attempts.push(AttemptRecord {
-                    provider: target.provider_name.clone(),
-                    model: target.model.clone(),
-                    outcome: "unavailable".into(),
-                    error_kind: Some("unavailable".into()),
-                    status: None,
-                    error: Some(format!(
-                        "provider `{}` is not available",
-                        target.provider_name
-                    )),
-                    retry_after_ms: None,
-                    latency_ms: 0.0,
-                    streamed_chars: 0,
-                });
+                let error = ProviderError::new(
+                    FailureKind::Unavailable,
+                    format!("provider `{}` is not available", target.provider_name),
+                );
+                attempts.push(AttemptRecord::of(
+                    target,
+                    "unavailable",
+                    Some(&error),
+                    0.0,
+                    0,
+                ));
                 continue;
             };
             let retry = &target.config.retry;
-            for attempt in 1..=retry.attempts {
+            for tries in 1..=retry.attempts {
                 // A target that is cooling down is skipped, unless every target is. The
                 // admission lives until the attempt's outcome is recorded (or it is dropped).
                 let admission = if all_cooling {
@@ -60,59 +77,26 @@ impl Router {
                     target.breaker.admit()
                 };
                 if !all_cooling && admission.is_none() {
-                    exec.attempts.push(AttemptRecord {
-                        provider: target.provider_name.clone(),
-                        model: target.model.clone(),
-                        outcome: "skipped".into(),
-                        error_kind: Some("cooldown".into()),
-                        status: None,
-                        error: Some("cooling down after repeated failures".into()),
-                        retry_after_ms: None,
-                        latency_ms: 0.0,
-                        streamed_chars: 0,
-                    });
+                    let mut skipped = AttemptRecord::of(target, "skipped", None, 0.0, 0);
+                    skipped.error_kind = Some("cooldown".into());
+                    skipped.error = Some("cooling down after repeated failures".into());
+                    attempts.push(skipped);
                     break;
                 }
-                let before = produced.len();
                 let attempt_started = Instant::now();
-                let result = self
-                    .attempt(
-                        target,
-                        provider.as_ref(),
-                        request,
-                        &mut produced,
-                        deltas.as_ref(),
-                        exec,
-                        started,
-                    )
-                    .await;
+                let tried = attempt.run(target, provider.as_ref()).await;
                 let latency_ms = millis(attempt_started.elapsed());
-                match result {
-                    Ok(reply) => {
+                match tried.result {
+                    Ok(answer) => {
                         target.breaker.success();
-                        exec.attempts.push(AttemptRecord {
-                            provider: target.provider_name.clone(),
-                            model: target.model.clone(),
-                            outcome: "ok".into(),
-                            error_kind: None,
-                            status: None,
-                            error: None,
-                            retry_after_ms: None,
+                        attempts.push(AttemptRecord::of(
+                            target,
+                            "ok",
+                            None,
                             latency_ms,
-                            streamed_chars: produced[before..].chars().count(),
-                        });
-                        exec.cost = (target.price.input * reply.usage.prompt_tokens as f64
-                            + target.price.output * reply.usage.completion_tokens as f64)
-                            / 1e6;
-                        return Ok(Answer {
-                            text: reply.text,
-                            tool_calls: reply.tool_calls,
-                            finish_reason: reply.finish_reason,
-                            usage: reply.usage,
-                            provider: target.provider_name.clone(),
-                            model: target.model.clone(),
-                            system: provider.system().to_string(),
-                        });
+                            tried.streamed_chars,
+                        ));
+                        return Ok((target, answer));
                     }
                     Err(error) => {
                         // Only failures that say something about the target's health count
@@ -121,7 +105,7 @@ impl Router {
                         // was still streaming when its time ran out (the target was answering;
                         // the request was long — e.g. a huge max_tokens).
                         let progressing =
-                            produced.len() > before && matches!(error.kind, FailureKind::Timeout);
+                            tried.streamed_chars > 0 && matches!(error.kind, FailureKind::Timeout);
                         if error.counts_against_target() && !progressing {
                             target
                                 .breaker
@@ -131,22 +115,18 @@ impl Router {
                             request = %id,
                             provider = %target.provider_name,
                             model = %target.model,
-                            attempt,
+                            attempt = tries,
                             error = %error.message,
-                            "a model attempt failed"
+                            "{what} failed"
                         );
-                        exec.attempts.push(AttemptRecord {
-                            provider: target.provider_name.clone(),
-                            model: target.model.clone(),
-                            outcome: "error".into(),
-                            error_kind: Some(error.kind.as_str().into()),
-                            status: error.status,
-                            error: Some(error.message.clone()),
-                            retry_after_ms: error.retry_after.map(millis),
+                        attempts.push(AttemptRecord::of(
+                            target,
+                            "error",
+                            Some(&error),
                             latency_ms,
-                            streamed_chars: produced[before..].chars().count(),
-                        });
-                        let wait = retry_wait(&target.config, &error, attempt);
+                            tried.streamed_chars,
+                        ));
+                        let wait = retry_wait(&target.config, &error, tries);
                         last_error = Some(error);
                         match wait {
                             Some(wait) => tokio::time::sleep(wait).await,
@@ -156,39 +136,155 @@ impl Router {
                 }
             }
         }
-        let (message, unquoted) = match &last_error {
-            Some(error) => route_failed(&request.route, &exec.attempts, error),
-            None => (
-                format!(
-                    "route `{}` has no target available ({})",
-                    request.route,
-                    exec.attempts
-                        .iter()
-                        .filter_map(|a| a.error.clone())
-                        .collect::<Vec<_>>()
-                        .join("; ")
-                ),
-                None,
-            ),
+        Err(all_failed(id, route_name, attempts, last_error.as_ref()))
+    }
+
+    /// Tries the route's targets until one answers a chat completion; a stream that broke
+    /// after some text is continued by the next attempt without repeating it.
+    pub(crate) async fn execute(
+        &self,
+        id: Uuid,
+        route: &Route,
+        request: &RouterRequest,
+        deltas: Option<UnboundedSender<String>>,
+        exec: &mut Execution,
+    ) -> Result<Answer, RouterError> {
+        let mut chat = ChatAttempt {
+            router: self,
+            request,
+            produced: String::new(),
+            deltas,
+            first_token: exec.ttft,
+            started: Instant::now(),
         };
-        Err(RouterError {
-            id,
-            code: match &last_error {
-                Some(e) if e.kind == FailureKind::Invalid => RouterErrorCode::UpstreamRejected,
-                Some(e)
-                    if e.kind == FailureKind::Status
-                        && matches!(e.status, Some(400 | 404 | 413 | 422)) =>
-                {
-                    RouterErrorCode::UpstreamRejected
-                }
-                Some(_) => RouterErrorCode::UpstreamFailed,
-                None => RouterErrorCode::Unavailable,
-            },
-            message,
-            unquoted,
-            retry_after: None,
-            attempts: exec.attempts.clone(),
+        let mut attempts = std::mem::take(&mut exec.attempts);
+        let outcome = self
+            .failover(
+                id,
+                &request.route,
+                route,
+                "a model attempt",
+                &mut attempts,
+                &mut chat,
+            )
+            .await;
+        exec.attempts = attempts;
+        exec.ttft = chat.first_token;
+        let (target, (reply, system)) = outcome?;
+        exec.cost = (target.price.input * reply.usage.prompt_tokens as f64
+            + target.price.output * reply.usage.completion_tokens as f64)
+            / 1e6;
+        Ok(Answer {
+            text: reply.text,
+            tool_calls: reply.tool_calls,
+            finish_reason: reply.finish_reason,
+            usage: reply.usage,
+            provider: target.provider_name.clone(),
+            model: target.model.clone(),
+            system,
         })
+    }
+}
+
+/// A chat completion's tries: the text already sent to the caller (a later attempt continues
+/// it without repeating it) and the call's time to its first token.
+struct ChatAttempt<'r> {
+    router: &'r Router,
+    request: &'r RouterRequest,
+    produced: String,
+    deltas: Option<UnboundedSender<String>>,
+    first_token: Option<Duration>,
+    started: Instant,
+}
+
+impl Attempt for ChatAttempt<'_> {
+    /// The reply, and the provider's system name.
+    type Answer = (ProviderReply, String);
+
+    async fn run(&mut self, target: &Target, provider: &dyn Provider) -> Tried<Self::Answer> {
+        let before = self.produced.len();
+        let result = self
+            .router
+            .attempt(
+                target,
+                provider,
+                self.request,
+                &mut self.produced,
+                self.deltas.as_ref(),
+                &mut self.first_token,
+                self.started,
+            )
+            .await
+            .map(|reply| (reply, provider.system().to_string()));
+        Tried {
+            result,
+            streamed_chars: self.produced[before..].chars().count(),
+        }
+    }
+}
+
+/// The error of a call whose route's targets all failed (`last` the last failure), or that
+/// had no target to try.
+fn all_failed(
+    id: Uuid,
+    route: &str,
+    attempts: &[AttemptRecord],
+    last: Option<&ProviderError>,
+) -> RouterError {
+    let (message, unquoted) = match last {
+        Some(error) => route_failed(route, attempts, error),
+        None => (
+            format!(
+                "route `{route}` has no target available ({})",
+                attempts
+                    .iter()
+                    .filter_map(|a| a.error.clone())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+            None,
+        ),
+    };
+    RouterError {
+        id,
+        code: match last {
+            Some(e) if e.kind == FailureKind::Invalid => RouterErrorCode::UpstreamRejected,
+            Some(e)
+                if e.kind == FailureKind::Status
+                    && matches!(e.status, Some(400 | 404 | 413 | 422)) =>
+            {
+                RouterErrorCode::UpstreamRejected
+            }
+            Some(_) => RouterErrorCode::UpstreamFailed,
+            None => RouterErrorCode::Unavailable,
+        },
+        message,
+        unquoted,
+        retry_after: None,
+        attempts: attempts.to_vec(),
+    }
+}
+
+impl AttemptRecord {
+    /// One attempt at `target`: its outcome, its failure if any, its time and streamed text.
+    fn of(
+        target: &Target,
+        outcome: &str,
+        error: Option<&ProviderError>,
+        latency_ms: f64,
+        streamed_chars: usize,
+    ) -> AttemptRecord {
+        AttemptRecord {
+            provider: target.provider_name.clone(),
+            model: target.model.clone(),
+            outcome: outcome.into(),
+            error_kind: error.map(|e| e.kind.as_str().to_string()),
+            status: error.and_then(|e| e.status),
+            error: error.map(|e| e.message.clone()),
+            retry_after_ms: error.and_then(|e| e.retry_after).map(millis),
+            latency_ms,
+            streamed_chars,
+        }
     }
 }
 

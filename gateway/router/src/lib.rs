@@ -48,7 +48,7 @@ use self::cache::Answer;
 use self::config::{GatewayConfig, RouteConfig};
 pub use self::embed::{EmbedRequest, EmbedResponse};
 use self::limits::{Budgets, RequestRate, TokenRate};
-pub use self::limits::{SharedLedger, SharedReservation};
+pub use self::limits::{LedgerError, SharedLedger, SharedReservation};
 use self::log::{AttemptRecord, RequestLog, RequestLogSink};
 use self::metrics::RouterMetrics;
 pub use self::provider::{
@@ -241,23 +241,24 @@ impl Router {
         gateway: GatewayConfig,
         providers: &Providers,
         sink: Option<Arc<dyn RequestLogSink>>,
-    ) -> Result<Router, String> {
+    ) -> Result<Router, RouterConfigError> {
         if let Some(problem) = gateway.problem() {
-            return Err(format!("gateway.{problem}"));
+            return Err(RouterConfigError::Gateway(problem));
         }
         let mut breakers: HashMap<(String, String), Arc<Breaker>> = HashMap::new();
         let mut built = HashMap::new();
         for (i, route) in routes.iter().enumerate() {
             if let Some(problem) = route.problem() {
-                return Err(format!("routes[{i}].{problem}"));
+                return Err(RouterConfigError::Route { index: i, problem });
             }
             let mut targets = Vec::new();
             for (j, target) in route.targets.iter().enumerate() {
                 let provider = providers.get(&target.provider).ok_or_else(|| {
-                    format!(
-                        "routes[{i}].targets[{j}].provider: no provider is named `{}`",
-                        target.provider
-                    )
+                    RouterConfigError::UnknownProvider {
+                        route: i,
+                        target: j,
+                        provider: target.provider.clone(),
+                    }
                 })?;
                 let breaker = breakers
                     .entry((target.provider.clone(), target.model.clone()))
@@ -375,8 +376,24 @@ impl Router {
     }
 }
 
+/// A gateway or route configuration the router cannot be built from; the message names the
+/// key (`routes[2].targets[0].provider: …`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RouterConfigError {
+    #[error("gateway.{0}")]
+    Gateway(String),
+    #[error("routes[{index}].{problem}")]
+    Route { index: usize, problem: String },
+    #[error("routes[{route}].targets[{target}].provider: no provider is named `{provider}`")]
+    UnknownProvider {
+        route: usize,
+        target: usize,
+        provider: String,
+    },
+}
+
 /// Checks `x-stead-metadata`: a JSON object of up to 16 string, number or bool entries.
-pub fn parse_metadata(text: &str) -> Result<Map<String, Value>, String> {
+pub fn parse_metadata(text: &str) -> Result<Map<String, Value>, wire::WireError> {
     let value: Value =
         serde_json::from_str(text).map_err(|e| format!("x-stead-metadata is not JSON: {e}"))?;
     let Value::Object(map) = value else {
@@ -395,7 +412,8 @@ pub fn parse_metadata(text: &str) -> Result<Map<String, Value>, String> {
             _ => {
                 return Err(format!(
                 "x-stead-metadata `{key}` must be a string (up to 256 bytes), a number or a bool"
-            ))
+            )
+                .into())
             }
         }
     }

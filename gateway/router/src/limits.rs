@@ -112,6 +112,11 @@ struct Spending {
     reserved: f64,
 }
 
+/// Why the shared budget ledger could not answer (its store's own error, kept as the source).
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct LedgerError(pub Box<dyn std::error::Error + Send + Sync>);
+
 /// A budget ledger kept outside this process — the database the nodes of a cluster share
 /// (docs/cluster.md) — so that the budget holds whichever node serves.
 #[async_trait::async_trait]
@@ -124,7 +129,7 @@ pub trait SharedLedger: Send + Sync {
         amount: f64,
         budget: f64,
         window: Duration,
-    ) -> Result<SharedReservation, String>;
+    ) -> Result<SharedReservation, LedgerError>;
 
     /// Ends a reservation with what its call really cost.
     async fn settle(&self, id: uuid::Uuid, cost: f64);

@@ -133,7 +133,11 @@ pub(crate) async fn status_error(name: &str, response: reqwest::Response) -> Pro
 }
 
 /// An OpenAI embeddings answer: `data[i].embedding` (floats) by `index`, and `usage`.
-fn parse_embeddings(value: &Value, inputs: usize, asked: &str) -> Result<EmbedReply, String> {
+fn parse_embeddings(
+    value: &Value,
+    inputs: usize,
+    asked: &str,
+) -> Result<EmbedReply, wire::WireError> {
     let data = value["data"]
         .as_array()
         .ok_or("the answer has no `data` array")?;
@@ -149,7 +153,7 @@ fn parse_embeddings(value: &Value, inputs: usize, asked: &str) -> Result<EmbedRe
             .ok_or("an embedding holds something other than numbers")?;
         match vectors.get_mut(index) {
             Some(slot) => *slot = Some(values),
-            None => return Err(format!("an embedding for input {index} of {inputs}")),
+            None => return Err(format!("an embedding for input {index} of {inputs}").into()),
         }
     }
     let vectors = vectors

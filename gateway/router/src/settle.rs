@@ -9,13 +9,84 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc::UnboundedSender;
 use uuid::Uuid;
 
+use chrono::{DateTime, Utc};
+
 use crate::config::LogBodies;
 use crate::limits::Reservation;
 use crate::log::LogRecord;
+use crate::metrics::Observation;
 use crate::provider::RouterRequest;
-use crate::{CallOptions, Router};
+use crate::{CallOptions, Router, RouterError};
 
 impl Router {
+    /// What every record of one call says (who, when, which route, how long); the outcome
+    /// fills in the rest.
+    pub(crate) fn base_record(
+        &self,
+        id: Uuid,
+        at: DateTime<Utc>,
+        options: &CallOptions,
+        route: &str,
+        latency: Duration,
+        stream: bool,
+    ) -> LogRecord {
+        LogRecord {
+            id,
+            at,
+            session_id: options.session_id,
+            api_key: options.api_key.clone(),
+            route: route.to_string(),
+            provider: None,
+            model: None,
+            status: String::new(),
+            attempts: Vec::new(),
+            latency_ms: millis(latency),
+            ttft_ms: None,
+            tokens_in: 0,
+            tokens_out: 0,
+            cost: 0.0,
+            cache_hit: false,
+            stream,
+            metadata: self.logged_metadata(&options.metadata),
+            error: None,
+            bodies: Value::Null,
+        }
+    }
+
+    /// The record of a call that failed with `error` (a refusal by a limit keeps the limit's
+    /// code as its status), with the failure of its last attempt counted in the metrics.
+    pub(crate) fn failed_record(
+        &self,
+        base: LogRecord,
+        error: &RouterError,
+        latency: Duration,
+    ) -> LogRecord {
+        let last = error.attempts.last();
+        if let Some(last) = last {
+            self.metrics.observe(&Observation {
+                route: &base.route,
+                provider: &last.provider,
+                model: &last.model,
+                ok: false,
+                duration_s: latency.as_secs_f64(),
+                ttft_s: None,
+                input_tokens: 0,
+                output_tokens: 0,
+            });
+        }
+        LogRecord {
+            provider: last.map(|a| a.provider.clone()),
+            model: last.map(|a| a.model.clone()),
+            status: match error.code {
+                code if code.is_limit() => code.to_string(),
+                _ => "error".to_string(),
+            },
+            attempts: error.attempts.clone(),
+            error: Some(error.message.clone()),
+            ..base
+        }
+    }
+
     /// The caller's metadata as its row keeps it: none with `bodies = "none"`.
     pub(crate) fn logged_metadata(&self, metadata: &Map<String, Value>) -> Map<String, Value> {
         match self.gateway.log.bodies {
@@ -142,30 +213,26 @@ impl Drop for Abandonment<'_> {
             "the caller went away before the call ended"
         );
         if let Some(log) = &router.log {
+            let base = router.base_record(
+                self.id,
+                self.at,
+                self.options,
+                &self.request.route,
+                self.started.elapsed(),
+                self.stream,
+            );
             log.record(LogRecord {
-                id: self.id,
-                at: self.at,
-                session_id: self.options.session_id,
-                api_key: self.options.api_key.clone(),
-                route: self.request.route.clone(),
-                provider: None,
-                model: None,
                 status: "abandoned".into(),
-                attempts: Vec::new(),
-                latency_ms: millis(self.started.elapsed()),
-                ttft_ms: None,
                 tokens_in,
                 tokens_out,
                 cost,
-                cache_hit: false,
-                stream: self.stream,
-                metadata: router.logged_metadata(&self.options.metadata),
                 bodies: router.logged_bodies(self.request, None),
                 error: Some(format!(
                     "the caller went away before the answer ({} bytes streamed); tokens and \
                      cost are estimates",
                     self.streamed_bytes
                 )),
+                ..base
             });
         }
     }

@@ -62,15 +62,9 @@ impl Sequence {
         }
         let matcher = match &job.tools {
             ToolMode::Forced { schema } => {
-                match shared.grammar.matcher(schema.clone(), grammar_budget) {
+                match shared.grammar.matcher(schema.clone(), grammar_budget, "*") {
                     Ok(matcher) => Some(matcher),
-                    Err(message) => {
-                        let error = Error::InvalidToolSchema {
-                            tool: "*".into(),
-                            message,
-                        };
-                        return Err((Box::new(job), error));
-                    }
+                    Err(error) => return Err((Box::new(job), error)),
                 }
             }
             _ => None,
@@ -250,13 +244,7 @@ impl Sequence {
             unreachable!("calls are opened by the model only in auto mode")
         };
         let budget = self.job.sampling.max_tokens.saturating_sub(self.generated);
-        let matcher = shared
-            .grammar
-            .matcher(schema.clone(), budget)
-            .map_err(|e| Error::InvalidToolSchema {
-                tool: "*".into(),
-                message: e,
-            })?;
+        let matcher = shared.grammar.matcher(schema.clone(), budget, "*")?;
         self.matcher = Some(matcher);
         self.decoder = IncrementalDecoder::new();
         Ok(())

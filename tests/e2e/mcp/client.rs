@@ -1,4 +1,4 @@
-//! The MCP client alone (`stead::mcp::McpServer`) against server-everything over stdio: listing,
+//! The MCP client alone (`stead_agents::mcp::McpServer`) against server-everything over stdio: listing,
 //! calls, tool errors, a server killed mid-call and started again.
 
 use std::collections::BTreeMap;
@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use stead::mcp::{McpServer, McpTool, ServerConfig, Transport};
 use stead_actors::policy::ApprovalPolicy;
 use stead_actors::tools::{Tool, ToolContext};
+use stead_agents::mcp::{McpServer, McpTool, ServerConfig, Transport};
 use uuid::Uuid;
 
 use super::{everything_script, kill_marked, marked_processes, TIMEOUT};
@@ -40,7 +40,7 @@ fn tool(server: &Arc<McpServer>, name: &str) -> McpTool {
         .unwrap_or_else(|| panic!("the server lists no `{name}`"));
     McpTool {
         server: server.clone(),
-        name: stead::mcp::tools::model_name("everything", name),
+        name: stead_agents::mcp::tools::model_name("everything", name),
         remote,
         approval: ApprovalPolicy::Never,
         idempotent: false,
@@ -103,7 +103,7 @@ async fn a_stdio_server_lists_and_runs_its_tools() {
     let leaked: Vec<&String> = env
         .keys()
         .filter(|k| std::env::var_os(k).is_some())
-        .filter(|k| !stead::mcp::server::INHERITED_ENV.contains(&k.as_str()))
+        .filter(|k| !stead_agents::mcp::server::INHERITED_ENV.contains(&k.as_str()))
         .filter(|k| *k != "STEAD_TEST_MARKER")
         .collect();
     assert!(leaked.is_empty(), "inherited from Stead: {leaked:?}");

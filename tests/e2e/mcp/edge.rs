@@ -105,7 +105,7 @@ async fn the_mcp_endpoint_authenticates_binds_and_caps_its_sessions() {
     assert_eq!((status, code.as_deref()), (404, Some("not_found")));
 
     // KEY may hold 16 live sessions; the 17th is refused, OTHER still gets one.
-    for n in 1..stead::mcp::endpoint::MAX_SESSIONS_PER_CREDENTIAL {
+    for n in 1..stead_agents::mcp::endpoint::MAX_SESSIONS_PER_CREDENTIAL {
         let (status, id, _) = post(&http, base, Some(KEY), None, init.clone()).await;
         assert_eq!(status, 200, "session {n}");
         assert!(id.is_some());

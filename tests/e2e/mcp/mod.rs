@@ -1,6 +1,6 @@
 //! MCP servers as agent tools (docs/mcp.md), against real MCP servers from npm
 //! (`@modelcontextprotocol/server-everything` and `server-filesystem`, tests/fixtures/mcp-servers,
-//! installed by scripts/test.sh) over stdio. The client alone (`stead::mcp`): listing, calls,
+//! installed by scripts/test.sh) over stdio. The client alone (`stead_agents::mcp`): listing, calls,
 //! tool errors, a server killed mid-call. Then through the real `stead serve` with the upstream
 //! model double: approval parking before an MCP tool, progress frames on the WebSocket, cancel
 //! mid-call, the server killed mid-call and restarted, SIGKILL of Stead during an approved

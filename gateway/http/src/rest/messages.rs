@@ -1,6 +1,10 @@
 //! `/v1/sessions/{id}/messages` (start a turn, optionally waiting for it) and
 //! `/v1/sessions/{id}/events` (the journal, paged).
 
+use std::sync::atomic::Ordering;
+
+use stead_actors::session::Frame;
+
 use super::*;
 
 #[derive(Deserialize, ToSchema)]
@@ -97,10 +101,13 @@ pub async fn post_message(
         )
             .into_response());
     };
-    // Wait for the turn (and any queued before it) to end, or to park on an approval.
+    // Wait for the turn (and any queued before it) to end, or to park on an approval. The
+    // reply comes from the frames the wait holds; a wait that had to attach again (the actor
+    // restarted) or fell behind may have missed some, and reads the journal instead.
     let deadline = tokio::time::Instant::now() + state.limits.wait;
     let mut settled = false;
     let mut look = true;
+    let mut reply = Reply::after(seq);
     loop {
         if look {
             let folded = state.sessions.state(id).await?;
@@ -111,18 +118,27 @@ pub async fn post_message(
         }
         match tokio::time::timeout_at(deadline, subscription.frames.recv()).await {
             // Only a committed event can end or park the turn; stream deltas cannot.
-            Ok(Some(frame)) => look = matches!(frame, stead_actors::session::Frame::Event { .. }),
+            Ok(Some(frame)) => look = reply.see(&frame),
             Ok(None) => {
                 // The actor stopped (a restart): attach again and look at the state.
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 *subscription = state.sessions.attach(id, 65_536).await?;
+                reply.missed_some = true;
                 look = true;
             }
             Err(_) => break,
         }
     }
     let folded = state.sessions.state(id).await?;
-    let reply = last_reply(&state, id, seq).await?;
+    // Every frame up to `folded.last_seq` was sent before the state answered: take them.
+    while let Ok(frame) = subscription.frames.try_recv() {
+        reply.see(&frame);
+    }
+    let reply = if reply.missed_some || subscription.lagged.load(Ordering::Relaxed) {
+        last_reply(&state, id, seq).await?
+    } else {
+        reply.text
+    };
     let status = if settled {
         StatusCode::OK
     } else {
@@ -140,6 +156,37 @@ pub async fn post_message(
         })),
     )
         .into_response())
+}
+
+/// The last assistant message after `seq`, as a wait sees it in the frames it receives.
+struct Reply {
+    after: i64,
+    text: Option<String>,
+    /// Frames may have been missed (the wait attached again): the journal is read instead.
+    missed_some: bool,
+}
+
+impl Reply {
+    fn after(seq: i64) -> Self {
+        Reply {
+            after: seq,
+            text: None,
+            missed_some: false,
+        }
+    }
+
+    /// Takes the reply from `frame`; whether it was a committed event (which may end the turn).
+    fn see(&mut self, frame: &Frame) -> bool {
+        let Frame::Event { seq, event, .. } = frame else {
+            return false;
+        };
+        if let SessionEvent::AssistantMessage { text, .. } = event.as_ref() {
+            if *seq > self.after {
+                self.text = Some(text.clone());
+            }
+        }
+        true
+    }
 }
 
 /// The last assistant message journaled after `seq`.

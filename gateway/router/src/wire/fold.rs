@@ -10,7 +10,7 @@ use crate::chat::{FinishReason, ToolCall, Usage};
 use super::*;
 
 /// A finished answer read from a whole `chat.completion` body.
-pub fn parse_completion(body: &Value) -> Result<Folded, String> {
+pub fn parse_completion(body: &Value) -> Result<Folded, WireError> {
     let choice = body["choices"].get(0).ok_or("the answer has no choices")?;
     let message = &choice["message"];
     let mut tool_calls = Vec::new();
@@ -64,7 +64,11 @@ pub(crate) fn finish_reason_of(reason: Option<&str>, has_calls: bool) -> FinishR
 }
 
 /// Tool-call arguments as JSON text that parses (empty arguments are `{}`).
-pub(crate) fn checked_arguments(name: &str, arguments: &str, cut: bool) -> Result<String, String> {
+pub(crate) fn checked_arguments(
+    name: &str,
+    arguments: &str,
+    cut: bool,
+) -> Result<String, WireError> {
     if arguments.trim().is_empty() {
         return Ok("{}".into());
     }
@@ -77,7 +81,8 @@ pub(crate) fn checked_arguments(name: &str, arguments: &str, cut: bool) -> Resul
             } else {
                 ""
             }
-        )),
+        )
+        .into()),
     }
 }
 
@@ -137,7 +142,7 @@ pub struct StreamAccumulator {
 impl StreamAccumulator {
     /// Folds the next bytes of the body. An error (an unreadable chunk, or an error the server
     /// reported in the stream) ends the stream.
-    pub fn feed(&mut self, bytes: &[u8]) -> Result<Fed, String> {
+    pub fn feed(&mut self, bytes: &[u8]) -> Result<Fed, WireError> {
         let mut fed = Fed::default();
         if self.done {
             return Ok(fed);
@@ -162,7 +167,7 @@ impl StreamAccumulator {
     }
 
     /// The body ended: folds a last line or event that lacked its line break or blank line.
-    pub fn end(&mut self) -> Result<Fed, String> {
+    pub fn end(&mut self) -> Result<Fed, WireError> {
         self.feed(b"\n\n")
     }
 
@@ -184,7 +189,7 @@ impl StreamAccumulator {
     /// The whole answer. Fails when the stream stopped before the answer was finished (neither
     /// `[DONE]` nor a `finish_reason` arrived), or a tool call has no name or arguments that
     /// are not JSON.
-    pub fn finish(mut self) -> Result<Folded, String> {
+    pub fn finish(mut self) -> Result<Folded, WireError> {
         self.end()?;
         if !self.done && self.finish_reason.is_none() {
             return Err("the stream ended before the answer was complete".into());
@@ -193,7 +198,7 @@ impl StreamAccumulator {
         let mut tool_calls = Vec::with_capacity(self.tool_calls.len());
         for (index, call) in std::mem::take(&mut self.tool_calls) {
             if call.name.is_empty() {
-                return Err(format!("tool call {index} (id `{}`) has no name", call.id));
+                return Err(format!("tool call {index} (id `{}`) has no name", call.id).into());
             }
             let arguments = checked_arguments(&call.name, &call.arguments, cut)?;
             tool_calls.push(ToolCall {
@@ -213,7 +218,7 @@ impl StreamAccumulator {
     }
 
     /// One line, without its line break.
-    fn line(&mut self, line: &[u8], fed: &mut Fed) -> Result<(), String> {
+    fn line(&mut self, line: &[u8], fed: &mut Fed) -> Result<(), WireError> {
         if line.is_empty() {
             return self.dispatch(fed);
         }
@@ -232,7 +237,7 @@ impl StreamAccumulator {
     }
 
     /// The end of an event: folds its data.
-    fn dispatch(&mut self, fed: &mut Fed) -> Result<(), String> {
+    fn dispatch(&mut self, fed: &mut Fed) -> Result<(), WireError> {
         let Some(data) = self.data.take() else {
             return Ok(());
         };
@@ -245,14 +250,14 @@ impl StreamAccumulator {
         self.chunk(&chunk, fed)
     }
 
-    fn chunk(&mut self, chunk: &Value, fed: &mut Fed) -> Result<(), String> {
+    fn chunk(&mut self, chunk: &Value, fed: &mut Fed) -> Result<(), WireError> {
         if let Some(error) = chunk.get("error").filter(|e| !e.is_null()) {
             let message = error
                 .get("message")
                 .and_then(Value::as_str)
                 .map(str::to_string)
                 .unwrap_or_else(|| error.to_string());
-            return Err(format!("the stream reported an error: {message}"));
+            return Err(format!("the stream reported an error: {message}").into());
         }
         if let Some(model) = chunk.get("model").and_then(Value::as_str) {
             if !model.is_empty() {

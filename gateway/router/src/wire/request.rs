@@ -3,6 +3,7 @@
 
 use serde_json::{json, Map, Value};
 
+use super::WireError;
 use crate::chat::{ChatMessage, Role, ToolCall, ToolChoice, ToolSpec};
 use crate::provider::{Params, RouterRequest};
 
@@ -33,7 +34,7 @@ pub struct ParsedRequest {
 }
 
 /// Reads a chat completions request body. The error names the offending field.
-pub fn parse_request(body: &Value) -> Result<ParsedRequest, String> {
+pub fn parse_request(body: &Value) -> Result<ParsedRequest, WireError> {
     let object = body.as_object().ok_or("the body must be a JSON object")?;
     let route = object
         .get("model")
@@ -48,14 +49,14 @@ pub fn parse_request(body: &Value) -> Result<ParsedRequest, String> {
         .ok_or("`messages` must be a non-empty array")?
         .iter()
         .enumerate()
-        .map(|(i, m)| parse_message(m).map_err(|e| format!("messages[{i}]: {e}")))
+        .map(|(i, m)| parse_message(m).map_err(|e| e.within(format!("messages[{i}]"))))
         .collect::<Result<Vec<_>, _>>()?;
     let tools = match object.get("tools") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(tools)) => tools
             .iter()
             .enumerate()
-            .map(|(i, t)| parse_tool(t).map_err(|e| format!("tools[{i}]: {e}")))
+            .map(|(i, t)| parse_tool(t).map_err(|e| e.within(format!("tools[{i}]"))))
             .collect::<Result<Vec<_>, _>>()?,
         Some(_) => return Err("`tools` must be an array".into()),
     };
@@ -68,7 +69,7 @@ pub fn parse_request(body: &Value) -> Result<ParsedRequest, String> {
             other => {
                 return Err(format!(
                     "`tool_choice` `{other}` is not auto, none, required or a function"
-                ))
+                ).into())
             }
         },
         Some(choice) => match choice["function"]["name"].as_str() {
@@ -83,9 +84,7 @@ pub fn parse_request(body: &Value) -> Result<ParsedRequest, String> {
     };
     if let ToolChoice::Function(name) = &tool_choice {
         if !tools.iter().any(|t| &t.name == name) {
-            return Err(format!(
-                "`tool_choice` names `{name}`, which is not among `tools`"
-            ));
+            return Err(format!("`tool_choice` names `{name}`, which is not among `tools`").into());
         }
     }
     if matches!(tool_choice, ToolChoice::Required) && tools.is_empty() {
@@ -96,12 +95,12 @@ pub fn parse_request(body: &Value) -> Result<ParsedRequest, String> {
         Some(n) if n.as_u64() == Some(1) => {}
         Some(_) => return Err("`n` must be 1 (one choice per request)".into()),
     }
-    let number = |key: &str, low: f64, high: f64| -> Result<Option<f32>, String> {
+    let number = |key: &str, low: f64, high: f64| -> Result<Option<f32>, WireError> {
         match object.get(key) {
             None | Some(Value::Null) => Ok(None),
             Some(v) => match v.as_f64() {
                 Some(x) if (low..=high).contains(&x) => Ok(Some(x as f32)),
-                _ => Err(format!("`{key}` must be a number from {low} to {high}")),
+                _ => Err(format!("`{key}` must be a number from {low} to {high}").into()),
             },
         }
     };
@@ -167,7 +166,7 @@ pub fn parse_request(body: &Value) -> Result<ParsedRequest, String> {
     })
 }
 
-pub(crate) fn parse_message(message: &Value) -> Result<ChatMessage, String> {
+pub(crate) fn parse_message(message: &Value) -> Result<ChatMessage, WireError> {
     let role = match message["role"].as_str() {
         Some("system") | Some("developer") => Role::System,
         Some("user") => Role::User,
@@ -209,7 +208,7 @@ pub(crate) fn parse_message(message: &Value) -> Result<ChatMessage, String> {
                     arguments,
                 })
             })
-            .collect::<Result<Vec<_>, String>>()?,
+            .collect::<Result<Vec<_>, WireError>>()?,
         _ => return Err("`tool_calls` must be an array on an assistant message".into()),
     };
     let tool_call_id = match (role, message["tool_call_id"].as_str()) {
@@ -225,7 +224,7 @@ pub(crate) fn parse_message(message: &Value) -> Result<ChatMessage, String> {
     })
 }
 
-pub(crate) fn parse_tool(tool: &Value) -> Result<ToolSpec, String> {
+pub(crate) fn parse_tool(tool: &Value) -> Result<ToolSpec, WireError> {
     if tool["type"] != "function" {
         return Err("`type` must be \"function\"".into());
     }

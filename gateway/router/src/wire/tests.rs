@@ -40,7 +40,7 @@ fn tool_fragment(fragment: Value) -> String {
 }
 
 /// Feeds `body` one byte at a time: every line and event boundary falls between feeds.
-fn feed_bytewise(body: &str) -> (Vec<String>, Result<Folded, String>) {
+fn feed_bytewise(body: &str) -> (Vec<String>, Result<Folded, WireError>) {
     let mut stream = StreamAccumulator::default();
     let mut pieces = Vec::new();
     for byte in body.as_bytes() {
@@ -194,8 +194,8 @@ fn invalid_tool_arguments_name_the_tool() {
     let mut stream = StreamAccumulator::default();
     stream.feed(body.as_bytes()).unwrap();
     let error = stream.finish().unwrap_err();
-    assert!(error.contains("`get_weather`"), "{error}");
-    assert!(error.contains("max_tokens"), "{error}");
+    assert!(error.message().contains("`get_weather`"), "{error}");
+    assert!(error.message().contains("max_tokens"), "{error}");
 }
 
 #[test]
@@ -203,7 +203,7 @@ fn a_stream_cut_short_is_an_error() {
     let mut stream = StreamAccumulator::default();
     stream.feed(content("Hel").as_bytes()).unwrap();
     let error = stream.finish().unwrap_err();
-    assert!(error.contains("ended before"), "{error}");
+    assert!(error.message().contains("ended before"), "{error}");
 }
 
 #[test]
@@ -221,11 +221,11 @@ fn errors_in_the_stream_end_it() {
     let mut stream = StreamAccumulator::default();
     let body = event(json!({ "error": { "message": "overloaded", "type": "server_error" } }));
     let error = stream.feed(body.as_bytes()).unwrap_err();
-    assert!(error.contains("overloaded"), "{error}");
+    assert!(error.message().contains("overloaded"), "{error}");
 
     let mut stream = StreamAccumulator::default();
     let error = stream.feed(b"data: {\"choices\": [\n\n").unwrap_err();
-    assert!(error.contains("unreadable"), "{error}");
+    assert!(error.message().contains("unreadable"), "{error}");
 }
 
 #[test]
@@ -305,7 +305,7 @@ fn bad_request_bodies_name_the_field() {
         ),
     ] {
         let error = parse_request(&body).unwrap_err();
-        assert!(error.contains(field), "{body}: {error}");
+        assert!(error.message().contains(field), "{body}: {error}");
     }
 }
 
@@ -353,7 +353,7 @@ mod fuzz {
             with_messages["messages"] = serde_json::Value::Array(messages);
             for input in [body, shaped, with_messages] {
                 if let Err(message) = parse_request(&input) {
-                    prop_assert!(!message.is_empty());
+                    prop_assert!(!message.message().is_empty());
                 }
             }
         }

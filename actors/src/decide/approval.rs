@@ -1,0 +1,88 @@
+//! A person's decision on a parked tool call, and an approval that expired undecided.
+
+use super::{unknown_approval, Planner, Refusal};
+use crate::events::{ApprovalOutcome, ApprovalScope, SessionEvent, SYSTEM_DECIDER};
+use crate::policy::{Approver, SESSION_TOKEN_DECIDER};
+use crate::state::CallStatus;
+
+impl Planner<'_> {
+    /// A decision on the parked call `call_id`: checked against the arguments it approved
+    /// (`args_hash`) and against who may decide (an operator-only tool refuses a session
+    /// token's approval); a rejection fails the call with its reason.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn approval_decided(
+        &mut self,
+        call_id: String,
+        approved: bool,
+        reason: Option<String>,
+        decided_by: String,
+        scope: ApprovalScope,
+        given_hash: Option<String>,
+    ) -> Result<(), Refusal> {
+        let call = self
+            .state
+            .turn
+            .as_ref()
+            .and_then(|t| t.call(&call_id))
+            .ok_or_else(|| unknown_approval(&self.state, &call_id))?;
+        let CallStatus::AwaitingApproval { args_hash, .. } = &call.status else {
+            return Err(Refusal::AlreadyDecided);
+        };
+        if given_hash.is_some_and(|h| &h != args_hash) {
+            return Err(Refusal::ArgsHashMismatch);
+        }
+        let operator_only = self
+            .agent
+            .tool(&self.state, &call.tool)
+            .is_some_and(|r| r.approver == Approver::Operator);
+        if approved && operator_only && decided_by.starts_with(SESSION_TOKEN_DECIDER) {
+            return Err(Refusal::OperatorRequired);
+        }
+        let tool = call.tool.clone();
+        self.push(SessionEvent::ApprovalDecided {
+            call_id: call_id.clone(),
+            approved,
+            reason: reason.clone(),
+            decided_by: decided_by.clone(),
+            scope,
+        });
+        if !approved {
+            let why = reason.map_or_else(String::new, |r| format!(": {r}"));
+            self.push(SessionEvent::ToolCallFailed {
+                call_id,
+                tool,
+                error: format!("rejected by {decided_by}{why}"),
+                in_doubt: false,
+            });
+        }
+        Ok(())
+    }
+
+    /// Nobody decided on the parked call `call_id` in time: it is rejected by the system.
+    pub(super) fn approval_expired(&mut self, call_id: String) -> Result<(), Refusal> {
+        let call = self
+            .state
+            .turn
+            .as_ref()
+            .and_then(|t| t.call(&call_id))
+            .ok_or_else(|| unknown_approval(&self.state, &call_id))?;
+        if !matches!(call.status, CallStatus::AwaitingApproval { .. }) {
+            return Err(Refusal::AlreadyDecided);
+        }
+        let tool = call.tool.clone();
+        self.push(SessionEvent::ApprovalDecided {
+            call_id: call_id.clone(),
+            approved: false,
+            reason: Some(ApprovalOutcome::EXPIRED_REASON.into()),
+            decided_by: SYSTEM_DECIDER.into(),
+            scope: ApprovalScope::Once,
+        });
+        self.push(SessionEvent::ToolCallFailed {
+            call_id,
+            tool,
+            error: "the approval expired before anyone decided".into(),
+            in_doubt: false,
+        });
+        Ok(())
+    }
+}

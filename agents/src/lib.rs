@@ -1,0 +1,17 @@
+//! The crate `stead-agents`: what a configured agent is made of, built from `stead-config`
+//! for the server, the operator commands and the benches alike. It owns the agents themselves
+//! (`agent`: loop rules, approval policy, tools of their kinds), the tools that are more than
+//! a function — knowledge collections with their index and REST service (`knowledge`), MCP
+//! servers as tool sources and Stead's own `/mcp` endpoint (`mcp`) — the local engines a
+//! configuration names (`engines`) and the model router the sessions call through
+//! (`models`: providers, request log, the sessions' `ModelClient`). The built-in tools
+//! themselves (calculator, clock, memory, webhooks, schedules, sub-agents) live with the
+//! session actor in `stead-actors`; this crate chooses and configures them.
+
+pub mod agent;
+pub mod engines;
+pub mod knowledge;
+pub mod mcp;
+pub mod models;
+
+pub use agent::{build, build_agent, config_hash, rules, webhook_client};

@@ -1,0 +1,447 @@
+//! Wires the model router (`stead_router`) into the binary: its providers from
+//! `[[providers]]` (the started local pools and OpenAI-compatible APIs), its request log into
+//! the database, and the session actors' `ModelClient` onto it, so sessions and the
+//! OpenAI-compatible endpoint share one router (`docs/architecture.md`: the binary is where the
+//! crates meet).
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::Value;
+use stead_actors::session::{ModelClient, ModelError, ModelRequest, PromptSize};
+use stead_actors::{ModelOutput, TranscriptEntry, Usage};
+use stead_inference::pool::InferencePool;
+use stead_inference::provider::{OnnxEmbeddingProvider, OnnxProvider};
+use stead_persistence::request_log::RequestLogEntry;
+use stead_persistence::RequestLog;
+use stead_router::anthropic::AnthropicProvider;
+use stead_router::chat::{ChatMessage, Role, ToolCall, ToolChoice, ToolSpec};
+use stead_router::log::{LogRecord, RequestLogSink, SinkError};
+use stead_router::openai::OpenAiProvider;
+use stead_router::{CallOptions, Provider, Providers, Router, RouterRequest, SharedLedger};
+use tokio::sync::mpsc::UnboundedSender;
+
+use stead_config::{Config, ProviderKind};
+
+/// The key of a remote provider, from the variable its `api_key_env` names.
+fn api_key(provider: &stead_config::ProviderConfig) -> Option<String> {
+    provider.api_key_env.as_ref().and_then(|var| {
+        let key = std::env::var(var).ok();
+        if key.is_none() {
+            tracing::warn!(provider = %provider.name, variable = %var,
+                "the API key variable is not set; calling without a key");
+        }
+        key
+    })
+}
+
+/// The most bytes of one answer of a remote provider (`max_answer_mib`, default 16 MiB).
+fn answer_limit(provider: &stead_config::ProviderConfig) -> usize {
+    provider
+        .max_answer_mib
+        .map_or(stead_router::answer::MAX_ANSWER_BYTES, |mib| {
+            mib.saturating_mul(1 << 20)
+        })
+}
+
+/// Builds the router over the started local pools (by provider name), logging into `store`,
+/// its strict budgets kept in `budgets` when given (a cluster's shared ledger).
+pub fn build(
+    config: &Config,
+    pools: &[(String, Arc<InferencePool>)],
+    embedders: &[crate::engines::EmbeddingModel],
+    store: Option<Arc<dyn RequestLog>>,
+    budgets: Option<Arc<dyn SharedLedger>>,
+) -> anyhow::Result<Arc<Router>> {
+    let client = reqwest::Client::builder()
+        .user_agent(concat!("stead/", env!("CARGO_PKG_VERSION")))
+        .build()?;
+    let mut providers = Providers::new();
+    for provider in &config.providers {
+        let built: Option<Arc<dyn Provider>> = match provider.kind {
+            ProviderKind::Onnx => {
+                pools
+                    .iter()
+                    .find(|(name, _)| *name == provider.name)
+                    .map(|(_, pool)| {
+                        Arc::new(OnnxProvider::new(provider.name.clone(), pool.clone()))
+                            as Arc<dyn Provider>
+                    })
+            }
+            ProviderKind::OnnxEmbedding => embedders
+                .iter()
+                .find(|(name, _, _)| *name == provider.name)
+                .map(|(name, model, pool)| {
+                    Arc::new(OnnxEmbeddingProvider::new(
+                        name.clone(),
+                        model.clone(),
+                        pool.clone(),
+                    )) as Arc<dyn Provider>
+                }),
+            ProviderKind::Openai => Some(Arc::new(
+                OpenAiProvider::new(
+                    provider.name.clone(),
+                    provider.base_url.as_deref().unwrap_or_default(),
+                    api_key(provider),
+                    client.clone(),
+                )
+                .with_answer_limit(answer_limit(provider)),
+            )),
+            ProviderKind::Anthropic => Some(Arc::new(
+                AnthropicProvider::new(
+                    provider.name.clone(),
+                    provider.base_url.as_deref().unwrap_or_default(),
+                    api_key(provider),
+                    client.clone(),
+                )
+                .with_answer_limit(answer_limit(provider)),
+            )),
+        };
+        providers.insert(provider.name.clone(), built);
+    }
+    let sink = store.map(|store| Arc::new(StoreSink { store }) as Arc<dyn RequestLogSink>);
+    let router = Router::new(&config.routes, config.gateway.clone(), &providers, sink)
+        .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+    Ok(Arc::new(match budgets {
+        Some(ledger) => router.with_shared_budgets(ledger),
+        None => router,
+    }))
+}
+
+/// Writes request-log batches into the database.
+struct StoreSink {
+    store: Arc<dyn RequestLog>,
+}
+
+#[async_trait]
+impl RequestLogSink for StoreSink {
+    async fn write(&self, records: Vec<LogRecord>) -> Result<(), SinkError> {
+        let entries: Vec<RequestLogEntry> = records
+            .into_iter()
+            .map(|r| RequestLogEntry {
+                id: r.id,
+                at: r.at,
+                session_id: r.session_id,
+                api_key: r.api_key,
+                route: r.route,
+                provider: r.provider,
+                model: r.model,
+                status: r.status,
+                attempts: serde_json::to_value(&r.attempts).unwrap_or_default(),
+                latency_ms: r.latency_ms,
+                ttft_ms: r.ttft_ms,
+                tokens_in: r.tokens_in as i64,
+                tokens_out: r.tokens_out as i64,
+                cost: r.cost,
+                cache_hit: r.cache_hit,
+                stream: r.stream,
+                metadata: Value::Object(r.metadata),
+                error: r.error,
+                bodies: r.bodies,
+            })
+            .collect();
+        self.store
+            .insert_request_log(&entries)
+            .await
+            .map_err(|e| SinkError(e.to_string()))
+    }
+}
+
+/// The router request for one model call of a session: the system prompt, then the
+/// transcript (assistant tool calls with their arguments as JSON text; each tool result as a
+/// `tool` message whose content is the result's JSON text, the string itself when the result
+/// is a JSON string, or a sentence for a failure), and the agent's tools; a repair call offers
+/// no tools and ends with the repair instruction as a system message.
+pub fn router_request(request: &ModelRequest) -> RouterRequest {
+    let mut messages = Vec::with_capacity(request.transcript.len() + 1);
+    if !request.system_prompt.is_empty() {
+        messages.push(ChatMessage::system(request.system_prompt.clone()));
+    }
+    for entry in &request.transcript {
+        messages.push(match entry {
+            TranscriptEntry::User { text } => ChatMessage::user(text.clone()),
+            TranscriptEntry::Assistant { text, tool_calls } => ChatMessage {
+                role: Role::Assistant,
+                content: text.clone(),
+                tool_calls: tool_calls
+                    .iter()
+                    .map(|c| ToolCall {
+                        id: c.call_id.clone(),
+                        name: c.tool.clone(),
+                        arguments: c.arguments.to_string(),
+                    })
+                    .collect(),
+                tool_call_id: None,
+            },
+            TranscriptEntry::Tool {
+                call_id, content, ..
+            } => ChatMessage {
+                role: Role::Tool,
+                content: tool_content(content),
+                tool_calls: Vec::new(),
+                tool_call_id: Some(call_id.clone()),
+            },
+        });
+    }
+    if request.repair {
+        messages.push(ChatMessage::system(
+            stead_actors::reply::REPAIR_INSTRUCTION.to_string(),
+        ));
+    }
+    RouterRequest {
+        route: request.route.clone(),
+        tool_choice: if request.repair {
+            ToolChoice::None
+        } else {
+            ToolChoice::Auto
+        },
+        messages,
+        tools: request
+            .tools
+            .iter()
+            .map(|t| ToolSpec {
+                name: t.name.clone(),
+                description: t.description.clone(),
+                parameters: t.parameters.clone(),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// A tool result as the model reads it: a string as itself, anything else as JSON text. A
+/// rejection (`{"error": "rejected by {decider}[: {reason}]"}`, as decide.rs records it) reads
+/// `{"error": "not done: the person reviewing this call rejected it (reason)"}`: who decided is
+/// an id the model has no use for, and echoes into the reply.
+fn tool_content(content: &Value) -> String {
+    match content {
+        Value::String(text) => text.clone(),
+        Value::Object(map) if map.len() == 1 => match map.get("error") {
+            Some(Value::String(error)) => match error.strip_prefix("rejected by ") {
+                Some(rest) => {
+                    let reason = rest
+                        .split_once(": ")
+                        .map(|(_, reason)| reason.trim())
+                        .filter(|r| !r.is_empty() && *r != "rejected");
+                    let said = match reason {
+                        Some(reason) => format!(
+                            "not done: the person reviewing this call rejected it ({reason})"
+                        ),
+                        None => "not done: the person reviewing this call rejected it".into(),
+                    };
+                    serde_json::json!({ "error": said }).to_string()
+                }
+                None => content.to_string(),
+            },
+            _ => content.to_string(),
+        },
+        other => other.to_string(),
+    }
+}
+
+/// A tool call's arguments as the model wrote them: the JSON they hold, or — when they do not
+/// parse — the raw text as a JSON string, which the argument check refuses back to the model
+/// (it used to become `{}` silently and run).
+pub fn tool_arguments(raw: &str) -> Value {
+    serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_string()))
+}
+
+/// The session actors' model client: every call goes through the router.
+pub struct SessionModel {
+    pub router: Arc<Router>,
+}
+
+#[async_trait]
+impl ModelClient for SessionModel {
+    /// Counted by the local model's tokenizer when the route's first target is local; an
+    /// estimate otherwise.
+    async fn measure(&self, request: &ModelRequest) -> PromptSize {
+        match self.router.measure(&router_request(request)) {
+            Some((tokens, window)) => PromptSize {
+                tokens,
+                window: Some(window),
+                exact: true,
+            },
+            None => stead_actors::session::estimate(request),
+        }
+    }
+
+    async fn complete(
+        &self,
+        request: ModelRequest,
+        deltas: UnboundedSender<String>,
+        cancel: Arc<AtomicBool>,
+    ) -> Result<ModelOutput, ModelError> {
+        // Charged to whoever created the session, under the same per-key limits and budgets
+        // as their `/v1/chat/completions` calls; logged with the session's metadata.
+        let options = CallOptions {
+            session_id: Some(request.session_id),
+            api_key: Some(request.principal.clone()),
+            metadata: stead_router::log_metadata(&request.metadata),
+            ..Default::default()
+        };
+        let call = self
+            .router
+            .call(router_request(&request), options, Some(deltas));
+        // Cancelling drops the call, which stops its attempt (and writes no log record).
+        let response = tokio::select! {
+            biased;
+            _ = stead_router::cancelled(&cancel) => return Err(ModelError::Cancelled),
+            response = call => response.map_err(|e| {
+                // A refusal by a limit or budget names its code: the journal says why. An
+                // upstream's own error text stays in the request log.
+                if e.code.is_limit() {
+                    ModelError::Failed(format!("{}: {}", e.code, e.message))
+                } else {
+                    ModelError::Failed(e.for_session().to_string())
+                }
+            })?,
+        };
+        Ok(ModelOutput {
+            text: response.text,
+            tool_calls: response
+                .tool_calls
+                .into_iter()
+                .map(|c| {
+                    let arguments = tool_arguments(&c.arguments);
+                    (c.name, arguments)
+                })
+                .collect(),
+            usage: Usage {
+                prompt_tokens: response.usage.prompt_tokens as u64,
+                completion_tokens: response.usage.completion_tokens as u64,
+            },
+            provider: response.provider,
+            model: response.model,
+            latency_ms: response.latency.as_secs_f64() * 1000.0,
+            ttft_ms: response.ttft.unwrap_or(response.latency).as_secs_f64() * 1000.0,
+            cost: response.cost,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use stead_actors::session::ToolSpec as AgentTool;
+    use stead_actors::RequestedCall;
+    use stead_router::wire::provider_body;
+
+    use super::*;
+
+    fn call(call_id: &str, city: &str) -> RequestedCall {
+        RequestedCall {
+            call_id: call_id.into(),
+            tool: "get_weather".into(),
+            arguments: json!({ "city": city }),
+        }
+    }
+
+    #[test]
+    fn rejections_reach_the_model_without_the_deciders_id() {
+        assert_eq!(
+            tool_content(&json!({ "error": "rejected by session_token:01a2-77: not now" })),
+            r#"{"error":"not done: the person reviewing this call rejected it (not now)"}"#
+        );
+        assert_eq!(
+            tool_content(&json!({ "error": "rejected by ada: rejected" })),
+            r#"{"error":"not done: the person reviewing this call rejected it"}"#
+        );
+        assert_eq!(
+            tool_content(&json!({ "error": "division by zero" })),
+            r#"{"error":"division by zero"}"#
+        );
+        assert_eq!(tool_content(&json!("12:00")), "12:00");
+        assert_eq!(tool_content(&json!({ "value": 391 })), r#"{"value":391}"#);
+    }
+
+    #[test]
+    fn unparseable_tool_arguments_stay_as_text_for_the_check_to_refuse() {
+        assert_eq!(
+            tool_arguments(r#"{"city":"Paris"}"#),
+            json!({ "city": "Paris" })
+        );
+        assert_eq!(tool_arguments("{city: Paris"), json!("{city: Paris"));
+        assert!(stead_actors::ArgumentSchema::default()
+            .check(&tool_arguments("{city: Paris"))
+            .is_some());
+    }
+
+    #[test]
+    fn a_transcript_with_tool_calls_maps_onto_openai_messages() {
+        let request = ModelRequest {
+            session_id: uuid::Uuid::nil(),
+            route: "default".into(),
+            system_prompt: "Be brief.".into(),
+            transcript: vec![
+                TranscriptEntry::User {
+                    text: "Weather in Paris and Rome?".into(),
+                },
+                TranscriptEntry::Assistant {
+                    text: String::new(),
+                    tool_calls: vec![call("call_1", "Paris"), call("call_2", "Rome")],
+                },
+                TranscriptEntry::Tool {
+                    call_id: "call_1".into(),
+                    tool: "get_weather".into(),
+                    content: json!({ "temp": 21 }),
+                },
+                TranscriptEntry::Tool {
+                    call_id: "call_2".into(),
+                    tool: "get_weather".into(),
+                    content: json!("sunny"),
+                },
+                TranscriptEntry::Assistant {
+                    text: "Paris is 21°C, Rome is sunny.".into(),
+                    tool_calls: Vec::new(),
+                },
+            ],
+            tools: vec![AgentTool {
+                name: "get_weather".into(),
+                description: "Current weather of a city.".into(),
+                parameters: json!({ "type": "object", "properties": { "city": { "type": "string" } } }),
+            }],
+            principal: "local".into(),
+            metadata: Default::default(),
+            repair: false,
+        };
+        let tool_call = |id: &str, city: &str| {
+            json!({
+                "id": id,
+                "type": "function",
+                "function": { "name": "get_weather", "arguments": format!("{{\"city\":\"{city}\"}}") },
+            })
+        };
+        assert_eq!(
+            provider_body("gpt-test", &router_request(&request), Some(256), "", true),
+            json!({
+                "model": "gpt-test",
+                "messages": [
+                    { "role": "system", "content": "Be brief." },
+                    { "role": "user", "content": "Weather in Paris and Rome?" },
+                    {
+                        "role": "assistant",
+                        "content": null,
+                        "tool_calls": [tool_call("call_1", "Paris"), tool_call("call_2", "Rome")],
+                    },
+                    { "role": "tool", "tool_call_id": "call_1", "content": "{\"temp\":21}" },
+                    { "role": "tool", "tool_call_id": "call_2", "content": "sunny" },
+                    { "role": "assistant", "content": "Paris is 21°C, Rome is sunny." },
+                ],
+                "tools": [{
+                    "type": "function",
+                    "function": {
+                        "name": "get_weather",
+                        "description": "Current weather of a city.",
+                        "parameters": { "type": "object", "properties": { "city": { "type": "string" } } },
+                    },
+                }],
+                "tool_choice": "auto",
+                "max_tokens": 256,
+                "stream": true,
+                "stream_options": { "include_usage": true },
+            })
+        );
+    }
+}
