@@ -81,23 +81,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let listener = TcpListener::bind(addr)
         .await
         .with_context(|| format!("server.listen: cannot listen on {addr}"))?;
-    // Models first: a provider that cannot start is a configuration error, reported before
-    // the database is touched.
-    let pools = start_local_models(&config).await?;
-    let embedders = match start_embedding_models(&config).await {
-        Ok(embedders) => embedders,
-        Err(error) => {
-            stop_local_models(&pools).await;
-            return Err(error);
-        }
-    };
-    let store = match open_store(&config, true).await {
-        Ok(store) => store,
-        Err(error) => {
-            stop_local_models(&pools).await;
-            return Err(error);
-        }
-    };
+    let (pools, embedders, store) = start_backends(&config).await?;
     let local = listener.local_addr()?;
     let node = config
         .server
@@ -154,38 +138,14 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         )?) as Arc<dyn stead_http::cluster::Cluster>),
         None => None,
     };
-    tokio::spawn(resume_running_sessions(store.clone(), sessions.clone()));
-    // Schedules and approval expiries: the due index's poller (docs/schedules.md).
-    let scheduler = stead_actors::session::Scheduler::new(
-        (*sessions).clone(),
-        stead_actors::session::SchedulerOptions {
-            poll: Duration::from_millis(config.schedules.poll_ms),
-            ..Default::default()
-        },
-    )
-    .spawn();
-    if let Some(days) = config.sessions.keep_journal_days {
-        tokio::spawn(crate::retention::run(
-            store.clone(),
-            days,
-            Duration::from_secs(config.sessions.retention_sweep_secs),
-        ));
-    }
+    let scheduler = start_background(&config, &store, &sessions);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let connections = Arc::new(tokio::sync::Semaphore::new(stead_http::MAX_CONNECTIONS));
     let mcp_inner = stead_agents::mcp::endpoint::Inner::default();
     let state = stead_http::AppState {
         store: store.clone(),
         sessions: sessions.clone(),
-        auth: Arc::new(
-            stead_http::Auth::new(&config.server.api_keys, secret)
-                .allowing_hosts(&config.server.allowed_hosts)
-                .allowing_origins(&config.server.cors_origins)
-                .with_token_ttl(
-                    (config.sessions.token_ttl_secs > 0)
-                        .then(|| Duration::from_secs(config.sessions.token_ttl_secs)),
-                ),
-        ),
+        auth: auth(&config, secret),
         routes: Arc::new(model_router.route_names()),
         model_router: model_router.clone(),
         limits: stead_http::Limits {
@@ -207,17 +167,16 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let router = stead_http::router_with(state, mcp_route);
     let _ = mcp_inner.set(router.clone());
     let mut signals = ShutdownSignals::install()?;
-    tracing::info!(address = %local, "stead listening");
-    println!("stead listening on http://{local}");
-    if config.server.api_keys.is_empty() {
-        tracing::warn!(
-            address = %local,
-            "no API keys: the server is open — every process and user of this machine that can \
-             reach {local} is an operator (requests are still refused when their Host is not a \
-             loopback name or in server.allowed_hosts, or their Origin is another site); set \
-             server.api_keys to require credentials"
-        );
-    }
+    announce(&config, local);
+    let running = Running {
+        store,
+        sessions,
+        mcp,
+        pools,
+        scheduler,
+        cluster_tasks,
+        registered,
+    };
 
     let mut server_stop = stop_rx.clone();
     let options = stead_http::ServeOptions {
@@ -232,11 +191,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let grace = Duration::from_secs(config.server.shutdown_grace_secs);
     let superseded = tokio::select! {
         result = &mut server => {
-            scheduler.abort();
-            sessions.stop_all();
-            mcp.shutdown().await;
-            stop_local_models(&pools).await;
-            store.shutdown().await;
+            running.stop(None).await;
             return result.context("server task failed")?.context("server failed");
         }
         signal = signals.recv() => {
@@ -254,38 +209,8 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         }
     };
     let _ = stop_tx.send(true);
-    // WebSockets flush what is committed and close with a close frame; requests finish.
-    if !stead_http::drain_connections(&connections, grace).await {
-        tracing::warn!(
-            ?grace,
-            "WebSocket clients still connected after the grace period"
-        );
-    }
-    match tokio::time::timeout(grace, &mut server).await {
-        Ok(result) => result
-            .context("server task failed")?
-            .context("server failed")?,
-        Err(_) => {
-            tracing::warn!(?grace, "requests still in flight after the grace period");
-            // They stop here: none may activate a session again once its lease is released.
-            server.abort();
-        }
-    }
-    scheduler.abort();
-    for task in &cluster_tasks {
-        task.abort();
-    }
-    // Live sessions pass their leases on, so other nodes take them at once.
-    sessions.passivate_all(grace).await;
-    if let Some(node) = &registered {
-        if let Err(error) = store.leave_cluster(node).await {
-            tracing::warn!(%error, "cluster: cannot leave");
-        }
-    }
-    sessions.stop_all();
-    mcp.shutdown().await;
-    stop_local_models(&pools).await;
-    store.shutdown().await;
+    drain(&connections, grace, server).await?;
+    running.stop(Some(grace)).await;
     tracing::info!("stopped");
     anyhow::ensure!(
         !superseded,
@@ -293,6 +218,146 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
          heartbeat had lapsed; this node stopped so that the two do not take each other's sessions"
     );
     Ok(())
+}
+
+/// A drain: WebSockets flush what is committed and close with a close frame, requests
+/// finish — each within `grace`; requests still in flight then are stopped (none may
+/// activate a session again once its lease is released).
+async fn drain(
+    connections: &tokio::sync::Semaphore,
+    grace: Duration,
+    mut server: std::pin::Pin<&mut tokio::task::JoinHandle<std::io::Result<()>>>,
+) -> anyhow::Result<()> {
+    if !stead_http::drain_connections(connections, grace).await {
+        tracing::warn!(
+            ?grace,
+            "WebSocket clients still connected after the grace period"
+        );
+    }
+    match tokio::time::timeout(grace, server.as_mut()).await {
+        Ok(result) => result
+            .context("server task failed")?
+            .context("server failed")?,
+        Err(_) => {
+            tracing::warn!(?grace, "requests still in flight after the grace period");
+            server.abort();
+        }
+    }
+    Ok(())
+}
+
+/// What runs beside the server: the sessions that were mid-turn resume, the due index's
+/// poller fires schedules and approval expiries (docs/schedules.md), and — when configured —
+/// old journals are swept. Returns the poller's task.
+fn start_background(
+    config: &Config,
+    store: &Arc<dyn JournalStore>,
+    sessions: &Arc<stead_actors::session::SessionRegistry>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(resume_running_sessions(store.clone(), sessions.clone()));
+    if let Some(days) = config.sessions.keep_journal_days {
+        tokio::spawn(crate::retention::run(
+            store.clone(),
+            days,
+            Duration::from_secs(config.sessions.retention_sweep_secs),
+        ));
+    }
+    stead_actors::session::Scheduler::new(
+        (**sessions).clone(),
+        stead_actors::session::SchedulerOptions {
+            poll: Duration::from_millis(config.schedules.poll_ms),
+            ..Default::default()
+        },
+    )
+    .spawn()
+}
+
+/// The local engines, then the store. Models first: a provider that cannot start is a
+/// configuration error, reported before the database is touched; what started is stopped
+/// again when a later part fails.
+async fn start_backends(
+    config: &Config,
+) -> anyhow::Result<(
+    Vec<(String, Arc<stead_inference::pool::InferencePool>)>,
+    Vec<stead_agents::engines::EmbeddingModel>,
+    Arc<dyn JournalStore>,
+)> {
+    let pools = start_local_models(config).await?;
+    let started = async {
+        let embedders = start_embedding_models(config).await?;
+        let store = open_store(config, true).await?;
+        anyhow::Ok((embedders, store))
+    };
+    match started.await {
+        Ok((embedders, store)) => Ok((pools, embedders, store)),
+        Err(error) => {
+            stop_local_models(&pools).await;
+            Err(error)
+        }
+    }
+}
+
+/// The edge's credentials: the configured API keys, the session-token key and its lifetime,
+/// the hosts and origins allowed.
+fn auth(config: &Config, secret: Vec<u8>) -> Arc<stead_http::Auth> {
+    Arc::new(
+        stead_http::Auth::new(&config.server.api_keys, secret)
+            .allowing_hosts(&config.server.allowed_hosts)
+            .allowing_origins(&config.server.cors_origins)
+            .with_token_ttl(
+                (config.sessions.token_ttl_secs > 0)
+                    .then(|| Duration::from_secs(config.sessions.token_ttl_secs)),
+            ),
+    )
+}
+
+/// The "listening" line (what scripts wait for), and a warning when the server is open.
+fn announce(config: &Config, local: std::net::SocketAddr) {
+    tracing::info!(address = %local, "stead listening");
+    println!("stead listening on http://{local}");
+    if config.server.api_keys.is_empty() {
+        tracing::warn!(
+            address = %local,
+            "no API keys: the server is open — every process and user of this machine that can \
+             reach {local} is an operator (requests are still refused when their Host is not a \
+             loopback name or in server.allowed_hosts, or their Origin is another site); set \
+             server.api_keys to require credentials"
+        );
+    }
+}
+
+/// What a serving node runs besides the HTTP server, stopped in order at the end.
+struct Running {
+    store: Arc<dyn JournalStore>,
+    sessions: Arc<stead_actors::session::SessionRegistry>,
+    mcp: Arc<stead_agents::mcp::McpRegistry>,
+    pools: Vec<(String, Arc<stead_inference::pool::InferencePool>)>,
+    scheduler: tokio::task::JoinHandle<()>,
+    cluster_tasks: Vec<tokio::task::JoinHandle<()>>,
+    registered: Option<stead_persistence::ClusterNode>,
+}
+
+impl Running {
+    /// Stops everything. With `grace` (a drain, not a failure), live sessions first pass
+    /// their leases on, so other nodes take them at once, and the node leaves its cluster.
+    async fn stop(self, grace: Option<Duration>) {
+        self.scheduler.abort();
+        for task in &self.cluster_tasks {
+            task.abort();
+        }
+        if let Some(grace) = grace {
+            self.sessions.passivate_all(grace).await;
+            if let Some(node) = &self.registered {
+                if let Err(error) = self.store.leave_cluster(node).await {
+                    tracing::warn!(%error, "cluster: cannot leave");
+                }
+            }
+        }
+        self.sessions.stop_all();
+        self.mcp.shutdown().await;
+        stop_local_models(&self.pools).await;
+        self.store.shutdown().await;
+    }
 }
 
 /// After a restart, sessions that were mid-turn (status `running`) carry on by themselves:
