@@ -396,10 +396,29 @@ pub async fn gateway(config: Config, args: GatewayBenchArgs) -> anyhow::Result<(
             runs.push(run);
         }
     }
+    print_runs(&runs, &rates);
+    // The request log was on: how many rows it wrote.
+    let log = reqwest::get(format!("{stead_base}/metrics"))
+        .await?
+        .text()
+        .await?;
+    if let Some(line) = log
+        .lines()
+        .find(|l| l.starts_with("stead_gateway_log_records_total{fate=\"written\"}"))
+    {
+        println!("request log: {line}");
+    }
+    drop(stead);
+    drop(litellm);
+    Ok(())
+}
+
+/// The runs as a Markdown table, and Stead's added p99 against LiteLLM's at each rate.
+fn print_runs(runs: &[Run], rates: &[f64]) {
     println!();
     println!("| target | rate (req/s) | answered | total p50 / p99 (ms) | added p50 / p99 (ms) | client send lag p99 (ms) | gateway CPU per request (µs) | RSS (MiB) |");
     println!("|---|---|---|---|---|---|---|---|");
-    for run in &runs {
+    for run in runs {
         println!(
             "| {} | {} | {} / {} | {:.2} / {:.2} | {:.3} / {:.3} | {:.2} | {} | {} |",
             run.label,
@@ -419,7 +438,7 @@ pub async fn gateway(config: Config, args: GatewayBenchArgs) -> anyhow::Result<(
             )),
         );
     }
-    for &rate in &rates {
+    for &rate in rates {
         let find = |label: &str| runs.iter().find(|r| r.label == label && r.rate == rate);
         if let (Some(stead), Some(peer)) = (find("stead"), find("LiteLLM")) {
             println!(
@@ -428,18 +447,4 @@ pub async fn gateway(config: Config, args: GatewayBenchArgs) -> anyhow::Result<(
             );
         }
     }
-    // The request log was on: how many rows it wrote.
-    let log = reqwest::get(format!("{stead_base}/metrics"))
-        .await?
-        .text()
-        .await?;
-    if let Some(line) = log
-        .lines()
-        .find(|l| l.starts_with("stead_gateway_log_records_total{fate=\"written\"}"))
-    {
-        println!("request log: {line}");
-    }
-    drop(stead);
-    drop(litellm);
-    Ok(())
 }

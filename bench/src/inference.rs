@@ -207,7 +207,7 @@ fn print_report(result: &Value) {
     let s = &result["stead"];
     let p = &result["peer"];
     let l = &result["llama_cpp"];
-    let f = |v: &Value| v.as_f64().map_or("—".to_string(), |x| format!("{x:.1}"));
+    let f = one_decimal;
     println!(
         "inference bench: {} · {} threads · {} new tokens · greedy",
         result["model"].as_str().unwrap_or_default(),
@@ -324,7 +324,26 @@ fn print_report(result: &Value) {
         f(&s["cancel_to_stop_ms_p50"]),
         f(&s["cancel_to_stop_ms_p95"])
     );
-    let turn = &s["agent_turn"];
+    print_agent_turns(&s["agent_turn"], &l["turn"]);
+    if let Some(error) = p["error"].as_str() {
+        println!("  peer: {error}");
+    } else if let Some(name) = p["peer"].as_str() {
+        println!("  peer: {name}");
+    }
+    if let Some(error) = l["error"].as_str() {
+        println!("  llama.cpp: {error}");
+    }
+}
+
+/// A figure with one decimal, or a dash.
+fn one_decimal(v: &Value) -> String {
+    v.as_f64().map_or("—".to_string(), |x| format!("{x:.1}"))
+}
+
+/// The agent turn's figures: Stead's TTFT per step with and without the prefix cache
+/// (`turn`), and llama.cpp's on the same prompts (`lt`).
+fn print_agent_turns(turn: &Value, lt: &Value) {
+    let f = one_decimal;
     if !turn.is_null() {
         println!(
             "  agent turn, {} steps (prompt {} → {} tokens): TTFT p50 of steps 2+ {} ms cached, \
@@ -351,7 +370,6 @@ fn print_report(result: &Value) {
                 .join(" ")
         );
     }
-    let lt = &l["turn"];
     if !lt.is_null() {
         println!(
             "  llama.cpp, the same turn's prompts: TTFT p50 of steps 2+ {} ms with its prompt \
@@ -359,14 +377,6 @@ fn print_report(result: &Value) {
             f(&lt["later_steps_ttft_ms_p50_on"]),
             f(&lt["later_steps_ttft_ms_p50_off"]),
         );
-    }
-    if let Some(error) = p["error"].as_str() {
-        println!("  peer: {error}");
-    } else if let Some(name) = p["peer"].as_str() {
-        println!("  peer: {name}");
-    }
-    if let Some(error) = l["error"].as_str() {
-        println!("  llama.cpp: {error}");
     }
 }
 

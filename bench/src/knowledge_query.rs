@@ -60,41 +60,16 @@ async fn run(
     let store = stead_persistence::open(StoreOptions::new(db.url.clone())).await?;
     store.create_collection("bench", "embed").await?;
     let documents = args.index_chunks / PER_DOCUMENT;
-    let per_document = PER_DOCUMENT;
     let mut state = 0x5eed_u64;
     let started = Instant::now();
-    for d in 0..documents {
-        let chunks: Vec<NewChunk> = (0..per_document)
-            .map(|c| NewChunk {
-                text: format!("document {d} chunk {c}"),
-                embedding: vector(&mut state),
-            })
-            .collect();
-        store
-            .put_document(PutDocument {
-                collection: "bench".into(),
-                id: format!("doc-{d:05}"),
-                text: format!("document {d}"),
-                metadata: json!({ "group": d % 10 }),
-                sha256: format!("{d}"),
-                model: "synthetic".into(),
-                chunks,
-            })
-            .await?;
-        if (d + 1) % 100 == 0 {
-            eprintln!(
-                "writing: {} of {} chunks ({:.0}s)",
-                (d + 1) * per_document,
-                documents * per_document,
-                started.elapsed().as_secs_f64()
-            );
-        }
-    }
+    write_documents(store.as_ref(), documents, &mut state).await?;
     let write_s = started.elapsed().as_secs_f64();
-    let router = Arc::new(
-        Router::new(&[], GatewayConfig::default(), &Providers::new(), None)
-            .map_err(anyhow::Error::msg)?,
-    );
+    let router = Arc::new(Router::new(
+        &[],
+        GatewayConfig::default(),
+        &Providers::new(),
+        None,
+    )?);
     let knowledge = Knowledge::new(store.clone(), router, config.knowledge.clone());
     let started = Instant::now();
     let index = knowledge
@@ -203,4 +178,42 @@ async fn run(
         "rss_mib": rss as f64 / (1024.0 * 1024.0),
         "peak_rss_mib": peak as f64 / (1024.0 * 1024.0),
     }))
+}
+
+/// `documents` synthetic documents of `PER_DOCUMENT` chunks each, with random vectors.
+async fn write_documents(
+    store: &dyn stead_persistence::JournalStore,
+    documents: usize,
+    state: &mut u64,
+) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let per_document = PER_DOCUMENT;
+    for d in 0..documents {
+        let chunks: Vec<NewChunk> = (0..per_document)
+            .map(|c| NewChunk {
+                text: format!("document {d} chunk {c}"),
+                embedding: vector(state),
+            })
+            .collect();
+        store
+            .put_document(PutDocument {
+                collection: "bench".into(),
+                id: format!("doc-{d:05}"),
+                text: format!("document {d}"),
+                metadata: json!({ "group": d % 10 }),
+                sha256: format!("{d}"),
+                model: "synthetic".into(),
+                chunks,
+            })
+            .await?;
+        if (d + 1) % 100 == 0 {
+            eprintln!(
+                "writing: {} of {} chunks ({:.0}s)",
+                (d + 1) * per_document,
+                documents * per_document,
+                started.elapsed().as_secs_f64()
+            );
+        }
+    }
+    Ok(())
 }

@@ -257,29 +257,8 @@ async fn run(file: &std::path::Path, args: &SessionsBenchArgs) -> anyhow::Result
 
     // 1. Parked sessions, all live at once, then passivated.
     eprintln!("creating {} parked sessions…", args.parked);
-    let mut ids = Vec::with_capacity(args.parked);
     let started = Instant::now();
-    let mut pending = Vec::new();
-    for i in 0..args.parked {
-        let id = store
-            .create_session(NewSession::for_agent("bench"))
-            .await?
-            .id;
-        ids.push(id);
-        let store = store.clone();
-        pending.push(tokio::spawn(async move {
-            store.append(id, 0, parked_turn()).await
-        }));
-        if pending.len() >= 256 {
-            for task in pending.drain(..) {
-                task.await??;
-            }
-            eprint!("\r  progress: {}/{} sessions", i + 1, args.parked);
-        }
-    }
-    for task in pending.drain(..) {
-        task.await??;
-    }
+    let ids = create_parked(&store, args.parked).await?;
     eprintln!("\r  created in {:.1} s", started.elapsed().as_secs_f64());
     let lifecycle = Lifecycle {
         snapshot_every: 100,
@@ -317,35 +296,7 @@ async fn run(file: &std::path::Path, args: &SessionsBenchArgs) -> anyhow::Result
 
     // 2. Activation of a long session, with and without a snapshot.
     eprintln!("activation of a session with {} events…", args.long_events);
-    let long = store
-        .create_session(NewSession::for_agent("bench"))
-        .await?
-        .id;
-    let mut seq = 0;
-    while seq < args.long_events as i64 {
-        let mut batch = Vec::new();
-        for turn in 0..50 {
-            for event in [
-                SessionEvent::UserMessage {
-                    text: format!("question {}", seq + turn),
-                    client_id: None,
-                    mode: None,
-                    schedule: None,
-                },
-                SessionEvent::TurnFinished {
-                    reason: stead_actors::TurnEnd::Completed,
-                },
-            ] {
-                let (k, p) = event.to_parts();
-                batch.push(NewEvent::new(k, p));
-            }
-        }
-        seq = *store
-            .append(long, seq, batch)
-            .await?
-            .last()
-            .context("append")?;
-    }
+    let long = write_long_session(&store, args.long_events).await?;
     let cold = Lifecycle {
         snapshot_every: i64::MAX,
         passivate_after: Duration::from_secs(3600),
@@ -392,28 +343,7 @@ async fn run(file: &std::path::Path, args: &SessionsBenchArgs) -> anyhow::Result
         .create_session(NewSession::for_agent("bench"))
         .await?
         .id;
-    let mut latencies = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
-    for i in 0..args.turns {
-        loop {
-            let state = registry.state(id).await?;
-            if state.turn.is_none() {
-                break;
-            }
-            tokio::task::yield_now().await;
-        }
-        let started = Instant::now();
-        registry
-            .send(
-                id,
-                Input::UserMessage {
-                    text: format!("step {i}"),
-                    client_id: None,
-                    mode: None,
-                },
-            )
-            .await?;
-        latencies.saturating_record(started.elapsed().as_micros() as u64);
-    }
+    let latencies = durable_steps(&registry, id, args.turns).await?;
     registry.stop_all();
     store.shutdown().await;
 
@@ -435,4 +365,103 @@ async fn run(file: &std::path::Path, args: &SessionsBenchArgs) -> anyhow::Result
         latencies.value_at_quantile(0.99) as f64 / 1e3
     );
     Ok(())
+}
+
+/// `parked` sessions, each with a turn parked on an approval (journaled directly).
+async fn create_parked(
+    store: &Arc<dyn stead_persistence::JournalStore>,
+    parked: usize,
+) -> anyhow::Result<Vec<uuid::Uuid>> {
+    let mut ids = Vec::with_capacity(parked);
+    let mut pending = Vec::new();
+    for i in 0..parked {
+        let id = store
+            .create_session(NewSession::for_agent("bench"))
+            .await?
+            .id;
+        ids.push(id);
+        let store = store.clone();
+        pending.push(tokio::spawn(async move {
+            store.append(id, 0, parked_turn()).await
+        }));
+        if pending.len() >= 256 {
+            for task in pending.drain(..) {
+                task.await??;
+            }
+            eprint!("\r  progress: {}/{} sessions", i + 1, parked);
+        }
+    }
+    for task in pending.drain(..) {
+        task.await??;
+    }
+    Ok(ids)
+}
+
+/// A session of about `events` events (finished turns), journaled directly.
+async fn write_long_session(
+    store: &Arc<dyn stead_persistence::JournalStore>,
+    events: usize,
+) -> anyhow::Result<uuid::Uuid> {
+    let long = store
+        .create_session(NewSession::for_agent("bench"))
+        .await?
+        .id;
+    let mut seq = 0;
+    while seq < events as i64 {
+        let mut batch = Vec::new();
+        for turn in 0..50 {
+            for event in [
+                SessionEvent::UserMessage {
+                    text: format!("question {}", seq + turn),
+                    client_id: None,
+                    mode: None,
+                    schedule: None,
+                },
+                SessionEvent::TurnFinished {
+                    reason: stead_actors::TurnEnd::Completed,
+                },
+            ] {
+                let (k, p) = event.to_parts();
+                batch.push(NewEvent::new(k, p));
+            }
+        }
+        seq = *store
+            .append(long, seq, batch)
+            .await?
+            .last()
+            .context("append")?;
+    }
+    Ok(long)
+}
+
+/// The latency of `turns` user messages, each sent once the previous turn ended, from the
+/// send to its committed events.
+async fn durable_steps(
+    registry: &SessionRegistry,
+    id: uuid::Uuid,
+    turns: usize,
+) -> anyhow::Result<Histogram<u64>> {
+    let mut latencies = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+    for i in 0..turns {
+        loop {
+            let state = registry.state(id).await?;
+            if state.turn.is_none() {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        let started = Instant::now();
+        registry
+            .send(
+                id,
+                Input::UserMessage {
+                    text: format!("step {i}"),
+                    client_id: None,
+                    mode: None,
+                },
+            )
+            .await?;
+        latencies.saturating_record(started.elapsed().as_micros() as u64);
+    }
+    Ok(latencies)
 }

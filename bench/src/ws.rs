@@ -139,66 +139,19 @@ async fn run(dir: &std::path::Path, args: &WsBenchArgs) -> anyhow::Result<()> {
     let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<anyhow::Result<()>>(args.clients);
     for i in 0..args.clients {
         let url = format!("{ws_base}/v1/sessions/{}/ws", ids[i % sessions]);
-        let (gate, finished, ready, mut stop, phase) = (
+        let (gate, finished, ready, stop, phase) = (
             gate.clone(),
             finished.clone(),
             ready_tx.clone(),
             stop_rx.clone(),
             phase.clone(),
         );
-        clients.push(tokio::spawn(async move {
-            let histogram = || Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("bounds");
-            let mut latency = [histogram(), histogram()];
-            let permit = gate.acquire_owned().await.expect("gate");
-            let socket = tokio_tungstenite::connect_async(&url).await;
-            drop(permit);
-            let mut socket = match socket {
-                Ok((socket, _)) => socket,
-                Err(error) => {
-                    let _ = ready.send(Err(error.into())).await;
-                    return latency;
-                }
-            };
-            let hello = next_json(&mut socket).await;
-            let _ = ready
-                .send(if hello.is_some_and(|h| h["type"] == "hello") {
-                    Ok(())
-                } else {
-                    Err(anyhow::anyhow!("no hello"))
-                })
-                .await;
-            loop {
-                tokio::select! {
-                    frame = next_json(&mut socket) => {
-                        let Some(frame) = frame else { break };
-                        if frame["type"] == "event" {
-                            if let Some(us) = frame["at"].as_str().and_then(micros_since) {
-                                let _ = latency[phase.load(Ordering::Relaxed).min(1)].record(us.max(1));
-                            }
-                            if frame["kind"] == "turn_finished" {
-                                finished.fetch_add(1, Ordering::Relaxed);
-                            }
-                        }
-                    }
-                    _ = stop.changed() => break,
-                }
-            }
-            let _ = socket.close(None).await;
-            latency
-        }));
+        clients.push(tokio::spawn(client(
+            url, gate, finished, ready, stop, phase,
+        )));
     }
     drop(ready_tx);
-    let mut connected = 0;
-    while let Some(result) = ready_rx.recv().await {
-        result.context("a client could not attach")?;
-        connected += 1;
-        if connected % 2000 == 0 {
-            eprintln!("  {connected} attached");
-        }
-        if connected == args.clients {
-            break;
-        }
-    }
+    wait_attached(&mut ready_rx, args.clients).await?;
     let connect_secs = started.elapsed().as_secs_f64();
     let (rss_attached, _) = server.memory();
 
@@ -233,48 +186,18 @@ async fn run(dir: &std::path::Path, args: &WsBenchArgs) -> anyhow::Result<()> {
     phase.store(1, Ordering::Relaxed);
     let per_session = args.clients / sessions;
     let quiet_sessions = sessions.min(20);
-    for id in ids.iter().take(quiet_sessions) {
-        let before = finished.load(Ordering::Relaxed);
-        http.post(format!("{}/v1/sessions/{id}/messages", server.base))
-            .json(&json!({ "text": "one more" }))
-            .send()
-            .await?
-            .error_for_status()?;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while finished.load(Ordering::Relaxed) < before + per_session {
-            anyhow::ensure!(
-                Instant::now() < deadline,
-                "a quiet turn did not reach its clients"
-            );
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    }
+    quiet_turns(
+        &http,
+        &server.base,
+        &ids[..quiet_sessions],
+        &finished,
+        per_session,
+    )
+    .await?;
 
     // 3. Reconnects while everyone else stays attached: connect, hello, resume, first event.
     eprintln!("timing {} reconnects…", args.reconnects);
-    let mut reconnect = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
-    for i in 0..args.reconnects {
-        let url = format!("{ws_base}/v1/sessions/{}/ws", ids[i % sessions]);
-        let t0 = Instant::now();
-        let (mut socket, _) = tokio_tungstenite::connect_async(&url).await?;
-        let hello = next_json(&mut socket).await.context("hello")?;
-        let last = hello["last_seq"].as_i64().unwrap_or(1);
-        socket
-            .send(Message::Text(
-                json!({ "type": "resume", "after_seq": (last - 3).max(0) })
-                    .to_string()
-                    .into(),
-            ))
-            .await?;
-        loop {
-            let frame = next_json(&mut socket).await.context("replayed event")?;
-            if frame["type"] == "event" {
-                break;
-            }
-        }
-        reconnect.record((t0.elapsed().as_micros() as u64).max(1))?;
-        let _ = socket.close(None).await;
-    }
+    let reconnect = time_reconnects(&ws_base, &ids, args.reconnects).await?;
 
     let _ = stop_tx.send(true);
     let mut broadcast = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
@@ -321,6 +244,136 @@ async fn run(dir: &std::path::Path, args: &WsBenchArgs) -> anyhow::Result<()> {
             "reconnect → first replayed event: p50 {:.2} ms, p99 {:.2} ms over {} reconnects (target p99 ≤ 10 ms)",
             ms(&reconnect, 0.5), ms(&reconnect, 0.99), reconnect.len()
         );
+    }
+    Ok(())
+}
+
+/// One attached client: waits for its hello, then records each event's delivery latency
+/// (by phase: the burst, then one session at a time) until told to stop.
+async fn client(
+    url: String,
+    gate: Arc<tokio::sync::Semaphore>,
+    finished: Arc<AtomicUsize>,
+    ready: tokio::sync::mpsc::Sender<anyhow::Result<()>>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+    phase: Arc<AtomicUsize>,
+) -> [Histogram<u64>; 2] {
+    let histogram = || Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("bounds");
+    let mut latency = [histogram(), histogram()];
+    let permit = gate.acquire_owned().await.expect("gate");
+    let socket = tokio_tungstenite::connect_async(&url).await;
+    drop(permit);
+    let mut socket = match socket {
+        Ok((socket, _)) => socket,
+        Err(error) => {
+            let _ = ready.send(Err(error.into())).await;
+            return latency;
+        }
+    };
+    let hello = next_json(&mut socket).await;
+    let _ = ready
+        .send(if hello.is_some_and(|h| h["type"] == "hello") {
+            Ok(())
+        } else {
+            Err(anyhow::anyhow!("no hello"))
+        })
+        .await;
+    loop {
+        tokio::select! {
+            frame = next_json(&mut socket) => {
+                let Some(frame) = frame else { break };
+                if frame["type"] == "event" {
+                    if let Some(us) = frame["at"].as_str().and_then(micros_since) {
+                        let _ = latency[phase.load(Ordering::Relaxed).min(1)].record(us.max(1));
+                    }
+                    if frame["kind"] == "turn_finished" {
+                        finished.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            _ = stop.changed() => break,
+        }
+    }
+    let _ = socket.close(None).await;
+    latency
+}
+
+/// Reconnects while everyone else stays attached: connect, hello, resume, first replayed
+/// event, timed.
+async fn time_reconnects(
+    ws_base: &str,
+    ids: &[String],
+    reconnects: usize,
+) -> anyhow::Result<Histogram<u64>> {
+    let mut reconnect = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+    for i in 0..reconnects {
+        let url = format!("{ws_base}/v1/sessions/{}/ws", ids[i % ids.len()]);
+        let t0 = Instant::now();
+        let (mut socket, _) = tokio_tungstenite::connect_async(&url).await?;
+        let hello = next_json(&mut socket).await.context("hello")?;
+        let last = hello["last_seq"].as_i64().unwrap_or(1);
+        socket
+            .send(Message::Text(
+                json!({ "type": "resume", "after_seq": (last - 3).max(0) })
+                    .to_string()
+                    .into(),
+            ))
+            .await?;
+        loop {
+            let frame = next_json(&mut socket).await.context("replayed event")?;
+            if frame["type"] == "event" {
+                break;
+            }
+        }
+        reconnect.record((t0.elapsed().as_micros() as u64).max(1))?;
+        let _ = socket.close(None).await;
+    }
+    Ok(reconnect)
+}
+
+/// One message to each of `ids` in turn, each waiting until its `per_session` clients saw the
+/// turn end: the fan-out latency without a burst behind it.
+async fn quiet_turns(
+    http: &reqwest::Client,
+    base: &str,
+    ids: &[String],
+    finished: &AtomicUsize,
+    per_session: usize,
+) -> anyhow::Result<()> {
+    for id in ids {
+        let before = finished.load(Ordering::Relaxed);
+        http.post(format!("{}/v1/sessions/{id}/messages", base))
+            .json(&json!({ "text": "one more" }))
+            .send()
+            .await?
+            .error_for_status()?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while finished.load(Ordering::Relaxed) < before + per_session {
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "a quiet turn did not reach its clients"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+    Ok(())
+}
+
+/// Waits until every one of `clients` said it attached (its hello came), showing progress.
+async fn wait_attached(
+    ready: &mut tokio::sync::mpsc::Receiver<anyhow::Result<()>>,
+    clients: usize,
+) -> anyhow::Result<()> {
+    let mut connected = 0;
+    while let Some(result) = ready.recv().await {
+        result.context("a client could not attach")?;
+        connected += 1;
+        if connected % 2000 == 0 {
+            eprintln!("  {connected} attached");
+        }
+        if connected == clients {
+            break;
+        }
     }
     Ok(())
 }

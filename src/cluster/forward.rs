@@ -12,7 +12,6 @@ use axum::extract::ws::{Message as AxumMessage, WebSocket};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Uri};
 use axum::response::{IntoResponse, Response};
 use futures_util::{SinkExt, StreamExt};
-use serde_json::{json, Value};
 use stead_http::cluster::{Cluster, Forwarded, Origin, WsPump};
 use stead_http::ApiError;
 use stead_persistence::JournalStore;
@@ -114,17 +113,17 @@ impl Peers {
 
 #[async_trait::async_trait]
 impl Cluster for Peers {
-    async fn report(&self) -> Result<Value, ApiError> {
+    async fn report(&self) -> Result<stead_http::views::ClusterReport, ApiError> {
         let nodes = self
             .store
             .cluster_nodes(self.membership.ttl)
             .await
             .map_err(|e| ApiError::internal("cannot read the cluster's nodes", e))?;
-        Ok(json!({
-            "clustered": true,
-            "node_id": self.membership.node.node_id,
-            "nodes": nodes,
-        }))
+        Ok(stead_http::views::ClusterReport {
+            clustered: true,
+            node_id: self.membership.node.node_id.clone(),
+            nodes: nodes.into_iter().map(Into::into).collect(),
+        })
     }
 
     async fn forward(&self, owner: &str, request: Forwarded) -> Option<Response> {

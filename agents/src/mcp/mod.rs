@@ -24,12 +24,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use serde_json::{json, Value};
 
 pub use server::{McpServer, ServerConfig, ServerTool, Status, Transport, IDEMPOTENCY_META_KEY};
 pub use tools::{AgentMcp, McpTool};
 
 use stead_config::McpServerConfig;
+use stead_http::views::McpServerList;
 
 /// Every configured MCP server.
 pub struct McpRegistry {
@@ -96,13 +96,10 @@ impl McpRegistry {
     }
 
     /// `GET /v1/mcp/servers`.
-    pub fn report(&self) -> Value {
-        let servers: Vec<Value> = self
-            .servers
-            .iter()
-            .map(|s| serde_json::to_value(s.report()).unwrap_or(Value::Null))
-            .collect();
-        json!({ "servers": servers })
+    pub fn report(&self) -> McpServerList {
+        McpServerList {
+            servers: self.servers.iter().map(|s| s.report()).collect(),
+        }
     }
 
     /// The per-server series of `/metrics` (Prometheus text).
@@ -150,7 +147,7 @@ impl McpRegistry {
 }
 
 impl stead_http::McpView for McpRegistry {
-    fn report(&self) -> Value {
+    fn report(&self) -> McpServerList {
         McpRegistry::report(self)
     }
     fn metrics(&self) -> String {

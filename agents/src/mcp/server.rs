@@ -20,6 +20,7 @@ use rmcp::{RoleClient, ServiceExt};
 use serde::Serialize;
 use serde_json::{json, Value};
 use stead_actors::tools::{ToolContext, ToolError};
+use stead_http::views::{McpServerView, McpToolView, RejectedTool};
 use tokio_util::sync::CancellationToken;
 
 use super::progress::{lock, Handler, ProgressRoute, Shared};
@@ -91,26 +92,22 @@ pub enum Status {
     Stopped,
 }
 
-/// What `GET /v1/mcp/servers` tells of a server.
-#[derive(Debug, Clone, Serialize)]
-pub struct Report {
-    pub name: String,
-    pub transport: &'static str,
-    pub status: Status,
-    pub tools: Vec<ServerTool>,
-    /// Tools left out because their input schema does not compile, with the reason.
-    pub rejected_tools: Vec<Value>,
-    pub last_error: Option<String>,
-    pub restarts: u64,
-    pub calls: u64,
-    pub errors: u64,
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Starting => "starting",
+            Status::Ready => "ready",
+            Status::Restarting => "restarting",
+            Status::Stopped => "stopped",
+        }
+    }
 }
 
 #[derive(Debug)]
 struct Info {
     status: Status,
     tools: Arc<Vec<ServerTool>>,
-    rejected: Vec<Value>,
+    rejected: Vec<RejectedTool>,
     last_error: Option<String>,
 }
 
@@ -185,16 +182,25 @@ impl McpServer {
         lock(&self.info).status
     }
 
-    pub fn report(&self) -> Report {
+    pub fn report(&self) -> McpServerView {
         let info = lock(&self.info);
-        Report {
+        McpServerView {
             name: self.config.name.clone(),
             transport: match self.config.transport {
                 Transport::Stdio { .. } => "stdio",
                 Transport::Http { .. } => "http",
-            },
-            status: info.status,
-            tools: info.tools.as_ref().clone(),
+            }
+            .to_string(),
+            status: info.status.as_str().to_string(),
+            tools: info
+                .tools
+                .iter()
+                .map(|t| McpToolView {
+                    name: t.name.clone(),
+                    description: t.description.clone(),
+                    input_schema: t.input_schema.clone(),
+                })
+                .collect(),
             rejected_tools: info.rejected.clone(),
             last_error: info.last_error.clone(),
             restarts: self.counters.restarts.load(Ordering::Relaxed),
@@ -418,7 +424,10 @@ impl McpServer {
         for tool in listed {
             let input_schema = Value::Object((*tool.input_schema).clone());
             if let Err(why) = stead_actors::ArgumentSchema::compile(&input_schema) {
-                rejected.push(json!({ "name": tool.name, "error": why.to_string() }));
+                rejected.push(RejectedTool {
+                    name: tool.name.to_string(),
+                    error: why.to_string(),
+                });
                 continue;
             }
             tools.push(ServerTool {
@@ -435,7 +444,7 @@ impl McpServer {
                 rejected.len(),
                 rejected
                     .iter()
-                    .map(|r| r["name"].as_str().unwrap_or_default())
+                    .map(|r| r.name.as_str())
                     .collect::<Vec<_>>()
                     .join(", ")
             );

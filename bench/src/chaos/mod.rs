@@ -417,36 +417,7 @@ async fn run(dir: &Path, database: &str, args: &ChaosBenchArgs) -> anyhow::Resul
                 paused
             }
             ChaosFault::DbRestart => {
-                let command = args.db_restart_command.as_deref().unwrap_or_default();
-                // Meanwhile /readyz is watched: it must turn 503 while the database is down.
-                let seen = Arc::new(AtomicBool::new(false));
-                let watch = tokio::spawn(watch_readiness(shared.clone(), seen.clone()));
-                let started = Instant::now();
-                let status = tokio::process::Command::new("sh")
-                    .args(["-c", command])
-                    .stdout(Stdio::null())
-                    .status()
-                    .await?;
-                anyhow::ensure!(status.success(), "--db-restart-command failed ({status})");
-                let down_for = started.elapsed();
-                let paused = shared.gate.write().await;
-                let took = servers.ready(0).await?;
-                watch.abort();
-                let saw_503 = seen.load(Ordering::Relaxed);
-                run.max_ready_ms = run.max_ready_ms.max((down_for + took).as_millis() as u64);
-                if !saw_503 {
-                    report(
-                        &mut run,
-                        vec![format!(
-                            "/readyz never answered 503 while the database restarted ({} ms)",
-                            down_for.as_millis()
-                        )],
-                    );
-                }
-                servers
-                    .running(0)
-                    .context("`stead serve` exited while the database restarted")?;
-                paused
+                restart_database(args, &shared, &mut servers, &mut run).await?
             }
             ChaosFault::None => {
                 let paused = shared.gate.write().await;
@@ -504,6 +475,46 @@ async fn run(dir: &Path, database: &str, args: &ChaosBenchArgs) -> anyhow::Resul
     }
     drop(servers);
     Ok(run)
+}
+
+/// One database restart by `--db-restart-command`: `/readyz` must turn 503 while the database
+/// is down, and the server must be ready again after; the workload is paused on return.
+async fn restart_database<'s>(
+    args: &ChaosBenchArgs,
+    shared: &'s Arc<Shared>,
+    servers: &mut Servers,
+    run: &mut Totals,
+) -> anyhow::Result<tokio::sync::RwLockWriteGuard<'s, ()>> {
+    let command = args.db_restart_command.as_deref().unwrap_or_default();
+    // Meanwhile /readyz is watched: it must turn 503 while the database is down.
+    let seen = Arc::new(AtomicBool::new(false));
+    let watch = tokio::spawn(watch_readiness(shared.clone(), seen.clone()));
+    let started = Instant::now();
+    let status = tokio::process::Command::new("sh")
+        .args(["-c", command])
+        .stdout(Stdio::null())
+        .status()
+        .await?;
+    anyhow::ensure!(status.success(), "--db-restart-command failed ({status})");
+    let down_for = started.elapsed();
+    let paused = shared.gate.write().await;
+    let took = servers.ready(0).await?;
+    watch.abort();
+    let saw_503 = seen.load(Ordering::Relaxed);
+    run.max_ready_ms = run.max_ready_ms.max((down_for + took).as_millis() as u64);
+    if !saw_503 {
+        report(
+            run,
+            vec![format!(
+                "/readyz never answered 503 while the database restarted ({} ms)",
+                down_for.as_millis()
+            )],
+        );
+    }
+    servers
+        .running(0)
+        .context("`stead serve` exited while the database restarted")?;
+    Ok(paused)
 }
 
 /// With `--abuse`, beside the limits checked per window: no legitimate request failed (no

@@ -11,7 +11,6 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Method, Uri};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use serde_json::Value;
 
 use crate::auth::Caller;
 use crate::{ApiError, AppState, ErrorCode};
@@ -66,7 +65,7 @@ pub enum Origin {
 #[async_trait::async_trait]
 pub trait Cluster: Send + Sync {
     /// `GET /v1/cluster`: this node and every registered node with its state.
-    async fn report(&self) -> Result<Value, ApiError>;
+    async fn report(&self) -> Result<crate::views::ClusterReport, ApiError>;
     /// The owner's answer to `request`; `None` when the owner is not a live node this one can
     /// connect to (nothing was sent: the request may go elsewhere). A request sent whose
     /// answer never came is answered 503 (it may have been applied), never sent again.
@@ -190,18 +189,18 @@ fn session_in_path(path: &str) -> Option<uuid::Uuid> {
 /// `GET /v1/cluster` (operators): the nodes sharing this database — each with its advertised
 /// address, version, start and heartbeat times, whether it is alive and how many sessions' live
 /// leases it holds — and which one answered. A node without `[cluster]` reports itself alone.
-#[utoipa::path(get, path = "/v1/cluster", responses((status = 200, body = crate::openapi::ClusterReport), (status = 401, description = "Missing or invalid credentials", body = crate::openapi::ErrorBody), (status = 403, description = "Not allowed for this credential", body = crate::openapi::ErrorBody)))]
+#[utoipa::path(get, path = "/v1/cluster", responses((status = 200, body = crate::views::ClusterReport), (status = 401, description = "Missing or invalid credentials", body = crate::views::ErrorBody), (status = 403, description = "Not allowed for this credential", body = crate::views::ErrorBody)))]
 pub async fn report(
     State(state): State<AppState>,
     Caller(caller): Caller,
-) -> Result<axum::Json<Value>, ApiError> {
+) -> Result<axum::Json<crate::views::ClusterReport>, ApiError> {
     caller.require_operator()?;
     match &state.cluster {
         Some(cluster) => Ok(axum::Json(cluster.report().await?)),
-        None => Ok(axum::Json(serde_json::json!({
-            "clustered": false,
-            "node_id": state.sessions.node(),
-            "nodes": [],
-        }))),
+        None => Ok(axum::Json(crate::views::ClusterReport {
+            clustered: false,
+            node_id: state.sessions.node().to_string(),
+            nodes: Vec::new(),
+        })),
     }
 }

@@ -12,7 +12,7 @@ use stead_router::EmbedRequest;
 
 use crate::auth::Caller;
 use crate::openai::{options, router_error, router_headers};
-use crate::openapi::ErrorBody;
+use crate::views::ErrorBody;
 use crate::{ApiError, ApiJson, AppState, ErrorCode};
 
 /// Most inputs in one request (OpenAI's own limit).

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::auth::Caller;
-use crate::openapi::ErrorBody;
+use crate::views::ErrorBody;
 use crate::{ApiError, ApiJson, ApiPath, ApiQuery, AppState, ErrorCode};
 
 /// What the HTTP edge asks of the knowledge service. Errors are answered as they are.

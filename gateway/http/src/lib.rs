@@ -25,6 +25,7 @@ mod responses;
 mod rest;
 mod server;
 mod streamed;
+pub mod views;
 pub mod webui;
 pub mod wire;
 mod ws;
@@ -35,7 +36,6 @@ use std::time::Duration;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde_json::{json, Value};
 use stead_actors::session::SessionRegistry;
 use stead_persistence::JournalStore;
 
@@ -112,8 +112,8 @@ pub struct AppState {
 
 /// What the HTTP edge shows of the MCP servers Stead uses (the `stead` crate's registry).
 pub trait McpView: Send + Sync {
-    /// `GET /v1/mcp/servers`: `{"servers":[{"name","status","tools":[…],"last_error",…}]}`.
-    fn report(&self) -> Value;
+    /// `GET /v1/mcp/servers`.
+    fn report(&self) -> views::McpServerList;
     /// The per-server series of `/metrics`, as Prometheus text.
     fn metrics(&self) -> String;
 }
@@ -240,17 +240,21 @@ pub async fn drain_connections(connections: &tokio::sync::Semaphore, grace: Dura
         .is_ok()
 }
 
-#[utoipa::path(get, path = "/healthz", security(()), responses((status = 200, body = openapi::Health)))]
-async fn healthz(State(state): State<AppState>) -> Json<Value> {
-    Json(json!({ "status": "ok", "version": state.version }))
+#[utoipa::path(get, path = "/healthz", security(()), responses((status = 200, body = views::Health)))]
+async fn healthz(State(state): State<AppState>) -> Json<views::Health> {
+    Json(views::Health {
+        status: "ok".into(),
+        version: state.version.into(),
+    })
 }
 
-#[utoipa::path(get, path = "/readyz", security(()), responses((status = 200, body = openapi::Ready), (status = 503, body = openapi::ErrorBody)))]
-async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+#[utoipa::path(get, path = "/readyz", security(()), responses((status = 200, body = views::Ready), (status = 503, body = views::ErrorBody)))]
+async fn readyz(State(state): State<AppState>) -> Result<Json<views::Ready>, ApiError> {
     match tokio::time::timeout(READINESS_TIMEOUT, state.store.ping()).await {
-        Ok(Ok(())) => Ok(Json(
-            json!({ "status": "ready", "database": state.store.backend().to_string() }),
-        )),
+        Ok(Ok(())) => Ok(Json(views::Ready {
+            status: "ready".into(),
+            database: state.store.backend().to_string(),
+        })),
         Ok(Err(error)) => {
             tracing::warn!(error = %error, "readiness check failed");
             Err(ApiError::unavailable("the database does not answer"))

@@ -21,8 +21,8 @@ use stead_router::{parse_metadata, CacheMode, CallOptions, RouterError, RouterRe
 use uuid::Uuid;
 
 use crate::auth::{Caller, Principal};
-use crate::openapi::ErrorBody;
 use crate::streamed::{self, Refused, Step};
+use crate::views::{ErrorBody, LogPage, LogStats};
 use crate::{ApiError, ApiJson, ApiQuery, AppState, ErrorCode};
 
 /// The per-key name limits and budgets count against.
@@ -327,12 +327,12 @@ fn log_query(params: &HashMap<String, String>) -> Result<RequestLogQuery, ApiErr
 
 /// The request log, newest first. Filters: `route`, `provider`, `model`, `status`,
 /// `session_id`, `api_key`, `cache` (hit|miss), `since`, `until` (RFC 3339), `metadata.KEY`.
-#[utoipa::path(get, path = "/v1/gateway/logs", params(("limit" = Option<u32>, Query, minimum = 1, maximum = 1000), ("cursor" = Option<String>, Query), ("route" = Option<String>, Query), ("status" = Option<String>, Query)), responses((status = 200, description = "`{\"logs\":[…],\"next_cursor\":…}`"), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
+#[utoipa::path(get, path = "/v1/gateway/logs", params(("limit" = Option<u32>, Query, minimum = 1, maximum = 1000), ("cursor" = Option<String>, Query), ("route" = Option<String>, Query), ("status" = Option<String>, Query)), responses((status = 200, body = LogPage), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
 pub async fn logs(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiQuery(params): ApiQuery<HashMap<String, String>>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<LogPage>, ApiError> {
     caller.require_operator()?;
     let query = log_query(&params)?;
     let page = state
@@ -340,19 +340,20 @@ pub async fn logs(
         .list_request_log(&query)
         .await
         .map_err(query_error)?;
-    Ok(Json(
-        json!({ "logs": page.entries, "next_cursor": page.next_cursor }),
-    ))
+    Ok(Json(LogPage {
+        logs: page.entries,
+        next_cursor: page.next_cursor,
+    }))
 }
 
 /// Figures of the request log grouped by `group_by` (`route`, `provider`, `model` or
 /// `metadata.KEY`), over the rows the same filters as `/v1/gateway/logs` select.
-#[utoipa::path(get, path = "/v1/gateway/stats", params(("group_by" = Option<String>, Query), ("since" = Option<String>, Query)), responses((status = 200, description = "`{\"group_by\":…,\"groups\":[…]}`"), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
+#[utoipa::path(get, path = "/v1/gateway/stats", params(("group_by" = Option<String>, Query), ("since" = Option<String>, Query)), responses((status = 200, body = LogStats), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
 pub async fn stats(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiQuery(params): ApiQuery<HashMap<String, String>>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<LogStats>, ApiError> {
     caller.require_operator()?;
     let group_by = params.get("group_by").map_or("route", String::as_str);
     let grouping: StatsGroupBy = group_by.parse().map_err(query_error)?;
@@ -362,5 +363,8 @@ pub async fn stats(
         .request_log_stats(&query, &grouping)
         .await
         .map_err(query_error)?;
-    Ok(Json(json!({ "group_by": group_by, "groups": groups })))
+    Ok(Json(LogStats {
+        group_by: group_by.to_string(),
+        groups,
+    }))
 }

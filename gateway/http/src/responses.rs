@@ -22,8 +22,8 @@ use uuid::Uuid;
 
 use crate::auth::Caller;
 use crate::openai::{answer_json, options, router_error};
-use crate::openapi::ErrorBody;
 use crate::streamed::{self, Refused, Step};
+use crate::views::ErrorBody;
 use crate::{ApiError, ApiJson, AppState, ErrorCode};
 
 /// The request as an OpenAI chat completions body, which the router's parser then checks.

@@ -9,7 +9,7 @@ use stead_persistence::{ScheduleOwner, ScheduleQuery, ScheduleRow};
 
 use super::schedules::{schedule_now, PostSchedule};
 use super::*;
-use crate::openapi::{AgentScheduleCancelled, AgentScheduleList, AgentScheduleView};
+use crate::views::{AgentScheduleCancelled, AgentScheduleList, AgentScheduleView};
 
 /// An agent's schedule as clients see it: its definition's fields, key, kind, agent, when it
 /// was created and its next occurrence.
@@ -124,7 +124,7 @@ pub async fn cancel_agent_schedule(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiPath((agent, key)): ApiPath<(String, String)>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<AgentScheduleCancelled>, ApiError> {
     caller.require_operator()?;
     known_agent(&state, &agent)?;
     let owner = ScheduleOwner::Agent(agent.clone());
@@ -134,7 +134,9 @@ pub async fn cancel_agent_schedule(
             format!("agent `{agent}` has no schedule `{key}`"),
         ));
     }
-    Ok(Json(
-        json!({ "agent": agent, "key": key, "cancelled": true }),
-    ))
+    Ok(Json(AgentScheduleCancelled {
+        agent,
+        key,
+        cancelled: true,
+    }))
 }

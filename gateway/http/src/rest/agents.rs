@@ -6,35 +6,42 @@ use super::*;
 pub async fn agents(
     State(state): State<AppState>,
     Caller(caller): Caller,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<AgentList>, ApiError> {
     caller.require_operator()?;
-    let agents: Vec<Value> = state
+    let agents = state
         .sessions
         .agents()
         .iter()
-        .map(|agent| {
-            json!({
-                "name": agent.name,
-                "route": agent.rules.route,
-                "system_prompt": agent.system_prompt,
-                "max_steps": agent.rules.max_steps,
-                "approval_timeout_secs": agent.rules.approval_timeout.map(|t| t.as_secs()),
-                "tools": agent.tools.values().map(|tool| json!({
-                    "name": tool.name(),
-                    "description": tool.description(),
-                    "parameters": tool.parameters(),
-                    "approval": tool.approval().describe(),
-                    "idempotent": tool.idempotent(),
-                })).chain(dynamic_tools(agent)).collect::<Vec<_>>(),
-                "mcp_servers": agent.dynamic.as_ref().map(|d| d.sources()).unwrap_or_default(),
-            })
+        .map(|agent| AgentView {
+            name: agent.name.clone(),
+            route: agent.rules.route.clone(),
+            system_prompt: agent.system_prompt.clone(),
+            max_steps: agent.rules.max_steps,
+            approval_timeout_secs: agent.rules.approval_timeout.map(|t| t.as_secs()),
+            tools: agent
+                .tools
+                .values()
+                .map(|tool| ToolView {
+                    name: tool.name().to_string(),
+                    description: tool.description().to_string(),
+                    parameters: tool.parameters(),
+                    approval: tool.approval().describe(),
+                    idempotent: tool.idempotent(),
+                })
+                .chain(dynamic_tools(agent))
+                .collect(),
+            mcp_servers: agent
+                .dynamic
+                .as_ref()
+                .map(|d| d.sources())
+                .unwrap_or_default(),
         })
         .collect();
-    Ok(Json(json!({ "agents": agents })))
+    Ok(Json(AgentList { agents }))
 }
 
 /// The agent's MCP tools as its servers offer them now, with their policies.
-fn dynamic_tools(agent: &stead_actors::session::Agent) -> Vec<Value> {
+fn dynamic_tools(agent: &stead_actors::session::Agent) -> Vec<ToolView> {
     let Some(dynamic) = &agent.dynamic else {
         return Vec::new();
     };
@@ -42,13 +49,13 @@ fn dynamic_tools(agent: &stead_actors::session::Agent) -> Vec<Value> {
     seen.into_iter()
         .filter_map(|tool| {
             let rule = agent.rules.dynamic_rule(&tool.name)?;
-            Some(json!({
-                "name": tool.name,
-                "description": tool.description,
-                "parameters": tool.parameters,
-                "approval": rule.approval.describe(),
-                "idempotent": rule.idempotent,
-            }))
+            Some(ToolView {
+                name: tool.name,
+                description: tool.description,
+                parameters: tool.parameters,
+                approval: rule.approval.describe(),
+                idempotent: rule.idempotent,
+            })
         })
         .collect()
 }
@@ -58,11 +65,13 @@ fn dynamic_tools(agent: &stead_actors::session::Agent) -> Vec<Value> {
 pub async fn mcp_servers(
     State(state): State<AppState>,
     Caller(caller): Caller,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<McpServerList>, ApiError> {
     caller.require_operator()?;
     Ok(Json(match &state.mcp {
         Some(mcp) => mcp.report(),
-        None => json!({ "servers": [] }),
+        None => McpServerList {
+            servers: Vec::new(),
+        },
     }))
 }
 
@@ -71,12 +80,20 @@ pub async fn mcp_servers(
 pub async fn models(
     State(state): State<AppState>,
     Caller(caller): Caller,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ModelList>, ApiError> {
     caller.require_operator()?;
-    let data: Vec<Value> = state
+    let data = state
         .routes
         .iter()
-        .map(|route| json!({ "id": route, "object": "model", "created": 0, "owned_by": "stead" }))
+        .map(|route| ModelEntry {
+            id: route.clone(),
+            object: "model".into(),
+            created: 0,
+            owned_by: "stead".into(),
+        })
         .collect();
-    Ok(Json(json!({ "object": "list", "data": data })))
+    Ok(Json(ModelList {
+        object: "list".into(),
+        data,
+    }))
 }

@@ -58,7 +58,7 @@ pub async fn decide_approval(
     Caller(caller): Caller,
     ApiPath((id, call_id)): ApiPath<(Uuid, String)>,
     ApiJson(body): ApiJson<Decide>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Decided>, ApiError> {
     caller
         .require_session_tree(state.store.as_ref(), id)
         .await?;
@@ -71,12 +71,12 @@ pub async fn decide_approval(
         &caller,
     );
     let seq = state.sessions.send(id, input).await?;
-    Ok(Json(json!({
-        "session_id": id,
-        "call_id": call_id,
-        "approved": body.approved,
-        "seq": seq,
-    })))
+    Ok(Json(Decided {
+        session_id: id,
+        call_id,
+        approved: body.approved,
+        seq,
+    }))
 }
 
 #[utoipa::path(post, path = "/v1/sessions/{id}/cancel", params(("id" = Uuid, Path, description = "Session id")), responses((status = 200, body = Committed), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
@@ -84,7 +84,7 @@ pub async fn cancel(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiPath(id): ApiPath<Uuid>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Committed>, ApiError> {
     caller.require_session(id)?;
     let seq = state
         .sessions
@@ -95,7 +95,10 @@ pub async fn cancel(
             },
         )
         .await?;
-    Ok(Json(json!({ "session_id": id, "seq": seq })))
+    Ok(Json(Committed {
+        session_id: id,
+        seq,
+    }))
 }
 
 #[derive(Deserialize, IntoParams)]
@@ -121,7 +124,7 @@ pub async fn pending_approvals(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiQuery(query): ApiQuery<ApprovalsQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Inbox>, ApiError> {
     caller.require_operator()?;
     let (None | Some(InboxStatus::Pending)) = query.status;
     let limit = page_limit(query.limit, 100, 500)?;
@@ -151,12 +154,12 @@ pub async fn pending_approvals(
             None => break,
         }
     }
-    Ok(Json(json!({ "approvals": approvals })))
+    Ok(Json(Inbox { approvals }))
 }
 
 /// The approvals a parked session waits for, each naming its session, agent and (for a child
 /// session) its parent.
-async fn approvals_of(state: &AppState, row: &stead_persistence::Session) -> Vec<Value> {
+async fn approvals_of(state: &AppState, row: &stead_persistence::Session) -> Vec<InboxApproval> {
     // From the database, not the actor: the same on every node, and no lease moves.
     let folded = match stead_actors::replay::fold_latest(&state.store, row.id).await {
         Ok(folded) => folded,
@@ -167,14 +170,12 @@ async fn approvals_of(state: &AppState, row: &stead_persistence::Session) -> Vec
     };
     pending_view(&folded)
         .into_iter()
-        .map(|mut approval| {
-            approval["session_id"] = json!(row.id);
-            approval["agent"] = json!(row.agent);
-            if let Some(parent) = &row.parent {
-                approval["parent_session_id"] = json!(parent.session_id);
-                approval["parent_call_id"] = json!(parent.call_id);
-            }
-            approval
+        .map(|approval| InboxApproval {
+            approval,
+            session_id: row.id,
+            agent: row.agent.clone(),
+            parent_session_id: row.parent.as_ref().map(|p| p.session_id),
+            parent_call_id: row.parent.as_ref().map(|p| p.call_id.clone()),
         })
         .collect()
 }
@@ -191,7 +192,7 @@ pub async fn tree_approvals(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiPath(id): ApiPath<Uuid>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Inbox>, ApiError> {
     caller
         .require_session_tree(state.store.as_ref(), id)
         .await?;
@@ -211,5 +212,5 @@ pub async fn tree_approvals(
         }
         level = next;
     }
-    Ok(Json(json!({ "approvals": approvals })))
+    Ok(Json(Inbox { approvals }))
 }

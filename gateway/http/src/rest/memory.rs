@@ -64,7 +64,7 @@ pub async fn set_memory(
     Caller(caller): Caller,
     ApiPath(id): ApiPath<Uuid>,
     ApiJson(body): ApiJson<SetMemory>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Committed>, ApiError> {
     caller.require_operator()?;
     let row = state.store.get_session(id).await?;
     let max = limit(&state, &row.agent);
@@ -91,5 +91,8 @@ pub async fn set_memory(
             },
         )
         .await?;
-    Ok(Json(json!({ "session_id": id, "seq": seq })))
+    Ok(Json(Committed {
+        session_id: id,
+        seq,
+    }))
 }

@@ -97,7 +97,10 @@ pub async fn post_message(
     let Some(subscription) = &mut subscription else {
         return Ok((
             StatusCode::ACCEPTED,
-            Json(json!({ "session_id": id, "seq": seq })),
+            Json(MessageAccepted {
+                session_id: id,
+                seq,
+            }),
         )
             .into_response());
     };
@@ -146,14 +149,14 @@ pub async fn post_message(
     };
     Ok((
         status,
-        Json(json!({
-            "session_id": id,
-            "seq": seq,
-            "status": folded.status(),
-            "last_seq": folded.last_seq,
-            "reply": reply,
-            "pending_approvals": pending_view(&folded),
-        })),
+        Json(MessageWaited {
+            session_id: id,
+            seq,
+            status: folded.status(),
+            last_seq: folded.last_seq,
+            reply,
+            pending_approvals: pending_view(&folded),
+        }),
     )
         .into_response())
 }
@@ -228,7 +231,7 @@ pub async fn events(
     Caller(caller): Caller,
     ApiPath(id): ApiPath<Uuid>,
     ApiQuery(query): ApiQuery<EventsQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<EventsPage>, ApiError> {
     caller
         .require_session_tree(state.store.as_ref(), id)
         .await?;
@@ -242,12 +245,9 @@ pub async fn events(
     let limit = page_limit(query.limit, 100, MAX_EVENTS_PAGE)?;
     let row = state.store.get_session(id).await?;
     let events = state.store.read(id, after, limit).await?;
-    let mut page = json!({
-        "events": events.iter().map(event_view).collect::<Vec<_>>(),
-        "last_seq": row.last_seq,
-    });
-    if let Some(compaction) = state.store.compaction(id).await? {
-        page["compacted_through"] = json!(compaction.through_seq);
-    }
-    Ok(Json(page))
+    Ok(Json(EventsPage {
+        events: events.iter().map(event_view).collect(),
+        last_seq: row.last_seq,
+        compacted_through: state.store.compaction(id).await?.map(|c| c.through_seq),
+    }))
 }

@@ -19,10 +19,11 @@ use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use crate::auth::Caller;
-use crate::openapi::{
-    AgentList, Closed, Committed, Decided, ErrorBody, EventsPage, Forked, Inbox, McpServerList,
-    MessageAccepted, MessageWaited, ModelList, SessionCreated, SessionList, SessionView, StateView,
-    Ticket, TokenIssued,
+use crate::views::{
+    AgentList, AgentView, Closed, Committed, Decided, ErrorBody, EventsPage, Forked, ForkedFrom,
+    Inbox, InboxApproval, McpServerList, MessageAccepted, MessageWaited, ModelEntry, ModelList,
+    PendingApproval, PurgedView, SessionCreated, SessionList, SessionView, StateView, Ticket,
+    TokenIssued, ToolView, Usage,
 };
 use crate::wire::{EventView, SessionRow};
 use crate::{ApiError, ApiJson, ApiPath, ApiQuery, AppState, ErrorCode};
@@ -64,8 +65,8 @@ pub(crate) fn page_limit(limit: Option<u32>, default: u32, max: u32) -> Result<u
 }
 
 /// A session row as listed.
-pub fn row_view(row: &Session) -> Value {
-    json!(SessionRow::from(row))
+pub fn row_view(row: &Session) -> SessionRow {
+    SessionRow::from(row)
 }
 
 /// The first page (500) of a session's children, newest first.
@@ -86,45 +87,48 @@ async fn children_page(
 }
 
 /// A session in full: the row plus what its folded state knows.
-pub fn session_view(row: &Session, folded: &SessionState) -> Value {
-    let mut view = row_view(row);
-    view["status"] = json!(folded.status());
-    view["last_seq"] = json!(folded.last_seq.max(row.last_seq));
-    view["pending_approvals"] = json!(pending_view(folded));
-    view["usage"] = json!(folded.usage);
-    view["queued_messages"] = json!(folded.queued.len());
-    view["forked_from"] = match &folded.forked_from {
-        Some((session, at)) => json!({ "session_id": session, "at": at }),
-        None => Value::Null,
-    };
-    view["failure"] = json!(folded.failed);
-    view
+pub fn session_view(row: &Session, folded: &SessionState) -> SessionView {
+    SessionView {
+        row: SessionRow {
+            status: folded.status(),
+            last_seq: folded.last_seq.max(row.last_seq),
+            ..row_view(row)
+        },
+        pending_approvals: pending_view(folded),
+        usage: Usage {
+            prompt_tokens: folded.usage.prompt_tokens,
+            completion_tokens: folded.usage.completion_tokens,
+        },
+        queued_messages: folded.queued.len() as u64,
+        forked_from: folded.forked_from.as_ref().map(|(session, at)| ForkedFrom {
+            session_id: session.clone(),
+            at: *at,
+        }),
+        failure: folded.failed.clone(),
+    }
 }
 
 /// The approvals a state is waiting for.
-pub fn pending_view(folded: &SessionState) -> Vec<Value> {
+pub fn pending_view(folded: &SessionState) -> Vec<PendingApproval> {
     folded
         .pending_approvals()
         .into_iter()
-        .map(|call| {
-            let (args_hash, reason) = match &call.status {
-                CallStatus::AwaitingApproval { args_hash, reason } => (args_hash, reason),
-                _ => unreachable!("pending approvals await approval"),
-            };
-            json!({
-                "call_id": call.call_id,
-                "tool": call.tool,
-                "arguments": call.arguments,
-                "args_hash": args_hash,
-                "reason": reason,
-            })
+        .filter_map(|call| match &call.status {
+            CallStatus::AwaitingApproval { args_hash, reason } => Some(PendingApproval {
+                call_id: call.call_id.clone(),
+                tool: call.tool.clone(),
+                arguments: call.arguments.clone(),
+                args_hash: args_hash.clone(),
+                reason: reason.clone(),
+            }),
+            _ => None,
         })
         .collect()
 }
 
 /// A journal event as REST and WebSocket clients see it.
-pub fn event_view(event: &Event) -> Value {
-    json!(EventView::of(event))
+pub fn event_view(event: &Event) -> EventView {
+    EventView::of(event)
 }
 
 /// Who a session's model calls are charged to when `caller` creates or forks it (operators

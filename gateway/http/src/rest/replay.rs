@@ -24,7 +24,7 @@ pub async fn state_at(
     Caller(caller): Caller,
     ApiPath(id): ApiPath<Uuid>,
     ApiQuery(query): ApiQuery<AtQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<StateView>, ApiError> {
     caller
         .require_session_tree(state.store.as_ref(), id)
         .await?;
@@ -42,7 +42,12 @@ pub async fn state_at(
             stead_actors::replay::fold_until(&state.store, id, at).await?
         }
     };
-    Ok(Json(stead_actors::replay::state_view(id, &folded)))
+    Ok(Json(StateView {
+        session_id: id,
+        seq: folded.last_seq,
+        status: folded.status(),
+        state: folded,
+    }))
 }
 
 pub(crate) fn check_seq(at: i64, last_seq: i64) -> Result<(), ApiError> {
@@ -142,9 +147,12 @@ pub async fn fork(
     let folded = state.sessions.state(row.id).await?;
     let row = state.store.get_session(row.id).await?;
     let mut view = session_view(&row, &folded);
-    let (token, expires) = state.auth.session_token(row.id, row.token_generation);
-    view["token"] = json!(token);
-    view["token_expires_at"] = json!(expires);
-    view["last_seq"] = json!(last_seq);
-    Ok((StatusCode::CREATED, Json(view)).into_response())
+    view.row.last_seq = last_seq;
+    let (token, token_expires_at) = state.auth.session_token(row.id, row.token_generation);
+    let forked = Forked {
+        view,
+        token,
+        token_expires_at,
+    };
+    Ok((StatusCode::CREATED, Json(forked)).into_response())
 }

@@ -8,7 +8,7 @@ use stead_actors::{CatchUp, ScheduleDef, ScheduleMessage, ScheduleState};
 use stead_persistence::{ScheduleOwner, ScheduleQuery};
 
 use super::*;
-use crate::openapi::{DueScheduleList, ScheduleList, ScheduleView};
+use crate::views::{DueScheduleList, ScheduleList, ScheduleView};
 
 /// `{"key", "message": {"text"}, one of "at" | "delay_secs" | "cron" (+ "tz") | "every_secs",
 /// "catch_up"?, "replace"?}`.
@@ -157,7 +157,7 @@ pub async fn cancel_schedule(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiPath((id, key)): ApiPath<(Uuid, String)>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Committed>, ApiError> {
     caller.require_session(id)?;
     let reason = if caller.is_operator() {
         "cancelled by an operator"
@@ -174,7 +174,10 @@ pub async fn cancel_schedule(
             },
         )
         .await?;
-    Ok(Json(json!({ "session_id": id, "seq": seq })))
+    Ok(Json(Committed {
+        session_id: id,
+        seq,
+    }))
 }
 
 #[derive(Deserialize, IntoParams)]

@@ -58,12 +58,16 @@ pub async fn create_session(
         .store
         .append(row.id, 0, vec![NewEvent::new(kind, payload)])
         .await?;
-    let mut view = row_view(&row);
-    view["last_seq"] = json!(1);
-    let (token, expires) = state.auth.session_token(row.id, row.token_generation);
-    view["token"] = json!(token);
-    view["token_expires_at"] = json!(expires);
-    Ok((StatusCode::CREATED, Json(view)).into_response())
+    let (token, token_expires_at) = state.auth.session_token(row.id, row.token_generation);
+    let created = SessionCreated {
+        row: SessionRow {
+            last_seq: 1,
+            ..row_view(&row)
+        },
+        token,
+        token_expires_at,
+    };
+    Ok((StatusCode::CREATED, Json(created)).into_response())
 }
 
 #[derive(Deserialize, IntoParams)]
@@ -109,7 +113,7 @@ pub async fn list_sessions(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiQuery(query): ApiQuery<ListQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<SessionList>, ApiError> {
     caller.require_operator()?;
     let status = query.status.map(SessionStatus::from);
     let limit = page_limit(
@@ -131,10 +135,10 @@ pub async fn list_sessions(
             stead_persistence::Error::InvalidInput(m) => ApiError::new(ErrorCode::InvalidQuery, m),
             other => other.into(),
         })?;
-    Ok(Json(json!({
-        "sessions": page.sessions.iter().map(row_view).collect::<Vec<_>>(),
-        "next_cursor": page.next_cursor,
-    })))
+    Ok(Json(SessionList {
+        sessions: page.sessions.iter().map(row_view).collect(),
+        next_cursor: page.next_cursor,
+    }))
 }
 
 #[utoipa::path(get, path = "/v1/sessions/{id}", params(("id" = Uuid, Path, description = "Session id")), responses((status = 200, body = SessionView), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
@@ -142,7 +146,7 @@ pub async fn get_session(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiPath(id): ApiPath<Uuid>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<SessionView>, ApiError> {
     caller
         .require_session_tree(state.store.as_ref(), id)
         .await?;
@@ -166,7 +170,7 @@ async fn purge(
     state: &AppState,
     caller: &crate::Principal,
     id: Uuid,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Closed>, ApiError> {
     caller.require_operator()?;
     state.store.get_session(id).await?;
     // Retired: its actor stops and no open WebSocket or request can activate it again.
@@ -180,11 +184,11 @@ async fn purge(
         by = %caller.name(),
         "session purged"
     );
-    Ok(Json(json!({
-        "session_id": id,
-        "purged": true,
-        "events": purged.events,
-        "request_log_rows": purged.request_log_rows,
+    Ok(Json(Closed::Purged(PurgedView {
+        session_id: id,
+        purged: true,
+        events: purged.events,
+        request_log_rows: purged.request_log_rows,
     })))
 }
 
@@ -199,13 +203,15 @@ pub async fn ticket(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiPath(id): ApiPath<Uuid>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Ticket>, ApiError> {
     caller.require_session(id)?;
     let row = state.store.get_session(id).await?;
-    let (ticket, expires) = state.auth.ticket(id, row.token_generation, TICKET_TTL);
-    Ok(Json(
-        json!({ "session_id": id, "ticket": ticket, "expires_at": expires }),
-    ))
+    let (ticket, expires_at) = state.auth.ticket(id, row.token_generation, TICKET_TTL);
+    Ok(Json(Ticket {
+        session_id: id,
+        ticket,
+        expires_at,
+    }))
 }
 
 /// Mints a new token for the session and invalidates every older one (rotation; also how a
@@ -215,16 +221,16 @@ pub async fn rotate_token(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiPath(id): ApiPath<Uuid>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<TokenIssued>, ApiError> {
     caller.require_session(id)?;
     let row = state.store.rotate_token(id).await?;
-    let (token, expires) = state.auth.session_token(id, row.token_generation);
+    let (token, token_expires_at) = state.auth.session_token(id, row.token_generation);
     tracing::info!(session = %id, generation = row.token_generation, by = %caller.name(), "session token rotated");
-    Ok(Json(json!({
-        "session_id": id,
-        "token": token,
-        "token_expires_at": expires,
-    })))
+    Ok(Json(TokenIssued {
+        session_id: id,
+        token,
+        token_expires_at,
+    }))
 }
 
 #[utoipa::path(delete, path = "/v1/sessions/{id}", params(("id" = Uuid, Path, description = "Session id"), CloseQuery), responses((status = 200, body = Closed), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
@@ -233,7 +239,7 @@ pub async fn close_session(
     Caller(caller): Caller,
     ApiPath(id): ApiPath<Uuid>,
     ApiQuery(query): ApiQuery<CloseQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Closed>, ApiError> {
     caller.require_session(id)?;
     if query.purge == Some(true) {
         return purge(&state, &caller, id).await;
@@ -254,7 +260,7 @@ pub async fn close_session(
         {
             let row = state.store.get_session(id).await?;
             let folded = state.sessions.state(id).await?;
-            Ok(Json(session_view(&row, &folded)))
+            Ok(Json(Closed::Session(Box::new(session_view(&row, &folded)))))
         }
         Ok(_) => Err(ApiError::internal("close", "the session did not close")),
         Err(error) => Err(error.into()),
@@ -268,14 +274,14 @@ pub async fn children(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiPath(id): ApiPath<Uuid>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<SessionList>, ApiError> {
     caller
         .require_session_tree(state.store.as_ref(), id)
         .await?;
     state.store.get_session(id).await?;
     let page = children_page(&state, id).await?;
-    Ok(Json(json!({
-        "sessions": page.sessions.iter().map(row_view).collect::<Vec<_>>(),
-        "next_cursor": page.next_cursor,
-    })))
+    Ok(Json(SessionList {
+        sessions: page.sessions.iter().map(row_view).collect(),
+        next_cursor: page.next_cursor,
+    }))
 }
