@@ -85,7 +85,7 @@ pub async fn run(config: Config, command: KnowledgeCommand) -> anyhow::Result<Ex
             println!(
                 "{}",
                 json!({
-                    "collection": stead_agents::knowledge::collection_json(&row),
+                    "collection": stead_http::views::CollectionView::from(&row),
                     "seconds": started.elapsed().as_secs_f64(),
                 })
             );
@@ -114,7 +114,7 @@ pub async fn run(config: Config, command: KnowledgeCommand) -> anyhow::Result<Ex
                 .map_err(stead_agents::knowledge::store_error)
                 .map_err(api)?
             {
-                println!("{}", stead_agents::knowledge::collection_json(&row));
+                println!("{}", json!(stead_http::views::CollectionView::from(&row)));
             }
         }
     }

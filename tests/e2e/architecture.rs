@@ -294,6 +294,28 @@ fn no_comment_names_an_issue_number() {
     assert!(found.is_empty(), "comments naming an issue: {found:#?}");
 }
 
+/// The product's Rust files: every crate's `src/` (tests live elsewhere, or after a file's
+/// `#[cfg(test)]` module header).
+fn product_sources() -> Vec<std::path::PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    for dir in [
+        "actors/src",
+        "agents/src",
+        "bench/src",
+        "config/src",
+        "gateway/http/src",
+        "gateway/router/src",
+        "inference/src",
+        "model/src",
+        "persistence/src",
+        "src",
+    ] {
+        source_files(&root.join(dir), &["rs"], &mut files);
+    }
+    files
+}
+
 /// The error type of every `Result<T, E>` written in `text` whose `E` is a bare `String`.
 fn string_errors(text: &str) -> Vec<String> {
     let mut found = Vec::new();
@@ -331,22 +353,7 @@ fn no_result_carries_a_bare_string_error_outside_tests() {
         vec!["Result<Vec<(u8, u8)>, String>".to_string()],
         "the scanner itself"
     );
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut files = Vec::new();
-    for dir in [
-        "actors/src",
-        "agents/src",
-        "bench/src",
-        "config/src",
-        "gateway/http/src",
-        "gateway/router/src",
-        "inference/src",
-        "model/src",
-        "persistence/src",
-        "src",
-    ] {
-        source_files(&root.join(dir), &["rs"], &mut files);
-    }
+    let files = product_sources();
     assert!(files.len() > 100, "only {} Rust files found", files.len());
     let mut found = Vec::new();
     for path in files {
@@ -425,22 +432,7 @@ fn no_function_outside_tests_is_over_150_lines() {
         vec![("long".to_string(), 3, 163)],
         "the scanner itself"
     );
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut files = Vec::new();
-    for dir in [
-        "actors/src",
-        "agents/src",
-        "bench/src",
-        "config/src",
-        "gateway/http/src",
-        "gateway/router/src",
-        "inference/src",
-        "model/src",
-        "persistence/src",
-        "src",
-    ] {
-        source_files(&root.join(dir), &["rs"], &mut files);
-    }
+    let files = product_sources();
     let mut found = Vec::new();
     for path in files {
         if path.file_name().is_some_and(|n| n == "tests.rs") {
@@ -453,4 +445,39 @@ fn no_function_outside_tests_is_over_150_lines() {
         }
     }
     assert!(found.is_empty(), "functions over 150 lines: {found:#?}");
+}
+
+/// The edge answers with types: no handler returns `Json<Value>` (each body is a view type
+/// of `gateway/http/src/views.rs`, which is also its OpenAPI schema), and the REST handlers
+/// build no JSON by hand. Named exceptions: `/openapi.json` (the document is JSON that
+/// `utoipa` builds), and the OpenAI, Anthropic, Responses and embeddings compatibility
+/// endpoints, whose bodies are the providers' formats passed through (they answer a
+/// `Response`).
+#[test]
+fn no_handler_answers_untyped_json() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    source_files(&root.join("gateway/http/src"), &["rs"], &mut files);
+    assert!(files.len() > 20, "only {} edge files found", files.len());
+    let mut found = Vec::new();
+    for path in &files {
+        let name = path
+            .strip_prefix(root)
+            .unwrap_or(path)
+            .display()
+            .to_string();
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let code = text.split("#[cfg(test)]\nmod").next().unwrap_or_default();
+        for (n, line) in code.lines().enumerate() {
+            let untyped = line.contains("Json<Value>") || line.contains("Json<serde_json::Value>");
+            let input = line.contains("ApiJson<Value>");
+            if untyped && !input && !name.ends_with("openapi.rs") {
+                found.push(format!("{name}:{}: {}", n + 1, line.trim()));
+            }
+            if name.contains("/rest/") && line.contains("json!(") && !line.contains("json!({})") {
+                found.push(format!("{name}:{}: {}", n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(found.is_empty(), "untyped JSON answers: {found:#?}");
 }

@@ -1,12 +1,16 @@
 //! The knowledge service as the HTTP edge sees it (`stead_http::knowledge::KnowledgeApi`).
 
 use async_trait::async_trait;
-use serde_json::{json, Value};
+use serde_json::Value;
 use stead_http::knowledge::KnowledgeApi;
+use stead_http::views::{
+    CollectionList, CollectionView, DocumentList, DocumentText, DocumentView, QueryAnswer,
+    QueryHit, StoredDocument,
+};
 use stead_http::ApiError;
 use stead_persistence::PutOutcome;
 
-use super::{collection_json, document_json, store_error, Knowledge};
+use super::{store_error, Knowledge};
 
 #[async_trait]
 impl KnowledgeApi for Knowledge {
@@ -14,18 +18,20 @@ impl KnowledgeApi for Knowledge {
         &self,
         name: &str,
         embedding_route: Option<&str>,
-    ) -> Result<(Value, bool), ApiError> {
+    ) -> Result<(CollectionView, bool), ApiError> {
         let (row, created) = Knowledge::create_collection(self, name, embedding_route).await?;
-        Ok((collection_json(&row), created))
+        Ok(((&row).into(), created))
     }
 
-    async fn list_collections(&self) -> Result<Value, ApiError> {
+    async fn list_collections(&self) -> Result<CollectionList, ApiError> {
         let rows = self.store().list_collections().await.map_err(store_error)?;
-        Ok(json!({ "collections": rows.iter().map(collection_json).collect::<Vec<_>>() }))
+        Ok(CollectionList {
+            collections: rows.iter().map(CollectionView::from).collect(),
+        })
     }
 
-    async fn get_collection(&self, name: &str) -> Result<Value, ApiError> {
-        Ok(collection_json(&self.collection(name).await?))
+    async fn get_collection(&self, name: &str) -> Result<CollectionView, ApiError> {
+        Ok((&self.collection(name).await?).into())
     }
 
     async fn delete_collection(&self, name: &str) -> Result<(), ApiError> {
@@ -50,17 +56,20 @@ impl KnowledgeApi for Knowledge {
         text: &str,
         metadata: Option<Value>,
         api_key: Option<String>,
-    ) -> Result<(Value, bool), ApiError> {
+    ) -> Result<(StoredDocument, bool), ApiError> {
         let outcome =
             Knowledge::put_document(self, collection, id, text, metadata, api_key).await?;
         let created = matches!(outcome, PutOutcome::Created(_));
-        let mut body = document_json(outcome.document());
-        body["outcome"] = json!(match outcome {
-            PutOutcome::Created(_) => "created",
-            PutOutcome::Replaced(_) => "replaced",
-            PutOutcome::Unchanged(_) => "unchanged",
-        });
-        Ok((body, created))
+        let stored = StoredDocument {
+            document: outcome.document().into(),
+            outcome: match outcome {
+                PutOutcome::Created(_) => "created",
+                PutOutcome::Replaced(_) => "replaced",
+                PutOutcome::Unchanged(_) => "unchanged",
+            }
+            .to_string(),
+        };
+        Ok((stored, created))
     }
 
     async fn list_documents(
@@ -68,7 +77,7 @@ impl KnowledgeApi for Knowledge {
         collection: &str,
         after: Option<&str>,
         limit: u32,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<DocumentList, ApiError> {
         let rows = self
             .store()
             .list_documents(collection, after, limit)
@@ -77,22 +86,23 @@ impl KnowledgeApi for Knowledge {
         let next_after = (rows.len() == limit as usize)
             .then(|| rows.last().map(|d| d.id.clone()))
             .flatten();
-        Ok(json!({
-            "documents": rows.iter().map(document_json).collect::<Vec<_>>(),
-            "next_after": next_after,
-        }))
+        Ok(DocumentList {
+            documents: rows.iter().map(DocumentView::from).collect(),
+            next_after,
+        })
     }
 
-    async fn get_document(&self, collection: &str, id: &str) -> Result<Value, ApiError> {
-        let (row, text, chunks) = self
+    async fn get_document(&self, collection: &str, id: &str) -> Result<DocumentText, ApiError> {
+        let (row, text, chunk_texts) = self
             .store()
             .get_document(collection, id)
             .await
             .map_err(store_error)?;
-        let mut body = document_json(&row);
-        body["text"] = json!(text);
-        body["chunk_texts"] = json!(chunks);
-        Ok(body)
+        Ok(DocumentText {
+            document: (&row).into(),
+            text,
+            chunk_texts,
+        })
     }
 
     async fn delete_document(&self, collection: &str, id: &str) -> Result<(), ApiError> {
@@ -115,7 +125,7 @@ impl KnowledgeApi for Knowledge {
         collection: &str,
         body: Value,
         api_key: Option<String>,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<QueryAnswer, ApiError> {
         let query = self.parse_query(&body)?;
         let mode = query.mode;
         let hits = Knowledge::query(
@@ -128,10 +138,19 @@ impl KnowledgeApi for Knowledge {
             },
         )
         .await?;
-        Ok(json!({
-            "collection": collection,
-            "mode": mode.as_str(),
-            "results": hits.iter().map(|h| h.to_json()).collect::<Vec<_>>(),
-        }))
+        Ok(QueryAnswer {
+            collection: collection.to_string(),
+            mode: mode.as_str().to_string(),
+            results: hits
+                .into_iter()
+                .map(|h| QueryHit {
+                    document_id: h.document_id,
+                    chunk_index: h.chunk_index,
+                    chunk: h.chunk,
+                    score: f64::from(h.score),
+                    metadata: h.metadata,
+                })
+                .collect(),
+        })
     }
 }

@@ -21,7 +21,7 @@ use sha2::Digest;
 use stead_config::KnowledgeConfig;
 use stead_http::{ApiError, ErrorCode};
 use stead_persistence::{
-    CollectionRow, DocumentRow, JournalStore, NewChunk, PutDocument, PutOutcome, Reembedding,
+    CollectionRow, JournalStore, NewChunk, PutDocument, PutOutcome, Reembedding,
 };
 use stead_router::{CallOptions, EmbedRequest, Router};
 
@@ -42,18 +42,6 @@ pub struct Hit {
     pub chunk: String,
     pub score: f32,
     pub metadata: Value,
-}
-
-impl Hit {
-    pub fn to_json(&self) -> Value {
-        json!({
-            "document_id": self.document_id,
-            "chunk_index": self.chunk_index,
-            "chunk": self.chunk,
-            "score": self.score,
-            "metadata": self.metadata,
-        })
-    }
 }
 
 /// The knowledge service; one per process, shared.
@@ -144,31 +132,6 @@ fn normalised(mut vector: Vec<f32>) -> Vec<f32> {
         vector.iter_mut().for_each(|v| *v /= norm);
     }
     vector
-}
-
-pub fn collection_json(row: &CollectionRow) -> Value {
-    json!({
-        "name": row.name,
-        "embedding_route": row.embedding_route,
-        "model": row.model,
-        "dimension": row.dimension,
-        "documents": row.documents,
-        "chunks": row.chunks,
-        "created_at": row.created_at,
-        "updated_at": row.updated_at,
-    })
-}
-
-pub fn document_json(row: &DocumentRow) -> Value {
-    json!({
-        "id": row.id,
-        "metadata": row.metadata,
-        "chunks": row.chunks,
-        "bytes": row.bytes,
-        "sha256": row.sha256,
-        "created_at": row.created_at,
-        "updated_at": row.updated_at,
-    })
 }
 
 impl Knowledge {

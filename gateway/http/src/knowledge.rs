@@ -12,7 +12,10 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::auth::Caller;
-use crate::views::ErrorBody;
+use crate::views::{
+    CollectionList, CollectionView, DocumentList, DocumentText, ErrorBody, QueryAnswer,
+    StoredDocument,
+};
 use crate::{ApiError, ApiJson, ApiPath, ApiQuery, AppState, ErrorCode};
 
 /// What the HTTP edge asks of the knowledge service. Errors are answered as they are.
@@ -23,9 +26,9 @@ pub trait KnowledgeApi: Send + Sync {
         &self,
         name: &str,
         embedding_route: Option<&str>,
-    ) -> Result<(Value, bool), ApiError>;
-    async fn list_collections(&self) -> Result<Value, ApiError>;
-    async fn get_collection(&self, name: &str) -> Result<Value, ApiError>;
+    ) -> Result<(CollectionView, bool), ApiError>;
+    async fn list_collections(&self) -> Result<CollectionList, ApiError>;
+    async fn get_collection(&self, name: &str) -> Result<CollectionView, ApiError>;
     async fn delete_collection(&self, name: &str) -> Result<(), ApiError>;
     /// `(document, created)`; `api_key` is whom the embeddings are charged to.
     async fn put_document(
@@ -35,21 +38,21 @@ pub trait KnowledgeApi: Send + Sync {
         text: &str,
         metadata: Option<Value>,
         api_key: Option<String>,
-    ) -> Result<(Value, bool), ApiError>;
+    ) -> Result<(StoredDocument, bool), ApiError>;
     async fn list_documents(
         &self,
         collection: &str,
         after: Option<&str>,
         limit: u32,
-    ) -> Result<Value, ApiError>;
-    async fn get_document(&self, collection: &str, id: &str) -> Result<Value, ApiError>;
+    ) -> Result<DocumentList, ApiError>;
+    async fn get_document(&self, collection: &str, id: &str) -> Result<DocumentText, ApiError>;
     async fn delete_document(&self, collection: &str, id: &str) -> Result<(), ApiError>;
     async fn query(
         &self,
         collection: &str,
         body: Value,
         api_key: Option<String>,
-    ) -> Result<Value, ApiError>;
+    ) -> Result<QueryAnswer, ApiError>;
 }
 
 fn service(state: &AppState) -> Result<&dyn KnowledgeApi, ApiError> {
@@ -59,7 +62,7 @@ fn service(state: &AppState) -> Result<&dyn KnowledgeApi, ApiError> {
         .ok_or_else(|| ApiError::not_found("knowledge collections are not served here"))
 }
 
-fn created(created: bool, body: Value) -> Response {
+fn created(created: bool, body: impl serde::Serialize) -> Response {
     let status = if created {
         StatusCode::CREATED
     } else {
@@ -76,7 +79,7 @@ pub struct NewCollection {
     embedding_route: Option<String>,
 }
 
-#[utoipa::path(post, path = "/v1/collections", request_body(content = Object, description = "`{\"name\", \"embedding_route\"?}` (docs/knowledge.md)"), responses((status = 201, description = "The collection"), (status = 200, description = "It exists already with this embedding route"), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 502, body = ErrorBody), (status = 503, description = "Knowledge is not served, or the embedding route has no available target", body = ErrorBody)))]
+#[utoipa::path(post, path = "/v1/collections", request_body(content = Object, description = "`{\"name\", \"embedding_route\"?}` (docs/knowledge.md)"), responses((status = 201, description = "The collection", body = CollectionView), (status = 200, description = "It exists already with this embedding route", body = CollectionView), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 502, body = ErrorBody), (status = 503, description = "Knowledge is not served, or the embedding route has no available target", body = ErrorBody)))]
 pub async fn create_collection(
     State(state): State<AppState>,
     Caller(caller): Caller,
@@ -89,21 +92,21 @@ pub async fn create_collection(
     Ok(created(new, collection))
 }
 
-#[utoipa::path(get, path = "/v1/collections", responses((status = 200, description = "`{\"collections\":[…]}`"), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 502, body = ErrorBody), (status = 503, description = "Knowledge is not served, or the embedding route has no available target", body = ErrorBody)))]
+#[utoipa::path(get, path = "/v1/collections", responses((status = 200, body = CollectionList), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 502, body = ErrorBody), (status = 503, description = "Knowledge is not served, or the embedding route has no available target", body = ErrorBody)))]
 pub async fn list_collections(
     State(state): State<AppState>,
     Caller(caller): Caller,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<CollectionList>, ApiError> {
     caller.require_operator()?;
     Ok(Json(service(&state)?.list_collections().await?))
 }
 
-#[utoipa::path(get, path = "/v1/collections/{name}", params(("name" = String, Path, description = "Collection name")), responses((status = 200, description = "The collection"), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 502, body = ErrorBody), (status = 503, description = "Knowledge is not served, or the embedding route has no available target", body = ErrorBody)))]
+#[utoipa::path(get, path = "/v1/collections/{name}", params(("name" = String, Path, description = "Collection name")), responses((status = 200, description = "The collection", body = CollectionView), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 502, body = ErrorBody), (status = 503, description = "Knowledge is not served, or the embedding route has no available target", body = ErrorBody)))]
 pub async fn get_collection(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiPath(name): ApiPath<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<CollectionView>, ApiError> {
     caller.require_operator()?;
     Ok(Json(service(&state)?.get_collection(&name).await?))
 }
@@ -127,7 +130,7 @@ pub struct DocumentBody {
     metadata: Option<Value>,
 }
 
-#[utoipa::path(put, path = "/v1/collections/{name}/documents/{id}", params(("name" = String, Path, description = "Collection name"), ("id" = String, Path, description = "Document id (one path segment, percent-encoded)")), request_body(content = Object, description = "`{\"text\", \"metadata\"?}`: chunked, embedded and stored atomically"), responses((status = 201, description = "Created"), (status = 200, description = "Replaced, or unchanged"), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 502, body = ErrorBody), (status = 503, description = "Knowledge is not served, or the embedding route has no available target", body = ErrorBody)))]
+#[utoipa::path(put, path = "/v1/collections/{name}/documents/{id}", params(("name" = String, Path, description = "Collection name"), ("id" = String, Path, description = "Document id (one path segment, percent-encoded)")), request_body(content = Object, description = "`{\"text\", \"metadata\"?}`: chunked, embedded and stored atomically"), responses((status = 201, description = "Created", body = StoredDocument), (status = 200, description = "Replaced, or unchanged", body = StoredDocument), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 502, body = ErrorBody), (status = 503, description = "Knowledge is not served, or the embedding route has no available target", body = ErrorBody)))]
 pub async fn put_document(
     State(state): State<AppState>,
     Caller(caller): Caller,
@@ -156,13 +159,13 @@ pub struct DocumentPage {
     limit: Option<u32>,
 }
 
-#[utoipa::path(get, path = "/v1/collections/{name}/documents", params(("name" = String, Path, description = "Collection name"), ("after" = Option<String>, Query, description = "The last id of the previous page"), ("limit" = Option<u32>, Query, description = "1 to 500, default 100")), responses((status = 200, description = "`{\"documents\":[…],\"next_after\"}`"), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 502, body = ErrorBody), (status = 503, description = "Knowledge is not served, or the embedding route has no available target", body = ErrorBody)))]
+#[utoipa::path(get, path = "/v1/collections/{name}/documents", params(("name" = String, Path, description = "Collection name"), ("after" = Option<String>, Query, description = "The last id of the previous page"), ("limit" = Option<u32>, Query, description = "1 to 500, default 100")), responses((status = 200, body = DocumentList), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 502, body = ErrorBody), (status = 503, description = "Knowledge is not served, or the embedding route has no available target", body = ErrorBody)))]
 pub async fn list_documents(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiPath(collection): ApiPath<String>,
     ApiQuery(page): ApiQuery<DocumentPage>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<DocumentList>, ApiError> {
     caller.require_operator()?;
     let limit = page.limit.unwrap_or(100);
     if !(1..=500).contains(&limit) {
@@ -178,12 +181,12 @@ pub async fn list_documents(
     ))
 }
 
-#[utoipa::path(get, path = "/v1/collections/{name}/documents/{id}", params(("name" = String, Path, description = "Collection name"), ("id" = String, Path, description = "Document id (one path segment, percent-encoded)")), responses((status = 200, description = "The document with its text and chunks"), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 502, body = ErrorBody), (status = 503, description = "Knowledge is not served, or the embedding route has no available target", body = ErrorBody)))]
+#[utoipa::path(get, path = "/v1/collections/{name}/documents/{id}", params(("name" = String, Path, description = "Collection name"), ("id" = String, Path, description = "Document id (one path segment, percent-encoded)")), responses((status = 200, description = "The document with its text and chunks", body = DocumentText), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 502, body = ErrorBody), (status = 503, description = "Knowledge is not served, or the embedding route has no available target", body = ErrorBody)))]
 pub async fn get_document(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiPath((collection, id)): ApiPath<(String, String)>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<DocumentText>, ApiError> {
     caller.require_operator()?;
     Ok(Json(service(&state)?.get_document(&collection, &id).await?))
 }
@@ -199,13 +202,13 @@ pub async fn delete_document(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[utoipa::path(post, path = "/v1/collections/{name}/query", params(("name" = String, Path, description = "Collection name")), request_body(content = Object, description = "`{\"query\", \"top_k\"?, \"mode\"?, \"filter\"?}` (docs/knowledge.md)"), responses((status = 200, description = "`{\"results\":[…],\"mode\"}`"), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 502, body = ErrorBody), (status = 503, description = "Knowledge is not served, or the embedding route has no available target", body = ErrorBody)))]
+#[utoipa::path(post, path = "/v1/collections/{name}/query", params(("name" = String, Path, description = "Collection name")), request_body(content = Object, description = "`{\"query\", \"top_k\"?, \"mode\"?, \"filter\"?}` (docs/knowledge.md)"), responses((status = 200, body = QueryAnswer), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 502, body = ErrorBody), (status = 503, description = "Knowledge is not served, or the embedding route has no available target", body = ErrorBody)))]
 pub async fn query(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiPath(collection): ApiPath<String>,
     ApiJson(body): ApiJson<Value>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<QueryAnswer>, ApiError> {
     caller.require_operator()?;
     if !body.is_object() {
         return Err(ApiError::new(

@@ -7,6 +7,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
+use stead_actors::{CatchUp, ScheduleDef, ScheduleMessage, ScheduleState};
 use stead_persistence::SessionStatus;
 
 use crate::wire::{EventView, SessionRow};
@@ -52,29 +53,75 @@ pub struct PurgedView {
     pub request_log_rows: u64,
 }
 
-/// A schedule of a session (docs/schedules.md): its definition — one of `at`, `delay_secs`,
-/// `cron` (+ `tz`), `every_secs` — and where it stands.
+/// The timing and message of a schedule as REST shows it: exactly one of `at`, `delay_secs`,
+/// `cron` (+ `tz`), `every_secs`, the message and the catch-up rule.
 #[derive(Serialize, ToSchema)]
-pub struct ScheduleView {
-    pub key: String,
+pub struct ScheduleTiming {
     /// `at`, `delay`, `cron` or `every`.
     pub kind: String,
     #[schema(value_type = Object)]
-    pub message: serde_json::Value,
-    pub at: Option<String>,
+    pub message: ScheduleMessage,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub at: Option<DateTime<Utc>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub delay_secs: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub cron: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub tz: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub every_secs: Option<u64>,
     /// `one`, `all` or `skip`.
-    pub catch_up: String,
-    pub created_at: String,
+    #[schema(value_type = String)]
+    pub catch_up: CatchUp,
+}
+
+impl From<&ScheduleDef> for ScheduleTiming {
+    fn from(def: &ScheduleDef) -> Self {
+        ScheduleTiming {
+            kind: def.kind().to_string(),
+            message: def.message.clone(),
+            at: def.at,
+            delay_secs: def.delay_secs,
+            cron: def.cron.clone(),
+            tz: def.tz.clone(),
+            every_secs: def.every_secs,
+            catch_up: def.catch_up,
+        }
+    }
+}
+
+/// A schedule of a session (docs/schedules.md): its definition and where it stands.
+#[derive(Serialize, ToSchema)]
+pub struct ScheduleView {
+    pub key: String,
+    #[serde(flatten)]
+    pub timing: ScheduleTiming,
+    pub created_at: DateTime<Utc>,
     /// `null` once a one-time schedule fired.
-    pub next_due_at: Option<String>,
+    pub next_due_at: Option<DateTime<Utc>>,
     /// Occurrences fired so far.
     pub fired: u64,
     /// `pending` or `done`.
     pub status: String,
+}
+
+impl ScheduleView {
+    pub fn of(key: &str, schedule: &ScheduleState) -> Self {
+        ScheduleView {
+            key: key.to_string(),
+            timing: (&schedule.def).into(),
+            created_at: schedule.created_at,
+            next_due_at: schedule.next_due_at,
+            fired: schedule.fired,
+            status: if schedule.next_due_at.is_some() {
+                "pending"
+            } else {
+                "done"
+            }
+            .to_string(),
+        }
+    }
 }
 
 /// `{"schedules":[…]}`: pending first, earliest due first.
@@ -88,20 +135,11 @@ pub struct ScheduleList {
 #[derive(Serialize, ToSchema)]
 pub struct AgentScheduleView {
     pub key: String,
-    /// `at`, `delay`, `cron` or `every`.
-    pub kind: String,
     pub agent: String,
-    #[schema(value_type = Object)]
-    pub message: serde_json::Value,
-    pub at: Option<String>,
-    pub delay_secs: Option<u64>,
-    pub cron: Option<String>,
-    pub tz: Option<String>,
-    pub every_secs: Option<u64>,
-    /// `one`, `all` or `skip`.
-    pub catch_up: String,
-    pub created_at: String,
-    pub next_due_at: String,
+    #[serde(flatten)]
+    pub timing: ScheduleTiming,
+    pub created_at: DateTime<Utc>,
+    pub next_due_at: DateTime<Utc>,
 }
 
 /// `{"schedules":[…]}`, by key.
@@ -126,7 +164,7 @@ pub struct DueSchedule {
     pub key: String,
     /// A schedule's kind, or `approval_expiry`.
     pub kind: String,
-    pub next_due_at: String,
+    pub next_due_at: DateTime<Utc>,
     #[schema(value_type = Object)]
     pub definition: serde_json::Value,
 }
@@ -423,4 +461,109 @@ pub struct LogStats {
     pub group_by: String,
     #[schema(value_type = Vec<Object>)]
     pub groups: Vec<stead_persistence::request_log::StatsRow>,
+}
+
+/// A knowledge collection (docs/knowledge.md).
+#[derive(Serialize, ToSchema)]
+pub struct CollectionView {
+    pub name: String,
+    pub embedding_route: String,
+    /// The model that made its embeddings (`null` while it has none).
+    pub model: Option<String>,
+    pub dimension: Option<i64>,
+    pub documents: i64,
+    pub chunks: i64,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl From<&stead_persistence::CollectionRow> for CollectionView {
+    fn from(row: &stead_persistence::CollectionRow) -> Self {
+        CollectionView {
+            name: row.name.clone(),
+            embedding_route: row.embedding_route.clone(),
+            model: row.model.clone(),
+            dimension: row.dimension,
+            documents: row.documents,
+            chunks: row.chunks,
+            created_at: row.created_at,
+            updated_at: row.updated_at,
+        }
+    }
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct CollectionList {
+    pub collections: Vec<CollectionView>,
+}
+
+/// A document of a collection, without its text.
+#[derive(Serialize, ToSchema)]
+pub struct DocumentView {
+    pub id: String,
+    #[schema(value_type = Object)]
+    pub metadata: serde_json::Value,
+    pub chunks: i64,
+    pub bytes: i64,
+    pub sha256: String,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl From<&stead_persistence::DocumentRow> for DocumentView {
+    fn from(row: &stead_persistence::DocumentRow) -> Self {
+        DocumentView {
+            id: row.id.clone(),
+            metadata: row.metadata.clone(),
+            chunks: row.chunks,
+            bytes: row.bytes,
+            sha256: row.sha256.clone(),
+            created_at: row.created_at,
+            updated_at: row.updated_at,
+        }
+    }
+}
+
+/// A document as stored by `PUT`: `created`, `replaced` or `unchanged`.
+#[derive(Serialize, ToSchema)]
+pub struct StoredDocument {
+    #[serde(flatten)]
+    pub document: DocumentView,
+    pub outcome: String,
+}
+
+/// A document with its text and its chunks' texts.
+#[derive(Serialize, ToSchema)]
+pub struct DocumentText {
+    #[serde(flatten)]
+    pub document: DocumentView,
+    pub text: String,
+    pub chunk_texts: Vec<String>,
+}
+
+/// A page of a collection's documents; `next_after` continues it.
+#[derive(Serialize, ToSchema)]
+pub struct DocumentList {
+    pub documents: Vec<DocumentView>,
+    pub next_after: Option<String>,
+}
+
+/// One chunk a query found.
+#[derive(Serialize, ToSchema)]
+pub struct QueryHit {
+    pub document_id: String,
+    pub chunk_index: i64,
+    pub chunk: String,
+    pub score: f64,
+    #[schema(value_type = Object)]
+    pub metadata: serde_json::Value,
+}
+
+/// A query's answer: the chunks found, best first.
+#[derive(Serialize, ToSchema)]
+pub struct QueryAnswer {
+    pub collection: String,
+    /// `exact`, `ann` or `hybrid`.
+    pub mode: String,
+    pub results: Vec<QueryHit>,
 }

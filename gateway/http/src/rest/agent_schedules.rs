@@ -13,14 +13,14 @@ use crate::views::{AgentScheduleCancelled, AgentScheduleList, AgentScheduleView}
 
 /// An agent's schedule as clients see it: its definition's fields, key, kind, agent, when it
 /// was created and its next occurrence.
-fn view(row: &ScheduleRow, record: &AgentSchedule) -> Value {
-    let mut view = json!(record.schedule);
-    view["key"] = json!(row.key);
-    view["kind"] = json!(record.schedule.kind());
-    view["agent"] = json!(row.agent);
-    view["created_at"] = json!(record.created_at);
-    view["next_due_at"] = json!(row.next_due_at);
-    view
+fn view(row: &ScheduleRow, record: &AgentSchedule) -> AgentScheduleView {
+    AgentScheduleView {
+        key: row.key.clone(),
+        agent: row.agent.clone(),
+        timing: (&record.schedule).into(),
+        created_at: record.created_at,
+        next_due_at: row.next_due_at,
+    }
 }
 
 /// The agent, or 422 `unknown_agent`.
@@ -108,15 +108,15 @@ pub async fn list_agent_schedules(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiPath(agent): ApiPath<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<AgentScheduleList>, ApiError> {
     caller.require_operator()?;
     known_agent(&state, &agent)?;
-    let schedules: Vec<Value> = rows(&state, &agent)
+    let schedules = rows(&state, &agent)
         .await?
         .iter()
         .map(|(row, record)| view(row, record))
         .collect();
-    Ok(Json(json!({ "schedules": schedules })))
+    Ok(Json(AgentScheduleList { schedules }))
 }
 
 #[utoipa::path(delete, path = "/v1/agents/{agent}/schedules/{key}", params(("agent" = String, Path, description = "Agent name"), ("key" = String, Path, description = "Schedule key")), responses((status = 200, description = "Deleted: no further occurrence starts", body = AgentScheduleCancelled), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]

@@ -3,12 +3,11 @@
 //! (operators). docs/schedules.md.
 
 use chrono::{DateTime, SubsecRound, Utc};
-use stead_actors::schedules::schedule_view;
 use stead_actors::{CatchUp, ScheduleDef, ScheduleMessage, ScheduleState};
 use stead_persistence::{ScheduleOwner, ScheduleQuery};
 
 use super::*;
-use crate::views::{DueScheduleList, ScheduleList, ScheduleView};
+use crate::views::{DueSchedule, DueScheduleList, ScheduleList, ScheduleView};
 
 /// `{"key", "message": {"text"}, one of "at" | "delay_secs" | "cron" (+ "tz") | "every_secs",
 /// "catch_up"?, "replace"?}`.
@@ -102,11 +101,11 @@ pub(crate) fn schedule_now() -> DateTime<Utc> {
 }
 
 /// The session's schedules, pending ones first (earliest due first), then done ones.
-pub fn schedules_view(folded: &SessionState) -> Vec<Value> {
+pub fn schedules_view(folded: &SessionState) -> Vec<ScheduleView> {
     let mut all: Vec<(&String, &ScheduleState)> = folded.schedules.iter().collect();
     all.sort_by_key(|(key, s)| (s.next_due_at.is_none(), s.next_due_at, key.as_str()));
     all.into_iter()
-        .map(|(key, s)| schedule_view(key, s))
+        .map(|(key, s)| ScheduleView::of(key, s))
         .collect()
 }
 
@@ -136,7 +135,7 @@ pub async fn create_schedule(
     let view = folded
         .schedules
         .get(&key)
-        .map(|s| schedule_view(&key, s))
+        .map(|s| ScheduleView::of(&key, s))
         .ok_or_else(|| ApiError::new(ErrorCode::ScheduleNotFound, "the schedule is gone"))?;
     Ok((status, Json(view)).into_response())
 }
@@ -146,10 +145,12 @@ pub async fn list_schedules(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiPath(id): ApiPath<Uuid>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ScheduleList>, ApiError> {
     caller.require_session(id)?;
     let folded = state.sessions.state(id).await?;
-    Ok(Json(json!({ "schedules": schedules_view(&folded) })))
+    Ok(Json(ScheduleList {
+        schedules: schedules_view(&folded),
+    }))
 }
 
 #[utoipa::path(delete, path = "/v1/sessions/{id}/schedules/{key}", params(("id" = Uuid, Path, description = "Session id"), ("key" = String, Path, description = "Schedule key")), responses((status = 200, description = "Cancelled (journaled `schedule_cancelled`)", body = Committed), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
@@ -200,7 +201,7 @@ pub async fn due_schedules(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiQuery(query): ApiQuery<DueQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<DueScheduleList>, ApiError> {
     caller.require_operator()?;
     let limit = page_limit(query.limit, 50, stead_persistence::MAX_PAGE)?;
     let rows = state
@@ -212,7 +213,7 @@ pub async fn due_schedules(
             limit,
         })
         .await?;
-    let rows: Vec<Value> = rows
+    let schedules = rows
         .into_iter()
         .map(|row| {
             let kind = match stead_actors::session::approval_call(&row.key) {
@@ -220,19 +221,24 @@ pub async fn due_schedules(
                 None => row.definition["kind"]
                     .as_str()
                     .map(str::to_string)
-                    .unwrap_or_else(|| kind_of(row.definition.get("schedule").unwrap_or(&row.definition))),
+                    .unwrap_or_else(|| {
+                        kind_of(row.definition.get("schedule").unwrap_or(&row.definition))
+                    }),
             };
-            json!({
-                "session_id": match &row.owner { ScheduleOwner::Session(id) => json!(id), ScheduleOwner::Agent(_) => Value::Null },
-                "agent": row.agent,
-                "key": row.key,
-                "kind": kind,
-                "next_due_at": row.next_due_at,
-                "definition": row.definition,
-            })
+            DueSchedule {
+                session_id: match &row.owner {
+                    ScheduleOwner::Session(id) => Some(*id),
+                    ScheduleOwner::Agent(_) => None,
+                },
+                agent: row.agent,
+                key: row.key,
+                kind,
+                next_due_at: row.next_due_at,
+                definition: row.definition,
+            }
         })
         .collect();
-    Ok(Json(json!({ "schedules": rows })))
+    Ok(Json(DueScheduleList { schedules }))
 }
 
 /// The kind of a stored definition.

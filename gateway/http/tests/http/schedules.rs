@@ -300,7 +300,15 @@ async fn an_agents_schedule_starts_a_session_per_occurrence() {
     assert!(started.len() >= 2, "{started:?}");
     for session in &started {
         let id = session["id"].as_str().unwrap();
-        let journal = app.journal(id).await;
+        // The session is listed as soon as it exists; its message is journaled just after.
+        let mut journal = app.journal(id).await;
+        for _ in 0..100 {
+            if journal.len() >= 2 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            journal = app.journal(id).await;
+        }
         assert_eq!(journal[0]["kind"], "session_created");
         assert_eq!(journal[1]["kind"], "user_message");
         assert_eq!(journal[1]["payload"]["text"], "tick");
