@@ -13,11 +13,10 @@ use stead_actors::session::{ModelClient, ModelError, ModelRequest, PromptSize};
 use stead_actors::{ModelOutput, TranscriptEntry, Usage};
 use stead_inference::pool::InferencePool;
 use stead_inference::provider::{OnnxEmbeddingProvider, OnnxProvider};
-use stead_persistence::request_log::RequestLogEntry;
 use stead_persistence::RequestLog;
 use stead_router::anthropic::AnthropicProvider;
 use stead_router::chat::{ChatMessage, Role, ToolCall, ToolChoice, ToolSpec};
-use stead_router::log::{LogRecord, RequestLogSink, SinkError};
+use stead_router::log::{RequestLogEntry, RequestLogSink, SinkError};
 use stead_router::openai::OpenAiProvider;
 use stead_router::{CallOptions, Provider, Providers, Router, RouterRequest, SharedLedger};
 use tokio::sync::mpsc::UnboundedSender;
@@ -116,33 +115,9 @@ struct StoreSink {
 
 #[async_trait]
 impl RequestLogSink for StoreSink {
-    async fn write(&self, records: Vec<LogRecord>) -> Result<(), SinkError> {
-        let entries: Vec<RequestLogEntry> = records
-            .into_iter()
-            .map(|r| RequestLogEntry {
-                id: r.id,
-                at: r.at,
-                session_id: r.session_id,
-                api_key: r.api_key,
-                route: r.route,
-                provider: r.provider,
-                model: r.model,
-                status: r.status,
-                attempts: serde_json::to_value(&r.attempts).unwrap_or_default(),
-                latency_ms: r.latency_ms,
-                ttft_ms: r.ttft_ms,
-                tokens_in: r.tokens_in as i64,
-                tokens_out: r.tokens_out as i64,
-                cost: r.cost,
-                cache_hit: r.cache_hit,
-                stream: r.stream,
-                metadata: Value::Object(r.metadata),
-                error: r.error,
-                bodies: r.bodies,
-            })
-            .collect();
+    async fn write(&self, records: Vec<RequestLogEntry>) -> Result<(), SinkError> {
         self.store
-            .insert_request_log(&entries)
+            .insert_request_log(&records)
             .await
             .map_err(|e| SinkError(e.to_string()))
     }

@@ -1,5 +1,5 @@
 //! One ONNX Runtime session over a prepared decoder, and the batched forward passes the
-//! scheduler needs: a prefill of one prompt, and a decode step of many rows at once.
+//! batching needs: a prefill of one prompt, and a decode step of many rows at once.
 //!
 //! KV cache layout (onnxruntime-genai): per layer a key and a value tensor of shape
 //! `[batch, kv_heads, len, head_dim]`. Rows of different lengths share one buffer, right-padded:

@@ -8,6 +8,7 @@
 //! fallback, cache and limits belong to the router.
 
 pub mod adapt;
+pub mod batching;
 pub mod constrained;
 pub mod embedding;
 pub mod embedding_pool;
@@ -19,7 +20,6 @@ pub mod pool;
 pub mod prefix_cache;
 pub mod provider;
 pub mod sampling;
-pub mod scheduler;
 pub mod setup;
 pub mod template;
 pub mod text;

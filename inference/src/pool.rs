@@ -3,7 +3,7 @@
 //! [`InferencePool::generate`] validates and tokenizes a request on the caller's task, then asks
 //! the pool actor (ractor) to admit it: a full queue is answered at once with
 //! [`Error::Overloaded`], never by waiting. Admitted jobs wait in a bounded queue for one of the
-//! engine workers ([`crate::scheduler`]), which batch them continuously. The caller reads a
+//! engine workers ([`crate::batching`]), which batch them continuously. The caller reads a
 //! stream of [`StreamEvent`]s; cancelling it, or dropping it, stops the job before its next
 //! decode step.
 
@@ -16,11 +16,11 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokenizers::Tokenizer;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
+use crate::batching::{run_worker, Job, ModelShared, ToolMode, WorkQueue, WorkerSettings};
 use crate::constrained::ToolGrammar;
 use crate::engine::{init_runtime, Engine, ExecutionProvider};
 use crate::model_dir::{ModelConfig, ModelDir};
 use crate::prefix_cache::{PrefixCache, PrefixStats, PrefixStatsSnapshot};
-use crate::scheduler::{run_worker, Job, ModelShared, ToolMode, WorkQueue, WorkerSettings};
 use crate::template::{ChatTemplate, TOOL_CALL_OPEN};
 use crate::{ChatRequest, Completion, Error, Result, StreamEvent, ToolChoice};
 

@@ -3,42 +3,11 @@
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use serde_json::Value;
 use uuid::Uuid;
 
 use crate::{Error, Result};
 
-/// One model call, as `GET /v1/gateway/logs` lists it.
-#[derive(Debug, Clone, PartialEq, Serialize, ts_rs::TS)]
-pub struct RequestLogEntry {
-    #[ts(type = "string")]
-    pub id: Uuid,
-    #[ts(type = "string")]
-    pub at: DateTime<Utc>,
-    #[ts(type = "string | null")]
-    pub session_id: Option<Uuid>,
-    pub api_key: Option<String>,
-    pub route: String,
-    pub provider: Option<String>,
-    pub model: Option<String>,
-    pub status: String,
-    /// Every attempt at every target, in order.
-    #[ts(type = "unknown[]")]
-    pub attempts: Value,
-    pub latency_ms: f64,
-    pub ttft_ms: Option<f64>,
-    pub tokens_in: i64,
-    pub tokens_out: i64,
-    pub cost: f64,
-    pub cache_hit: bool,
-    pub stream: bool,
-    #[ts(type = "Record<string, unknown>")]
-    pub metadata: Value,
-    pub error: Option<String>,
-    /// `{"request", "response"}` with `[gateway.log] bodies = "full"`, else null.
-    #[ts(type = "{ request: unknown; response: unknown } | null")]
-    pub bodies: Value,
-}
+pub use stead_model::log::{AttemptRecord, LogStatus, RequestLogEntry};
 
 /// Which rows: every set field must match.
 #[derive(Debug, Clone, Default)]

@@ -64,7 +64,7 @@ fn a_newcomer_finds_each_owner_by_folder_name_from_the_readme() {
         ("retries and fallback", "gateway/router/"),
         ("approval policy", "actors/"),
         ("journal append", "persistence/"),
-        ("WebSocket resume", "gateway/http/"),
+        ("WebSocket resume", "edge/"),
         ("continuous batching", "inference/"),
     ] {
         let row = rows
@@ -168,7 +168,7 @@ fn configuration_agents_and_benches_stack_one_way() {
     }
     for library in [
         "actors",
-        "gateway/http",
+        "edge",
         "gateway/router",
         "inference",
         "model",
@@ -183,7 +183,7 @@ fn configuration_agents_and_benches_stack_one_way() {
 
 #[test]
 fn the_http_edge_and_the_router_do_not_link_the_local_engine() {
-    for manifest in ["gateway/http/Cargo.toml", "gateway/router/Cargo.toml"] {
+    for manifest in ["edge/Cargo.toml", "gateway/router/Cargo.toml"] {
         let text = read(manifest);
         for forbidden in ["stead-inference", "ort", "tokenizers", "llguidance"] {
             assert!(
@@ -262,6 +262,7 @@ fn no_comment_names_an_issue_number() {
         "agents",
         "bench",
         "config",
+        "edge",
         "gateway",
         "inference",
         "model",
@@ -304,7 +305,7 @@ fn product_sources() -> Vec<std::path::PathBuf> {
         "agents/src",
         "bench/src",
         "config/src",
-        "gateway/http/src",
+        "edge/src",
         "gateway/router/src",
         "inference/src",
         "model/src",
@@ -448,7 +449,7 @@ fn no_function_outside_tests_is_over_150_lines() {
 }
 
 /// The edge answers with types: no handler returns `Json<Value>` (each body is a view type
-/// of `gateway/http/src/views.rs`, which is also its OpenAPI schema), and the REST handlers
+/// of `edge/src/views.rs`, which is also its OpenAPI schema), and the REST handlers
 /// build no JSON by hand. Named exceptions: `/openapi.json` (the document is JSON that
 /// `utoipa` builds), and the OpenAI, Anthropic, Responses and embeddings compatibility
 /// endpoints, whose bodies are the providers' formats passed through (they answer a
@@ -457,7 +458,7 @@ fn no_function_outside_tests_is_over_150_lines() {
 fn no_handler_answers_untyped_json() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = Vec::new();
-    source_files(&root.join("gateway/http/src"), &["rs"], &mut files);
+    source_files(&root.join("edge/src"), &["rs"], &mut files);
     assert!(files.len() > 20, "only {} edge files found", files.len());
     let mut found = Vec::new();
     for path in &files {

@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use crate::cache::{cache_key, Answer};
 use crate::limits::Reservation;
-use crate::log::{AttemptRecord, LogRecord};
+use crate::log::{AttemptRecord, LogStatus, RequestLogEntry};
 use crate::metrics::Observation;
 use crate::provider::RouterRequest;
 use crate::route::Route;
@@ -82,7 +82,7 @@ impl Router {
             Ok(response) => self.answered_record(&span, base, &request, response, latency),
             Err(error) => {
                 span.record("error.type", error.code.as_str());
-                LogRecord {
+                RequestLogEntry {
                     bodies: self.logged_bodies(&request, None),
                     ..self.failed_record(base, error, latency)
                 }
@@ -346,11 +346,11 @@ impl Router {
     fn answered_record(
         &self,
         span: &tracing::Span,
-        base: LogRecord,
+        base: RequestLogEntry,
         request: &RouterRequest,
         response: &RouterResponse,
         latency: Duration,
-    ) -> LogRecord {
+    ) -> RequestLogEntry {
         span.record("gen_ai.provider.name", response.system.as_str());
         span.record("stead.provider", response.provider.as_str());
         span.record("gen_ai.response.model", response.model.as_str());
@@ -380,10 +380,10 @@ impl Router {
             });
         }
         let counted = |tokens: usize| if hit { 0 } else { tokens as u64 };
-        LogRecord {
+        RequestLogEntry {
             provider: Some(response.provider.clone()),
             model: Some(response.model.clone()),
-            status: "ok".into(),
+            status: LogStatus::Ok,
             attempts: response.attempts.clone(),
             ttft_ms: response.ttft.map(millis),
             tokens_in: counted(response.usage.prompt_tokens),

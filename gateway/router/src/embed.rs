@@ -10,7 +10,7 @@ use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use crate::failover::{Attempt, Tried};
-use crate::log::{AttemptRecord, LogRecord};
+use crate::log::{AttemptRecord, LogStatus, RequestLogEntry};
 use crate::metrics::Observation;
 use crate::provider::{FailureKind, Provider, ProviderError};
 use crate::route::{Route, Target};
@@ -133,10 +133,10 @@ impl Router {
                         output_tokens: 0,
                     });
                 }
-                LogRecord {
+                RequestLogEntry {
                     provider: Some(response.provider.clone()),
                     model: Some(response.model.clone()),
-                    status: "ok".into(),
+                    status: LogStatus::Ok,
                     attempts: response.attempts.clone(),
                     tokens_in: if hit {
                         0

@@ -58,13 +58,7 @@ impl Router {
                     FailureKind::Unavailable,
                     format!("provider `{}` is not available", target.provider_name),
                 );
-                attempts.push(AttemptRecord::of(
-                    target,
-                    "unavailable",
-                    Some(&error),
-                    0.0,
-                    0,
-                ));
+                attempts.push(attempt_record(target, "unavailable", Some(&error), 0.0, 0));
                 continue;
             };
             let retry = &target.config.retry;
@@ -77,7 +71,7 @@ impl Router {
                     target.breaker.admit()
                 };
                 if !all_cooling && admission.is_none() {
-                    let mut skipped = AttemptRecord::of(target, "skipped", None, 0.0, 0);
+                    let mut skipped = attempt_record(target, "skipped", None, 0.0, 0);
                     skipped.error_kind = Some("cooldown".into());
                     skipped.error = Some("cooling down after repeated failures".into());
                     attempts.push(skipped);
@@ -89,7 +83,7 @@ impl Router {
                 match tried.result {
                     Ok(answer) => {
                         target.breaker.success();
-                        attempts.push(AttemptRecord::of(
+                        attempts.push(attempt_record(
                             target,
                             "ok",
                             None,
@@ -119,7 +113,7 @@ impl Router {
                             error = %error.message,
                             "{what} failed"
                         );
-                        attempts.push(AttemptRecord::of(
+                        attempts.push(attempt_record(
                             target,
                             "error",
                             Some(&error),
@@ -265,26 +259,24 @@ fn all_failed(
     }
 }
 
-impl AttemptRecord {
-    /// One attempt at `target`: its outcome, its failure if any, its time and streamed text.
-    fn of(
-        target: &Target,
-        outcome: &str,
-        error: Option<&ProviderError>,
-        latency_ms: f64,
-        streamed_chars: usize,
-    ) -> AttemptRecord {
-        AttemptRecord {
-            provider: target.provider_name.clone(),
-            model: target.model.clone(),
-            outcome: outcome.into(),
-            error_kind: error.map(|e| e.kind.as_str().to_string()),
-            status: error.and_then(|e| e.status),
-            error: error.map(|e| e.message.clone()),
-            retry_after_ms: error.and_then(|e| e.retry_after).map(millis),
-            latency_ms,
-            streamed_chars,
-        }
+/// One attempt at `target`: its outcome, its failure if any, its time and streamed text.
+fn attempt_record(
+    target: &Target,
+    outcome: &str,
+    error: Option<&ProviderError>,
+    latency_ms: f64,
+    streamed_chars: usize,
+) -> AttemptRecord {
+    AttemptRecord {
+        provider: target.provider_name.clone(),
+        model: target.model.clone(),
+        outcome: outcome.into(),
+        error_kind: error.map(|e| e.kind.as_str().to_string()),
+        status: error.and_then(|e| e.status),
+        error: error.map(|e| e.message.clone()),
+        retry_after_ms: error.and_then(|e| e.retry_after).map(millis),
+        latency_ms,
+        streamed_chars,
     }
 }
 

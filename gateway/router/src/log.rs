@@ -8,70 +8,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
-use serde::Serialize;
-use serde_json::{Map, Value};
 use tokio::sync::mpsc;
-use uuid::Uuid;
 
 use super::config::RequestLogConfig;
 
-/// One attempt at one target, as the log keeps it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct AttemptRecord {
-    pub provider: String,
-    pub model: String,
-    /// `ok`, `error`, `skipped` (cooling down) or `unavailable`.
-    pub outcome: String,
-    /// The failure class (`status`, `connect`, `timeout`, `ttft_timeout`, `stream`, `invalid`,
-    /// `unavailable`, `cooldown`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error_kind: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub status: Option<u16>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub retry_after_ms: Option<f64>,
-    pub latency_ms: f64,
-    /// Text this attempt added to the answer (mid-stream failover: the next attempt continues
-    /// after it).
-    pub streamed_chars: usize,
-}
-
-/// One model call.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct LogRecord {
-    pub id: Uuid,
-    pub at: DateTime<Utc>,
-    pub session_id: Option<Uuid>,
-    /// The API key's name (the first hex digits of its digest), `local` for loopback callers,
-    /// none for session actors.
-    pub api_key: Option<String>,
-    pub route: String,
-    /// The target that answered (or was tried last).
-    pub provider: Option<String>,
-    pub model: Option<String>,
-    /// `ok`, `error`, `rate_limited`, `budget_exceeded`, `cancelled`.
-    pub status: String,
-    pub attempts: Vec<AttemptRecord>,
-    pub latency_ms: f64,
-    pub ttft_ms: Option<f64>,
-    pub tokens_in: u64,
-    pub tokens_out: u64,
-    pub cost: f64,
-    pub cache_hit: bool,
-    pub stream: bool,
-    pub metadata: Map<String, Value>,
-    pub error: Option<String>,
-    /// `{"request", "response"}` with `[gateway.log] bodies = "full"`, else null.
-    pub bodies: Value,
-}
+pub use stead_model::log::{AttemptRecord, LogStatus, RequestLogEntry};
 
 /// Where batches of records are written.
 #[async_trait]
 pub trait RequestLogSink: Send + Sync + 'static {
-    async fn write(&self, records: Vec<LogRecord>) -> Result<(), SinkError>;
+    async fn write(&self, records: Vec<RequestLogEntry>) -> Result<(), SinkError>;
 }
 
 /// A batch the sink could not write (it is dropped and counted; the message is logged).
@@ -88,7 +34,7 @@ impl std::error::Error for SinkError {}
 
 /// The queue in front of a sink.
 pub struct RequestLog {
-    sender: mpsc::Sender<LogRecord>,
+    sender: mpsc::Sender<RequestLogEntry>,
     flushes: mpsc::UnboundedSender<tokio::sync::oneshot::Sender<()>>,
     dropped: AtomicU64,
     written: Arc<AtomicU64>,
@@ -97,7 +43,7 @@ pub struct RequestLog {
 impl RequestLog {
     /// Starts the writer task (inside a tokio runtime).
     pub fn start(sink: Arc<dyn RequestLogSink>, config: &RequestLogConfig) -> Self {
-        let (sender, mut receiver) = mpsc::channel::<LogRecord>(config.queue);
+        let (sender, mut receiver) = mpsc::channel::<RequestLogEntry>(config.queue);
         let (flushes, mut flush_requests) =
             mpsc::unbounded_channel::<tokio::sync::oneshot::Sender<()>>();
         let batch_size = config.batch_size;
@@ -174,7 +120,7 @@ impl RequestLog {
     }
 
     /// Queues a record; never waits.
-    pub fn record(&self, record: LogRecord) {
+    pub fn record(&self, record: RequestLogEntry) {
         if self.sender.try_send(record).is_err() {
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }

@@ -13,10 +13,10 @@ use chrono::{DateTime, Utc};
 
 use crate::config::LogBodies;
 use crate::limits::Reservation;
-use crate::log::LogRecord;
+use crate::log::{LogStatus, RequestLogEntry};
 use crate::metrics::Observation;
 use crate::provider::RouterRequest;
-use crate::{CallOptions, Router, RouterError};
+use crate::{CallOptions, Router, RouterError, RouterErrorCode};
 
 impl Router {
     /// What every record of one call says (who, when, which route, how long); the outcome
@@ -29,8 +29,8 @@ impl Router {
         route: &str,
         latency: Duration,
         stream: bool,
-    ) -> LogRecord {
-        LogRecord {
+    ) -> RequestLogEntry {
+        RequestLogEntry {
             id,
             at,
             session_id: options.session_id,
@@ -38,7 +38,7 @@ impl Router {
             route: route.to_string(),
             provider: None,
             model: None,
-            status: String::new(),
+            status: LogStatus::Ok,
             attempts: Vec::new(),
             latency_ms: millis(latency),
             ttft_ms: None,
@@ -57,10 +57,10 @@ impl Router {
     /// code as its status), with the failure of its last attempt counted in the metrics.
     pub(crate) fn failed_record(
         &self,
-        base: LogRecord,
+        base: RequestLogEntry,
         error: &RouterError,
         latency: Duration,
-    ) -> LogRecord {
+    ) -> RequestLogEntry {
         let last = error.attempts.last();
         if let Some(last) = last {
             self.metrics.observe(&Observation {
@@ -74,12 +74,13 @@ impl Router {
                 output_tokens: 0,
             });
         }
-        LogRecord {
+        RequestLogEntry {
             provider: last.map(|a| a.provider.clone()),
             model: last.map(|a| a.model.clone()),
             status: match error.code {
-                code if code.is_limit() => code.to_string(),
-                _ => "error".to_string(),
+                RouterErrorCode::RateLimited => LogStatus::RateLimited,
+                RouterErrorCode::BudgetExceeded => LogStatus::BudgetExceeded,
+                _ => LogStatus::Error,
             },
             attempts: error.attempts.clone(),
             error: Some(error.message.clone()),
@@ -221,8 +222,8 @@ impl Drop for Abandonment<'_> {
                 self.started.elapsed(),
                 self.stream,
             );
-            log.record(LogRecord {
-                status: "abandoned".into(),
+            log.record(RequestLogEntry {
+                status: LogStatus::Abandoned,
                 tokens_in,
                 tokens_out,
                 cost,

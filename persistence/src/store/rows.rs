@@ -3,8 +3,8 @@
 use uuid::Uuid;
 
 use super::dialect::Columns;
-use crate::request_log::{RequestLogEntry, StatsInput};
-use crate::{Compaction, Event, KvEntry, ParentLink, Result, Session, Snapshot};
+use crate::request_log::{LogStatus, RequestLogEntry, StatsInput};
+use crate::{Compaction, Error, Event, KvEntry, ParentLink, Result, Session, Snapshot};
 
 /// The columns [`session`] reads.
 pub(crate) const SESSION_COLUMNS: &str =
@@ -87,16 +87,24 @@ pub(crate) fn log_entry(row: &impl Columns) -> Result<RequestLogEntry> {
         route: row.text("route")?,
         provider: row.opt_text("provider")?,
         model: row.opt_text("model")?,
-        status: row.text("status")?,
-        attempts: row.json("attempts")?,
+        status: {
+            let status = row.text("status")?;
+            LogStatus::parse(&status)
+                .ok_or_else(|| Error::Corrupt(format!("request log status `{status}`")))?
+        },
+        attempts: serde_json::from_value(row.json("attempts")?)
+            .map_err(|e| Error::Corrupt(format!("request log attempts: {e}")))?,
         latency_ms: row.real("latency_ms")?,
         ttft_ms: row.opt_real("ttft_ms")?,
-        tokens_in: row.int("tokens_in")?,
-        tokens_out: row.int("tokens_out")?,
+        tokens_in: u64::try_from(row.int("tokens_in")?).unwrap_or(0),
+        tokens_out: u64::try_from(row.int("tokens_out")?).unwrap_or(0),
         cost: row.real("cost")?,
         cache_hit: row.flag("cache_hit")?,
         stream: row.flag("stream")?,
-        metadata: row.json("metadata")?,
+        metadata: match row.json("metadata")? {
+            serde_json::Value::Object(map) => map,
+            _ => serde_json::Map::new(),
+        },
         error: row.opt_text("error")?,
         bodies: row.json("bodies")?,
     })

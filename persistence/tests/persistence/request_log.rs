@@ -2,7 +2,9 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::json;
-use stead_persistence::request_log::{RequestLogEntry, RequestLogQuery, StatsGroupBy};
+use stead_persistence::request_log::{
+    AttemptRecord, LogStatus, RequestLogEntry, RequestLogQuery, StatsGroupBy,
+};
 use stead_persistence::{Backend, Error, JournalStore, NewSession};
 use stead_testkit::db;
 use uuid::Uuid;
@@ -30,16 +32,33 @@ pub(crate) fn entry(
         route: route.to_string(),
         provider: Some(if n % 3 == 0 { "openai" } else { "local" }.to_string()),
         model: (n != 4).then(|| format!("model-{}", n % 2)),
-        status: if n % 4 == 3 { "error" } else { "ok" }.to_string(),
-        attempts: json!([{ "target": "a", "n": n }]),
+        status: if n % 4 == 3 {
+            LogStatus::Error
+        } else {
+            LogStatus::Ok
+        },
+        attempts: vec![AttemptRecord {
+            provider: "a".into(),
+            model: format!("m{n}"),
+            outcome: "ok".into(),
+            error_kind: None,
+            status: None,
+            error: None,
+            retry_after_ms: None,
+            latency_ms: f64::from(n),
+            streamed_chars: n as usize,
+        }],
         latency_ms: f64::from(n) * 10.5,
         ttft_ms: (n % 2 == 1).then(|| f64::from(n) * 1.25),
-        tokens_in: i64::from(n) * 100,
-        tokens_out: i64::from(n) * 7,
+        tokens_in: u64::from(n) * 100,
+        tokens_out: u64::from(n) * 7,
         cost: f64::from(n) * 0.001,
         cache_hit: n % 3 == 1,
         stream: n % 2 == 0,
-        metadata: json!({ "team": if n < 3 { "ops" } else { "web" }, "n": n, "x_y": "lit" }),
+        metadata: json!({ "team": if n < 3 { "ops" } else { "web" }, "n": n, "x_y": "lit" })
+            .as_object()
+            .cloned()
+            .unwrap_or_default(),
         error: (n % 4 == 3).then(|| format!("failure {n}")),
         bodies: if n % 2 == 0 {
             json!({ "request": { "messages": [{ "role": "user", "content": format!("q{n}") }] },
@@ -146,7 +165,7 @@ async fn request_log_round_trips_filters_and_pages(backend: Backend) {
                 status: Some("error".into()),
                 ..Default::default()
             },
-            expect(&|e| e.status == "error"),
+            expect(&|e| e.status == LogStatus::Error),
         ),
         (
             RequestLogQuery {

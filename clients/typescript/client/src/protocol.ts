@@ -3,7 +3,7 @@
 
 import type * as Wire from "./generated/wire.js";
 
-// Generated from the Rust types (gateway/http/src/wire.rs): a Rust test fails when they drift.
+// Generated from the Rust types (edge/src/wire.rs): a Rust test fails when they drift.
 export type {
   ApprovalScope,
   ClientFrame,

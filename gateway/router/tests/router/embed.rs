@@ -127,7 +127,14 @@ async fn embeddings_fall_back_are_cached_and_logged() {
     let records = setup.sink.records(6).await;
     let summary: Vec<(String, String, u64, bool)> = records
         .iter()
-        .map(|r| (r.route.clone(), r.status.clone(), r.tokens_in, r.cache_hit))
+        .map(|r| {
+            (
+                r.route.clone(),
+                r.status.to_string(),
+                r.tokens_in,
+                r.cache_hit,
+            )
+        })
         .collect();
     assert_eq!(
         summary,

@@ -21,7 +21,7 @@ async fn a_500_then_a_200_is_retried_and_both_attempts_are_logged() {
     assert_eq!(records.len(), 1);
     let record = &records[0];
     assert_eq!(record.id, answer.id);
-    assert_eq!(record.status, "ok");
+    assert_eq!(record.status, LogStatus::Ok);
     assert_eq!(record.provider.as_deref(), Some("a"));
     let story: Vec<(String, Option<u16>)> = record
         .attempts

@@ -84,7 +84,7 @@ async fn identical_calls_are_answered_once_sequentially_and_concurrently() {
 
     let records = s.sink.records(25).await;
     assert_eq!(records.len(), 25);
-    let hits: Vec<&LogRecord> = records.iter().filter(|r| r.cache_hit).collect();
+    let hits: Vec<&RequestLogEntry> = records.iter().filter(|r| r.cache_hit).collect();
     assert_eq!(hits.len(), 21, "2 sequential + 19 concurrent hits");
     assert!(hits.iter().all(|r| r.cost == 0.0 && r.tokens_out == 0));
 }
@@ -145,7 +145,7 @@ async fn fifty_concurrent_calls_against_a_budget_for_ten_serve_at_most_ten() {
     assert_eq!(
         records
             .iter()
-            .filter(|r| r.status == "budget_exceeded")
+            .filter(|r| r.status == LogStatus::BudgetExceeded)
             .count(),
         40
     );

@@ -15,7 +15,7 @@ use async_trait::async_trait;
 use serde_json::{json, Value};
 use stead_router::chat::ChatMessage;
 use stead_router::config::{GatewayConfig, RouteConfig};
-use stead_router::log::{LogRecord, RequestLogSink};
+use stead_router::log::{LogStatus, RequestLogEntry, RequestLogSink};
 use stead_router::openai::OpenAiProvider;
 use stead_router::{
     CacheMode, CacheStatus, CallOptions, Provider, Providers, Router, RouterRequest,
@@ -31,12 +31,15 @@ mod settle;
 /// Test double of the request log's sink: keeps the records in memory.
 #[derive(Default)]
 struct MemorySink {
-    records: Mutex<Vec<LogRecord>>,
+    records: Mutex<Vec<RequestLogEntry>>,
 }
 
 #[async_trait]
 impl RequestLogSink for MemorySink {
-    async fn write(&self, records: Vec<LogRecord>) -> Result<(), stead_router::log::SinkError> {
+    async fn write(
+        &self,
+        records: Vec<RequestLogEntry>,
+    ) -> Result<(), stead_router::log::SinkError> {
         self.records.lock().unwrap().extend(records);
         Ok(())
     }
@@ -44,7 +47,7 @@ impl RequestLogSink for MemorySink {
 
 impl MemorySink {
     /// Waits for the batch writer, then returns the records.
-    async fn records(&self, at_least: usize) -> Vec<LogRecord> {
+    async fn records(&self, at_least: usize) -> Vec<RequestLogEntry> {
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
             let records = self.records.lock().unwrap().clone();

@@ -62,9 +62,12 @@ async fn abandoned_calls_release_their_reservation_and_are_logged() {
     assert!(served.is_ok(), "refused after abandoned calls: {served:?}");
 
     let records = s.sink.records(12).await;
-    let abandoned: Vec<&LogRecord> = records.iter().filter(|r| r.status == "abandoned").collect();
+    let abandoned: Vec<&RequestLogEntry> = records
+        .iter()
+        .filter(|r| r.status == LogStatus::Abandoned)
+        .collect();
     assert_eq!(abandoned.len(), 11, "{records:?}");
-    let streamed: Vec<&&LogRecord> = abandoned.iter().filter(|r| r.stream).collect();
+    let streamed: Vec<&&RequestLogEntry> = abandoned.iter().filter(|r| r.stream).collect();
     assert_eq!(streamed.len(), 10);
     // Charged for what was streamed: at least a token each, never more than reserved.
     assert!(streamed

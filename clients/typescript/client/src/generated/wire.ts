@@ -1,4 +1,4 @@
-// Generated from Stead's Rust wire types (gateway/http/src/wire.rs) — do not edit.
+// Generated from Stead's Rust wire types (edge/src/wire.rs) — do not edit.
 // Regenerate: STEAD_WRITE_WIRE_TYPES=1 cargo test -p stead-http wire_types
 
 /**
@@ -213,13 +213,46 @@ parent_session_id?: string,
 parent_call_id?: string, };
 
 /**
- * One model call, as `GET /v1/gateway/logs` lists it.
+ * How a call ended.
  */
-export type RequestLogEntry = { id: string, at: string, session_id: string | null, api_key: string | null, route: string, provider: string | null, model: string | null, status: string, 
+export type LogStatus = "ok" | "error" | "rate_limited" | "budget_exceeded" | "abandoned";
+
+/**
+ * One attempt at one target.
+ */
+export type AttemptRecord = { provider: string, model: string, 
+/**
+ * `ok`, `error`, `skipped` (cooling down) or `unavailable`.
+ */
+outcome: string, 
+/**
+ * The failure class (`status`, `connect`, `timeout`, `ttft_timeout`, `stream`, `invalid`,
+ * `unavailable`, `cooldown`).
+ */
+error_kind?: string, status?: number, error?: string, retry_after_ms?: number, latency_ms: number, 
+/**
+ * Text this attempt added to the answer (mid-stream failover: the next attempt continues
+ * after it).
+ */
+streamed_chars: number, };
+
+/**
+ * One call through the router (chat or embeddings), as `GET /v1/gateway/logs` lists it.
+ */
+export type RequestLogEntry = { id: string, at: string, session_id: string | null, 
+/**
+ * The API key's name (the first hex digits of its digest), `local` for loopback callers,
+ * none for session actors.
+ */
+api_key: string | null, route: string, 
+/**
+ * The target that answered (or was tried last).
+ */
+provider: string | null, model: string | null, status: LogStatus, 
 /**
  * Every attempt at every target, in order.
  */
-attempts: unknown[], latency_ms: number, ttft_ms: number | null, tokens_in: number, tokens_out: number, cost: number, cache_hit: boolean, stream: boolean, metadata: Record<string, unknown>, error: string | null, 
+attempts: Array<AttemptRecord>, latency_ms: number, ttft_ms: number | null, tokens_in: number, tokens_out: number, cost: number, cache_hit: boolean, stream: boolean, metadata: Record<string, unknown>, error: string | null, 
 /**
  * `{"request", "response"}` with `[gateway.log] bodies = "full"`, else null.
  */

@@ -225,7 +225,7 @@ mod tests {
     /// variant is documented (the WebSocket-only codes in the protocol section).
     #[test]
     fn the_documented_error_table_matches_the_codes() {
-        let doc_path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/api.md");
+        let doc_path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/api.md");
         let doc = std::fs::read_to_string(doc_path).expect("docs/api.md");
         let table = doc
             .split("\n## Errors")

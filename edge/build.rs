@@ -30,7 +30,7 @@ fn files(dir: &Path, base: &Path, out: &mut Vec<(String, PathBuf)>) {
 
 fn main() {
     let dist = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("manifest dir"))
-        .join("../../web-ui/dist");
+        .join("../web-ui/dist");
     println!("cargo:rerun-if-changed={}", dist.display());
     println!(
         "cargo:rerun-if-changed={}",

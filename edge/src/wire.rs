@@ -265,10 +265,12 @@ pub fn typescript() -> String {
         declaration::<ServerFrame>(&cfg),
         declaration::<ClientFrame>(&cfg),
         declaration::<SessionRow>(&cfg),
+        declaration::<stead_persistence::request_log::LogStatus>(&cfg),
+        declaration::<stead_persistence::request_log::AttemptRecord>(&cfg),
         declaration::<RequestLogEntry>(&cfg),
     ];
     format!(
-        "// Generated from Stead's Rust wire types (gateway/http/src/wire.rs) — do not edit.\n\
+        "// Generated from Stead's Rust wire types (edge/src/wire.rs) — do not edit.\n\
          // Regenerate: STEAD_WRITE_WIRE_TYPES=1 cargo test -p stead-http wire_types\n\n{}",
         declarations.join("\n")
     )
@@ -289,7 +291,7 @@ mod tests {
     fn wire_types_match_the_clients_generated_module() {
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../../clients/typescript/client/src/generated/wire.ts"
+            "/../clients/typescript/client/src/generated/wire.ts"
         );
         let generated = typescript();
         if std::env::var_os("STEAD_WRITE_WIRE_TYPES").is_some() {
