@@ -6,6 +6,7 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Instant;
 
 use clap::{Args, Subcommand};
@@ -58,11 +59,14 @@ pub struct QueryArgs {
 
 /// The service over the configured database and a router of the configured embedding
 /// providers (chat models are not started).
-async fn service(config: &Config) -> anyhow::Result<Knowledge> {
+async fn service(
+    config: &Config,
+) -> anyhow::Result<(Knowledge, Arc<dyn stead_persistence::JournalStore>)> {
     let store = crate::serve::open_store(config, true).await?;
     let embedders = stead_agents::engines::start_embedding_models(config).await?;
     let router = stead_agents::models::build(config, &[], &embedders, None, None)?;
-    Ok(Knowledge::new(store, router, config.knowledge.clone()))
+    let knowledge = Knowledge::new(store.clone(), router, config.knowledge.clone());
+    Ok((knowledge, store))
 }
 
 fn api(error: stead_http::ApiError) -> anyhow::Error {
@@ -70,7 +74,7 @@ fn api(error: stead_http::ApiError) -> anyhow::Error {
 }
 
 pub async fn run(config: Config, command: KnowledgeCommand) -> anyhow::Result<ExitCode> {
-    let knowledge = service(&config).await?;
+    let (knowledge, store) = service(&config).await?;
     match command {
         KnowledgeCommand::Add(args) => add(&knowledge, args).await?,
         KnowledgeCommand::Reembed(args) => {
@@ -118,7 +122,7 @@ pub async fn run(config: Config, command: KnowledgeCommand) -> anyhow::Result<Ex
             }
         }
     }
-    knowledge.store().shutdown().await;
+    store.shutdown().await;
     Ok(ExitCode::SUCCESS)
 }
 

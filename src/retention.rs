@@ -31,7 +31,7 @@ pub async fn sweep(
         };
         after = Some((last_time, last_id));
         for (id, _) in candidates {
-            match replay::compact(store, id).await {
+            match replay::compact(store.as_ref(), id).await {
                 Ok(compaction) => {
                     progress(id, &compaction.summary);
                     done.push(compaction);

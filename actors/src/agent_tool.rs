@@ -12,7 +12,7 @@
 
 use async_trait::async_trait;
 use serde_json::{json, Value};
-use stead_persistence::{Error, JournalStore, NewEvent, NewSession, ParentLink};
+use stead_persistence::{Error, NewEvent, NewSession, ParentLink, SessionStore};
 use uuid::Uuid;
 
 use crate::agent_schedules::{derived_id, wake_now};
@@ -93,7 +93,7 @@ pub fn child_task(arguments: &Value) -> String {
 /// child keeps the parent's `metadata`, so its model calls are reported with the parent's
 /// (per-customer spend covers the whole tree).
 pub async fn start_child(
-    store: &dyn JournalStore,
+    store: &dyn SessionStore,
     parent: Uuid,
     link: ParentRef,
     principal: &str,

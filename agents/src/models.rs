@@ -4,7 +4,6 @@
 //! OpenAI-compatible endpoint share one router (`docs/architecture.md`: the binary is where the
 //! crates meet).
 
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -246,7 +245,7 @@ impl ModelClient for SessionModel {
         &self,
         request: ModelRequest,
         deltas: UnboundedSender<String>,
-        cancel: Arc<AtomicBool>,
+        cancel: tokio_util::sync::CancellationToken,
     ) -> Result<ModelOutput, ModelError> {
         // Charged to whoever created the session, under the same per-key limits and budgets
         // as their `/v1/chat/completions` calls; logged with the session's metadata.
@@ -262,7 +261,7 @@ impl ModelClient for SessionModel {
         // Cancelling drops the call, which stops its attempt (and writes no log record).
         let response = tokio::select! {
             biased;
-            _ = stead_router::cancelled(&cancel) => return Err(ModelError::Cancelled),
+            () = cancel.cancelled() => return Err(ModelError::Cancelled),
             response = call => response.map_err(|e| {
                 // A refusal by a limit or budget names its code: the journal says why. An
                 // upstream's own error text stays in the request log.

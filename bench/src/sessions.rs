@@ -4,7 +4,6 @@
 //! Uses a scratch SQLite database in the data dir and a scripted model (instant answers), so
 //! the figures are the actors' and the journal's, not a model's.
 
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,7 +29,7 @@ impl ModelClient for InstantModel {
         &self,
         request: ModelRequest,
         _deltas: UnboundedSender<String>,
-        _cancel: Arc<AtomicBool>,
+        _cancel: tokio_util::sync::CancellationToken,
     ) -> Result<ModelOutput, stead_actors::session::ModelError> {
         Ok(ModelOutput {
             text: "ok".into(),

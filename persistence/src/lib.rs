@@ -39,8 +39,8 @@ pub use knowledge::{
 };
 pub use schedules::{ScheduleOwner, ScheduleQuery, ScheduleRow};
 pub use traits::{
-    Budgets, Journal, JournalStore, Knowledge, Kv, Leases, RequestLog, Schedules, Sessions,
-    Snapshots,
+    Budgets, Journal, JournalStore, Knowledge, Kv, Leases, RequestLog, Schedules, SessionStore,
+    Sessions, Snapshots,
 };
 pub use types::{
     BudgetDecision, BudgetRequest, ClusterNode, Compaction, DelegationCounts, Event, KvEntry,

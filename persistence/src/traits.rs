@@ -1,8 +1,8 @@
 //! The store's interface, in narrow traits so that each user names only what it uses:
-//! [`Sessions`], [`Journal`], [`Leases`], [`Snapshots`], [`Kv`], [`RequestLog`] and
-//! [`Schedules`];
-//! [`JournalStore`] is all of them plus the store's own lifecycle (migrations, readiness,
-//! shutdown), as `open` returns it.
+//! [`Sessions`], [`Journal`], [`Leases`], [`Snapshots`], [`Kv`], [`RequestLog`],
+//! [`Schedules`], [`Budgets`] and [`Knowledge`]; [`SessionStore`] is what a session actor
+//! uses of them; [`JournalStore`] is all of them plus the store's own lifecycle (migrations,
+//! readiness, shutdown), as `open` returns it and only the wiring holds it.
 
 use std::time::Duration;
 
@@ -22,18 +22,7 @@ use crate::{
 /// (`persistence/tests/journal.rs`).
 #[async_trait]
 pub trait JournalStore:
-    Sessions
-    + Journal
-    + Leases
-    + Snapshots
-    + Kv
-    + RequestLog
-    + Schedules
-    + Budgets
-    + Knowledge
-    + Send
-    + Sync
-    + 'static
+    SessionStore + RequestLog + Budgets + Knowledge + Send + Sync + 'static
 {
     fn backend(&self) -> Backend;
 
@@ -45,6 +34,19 @@ pub trait JournalStore:
 
     /// Stops accepting appends, finishes the ones in flight and closes the connections.
     async fn shutdown(&self);
+}
+
+/// What the session actors and replay use of the store: sessions and their journals, leases,
+/// snapshots, key-value notes and schedule rows. `JournalStore` extends it, so a whole store
+/// is one (`Arc<dyn JournalStore>` coerces to `Arc<dyn SessionStore>`).
+pub trait SessionStore:
+    Sessions + Journal + Leases + Snapshots + Kv + Schedules + Send + Sync + 'static
+{
+}
+
+impl<T> SessionStore for T where
+    T: Sessions + Journal + Leases + Snapshots + Kv + Schedules + Send + Sync + 'static + ?Sized
+{
 }
 
 /// Sessions and their rows: create, read, list, status, close.

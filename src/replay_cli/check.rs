@@ -132,7 +132,7 @@ pub(super) async fn check(
             let store = store.clone();
             let read = async move {
                 let row = store.get_session(id).await?;
-                let events = replay::read_all(&store, id, 0).await?;
+                let events = replay::read_all(store.as_ref(), id, 0).await?;
                 let compacted = events.first().map_or(row.last_seq > 0, |e| e.seq != 1);
                 anyhow::Ok(Recording {
                     source: "database".into(),

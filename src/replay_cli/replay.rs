@@ -23,7 +23,7 @@ pub(super) async fn state(store: &Arc<dyn JournalStore>, args: StateArgs) -> any
             row.last_seq
         );
     }
-    let folded = replay::fold_until(store, args.id, at).await?;
+    let folded = replay::fold_until(store.as_ref(), args.id, at).await?;
     print_json(&replay::state_view(args.id, &folded))
 }
 
@@ -41,17 +41,18 @@ pub(super) async fn export(
     args: ExportArgs,
 ) -> anyhow::Result<()> {
     let row = store.get_session(args.id).await?;
-    let header = replay::export_header(store, &row, agent_hash(config, &row.agent)).await?;
+    let header =
+        replay::export_header(store.as_ref(), &row, agent_hash(config, &row.agent)).await?;
     let written = match &args.output {
         Some(path) => {
             let file = std::fs::File::create(path)
                 .with_context(|| format!("cannot create {}", path.display()))?;
             let mut out = std::io::BufWriter::new(file);
-            replay::write_export(store, &header, &mut out).await?
+            replay::write_export(store.as_ref(), &header, &mut out).await?
         }
         None => {
             let mut out = std::io::BufWriter::new(std::io::stdout());
-            replay::write_export(store, &header, &mut out).await?
+            replay::write_export(store.as_ref(), &header, &mut out).await?
         }
     };
     eprintln!("exported {} ({written} events)", row.id);
@@ -93,7 +94,7 @@ pub(super) async fn import(
             "stead: note: agent `{agent}` is configured differently here than where the session was recorded; `stead replay check` shows whether its decisions differ"
         );
     }
-    let row = replay::import(store, &export).await?;
+    let row = replay::import(store.as_ref(), &export).await?;
     if args.json {
         print_json(&json!({
             "id": row.id,
@@ -139,14 +140,14 @@ pub(super) async fn fork(
         system_prompt,
     };
     let (row, last_seq) = replay::fork(
-        store,
+        store.as_ref(),
         &source,
         args.at,
         overrides,
         stead_actors::LOCAL_PRINCIPAL,
     )
     .await?;
-    let status = replay::settle_status(store, row.id).await?.status;
+    let status = replay::settle_status(store.as_ref(), row.id).await?.status;
     if args.json {
         print_json(&json!({
             "id": row.id,

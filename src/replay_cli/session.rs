@@ -64,8 +64,8 @@ pub(super) async fn list(store: &Arc<dyn JournalStore>, args: ListArgs) -> anyho
 pub(super) async fn show(store: &Arc<dyn JournalStore>, args: ShowArgs) -> anyhow::Result<()> {
     let row = store.get_session(args.id).await?;
     let compaction = store.compaction(args.id).await?;
-    let folded = replay::fold_until(store, args.id, row.last_seq).await?;
-    let events = replay::read_all(store, args.id, 0).await?;
+    let folded = replay::fold_until(store.as_ref(), args.id, row.last_seq).await?;
+    let events = replay::read_all(store.as_ref(), args.id, 0).await?;
     if args.json {
         return print_json(&json!({
             "session": row,
@@ -169,7 +169,7 @@ pub(super) async fn compact(
         }
         let mut done = Vec::new();
         for id in &args.ids {
-            match replay::compact(store, *id).await {
+            match replay::compact(store.as_ref(), *id).await {
                 Ok(compaction) => {
                     if !args.json {
                         println!(

@@ -2,10 +2,9 @@
 //! summary of what they were.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use serde_json::{json, Value};
-use stead_persistence::{Compaction, Event, JournalStore, SessionStatus};
+use stead_persistence::{Compaction, Event, SessionStatus, SessionStore};
 use uuid::Uuid;
 
 use super::fold::typed;
@@ -43,7 +42,7 @@ pub fn summarize(events: &[Event], state: &SessionState) -> Value {
 /// Compacts an ended session's journal: the folded state at its last seq and a summary replace
 /// the events. Refused for open and parked sessions (only `closed` and `failed` ones), and a
 /// no-op for a journal compacted already.
-pub async fn compact(store: &Arc<dyn JournalStore>, id: Uuid) -> Result<Compaction, ReplayError> {
+pub async fn compact(store: &dyn SessionStore, id: Uuid) -> Result<Compaction, ReplayError> {
     let session = store.get_session(id).await?;
     if !matches!(
         session.status,

@@ -2,12 +2,11 @@
 //! and importing a parsed export as a new session.
 
 use std::io::BufRead;
-use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use stead_persistence::{Event, JournalStore, NewEvent, Session, SessionStatus};
+use stead_persistence::{Event, NewEvent, Session, SessionStatus, SessionStore};
 use uuid::Uuid;
 
 use super::fold::PAGE;
@@ -75,7 +74,7 @@ pub struct ImportError {
 
 /// The header for exporting `session` (refused for a compacted journal: it is not complete).
 pub async fn export_header(
-    store: &Arc<dyn JournalStore>,
+    store: &dyn SessionStore,
     session: &Session,
     agent_config_hash: Option<String>,
 ) -> Result<ExportHeader, ReplayError> {
@@ -101,7 +100,7 @@ pub async fn export_header(
 /// Writes a session as an export: the header line, then one line per event (read page by
 /// page, so a long journal is never held whole).
 pub async fn write_export(
-    store: &Arc<dyn JournalStore>,
+    store: &dyn SessionStore,
     header: &ExportHeader,
     out: &mut (dyn std::io::Write + Send),
 ) -> Result<usize, ReplayError> {
@@ -247,10 +246,7 @@ pub const IMPORTED_FROM: &str = "imported_from";
 /// Creates a new session (a fresh id) holding an export's journal, with its original times and
 /// metadata (plus its provenance under [`IMPORTED_FROM`]), and the status its journal folds
 /// to.
-pub async fn import(
-    store: &Arc<dyn JournalStore>,
-    export: &Export,
-) -> Result<Session, ReplayError> {
+pub async fn import(store: &dyn SessionStore, export: &Export) -> Result<Session, ReplayError> {
     let mut metadata = export.header.metadata.clone();
     if let Some(object) = metadata.as_object_mut() {
         let mut imports = match object.remove(IMPORTED_FROM) {

@@ -1,10 +1,8 @@
 //! Reading journals back and folding them: the versioned snapshot document, paged reads, the
 //! state at any seq, and the state view.
 
-use std::sync::Arc;
-
 use serde_json::{json, Value};
-use stead_persistence::{Event, JournalStore};
+use stead_persistence::{Event, SessionStore};
 use uuid::Uuid;
 
 use super::ReplayError;
@@ -38,7 +36,7 @@ pub(super) fn typed(event: &Event) -> Option<SessionEvent> {
 
 /// Every event of a session after `after`, in order.
 pub async fn read_all(
-    store: &Arc<dyn JournalStore>,
+    store: &dyn SessionStore,
     id: Uuid,
     after: i64,
 ) -> Result<Vec<Event>, ReplayError> {
@@ -47,7 +45,7 @@ pub async fn read_all(
 
 /// The events of a session with `after < seq <= through`, in order.
 pub(super) async fn read_through(
-    store: &Arc<dyn JournalStore>,
+    store: &dyn SessionStore,
     id: Uuid,
     after: i64,
     through: i64,
@@ -72,7 +70,7 @@ pub(super) async fn read_through(
 /// The state folded from the journal up to `at` (`1..=last seq`): what `state?at=N` answers.
 /// A compacted session folds from its compaction's state; earlier seqs are gone.
 pub async fn fold_until(
-    store: &Arc<dyn JournalStore>,
+    store: &dyn SessionStore,
     id: Uuid,
     at: i64,
 ) -> Result<SessionState, ReplayError> {
@@ -108,10 +106,7 @@ pub async fn fold_until(
 /// The session's latest state from the database alone — its latest snapshot, then the journal
 /// after it — without activating it (listings that span sessions read parked sessions this
 /// way, on whichever node of a cluster they run, without taking their leases).
-pub async fn fold_latest(
-    store: &Arc<dyn JournalStore>,
-    id: Uuid,
-) -> Result<SessionState, ReplayError> {
+pub async fn fold_latest(store: &dyn SessionStore, id: Uuid) -> Result<SessionState, ReplayError> {
     let mut folded = SessionState::default();
     if let Some(snapshot) = store.latest_snapshot(id).await? {
         if let Some(state) = state_from_document(&snapshot.state) {

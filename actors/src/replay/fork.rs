@@ -1,10 +1,8 @@
 //! Sessions written by copying a journal: forks, the all-or-nothing create-and-append that
 //! imports share, and settling a copied session's row status.
 
-use std::sync::Arc;
-
 use serde_json::{json, Value};
-use stead_persistence::{Event, JournalStore, NewEvent, NewSession, Session, SessionStatus};
+use stead_persistence::{Event, NewEvent, NewSession, Session, SessionStatus, SessionStore};
 use uuid::Uuid;
 
 use super::fold::read_through;
@@ -16,7 +14,7 @@ use crate::events::{Overrides, SessionEvent};
 /// and last seq. The fork's model calls are charged to `principal` (who forked). The fork is not activated here: whatever was in flight at `at` carries on
 /// when its actor starts.
 pub async fn fork(
-    store: &Arc<dyn JournalStore>,
+    store: &dyn SessionStore,
     source: &Session,
     at: i64,
     overrides: Overrides,
@@ -66,7 +64,7 @@ pub async fn fork(
 /// A new session holding `events` as its journal, written in one append (all or nothing); the
 /// session is deleted again when the append fails, so no partial copy is left behind.
 pub(super) async fn create_with_journal(
-    store: &Arc<dyn JournalStore>,
+    store: &dyn SessionStore,
     agent: &str,
     metadata: Value,
     events: Vec<NewEvent>,
@@ -90,10 +88,7 @@ pub(super) async fn create_with_journal(
 
 /// Writes the status the session's journal folds to onto its row (as the session actor would
 /// once activated), for sessions written by copying: imports and forks.
-pub async fn settle_status(
-    store: &Arc<dyn JournalStore>,
-    id: Uuid,
-) -> Result<Session, ReplayError> {
+pub async fn settle_status(store: &dyn SessionStore, id: Uuid) -> Result<Session, ReplayError> {
     let row = store.get_session(id).await?;
     let folded = fold_until(store, id, row.last_seq).await?;
     Ok(match folded.status() {

@@ -5,7 +5,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
-use stead_persistence::{JournalStore, SessionStatus};
+use stead_persistence::{SessionStatus, SessionStore};
 use uuid::Uuid;
 
 use super::{Agent, Attached, Frame, Lifecycle, ModelClient, Subscriber};
@@ -52,7 +52,7 @@ pub enum SessionError {
 /// (a subscriber that attaches mid-stream starts from it).
 pub(super) struct StreamingCall {
     pub(super) call_id: String,
-    pub(super) cancel: Arc<AtomicBool>,
+    pub(super) cancel: tokio_util::sync::CancellationToken,
     pub(super) text: String,
 }
 
@@ -102,7 +102,7 @@ pub struct SessionDeps {
     /// The lease this activation holds: every journal write is fenced by its epoch.
     pub lease: stead_persistence::Lease,
     pub agent: Arc<Agent>,
-    pub store: Arc<dyn JournalStore>,
+    pub store: Arc<dyn SessionStore>,
     pub model: Arc<dyn ModelClient>,
     pub lifecycle: Lifecycle,
     /// Told when the actor writes a due-index row, so the scheduler looks at it at once.

@@ -268,7 +268,7 @@ pub(super) struct DelegationSteps {
     /// for a child from a journal older than per-message budgets — its delegation's row.
     counter: Option<(Uuid, i64)>,
     limit: u32,
-    store: std::sync::Arc<dyn stead_persistence::JournalStore>,
+    store: std::sync::Arc<dyn stead_persistence::SessionStore>,
 }
 
 impl DelegationSteps {
@@ -284,7 +284,7 @@ impl DelegationSteps {
 /// Charges one model call (or, with `session`, one child session) to the top-level message
 /// `turn_seq` of session `row`; the error when it is over `limit` or cannot be counted.
 pub(super) async fn charge_message(
-    store: &dyn stead_persistence::JournalStore,
+    store: &dyn stead_persistence::SessionStore,
     row: Uuid,
     turn_seq: i64,
     session: bool,

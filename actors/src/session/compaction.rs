@@ -5,8 +5,7 @@
 //! issuing the call again over the compacted transcript. A prompt whose turn alone is over the
 //! budget fails the call with `context_overflow`.
 
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
 
 use super::{Calibration, ModelClient, ModelError, ModelRequest};
 use crate::context::{self, ContextRules, Strategy};
@@ -49,7 +48,7 @@ pub(super) async fn fit(
     prompt: &PromptParts<'_>,
     last: Option<&Calibration>,
     call_id: &str,
-    cancel: Arc<AtomicBool>,
+    cancel: CancellationToken,
 ) -> Fit {
     let PromptParts {
         base: base_prompt,
@@ -125,7 +124,7 @@ async fn summarise(
     previous: Option<&str>,
     dropped: &[TranscriptEntry],
     budget: u64,
-    cancel: Arc<AtomicBool>,
+    cancel: CancellationToken,
 ) -> Result<(String, String), SummaryError> {
     let mut input = context::summary_input(previous, dropped, rules.max_tool_result_tokens);
     // The summariser's own prompt stays inside the budget: the newest part is kept.

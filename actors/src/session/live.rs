@@ -316,7 +316,7 @@ impl Live {
             Action::AbortModelCall { call_id } => {
                 if let Some(streaming) = &self.streaming {
                     if streaming.call_id == call_id {
-                        streaming.cancel.store(true, Ordering::Relaxed);
+                        streaming.cancel.cancel();
                     }
                 }
                 self.streaming = None;

@@ -1,12 +1,10 @@
 //! How sessions reach models: the tool list the model sees, one model call's request, and the
 //! `ModelClient` trait the local engine and the model router implement.
 
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
-
 use async_trait::async_trait;
 use serde_json::Value;
 use tokio::sync::mpsc::UnboundedSender;
+use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::decide::ModelOutput;
@@ -138,11 +136,11 @@ pub trait ModelClient: Send + Sync + 'static {
     }
 
     /// Streams text deltas into `deltas` and returns the whole answer. Stops early (with an
-    /// error) once `cancel` is set.
+    /// error) once `cancel` is cancelled — as a tool's call stops on its token.
     async fn complete(
         &self,
         request: ModelRequest,
         deltas: UnboundedSender<String>,
-        cancel: Arc<AtomicBool>,
+        cancel: CancellationToken,
     ) -> Result<ModelOutput, ModelError>;
 }

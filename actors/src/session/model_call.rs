@@ -2,10 +2,10 @@
 //! fits the prompt to the agent's budget, charges the delegation budget, streams the answer
 //! back as deltas and reports the outcome as an input.
 
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use ractor::ActorRef;
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::children::DelegationSteps;
@@ -21,7 +21,7 @@ use crate::decide::Input;
 impl Live {
     /// Starts the model call `call_id` of the running turn.
     pub(super) fn call_model(&mut self, myself: &ActorRef<SessionMsg>, call_id: String) {
-        let cancel = Arc::new(AtomicBool::new(false));
+        let cancel = CancellationToken::new();
         self.streaming = Some(StreamingCall {
             call_id: call_id.clone(),
             cancel: cancel.clone(),
@@ -111,7 +111,7 @@ struct ModelCallTask {
     steps: DelegationSteps,
     calibration: Arc<Mutex<Option<Calibration>>>,
     call_id: String,
-    cancel: Arc<AtomicBool>,
+    cancel: CancellationToken,
 }
 
 impl ModelCallTask {

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use ractor::{Actor, ActorRef};
-use stead_persistence::JournalStore;
+use stead_persistence::SessionStore;
 use uuid::Uuid;
 
 use super::supervisor::Supervisor;
@@ -33,7 +33,7 @@ pub(super) struct Shared {
     /// This registry's name as a lease owner (host, process, instance).
     pub(super) node: String,
     pub(super) lifecycle: Lifecycle,
-    pub(super) store: Arc<dyn JournalStore>,
+    pub(super) store: Arc<dyn SessionStore>,
     model: Arc<dyn ModelClient>,
     agents: HashMap<String, Arc<Agent>>,
     pub(super) live: Mutex<HashMap<Uuid, ActorRef<SessionMsg>>>,
@@ -204,7 +204,7 @@ pub fn default_node_name() -> String {
 
 impl SessionRegistry {
     pub fn new(
-        store: Arc<dyn JournalStore>,
+        store: Arc<dyn SessionStore>,
         model: Arc<dyn ModelClient>,
         agents: Vec<Agent>,
     ) -> Self {

@@ -20,9 +20,7 @@ use serde_json::{json, Value};
 use sha2::Digest;
 use stead_config::KnowledgeConfig;
 use stead_http::{ApiError, ErrorCode};
-use stead_persistence::{
-    CollectionRow, JournalStore, NewChunk, PutDocument, PutOutcome, Reembedding,
-};
+use stead_persistence::{CollectionRow, NewChunk, PutDocument, PutOutcome, Reembedding};
 use stead_router::{CallOptions, EmbedRequest, Router};
 
 use index::{Index, Ranked};
@@ -46,7 +44,7 @@ pub struct Hit {
 
 /// The knowledge service; one per process, shared.
 pub struct Knowledge {
-    store: Arc<dyn JournalStore>,
+    store: Arc<dyn stead_persistence::Knowledge>,
     router: Arc<Router>,
     config: KnowledgeConfig,
     indexes: Mutex<HashMap<String, Arc<Index>>>,
@@ -135,7 +133,11 @@ fn normalised(mut vector: Vec<f32>) -> Vec<f32> {
 }
 
 impl Knowledge {
-    pub fn new(store: Arc<dyn JournalStore>, router: Arc<Router>, config: KnowledgeConfig) -> Self {
+    pub fn new(
+        store: Arc<dyn stead_persistence::Knowledge>,
+        router: Arc<Router>,
+        config: KnowledgeConfig,
+    ) -> Self {
         Knowledge {
             store,
             router,
@@ -149,7 +151,7 @@ impl Knowledge {
         &self.config
     }
 
-    pub fn store(&self) -> &Arc<dyn JournalStore> {
+    pub fn store(&self) -> &Arc<dyn stead_persistence::Knowledge> {
         &self.store
     }
 

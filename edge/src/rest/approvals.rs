@@ -161,7 +161,7 @@ pub async fn pending_approvals(
 /// session) its parent.
 async fn approvals_of(state: &AppState, row: &stead_persistence::Session) -> Vec<InboxApproval> {
     // From the database, not the actor: the same on every node, and no lease moves.
-    let folded = match stead_actors::replay::fold_latest(&state.store, row.id).await {
+    let folded = match stead_actors::replay::fold_latest(state.store.as_ref(), row.id).await {
         Ok(folded) => folded,
         Err(error) => {
             tracing::warn!(session = %row.id, %error, "cannot read a parked session");

@@ -39,7 +39,7 @@ pub async fn state_at(
                 .acquire()
                 .await
                 .map_err(|_| ApiError::new(ErrorCode::Internal, "the fold limiter is closed"))?;
-            stead_actors::replay::fold_until(&state.store, id, at).await?
+            stead_actors::replay::fold_until(state.store.as_ref(), id, at).await?
         }
     };
     Ok(Json(StateView {
@@ -139,9 +139,14 @@ pub async fn fork(
         route,
         system_prompt: body.overrides.system_prompt,
     };
-    let (row, last_seq) =
-        stead_actors::replay::fork(&state.store, &source, body.at, overrides, &billed(&caller))
-            .await?;
+    let (row, last_seq) = stead_actors::replay::fork(
+        state.store.as_ref(),
+        &source,
+        body.at,
+        overrides,
+        &billed(&caller),
+    )
+    .await?;
     // Activate it: whatever was in flight at `at` carries on in the fork (finished model and
     // tool calls are in the copied journal and are not run again).
     let folded = state.sessions.state(row.id).await?;

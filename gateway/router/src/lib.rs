@@ -36,7 +36,6 @@ mod settle;
 pub mod wire;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -450,16 +449,6 @@ pub fn log_metadata(metadata: &Map<String, Value>) -> Map<String, Value> {
         .take(16)
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect()
-}
-
-/// Flags shared between a caller and a call it may abandon.
-pub type CancelFlag = Arc<AtomicBool>;
-
-/// Resolves once `flag` is set, looking every 20 ms.
-pub async fn cancelled(flag: &AtomicBool) {
-    while !flag.load(Ordering::Relaxed) {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@
 //! provider's tokenizer would).
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -101,7 +101,7 @@ impl ModelClient for ScriptedModel {
         &self,
         request: ModelRequest,
         deltas: UnboundedSender<String>,
-        _cancel: Arc<AtomicBool>,
+        _cancel: tokio_util::sync::CancellationToken,
     ) -> Result<ModelOutput, ModelError> {
         assert!(
             !request.transcript.is_empty(),

@@ -131,9 +131,10 @@ async fn a_long_session_is_compacted_before_the_calls_that_need_it(backend: Back
     // had at those points.
     let first = compactions[0].seq;
     for at in [first - 1, first] {
-        let (fork, _) = stead_actors::replay::fork(&store, &row, at, Default::default(), "local")
-            .await
-            .unwrap();
+        let (fork, _) =
+            stead_actors::replay::fork(store.as_ref(), &row, at, Default::default(), "local")
+                .await
+                .unwrap();
         let copied = store.read(fork.id, 0, 1000).await.unwrap();
         let forked = fold_all(&copied);
         let source = fold_all(&journal[..at as usize]);

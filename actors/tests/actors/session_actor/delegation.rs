@@ -174,10 +174,15 @@ async fn a_fork_inside_a_delegation_starts_its_own_child_and_leaves_the_original
 
     // Fork the lead while its `write` call waits for the writer child.
     let row = store.get_session(lead).await.unwrap();
-    let (fork, _) =
-        stead_actors::replay::fork(&store, &row, row.last_seq, Default::default(), "local")
-            .await
-            .unwrap();
+    let (fork, _) = stead_actors::replay::fork(
+        store.as_ref(),
+        &row,
+        row.last_seq,
+        Default::default(),
+        "local",
+    )
+    .await
+    .unwrap();
     let forked_writer = child_session_id(fork.id, "t2");
     assert_ne!(forked_writer, writer);
     registry.state(fork.id).await.unwrap();

@@ -43,11 +43,11 @@ async fn a_fold_to_a_seq_starts_at_the_latest_snapshot_before_it(backend: Backen
         .await
         .unwrap();
 
-    let at_five = fold_until(&store, id, 5).await.unwrap();
+    let at_five = fold_until(store.as_ref(), id, 5).await.unwrap();
     assert_eq!(at_five.memory, "m5");
     assert_eq!(at_five.last_seq, 5);
     assert_eq!(at_five.summary.as_deref(), Some("from the snapshot"));
-    let at_two = fold_until(&store, id, 2).await.unwrap();
+    let at_two = fold_until(store.as_ref(), id, 2).await.unwrap();
     assert_eq!(at_two.memory, "m2");
     assert_eq!(at_two.summary, None, "a snapshot after the seq is not used");
     db.finish().await;

@@ -4,7 +4,7 @@
 //! these record.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use async_trait::async_trait;
@@ -81,11 +81,11 @@ impl ModelClient for GatedModel {
         &self,
         request: ModelRequest,
         deltas: UnboundedSender<String>,
-        cancel: Arc<AtomicBool>,
+        cancel: tokio_util::sync::CancellationToken,
     ) -> Result<ModelOutput, ModelError> {
         self.sent.lock().unwrap().push(request.transcript);
         loop {
-            if cancel.load(Ordering::SeqCst) {
+            if cancel.is_cancelled() {
                 self.cancelled.fetch_add(1, Ordering::SeqCst);
                 return Err(ModelError::Cancelled);
             }
