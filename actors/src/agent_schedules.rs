@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use crate::decide::Refusal;
 use crate::rules::AgentRules;
-use crate::schedule::Due;
+use crate::schedules::timing::Due;
 use crate::schedules::{check_definition, ScheduleDef};
 
 /// An agent's schedule as its row's `definition` holds it.

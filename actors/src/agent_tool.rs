@@ -212,25 +212,6 @@ pub fn child_outcome(child: Uuid, events: &[SessionEvent]) -> Option<Result<Valu
     })
 }
 
-impl Planner<'_> {
-    /// `child_session_started` for a running `agent` call, once.
-    pub(crate) fn child_started(&mut self, call_id: String, child: String) -> Result<(), Refusal> {
-        let tool = self.started_call(&call_id)?;
-        let is_agent = matches!(
-            self.agent.tool(&self.state, &tool).and_then(|r| r.builtin),
-            Some(Builtin::Agent { .. })
-        );
-        if !is_agent || self.state.children.contains_key(&call_id) {
-            return Err(Refusal::Stale);
-        }
-        self.push(SessionEvent::ChildSessionStarted {
-            call_id,
-            child_session_id: child,
-        });
-        Ok(())
-    }
-}
-
 /// Whether the call `call_id` of `state` still waits for its child.
 pub fn waits_for_child(state: &SessionState, call_id: &str) -> bool {
     state.children.contains_key(call_id)

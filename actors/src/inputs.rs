@@ -1,5 +1,5 @@
 //! What goes into a decision and what comes out: the inputs a session receives ([`Input`],
-//! with a model's answer as [`ModelOutput`]), the refusals that journal nothing ([`Refusal`]),
+//! with a model's answer as [`ModelOutput`]), the refusals that journal nothing (`crate::refusal`),
 //! and a [`Decision`]'s events, actions and status (`decide.rs` makes them).
 
 use serde_json::Value;
@@ -141,40 +141,6 @@ pub enum Action {
     AbortTool {
         call_id: String,
     },
-}
-
-/// Inputs refused without touching the journal.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Refusal {
-    DuplicateClientId,
-    NoSuchApproval,
-    AlreadyDecided,
-    ArgsHashMismatch,
-    /// A model or tool result for a call that is not in flight (late or replayed).
-    Stale,
-    NothingToCancel,
-    /// The session failed or was closed: it takes no more input.
-    Ended,
-    /// A user message while a turn runs and `max_queued_messages` are queued already.
-    QueueFull,
-    /// An approval by a session token's holder of a tool whose `approver` is `operator`.
-    OperatorRequired,
-    /// A `drop_if_busy` message while a turn runs.
-    Busy,
-    /// A schedule definition that cannot be used (the message says why).
-    InvalidSchedule(String),
-    /// The same schedule (key and definition) exists already: nothing to do.
-    ScheduleExists,
-    /// Another schedule holds the key (and `replace` was not set).
-    ScheduleConflict,
-    /// The session holds this many pending schedules already.
-    TooManySchedules(usize),
-    NoSuchSchedule,
-    /// No schedule of the session is due (the due index woke it early, or another node fired).
-    NothingDue,
-    /// Due schedules wait: the session's schedules fired `schedules.max_firings_per_hour`
-    /// times in the last hour; the next may fire at this time.
-    FiringLimit(chrono::DateTime<chrono::Utc>),
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]

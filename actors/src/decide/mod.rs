@@ -4,13 +4,20 @@
 //! a tool.
 
 mod approval;
+mod schedules;
+mod memory;
+mod reply;
+mod context;
+mod builtins;
+mod children;
 mod lifecycle;
 mod turn;
 
 use serde_json::Value;
 
 use crate::events::{SessionEvent, TurnEnd};
-pub use crate::inputs::{Action, Decision, Input, ModelOutput, Refusal};
+pub use crate::inputs::{Action, Decision, Input, ModelOutput};
+pub use crate::refusal::Refusal;
 use crate::policy::args_hash;
 pub use crate::rules::{AgentRules, DynamicToolRule, ToolRules};
 use crate::state::{CallStatus, SessionState};
