@@ -16,7 +16,6 @@ use stead_persistence::{Error, NewEvent, NewSession, ParentLink, SessionStore};
 use uuid::Uuid;
 
 use crate::agent_schedules::{derived_id, wake_now};
-use crate::decide::{Planner, Refusal};
 use crate::events::{ParentRef, SessionEvent, TurnEnd};
 use crate::schedule_tool::Builtin;
 use crate::state::{CallStatus, SessionState};

@@ -10,8 +10,6 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::decide::{Action, Decision, Planner, Refusal};
-use crate::events::{Compaction, SessionEvent};
 use crate::state::TranscriptEntry;
 
 /// What replaces the oldest turns when a prompt outgrows its budget.

@@ -7,8 +7,6 @@
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
-use crate::decide::{Planner, Refusal};
-use crate::events::SessionEvent;
 use crate::schedule_tool::Builtin;
 use crate::tools::{Tool, ToolContext, ToolError, ToolInfo};
 

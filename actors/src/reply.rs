@@ -6,10 +6,6 @@
 
 use serde_json::Value;
 
-use crate::decide::Planner;
-use crate::events::{SessionEvent, TurnEnd};
-use crate::state::TranscriptEntry;
-
 /// Model calls a turn may spend on repairing an unusable reply before the reply is built
 /// from its tool results instead.
 pub const MAX_REPAIRS: u32 = 1;

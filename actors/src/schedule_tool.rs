@@ -8,12 +8,9 @@
 //! `remind_me` for one-time reminders and an approval-gated tool for recurring ones.
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
 use serde_json::{json, Map, Value};
 
-use crate::decide::{Planner, Refusal};
-use crate::events::SessionEvent;
-use crate::schedules::{schedule_view, CatchUp, ScheduleDef, ScheduleMessage, MAX_KEY_CHARS};
+use crate::schedules::MAX_KEY_CHARS;
 use crate::tools::{Tool, ToolContext, ToolError, ToolInfo};
 
 /// A tool the session runs inside its own decisions.
@@ -163,4 +160,3 @@ impl Tool for ScheduleTool {
         ))
     }
 }
-

@@ -1,14 +1,14 @@
 //! The built-in calls that run inside a decision — the schedule tool, and through it the memory
 //! block — with their events and result journaled together.
 
-use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
+
 use crate::decide::{Planner, Refusal};
 use crate::events::SessionEvent;
-use crate::schedules::{schedule_view, CatchUp, ScheduleDef, ScheduleMessage, MAX_KEY_CHARS};
-use crate::tools::{Tool, ToolContext, ToolError, ToolInfo};
 use crate::schedule_tool::*;
+use crate::schedules::{schedule_view, CatchUp, ScheduleDef, ScheduleMessage};
+use crate::tools::ToolError;
 
 impl Planner<'_> {
     /// Runs the built-in call `call_id` (started, of a built-in tool) at `now`: the schedule

@@ -1,16 +1,8 @@
 //! A child session started by an `agent` call, journaled once.
 
-use async_trait::async_trait;
-use serde_json::{json, Value};
-use stead_persistence::{Error, NewEvent, NewSession, ParentLink, SessionStore};
-use uuid::Uuid;
-use crate::agent_schedules::{derived_id, wake_now};
 use crate::decide::{Planner, Refusal};
-use crate::events::{ParentRef, SessionEvent, TurnEnd};
+use crate::events::SessionEvent;
 use crate::schedule_tool::Builtin;
-use crate::state::{CallStatus, SessionState};
-use crate::tools::{Tool, ToolContext, ToolError, ToolInfo};
-use crate::agent_tool::*;
 
 impl Planner<'_> {
     /// `child_session_started` for a running `agent` call, once.

@@ -1,11 +1,7 @@
 //! A prompt over its budget: the oldest whole turns compacted before the call is sent.
 
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use crate::decide::{Action, Decision, Planner, Refusal};
 use crate::events::{Compaction, SessionEvent};
-use crate::state::TranscriptEntry;
-use crate::context::*;
 
 impl Planner<'_> {
     /// A compaction for the model call in flight: journaled, then that call is issued again

@@ -1,12 +1,10 @@
 //! The memory block tool's calls, run inside their decision.
 
-use async_trait::async_trait;
-use serde_json::{json, Value};
 use crate::decide::{Planner, Refusal};
 use crate::events::SessionEvent;
-use crate::schedule_tool::Builtin;
-use crate::tools::{Tool, ToolContext, ToolError, ToolInfo};
 use crate::memory_block::*;
+use crate::tools::ToolError;
+use serde_json::Value;
 
 impl Planner<'_> {
     /// Runs the started call `call_id` of a memory block tool: `memory_updated` and the call's

@@ -4,21 +4,21 @@
 //! a tool.
 
 mod approval;
-mod schedules;
-mod memory;
-mod reply;
-mod context;
 mod builtins;
 mod children;
+mod context;
 mod lifecycle;
+mod memory;
+mod reply;
+mod schedules;
 mod turn;
 
 use serde_json::Value;
 
 use crate::events::{SessionEvent, TurnEnd};
 pub use crate::inputs::{Action, Decision, Input, ModelOutput};
-pub use crate::refusal::Refusal;
 use crate::policy::args_hash;
+pub use crate::refusal::Refusal;
 pub use crate::rules::{AgentRules, DynamicToolRule, ToolRules};
 use crate::state::{CallStatus, SessionState};
 

@@ -1,10 +1,10 @@
 //! The turn's reply: checked, repaired, or built from its tool results.
 
-use serde_json::Value;
 use crate::decide::Planner;
 use crate::events::{SessionEvent, TurnEnd};
-use crate::state::TranscriptEntry;
 use crate::reply::*;
+use crate::state::TranscriptEntry;
+use serde_json::Value;
 
 impl Planner<'_> {
     /// The model answered `call_id` without tool calls: its text ends the turn when a person

@@ -1,14 +1,10 @@
 //! Schedules in decisions: create, cancel, fire what is due (queued behind a running turn,
 //! bounded per hour), expire approvals.
 
-use std::collections::BTreeMap;
-use chrono::{DateTime, Duration, Utc};
-use serde::{Deserialize, Serialize};
-use ts_rs::TS;
 use crate::decide::{Planner, Refusal};
 use crate::events::SessionEvent;
-use crate::schedules::timing::{Due, InvalidTiming, Timing};
 use crate::schedules::*;
+use chrono::{DateTime, Duration, Utc};
 
 impl Planner<'_> {
     /// `schedule_created`, unless the same schedule exists ([`Refusal::ScheduleExists`]) or

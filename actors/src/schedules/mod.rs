@@ -6,11 +6,11 @@
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, Duration, Utc};
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
-use crate::decide::{Planner, Refusal};
+use crate::decide::Refusal;
 use crate::events::SessionEvent;
 pub mod timing;
 
@@ -238,7 +238,7 @@ pub struct ScheduleState {
 }
 
 impl ScheduleState {
-    fn due(&self) -> Option<Due> {
+    pub(crate) fn due(&self) -> Option<Due> {
         Due::new(self.def.timing().ok()?, self.created_at, 0).ok()
     }
 }
@@ -389,4 +389,3 @@ pub(crate) fn apply(schedules: &mut BTreeMap<String, ScheduleState>, event: &Ses
         _ => {}
     }
 }
-
