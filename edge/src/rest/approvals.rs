@@ -86,19 +86,8 @@ pub async fn cancel(
     ApiPath(id): ApiPath<Uuid>,
 ) -> Result<Json<Committed>, ApiError> {
     caller.require_session(id)?;
-    let seq = state
-        .sessions
-        .send(
-            id,
-            Input::Cancel {
-                reason: format!("cancelled by {}", caller.name()),
-            },
-        )
-        .await?;
-    Ok(Json(Committed {
-        session_id: id,
-        seq,
-    }))
+    let reason = format!("cancelled by {}", caller.name());
+    commit(&state, id, Input::Cancel { reason }).await
 }
 
 #[derive(Deserialize, IntoParams)]

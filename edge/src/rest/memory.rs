@@ -81,18 +81,7 @@ pub async fn set_memory(
             "the memory block cannot hold a NUL character",
         ));
     }
-    let seq = state
-        .sessions
-        .send(
-            id,
-            Input::SetMemory {
-                text: body.text,
-                by: format!("operator:{}", caller.name()),
-            },
-        )
-        .await?;
-    Ok(Json(Committed {
-        session_id: id,
-        seq,
-    }))
+    let by = format!("operator:{}", caller.name());
+    let text = body.text;
+    commit(&state, id, Input::SetMemory { text, by }).await
 }

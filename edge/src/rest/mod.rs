@@ -64,6 +64,15 @@ pub(crate) fn page_limit(limit: Option<u32>, default: u32, max: u32) -> Result<u
     }
 }
 
+/// Sends `input` to the session and answers the seq its events were committed at.
+async fn commit(state: &AppState, id: Uuid, input: Input) -> Result<Json<Committed>, ApiError> {
+    let seq = state.sessions.send(id, input).await?;
+    Ok(Json(Committed {
+        session_id: id,
+        seq,
+    }))
+}
+
 /// A session row as listed.
 pub fn row_view(row: &Session) -> SessionRow {
     SessionRow::from(row)

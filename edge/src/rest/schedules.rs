@@ -165,20 +165,8 @@ pub async fn cancel_schedule(
     } else {
         "cancelled by the session's user"
     };
-    let seq = state
-        .sessions
-        .send(
-            id,
-            Input::CancelSchedule {
-                key,
-                reason: reason.into(),
-            },
-        )
-        .await?;
-    Ok(Json(Committed {
-        session_id: id,
-        seq,
-    }))
+    let reason = reason.into();
+    commit(&state, id, Input::CancelSchedule { key, reason }).await
 }
 
 #[derive(Deserialize, IntoParams)]
