@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use stead_actors::replay;
-use stead_persistence::{Compaction, JournalStore};
+use stead_persistence::{Compaction, JournalStore, SessionStore};
 use uuid::Uuid;
 
 /// Sessions compacted per round of a sweep.
@@ -17,7 +17,7 @@ const BATCH: u32 = 100;
 /// each. A session that cannot be compacted now (it changed meanwhile, or its journal holds an
 /// event this Stead cannot read) is logged and skipped.
 pub async fn sweep(
-    store: &Arc<dyn JournalStore>,
+    store: &dyn SessionStore,
     days: u64,
     mut progress: impl FnMut(Uuid, &Value),
 ) -> anyhow::Result<Vec<Compaction>> {
@@ -31,7 +31,7 @@ pub async fn sweep(
         };
         after = Some((last_time, last_id));
         for (id, _) in candidates {
-            match replay::compact(store.as_ref(), id).await {
+            match replay::compact(store, id).await {
                 Ok(compaction) => {
                     progress(id, &compaction.summary);
                     done.push(compaction);
@@ -48,7 +48,7 @@ pub async fn run(store: Arc<dyn JournalStore>, days: u64, every: Duration) {
     let mut ticks = tokio::time::interval(every.max(Duration::from_secs(1)));
     loop {
         ticks.tick().await;
-        match sweep(&store, days, |_, _| {}).await {
+        match sweep(store.as_ref(), days, |_, _| {}).await {
             Ok(done) if !done.is_empty() => {
                 tracing::info!(sessions = done.len(), "compacted ended journals")
             }

@@ -10,7 +10,7 @@ use anyhow::Context;
 use stead_agents::engines::{start_embedding_models, start_local_models, stop_local_models};
 use stead_config::{prepare_data_dir, Config};
 use stead_http::raise_fd_limit;
-use stead_persistence::{JournalStore, RequestLog, StoreOptions};
+use stead_persistence::{JournalStore, Kv, RequestLog, StoreOptions};
 use tokio::net::TcpListener;
 
 /// Opens the configured store; with `migrate`, applies pending migrations and reports them.
@@ -116,7 +116,8 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         model_router.clone(),
         config.knowledge.clone(),
     ));
-    let agents = stead_agents::build(&config, &store, Some(&mcp), Some(&knowledge))?;
+    let notes: Arc<dyn Kv> = store.clone();
+    let agents = stead_agents::build(&config, &notes, Some(&mcp), Some(&knowledge))?;
     let session_model = Arc::new(stead_agents::models::SessionModel {
         router: model_router.clone(),
     });

@@ -12,6 +12,7 @@
 
 use async_trait::async_trait;
 use serde_json::{json, Value};
+use stead_model::CallId;
 use stead_persistence::{Error, NewEvent, NewSession, ParentLink, SessionStore};
 use uuid::Uuid;
 
@@ -109,7 +110,7 @@ pub async fn start_child(
             metadata,
             parent: Some(ParentLink {
                 session_id: parent,
-                call_id: call_id.to_string(),
+                call_id: CallId::new(call_id.to_string()),
             }),
         })
         .await;

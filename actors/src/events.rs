@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use stead_model::{CallId, Decider};
 use ts_rs::TS;
 
 /// A tool of a dynamic source (an MCP server) as the model saw it: `tools_seen` journals the
@@ -22,7 +23,7 @@ pub struct SeenTool {
 /// A tool call as the model asked for it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 pub struct RequestedCall {
-    pub call_id: String,
+    pub call_id: CallId,
     pub tool: String,
     #[ts(type = "unknown")]
     pub arguments: Value,
@@ -113,9 +114,6 @@ impl PartialEq<&str> for TurnEnd {
     }
 }
 
-/// Who is named as the decider of an approval that no person decided (it expired).
-pub const SYSTEM_DECIDER: &str = "stead";
-
 /// How an approval ended, as its `approval_decided` event tells.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ApprovalOutcome {
@@ -130,10 +128,10 @@ impl ApprovalOutcome {
     pub const EXPIRED_REASON: &'static str = "expired";
 
     /// The outcome of a decision with these fields.
-    pub fn of(approved: bool, reason: Option<&str>, decided_by: &str) -> Self {
+    pub fn of(approved: bool, reason: Option<&str>, decided_by: &Decider) -> Self {
         match (approved, reason) {
             (true, _) => ApprovalOutcome::Approved,
-            (false, Some(Self::EXPIRED_REASON)) if decided_by == SYSTEM_DECIDER => {
+            (false, Some(Self::EXPIRED_REASON)) if *decided_by == Decider::System => {
                 ApprovalOutcome::Expired
             }
             (false, _) => ApprovalOutcome::Rejected,
@@ -145,7 +143,7 @@ impl ApprovalOutcome {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
 pub struct ParentRef {
     pub session_id: String,
-    pub call_id: String,
+    pub call_id: CallId,
     /// The child's depth: 1 for a child of a top-level session (absent in older journals: 1).
     #[serde(default = "first_level")]
     pub depth: u32,
@@ -181,7 +179,7 @@ fn first_level() -> u32 {
 /// The fold drops them; later prompts show the summary after the system prompt.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 pub struct Compaction {
-    pub call_id: String,
+    pub call_id: CallId,
     pub entries: u64,
     pub turns: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -225,12 +223,12 @@ pub enum SessionEvent {
         schedule: Option<String>,
     },
     ModelCallStarted {
-        call_id: String,
+        call_id: CallId,
         route: String,
         model: String,
     },
     ModelCallFinished {
-        call_id: String,
+        call_id: CallId,
         text: String,
         tool_calls: Vec<RequestedCall>,
         usage: Usage,
@@ -241,17 +239,17 @@ pub enum SessionEvent {
         cost: f64,
     },
     ModelCallFailed {
-        call_id: String,
+        call_id: CallId,
         error: String,
     },
     ToolCallRequested {
-        call_id: String,
+        call_id: CallId,
         tool: String,
         #[ts(type = "unknown")]
         arguments: Value,
     },
     ApprovalRequested {
-        call_id: String,
+        call_id: CallId,
         tool: String,
         #[ts(type = "unknown")]
         arguments: Value,
@@ -259,25 +257,26 @@ pub enum SessionEvent {
         reason: String,
     },
     ApprovalDecided {
-        call_id: String,
+        call_id: CallId,
         approved: bool,
         reason: Option<String>,
-        decided_by: String,
+        #[ts(type = "string")]
+        decided_by: Decider,
         scope: ApprovalScope,
     },
     ToolCallStarted {
-        call_id: String,
+        call_id: CallId,
         tool: String,
         idempotency_key: String,
     },
     ToolCallFinished {
-        call_id: String,
+        call_id: CallId,
         tool: String,
         #[ts(type = "unknown")]
         result: Value,
     },
     ToolCallFailed {
-        call_id: String,
+        call_id: CallId,
         tool: String,
         error: String,
         /// The call may or may not have taken effect (started, not finished, not idempotent).
@@ -288,7 +287,7 @@ pub enum SessionEvent {
     /// while it ran): the tool was told to stop (MCP: `notifications/cancelled`), and whatever
     /// it answers later is dropped. Interrupts and cascading cancels use this event too.
     ToolCallCancelled {
-        call_id: String,
+        call_id: CallId,
         tool: String,
         reason: String,
     },
@@ -321,7 +320,7 @@ pub enum SessionEvent {
     /// or tool-call text): it is dropped from the transcript, and the turn asks the model once
     /// more without tools (a repair call) or builds the reply from its tool results.
     ReplyRejected {
-        call_id: String,
+        call_id: CallId,
         reason: String,
     },
     TurnFinished {
@@ -380,7 +379,7 @@ pub enum SessionEvent {
     },
     /// A call of an `agent` tool started its child session (which delivers the call's result).
     ChildSessionStarted {
-        call_id: String,
+        call_id: CallId,
         child_session_id: String,
     },
     /// This session's journal up to here is a copy of `from`'s up to `at`; later model calls

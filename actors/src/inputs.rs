@@ -3,6 +3,7 @@
 //! and a [`Decision`]'s events, actions and status (`decide.rs` makes them).
 
 use serde_json::Value;
+use stead_model::{CallId, Decider};
 use stead_persistence::SessionStatus;
 
 use crate::events::{ApprovalScope, MessageMode, SeenTool, SessionEvent, Usage};
@@ -31,26 +32,26 @@ pub enum Input {
         mode: Option<MessageMode>,
     },
     ModelFinished {
-        call_id: String,
+        call_id: CallId,
         output: ModelOutput,
     },
     ModelFailed {
-        call_id: String,
+        call_id: CallId,
         error: String,
     },
     ToolFinished {
-        call_id: String,
+        call_id: CallId,
         result: Value,
     },
     ToolFailed {
-        call_id: String,
+        call_id: CallId,
         error: String,
     },
     Decision {
-        call_id: String,
+        call_id: CallId,
         approved: bool,
         reason: Option<String>,
-        decided_by: String,
+        decided_by: Decider,
         scope: ApprovalScope,
         /// When given, must match the hash in `approval_requested`.
         args_hash: Option<String>,
@@ -60,7 +61,7 @@ pub enum Input {
     },
     /// The approval's time ran out (see `AgentRules::approval_timeout`).
     ApprovalExpired {
-        call_id: String,
+        call_id: CallId,
     },
     /// The actor was (re)activated from the journal: resume whatever was in flight.
     Recover,
@@ -99,18 +100,18 @@ pub enum Input {
     /// Run the started call `call_id` of a built-in tool (`schedule_tool`) at `now`: the
     /// actor sends it in place of running the tool outside.
     RunBuiltin {
-        call_id: String,
+        call_id: CallId,
         now: chrono::DateTime<chrono::Utc>,
     },
     /// The child session of the running `agent` call `call_id` exists (the actor started it).
     ChildStarted {
-        call_id: String,
+        call_id: CallId,
         child_session_id: String,
     },
     /// The child of `call_id` ended its turn (its due-index row woke this session): the actor
     /// reads the child's journal and sends the call's result or error instead.
     ChildFinished {
-        call_id: String,
+        call_id: CallId,
     },
     /// Fire the schedules due at `now` (the scheduler sends it when the due index says so).
     SchedulesDue {
@@ -126,20 +127,20 @@ pub enum Input {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
     CallModel {
-        call_id: String,
+        call_id: CallId,
     },
     RunTool {
-        call_id: String,
+        call_id: CallId,
         tool: String,
         arguments: Value,
         idempotency_key: String,
     },
     AbortModelCall {
-        call_id: String,
+        call_id: CallId,
     },
     /// Tell a running tool to stop (its call was journaled as cancelled).
     AbortTool {
-        call_id: String,
+        call_id: CallId,
     },
 }
 

@@ -21,9 +21,6 @@ impl Approver {
     }
 }
 
-/// How `decided_by` names a session token's holder (`session_token:{id}`).
-pub const SESSION_TOKEN_DECIDER: &str = "session_token:";
-
 /// A tool's argument schema, compiled once: a call whose arguments are not a JSON object, or
 /// do not match the schema, fails back to the model before anything (approval included) is
 /// applied. The default accepts any object.

@@ -14,6 +14,7 @@ use stead_persistence::Kv;
 use uuid::Uuid;
 
 use crate::policy::ApprovalPolicy;
+use stead_model::CallId;
 
 /// How far a running tool has got: MCP `notifications/progress`, sent to WebSocket clients as
 /// `tool_progress` frames (not journaled). Sub-agents and streaming webhooks extend it.
@@ -67,7 +68,7 @@ impl std::fmt::Debug for ProgressSink {
 #[derive(Debug, Clone)]
 pub struct ToolContext {
     pub session_id: Uuid,
-    pub call_id: String,
+    pub call_id: CallId,
     pub idempotency_key: String,
     /// Cancelled when the call is (`tool_call_cancelled`): a tool that can stop early does
     /// (MCP tools send `notifications/cancelled`); its answer is dropped either way.
@@ -84,7 +85,7 @@ impl ToolContext {
     pub fn new(session_id: Uuid, call_id: &str) -> Self {
         ToolContext {
             session_id,
-            call_id: call_id.to_string(),
+            call_id: CallId::new(call_id.to_string()),
             idempotency_key: format!("{session_id}:{call_id}"),
             cancel: Default::default(),
             progress: ProgressSink::none(),

@@ -13,18 +13,18 @@ use stead_actors::schedule_tool::{Builtin, ScheduleTool, ScheduleToolRules};
 use stead_actors::session::Agent;
 use stead_actors::tools::{CalculatorTool, ClockTool, MemoryTool, Tool, ToolInfo, WebhookTool};
 use stead_actors::{AgentRules, ApprovalPolicy, DynamicToolRule, ToolRules};
-use stead_persistence::JournalStore;
+use stead_persistence::Kv;
 
 use crate::knowledge::tool::KnowledgeTool;
 use crate::knowledge::Knowledge;
 use crate::mcp::McpRegistry;
-use stead_config::{AgentConfig, Config, ToolConfig};
+use stead_config::{AgentConfig, Config, ToolConfig, ToolKind};
 
 /// Every configured agent, ready for the session registry; `mcp` holds the configured MCP
 /// servers (agents with `kind = "mcp"` entries take their tools from it).
 pub fn build(
     config: &Config,
-    store: &Arc<dyn JournalStore>,
+    store: &Arc<dyn Kv>,
     mcp: Option<&Arc<McpRegistry>>,
     knowledge: Option<&Arc<Knowledge>>,
 ) -> anyhow::Result<Vec<Agent>> {
@@ -58,7 +58,7 @@ fn mcp_tools(
     config: &Config,
 ) -> anyhow::Result<Option<Arc<dyn stead_actors::tools::DynamicTools>>> {
     let mut servers: Vec<Arc<crate::mcp::McpServer>> = Vec::new();
-    for tool in agent.tools.iter().filter(|t| t.kind == "mcp") {
+    for tool in agent.tools.iter().filter(|t| t.kind == ToolKind::Mcp) {
         let name = tool.server.as_deref().unwrap_or_default();
         let server = mcp
             .server(name)
@@ -82,12 +82,12 @@ fn mcp_tools(
 /// carry each tool's compiled argument schema and the policies of its MCP entries.
 pub fn build_agent(
     config: &AgentConfig,
-    store: &Arc<dyn JournalStore>,
+    store: &Arc<dyn Kv>,
     client: &reqwest::Client,
     knowledge: Option<&Arc<Knowledge>>,
 ) -> anyhow::Result<Agent> {
     let mut tools: stead_actors::session::AgentTools = Default::default();
-    for tool in config.tools.iter().filter(|t| t.kind != "mcp") {
+    for tool in config.tools.iter().filter(|t| t.kind != ToolKind::Mcp) {
         let built = build_tool(tool, store, client, knowledge)
             .with_context(|| format!("agent `{}`, tool `{}`", config.name, tool.name))?;
         tools.insert(tool.name.clone(), built);
@@ -122,7 +122,7 @@ pub fn rules(config: &AgentConfig) -> anyhow::Result<AgentRules> {
     for tool in &config.tools {
         let approval = ApprovalPolicy::parse(&tool.approval)
             .with_context(|| format!("agent `{}`, tool `{}`", config.name, tool.name))?;
-        if tool.kind == "mcp" {
+        if tool.kind == ToolKind::Mcp {
             let server = tool.server.as_deref().unwrap_or_default();
             let all = ["*".to_string()];
             for glob in tool.tools.as_deref().unwrap_or(&all) {
@@ -135,13 +135,13 @@ pub fn rules(config: &AgentConfig) -> anyhow::Result<AgentRules> {
             }
             continue;
         }
-        let builtin = match tool.kind.as_str() {
-            "schedule" => Some(Builtin::Schedule(schedule_rules(tool))),
-            "memory_block" => Some(Builtin::Memory {
+        let builtin = match tool.kind {
+            ToolKind::Schedule => Some(Builtin::Schedule(schedule_rules(tool))),
+            ToolKind::MemoryBlock => Some(Builtin::Memory {
                 max_chars: memory_block_chars(tool),
                 ops: memory_block_ops(tool),
             }),
-            "agent" => Some(Builtin::Agent {
+            ToolKind::Agent => Some(Builtin::Agent {
                 agent: tool.agent.clone().unwrap_or_default(),
             }),
             _ => None,
@@ -152,7 +152,9 @@ pub fn rules(config: &AgentConfig) -> anyhow::Result<AgentRules> {
                 approval,
                 // A built-in call journals its effect with its result, and a knowledge search
                 // only reads: always safe to re-run.
-                idempotent: tool.idempotent || builtin.is_some() || tool.kind == "knowledge",
+                idempotent: tool.idempotent
+                    || builtin.is_some()
+                    || tool.kind == ToolKind::Knowledge,
                 arguments: Default::default(),
                 approver: tool.approver,
                 builtin,
@@ -259,7 +261,7 @@ pub(crate) fn headers(
 
 fn build_tool(
     config: &ToolConfig,
-    store: &Arc<dyn JournalStore>,
+    store: &Arc<dyn Kv>,
     client: &reqwest::Client,
     knowledge: Option<&Arc<Knowledge>>,
 ) -> anyhow::Result<Arc<dyn Tool>> {
@@ -269,17 +271,17 @@ fn build_tool(
         approval: ApprovalPolicy::parse(&config.approval).map_err(anyhow::Error::msg)?,
         idempotent: config.idempotent,
     };
-    Ok(match config.kind.as_str() {
-        "clock" => Arc::new(ClockTool { info }),
-        "calculator" => Arc::new(CalculatorTool { info }),
-        "memory" => {
+    Ok(match config.kind {
+        ToolKind::Clock => Arc::new(ClockTool { info }),
+        ToolKind::Calculator => Arc::new(CalculatorTool { info }),
+        ToolKind::Memory => {
             let mut memory = MemoryTool::all_ops(info, store.clone());
             if let Some(ops) = &config.ops {
                 memory.ops = ops.clone();
             }
             Arc::new(memory)
         }
-        "agent" => Arc::new(AgentTool {
+        ToolKind::Agent => Arc::new(AgentTool {
             info,
             agent: config
                 .agent
@@ -290,16 +292,16 @@ fn build_tool(
                 .clone()
                 .unwrap_or_else(AgentTool::default_parameters),
         }),
-        "memory_block" => Arc::new(stead_actors::memory_block::MemoryBlockTool {
+        ToolKind::MemoryBlock => Arc::new(stead_actors::memory_block::MemoryBlockTool {
             info,
             max_chars: memory_block_chars(config),
             ops: memory_block_ops(config),
         }),
-        "schedule" => Arc::new(ScheduleTool {
+        ToolKind::Schedule => Arc::new(ScheduleTool {
             info,
             rules: schedule_rules(config),
         }),
-        "webhook" => Arc::new(WebhookTool {
+        ToolKind::Webhook => Arc::new(WebhookTool {
             info,
             url: config.url.clone().context("a webhook tool needs `url`")?,
             headers: webhook_headers(config)?,
@@ -311,7 +313,7 @@ fn build_tool(
             attempts: config.attempts,
             client: client.clone(),
         }),
-        "knowledge" => {
+        ToolKind::Knowledge => {
             let collections = config.collections.clone().unwrap_or_default();
             let mut info = info;
             if info.description.is_empty() {
@@ -332,7 +334,7 @@ fn build_tool(
                     .unwrap_or(stead_config::SearchMode::Exact),
             })
         }
-        other => anyhow::bail!("unknown tool kind `{other}`"),
+        ToolKind::Mcp => anyhow::bail!("an `mcp` entry is its server's tools, not one tool"),
     })
 }
 
@@ -349,7 +351,13 @@ mod tests {
         )))
         .await
         .unwrap();
-        let agents = build(&Config::default(), &store, None, None).unwrap();
+        let agents = build(
+            &Config::default(),
+            &(store.clone() as Arc<dyn Kv>),
+            None,
+            None,
+        )
+        .unwrap();
         assert_eq!(agents.len(), 1);
         let demo = &agents[0];
         assert_eq!(demo.name, "demo");
@@ -408,7 +416,7 @@ mod tests {
         .unwrap();
         config.resolve_defaults();
         config.validate().unwrap();
-        let agents = build(&config, &store, None, None).unwrap();
+        let agents = build(&config, &(store.clone() as Arc<dyn Kv>), None, None).unwrap();
         let ops = &agents[0];
         assert_eq!(ops.rules.max_steps, 3);
         assert_eq!(ops.rules.approval_timeout, Some(Duration::from_secs(600)));

@@ -13,10 +13,10 @@ use stead_actors::{ModelOutput, TranscriptEntry, Usage};
 use stead_inference::pool::InferencePool;
 use stead_inference::provider::{OnnxEmbeddingProvider, OnnxProvider};
 use stead_persistence::RequestLog;
-use stead_router::anthropic::AnthropicProvider;
 use stead_router::chat::{ChatMessage, Role, ToolCall, ToolChoice, ToolSpec};
 use stead_router::log::{RequestLogEntry, RequestLogSink, SinkError};
-use stead_router::openai::OpenAiProvider;
+use stead_router::providers::anthropic::AnthropicProvider;
+use stead_router::providers::openai::OpenAiProvider;
 use stead_router::{CallOptions, Provider, Providers, Router, RouterRequest, SharedLedger};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -141,7 +141,7 @@ pub fn router_request(request: &ModelRequest) -> RouterRequest {
                 tool_calls: tool_calls
                     .iter()
                     .map(|c| ToolCall {
-                        id: c.call_id.clone(),
+                        id: c.call_id.to_string(),
                         name: c.tool.clone(),
                         arguments: c.arguments.to_string(),
                     })
@@ -154,7 +154,7 @@ pub fn router_request(request: &ModelRequest) -> RouterRequest {
                 role: Role::Tool,
                 content: tool_content(content),
                 tool_calls: Vec::new(),
-                tool_call_id: Some(call_id.clone()),
+                tool_call_id: Some(call_id.to_string()),
             },
         });
     }
@@ -300,7 +300,7 @@ mod tests {
     use serde_json::json;
     use stead_actors::session::ToolSpec as AgentTool;
     use stead_actors::RequestedCall;
-    use stead_router::wire::provider_body;
+    use stead_router::completions::provider_body;
 
     use super::*;
 

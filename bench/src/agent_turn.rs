@@ -22,7 +22,12 @@ async fn demo_agent(config: &Config) -> anyhow::Result<(String, Vec<ToolSpec>)> 
     let database = super::BenchDatabase::create(config, crate::cli::BenchBackend::Sqlite).await?;
     let options = stead_persistence::StoreOptions::new(database.url.clone());
     let store = stead_persistence::open(options).await?;
-    let built = stead_agents::build_agent(agent, &store, &stead_agents::webhook_client()?, None)?;
+    let built = stead_agents::build_agent(
+        agent,
+        &(store.clone() as std::sync::Arc<dyn stead_persistence::Kv>),
+        &stead_agents::webhook_client()?,
+        None,
+    )?;
     let tools = built
         .tools
         .values()

@@ -104,7 +104,7 @@ fn step_cost(lengths: &[usize]) {
             fold(
                 &mut state,
                 SessionEvent::ModelCallStarted {
-                    call_id: format!("m{turn}"),
+                    call_id: format!("m{turn}").into(),
                     route: "default".into(),
                     model: "default".into(),
                 },
@@ -112,7 +112,7 @@ fn step_cost(lengths: &[usize]) {
             fold(
                 &mut state,
                 SessionEvent::ModelCallFinished {
-                    call_id: format!("m{turn}"),
+                    call_id: format!("m{turn}").into(),
                     text: "an answer of a few words, as models give".into(),
                     tool_calls: Vec::new(),
                     usage: Usage {

@@ -11,6 +11,7 @@ pub mod redact;
 mod sections;
 #[cfg(test)]
 mod tests;
+mod tools;
 mod validate;
 
 use std::net::SocketAddr;
@@ -26,8 +27,9 @@ pub use mcp::{invalid_server_name, McpServerConfig};
 pub use sections::{
     AgentConfig, ClusterConfig, DatabaseConfig, EngineConfig, KnowledgeConfig, LogConfig,
     LogFormat, ProviderConfig, ProviderKind, SchedulesConfig, SearchMode, ServerConfig,
-    SessionsConfig, ToolConfig,
+    SessionsConfig,
 };
+pub use tools::{ToolConfig, ToolKind};
 
 /// Creates the data directory and proves it writable, so that a bad one fails at start with a
 /// message naming it rather than later with an I/O error.
@@ -75,17 +77,6 @@ pub const EMBEDDING_MODEL: &str = stead_inference::embedding::DEFAULT_EMBEDDING_
 /// The built-in embedding provider's name and its route's.
 pub const LOCAL_EMBEDDING_PROVIDER: &str = "local-embed";
 pub const EMBEDDING_ROUTE: &str = "embed";
-pub const TOOL_KINDS: [&str; 9] = [
-    "webhook",
-    "memory",
-    "memory_block",
-    "clock",
-    "calculator",
-    "mcp",
-    "schedule",
-    "agent",
-    "knowledge",
-];
 pub const MEMORY_OPS: [&str; 4] = ["get", "set", "list", "delete"];
 
 impl Default for Config {
@@ -146,40 +137,40 @@ impl Default for Config {
                 tools: vec![
                     ToolConfig {
                         name: "clock".into(),
-                        kind: "clock".into(),
+                        kind: ToolKind::Clock,
                         // Imperative: a noun phrase ("The current date and time (UTC)") is
                         // copied by the 0.5B model as the opening of unrelated replies ("The
                         // current date and time (UTC) is hunter2.").
                         description: "Get the current date and time in UTC".into(),
-                        ..ToolConfig::builtin("clock")
+                        ..ToolConfig::builtin(ToolKind::Clock)
                     },
                     // Notes live in the session's pinned memory block (docs/sessions.md,
                     // "Memory block"): shown in every prompt, so the model answers "what is
                     // my wifi password?" from it with no tool call, and never compacted away.
                     ToolConfig {
                         name: "remember".into(),
-                        kind: "memory_block".into(),
+                        kind: ToolKind::MemoryBlock,
                         description: "Save a note the user asks you to remember, as one line \
                                       of text"
                             .into(),
                         ops: Some(vec!["append".into()]),
-                        ..ToolConfig::builtin("memory_block")
+                        ..ToolConfig::builtin(ToolKind::MemoryBlock)
                     },
                     ToolConfig {
                         name: "forget".into(),
-                        kind: "memory_block".into(),
+                        kind: ToolKind::MemoryBlock,
                         description: "Delete a saved note (destructive): old is a word of the \
                                       note to delete"
                             .into(),
                         approval: "always".into(),
                         ops: Some(vec!["remove".into()]),
-                        ..ToolConfig::builtin("memory_block")
+                        ..ToolConfig::builtin(ToolKind::MemoryBlock)
                     },
                     ToolConfig {
                         name: "calculator".into(),
-                        kind: "calculator".into(),
+                        kind: ToolKind::Calculator,
                         description: "Evaluate an arithmetic expression".into(),
-                        ..ToolConfig::builtin("calculator")
+                        ..ToolConfig::builtin(ToolKind::Calculator)
                     },
                 ],
             }],

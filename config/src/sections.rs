@@ -5,10 +5,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
-use stead_actors::Approver;
 
-use super::{DEFAULT_DATA_DIR, DEFAULT_LISTEN};
+use super::{ToolConfig, DEFAULT_DATA_DIR, DEFAULT_LISTEN};
 
 /// How session actors snapshot, sleep and restart (`[sessions]`).
 /// Schedules and timers (`[schedules]`, docs/schedules.md).
@@ -322,120 +320,15 @@ impl Default for ContextConfig {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ToolConfig {
-    /// The name the model sees (`mcp` entries: unused; the model sees `{server}__{tool}`).
-    #[serde(default)]
-    pub name: String,
-    /// `webhook`, `memory`, `clock`, `calculator`, `mcp`, `schedule`, `agent` or `knowledge`.
-    pub kind: String,
-    /// `mcp`: the `[[mcp_servers]]` entry whose tools this entry takes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub server: Option<String>,
-    /// `mcp`: the server's tools this entry takes: names or globs (`*`, `?`); default all.
-    /// Where several entries match a tool, the most specific wins (an exact name, then the
-    /// glob with the most literal characters, then the first).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tools: Option<Vec<String>>,
-    #[serde(default)]
-    pub description: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub url: Option<String>,
-    /// `webhook`: headers sent with every request, as given.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub headers: BTreeMap<String, String>,
-    /// `webhook`: headers whose values are read from environment variables at start
-    /// (`{"Authorization" = "HOOK_TOKEN"}`): the `_env` convention for secrets.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub headers_env: BTreeMap<String, String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parameters: Option<Value>,
-    /// `never`, `always`, or a condition on the arguments.
-    #[serde(default = "default_approval")]
-    pub approval: String,
-    #[serde(default)]
-    pub idempotent: bool,
-    /// Who may approve its calls: `any` (default) or `operator` (session tokens may not).
-    #[serde(default, skip_serializing_if = "Approver::is_any")]
-    pub approver: Approver,
-    /// `webhook`: per-attempt timeout.
-    #[serde(default = "default_tool_timeout")]
-    pub timeout_secs: u64,
-    /// `webhook`: attempts in all (idempotent tools only; others are tried once).
-    #[serde(default = "default_tool_attempts")]
-    pub attempts: u32,
-    /// `memory`: the operations this tool may perform (default all: get, set, list, delete);
-    /// `schedule`: create, list, cancel (default all).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ops: Option<Vec<String>>,
-    /// `schedule`: the kinds of schedule `create` may make (default all: at, delay, cron,
-    /// every).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timings: Option<Vec<String>>,
-    /// `agent`: the configured agent whose child sessions this tool's calls start.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub agent: Option<String>,
-    /// `knowledge`: the collections this tool reads (docs/knowledge.md).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub collections: Option<Vec<String>>,
-    /// `knowledge`: chunks a call returns (default 4).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub top_k: Option<usize>,
-    /// `knowledge`: `exact`, `ann` or `hybrid` (default `exact`: docs/knowledge.md, "Evaluation").
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub search: Option<String>,
-    /// `memory_block`: the most characters the pinned block may hold (default 2,000).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_chars: Option<usize>,
-}
-
 fn is_queue(mode: &stead_actors::MessageMode) -> bool {
     *mode == stead_actors::MessageMode::Queue
-}
-
-fn default_tool_timeout() -> u64 {
-    10
-}
-
-fn default_tool_attempts() -> u32 {
-    3
-}
-
-impl ToolConfig {
-    /// A tool of a built-in kind with the defaults (named after its kind, no approval).
-    pub fn builtin(kind: &str) -> Self {
-        ToolConfig {
-            name: kind.into(),
-            kind: kind.into(),
-            server: None,
-            tools: None,
-            description: String::new(),
-            url: None,
-            headers: BTreeMap::new(),
-            headers_env: BTreeMap::new(),
-            parameters: None,
-            approval: default_approval(),
-            idempotent: true,
-            approver: Approver::Any,
-            timeout_secs: default_tool_timeout(),
-            attempts: default_tool_attempts(),
-            ops: None,
-            timings: None,
-            agent: None,
-            collections: None,
-            top_k: None,
-            search: None,
-            max_chars: None,
-        }
-    }
 }
 
 fn default_max_steps() -> u32 {
     8
 }
 
-fn default_approval() -> String {
+pub(crate) fn default_approval() -> String {
     "never".into()
 }
 

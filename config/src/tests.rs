@@ -171,11 +171,8 @@ fn cross_references_and_duplicates_are_named() {
         c.providers.push(p);
     })
     .contains(&format!("providers[{next}].name")));
-    assert!(
-        invalid(|c| c.agents[0].tools[0].kind = "shell".into()).contains("agents[0].tools[0].kind")
-    );
     assert!(invalid(|c| {
-        c.agents[0].tools[0].kind = "webhook".into();
+        c.agents[0].tools[0].kind = ToolKind::Webhook;
         c.agents[0].tools[0].url = None;
     })
     .contains("agents[0].tools[0].url"));
@@ -210,7 +207,9 @@ fn cross_references_and_duplicates_are_named() {
             .contains("agents[0].tools[1].timings: only for kind \"schedule\"")
     );
     let schedule = |c: &mut Config| {
-        c.agents[0].tools.push(ToolConfig::builtin("schedule"));
+        c.agents[0]
+            .tools
+            .push(ToolConfig::builtin(ToolKind::Schedule));
     };
     assert!(invalid(|c| {
         schedule(c);
@@ -225,7 +224,7 @@ fn cross_references_and_duplicates_are_named() {
     let delegate = |c: &mut Config, to: Option<&str>| {
         c.agents[0].tools.push(ToolConfig {
             agent: to.map(String::from),
-            ..ToolConfig::builtin("agent")
+            ..ToolConfig::builtin(ToolKind::Agent)
         });
     };
     assert!(invalid(|c| delegate(c, None)).contains("agents[0].tools[4].agent: required"));
@@ -235,6 +234,38 @@ fn cross_references_and_duplicates_are_named() {
         invalid(|c| c.agents[0].tools[0].agent = Some("demo".into()))
             .contains("agents[0].tools[0].agent: only for kind \"agent\"")
     );
+}
+
+/// A tool's kind is one of the kinds Stead has: another word is refused when the file is
+/// read, naming the word and the kinds.
+#[test]
+fn an_unknown_tool_kind_is_refused_with_the_kinds_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("stead.toml");
+    std::fs::write(
+        &file,
+        "[[agents]]\nname = \"a\"\nsystem_prompt = \"s\"\n\
+         [[agents.tools]]\nname = \"sh\"\nkind = \"shell\"\n",
+    )
+    .unwrap();
+    let overrides = Overrides {
+        config_file: Some(file),
+        listen: None,
+        data_dir: Some(dir.path().to_path_buf()),
+        database_url: None,
+    };
+    let error = Config::load(&overrides).unwrap_err().to_string();
+    assert!(error.contains("shell"), "{error}");
+    assert!(
+        error.contains("memory_block") && error.contains("webhook"),
+        "{error}"
+    );
+    let good = |kind: ToolKind| {
+        let toml = format!("kind = \"{kind}\"\nname = \"t\"");
+        toml::from_str::<ToolConfig>(&toml).unwrap().kind
+    };
+    assert_eq!(good(ToolKind::MemoryBlock), ToolKind::MemoryBlock);
+    assert_eq!(good(ToolKind::Knowledge), ToolKind::Knowledge);
 }
 
 #[test]

@@ -6,9 +6,7 @@ use std::net::SocketAddr;
 use stead_actors::schedule_tool::ScheduleTool;
 use stead_persistence::DatabaseUrl;
 
-use super::{
-    Config, ConfigError, ProviderKind, ToolConfig, DEFAULT_LISTEN, MEMORY_OPS, TOOL_KINDS,
-};
+use super::{Config, ConfigError, ProviderKind, ToolConfig, ToolKind, DEFAULT_LISTEN, MEMORY_OPS};
 
 fn bad(key: &str, problem: impl std::fmt::Display) -> ConfigError {
     ConfigError(format!("invalid configuration: {key}: {problem}"))
@@ -189,7 +187,7 @@ impl Config {
     }
 
     fn validate_knowledge_tool(&self, key: &str, tool: &ToolConfig) -> Result<(), ConfigError> {
-        if tool.kind != "knowledge" {
+        if tool.kind != ToolKind::Knowledge {
             for (field, set) in [
                 ("collections", tool.collections.is_some()),
                 ("top_k", tool.top_k.is_some()),
@@ -396,7 +394,7 @@ impl Config {
             let mut tools = Vec::new();
             for (j, tool) in agent.tools.iter().enumerate() {
                 let key = format!("{key}.tools[{j}]");
-                if tool.kind == "mcp" {
+                if tool.kind == ToolKind::Mcp {
                     self.validate_mcp_tool(&key, tool)?;
                     continue;
                 }
@@ -410,13 +408,7 @@ impl Config {
                     ));
                 }
                 tools.push(&tool.name);
-                if !TOOL_KINDS.contains(&tool.kind.as_str()) {
-                    return Err(bad(
-                        &format!("{key}.kind"),
-                        format!("`{}` is not one of {}", tool.kind, TOOL_KINDS.join(", ")),
-                    ));
-                }
-                if tool.kind == "agent" {
+                if tool.kind == ToolKind::Agent {
                     match tool.agent.as_deref() {
                         None => {
                             return Err(bad(&format!("{key}.agent"), "required for kind \"agent\""))
@@ -441,22 +433,23 @@ impl Config {
                     return Err(bad(&format!("{key}.agent"), "only for kind \"agent\""));
                 }
                 self.validate_knowledge_tool(&key, tool)?;
-                if tool.kind == "webhook" && tool.url.is_none() {
+                if tool.kind == ToolKind::Webhook && tool.url.is_none() {
                     return Err(bad(&format!("{key}.url"), "required for kind \"webhook\""));
                 }
                 stead_actors::ApprovalPolicy::parse(&tool.approval)
                     .map_err(|e| bad(&format!("{key}.approval"), e))?;
-                if tool.kind == "webhook" && (tool.timeout_secs == 0 || tool.attempts == 0) {
+                if tool.kind == ToolKind::Webhook && (tool.timeout_secs == 0 || tool.attempts == 0)
+                {
                     return Err(bad(
                         &format!("{key}.timeout_secs"),
                         "timeout_secs and attempts must be at least 1",
                     ));
                 }
                 if let Some(ops) = &tool.ops {
-                    let offered: &[&str] = match tool.kind.as_str() {
-                        "memory" => &MEMORY_OPS,
-                        "memory_block" => &stead_actors::memory_block::OPS,
-                        "schedule" => &ScheduleTool::OPS,
+                    let offered: &[&str] = match tool.kind {
+                        ToolKind::Memory => &MEMORY_OPS,
+                        ToolKind::MemoryBlock => &stead_actors::memory_block::OPS,
+                        ToolKind::Schedule => &ScheduleTool::OPS,
                         _ => {
                             return Err(bad(
                                 &format!("{key}.ops"),
@@ -467,7 +460,7 @@ impl Config {
                     subset(&format!("{key}.ops"), ops, offered)?;
                 }
                 if let Some(timings) = &tool.timings {
-                    if tool.kind != "schedule" {
+                    if tool.kind != ToolKind::Schedule {
                         return Err(bad(&format!("{key}.timings"), "only for kind \"schedule\""));
                     }
                     subset(&format!("{key}.timings"), timings, &ScheduleTool::TIMINGS)?;

@@ -8,23 +8,19 @@
 //! never links the local engine. A server takes its listener and its shutdown signal as
 //! arguments, so tests bind `127.0.0.1:0`.
 
-mod anthropic;
 pub mod auth;
 mod body_deadline;
 pub mod cluster;
 pub mod cors;
 mod edge;
-mod embeddings;
 mod error;
 pub mod error_code;
+mod gateway;
 pub mod knowledge;
 pub mod metrics;
-mod openai;
 pub mod openapi;
-mod responses;
 mod rest;
 mod server;
-mod streamed;
 pub mod views;
 pub mod webui;
 pub mod wire;
@@ -189,10 +185,13 @@ pub fn router_with(state: AppState, extra: Router<AppState>) -> Router {
         .route("/v1/agents", get(rest::agents))
         .route("/v1/mcp/servers", get(rest::mcp_servers))
         .route("/v1/models", get(rest::models))
-        .route("/v1/chat/completions", post(openai::chat_completions))
-        .route("/v1/embeddings", post(embeddings::embeddings))
-        .route("/v1/messages", post(anthropic::messages))
-        .route("/v1/responses", post(responses::responses))
+        .route(
+            "/v1/chat/completions",
+            post(gateway::openai::chat_completions),
+        )
+        .route("/v1/embeddings", post(gateway::embeddings::embeddings))
+        .route("/v1/messages", post(gateway::anthropic::messages))
+        .route("/v1/responses", post(gateway::responses::responses))
         .route(
             "/v1/collections",
             get(knowledge::list_collections).post(knowledge::create_collection),
@@ -212,8 +211,8 @@ pub fn router_with(state: AppState, extra: Router<AppState>) -> Router {
                 .delete(knowledge::delete_document),
         )
         .route("/v1/collections/{name}/query", post(knowledge::query))
-        .route("/v1/gateway/logs", get(openai::logs))
-        .route("/v1/gateway/stats", get(openai::stats))
+        .route("/v1/gateway/logs", get(gateway::logs::logs))
+        .route("/v1/gateway/stats", get(gateway::logs::stats))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))

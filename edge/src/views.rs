@@ -11,6 +11,7 @@ use stead_actors::{CatchUp, ScheduleDef, ScheduleMessage, ScheduleState};
 use stead_persistence::SessionStatus;
 
 use crate::wire::{EventView, SessionRow};
+use stead_model::CallId;
 
 /// `{"error":{"code","message"}}`.
 #[derive(Serialize, ToSchema)]
@@ -212,7 +213,8 @@ pub struct ForkedFrom {
 
 #[derive(Serialize, ToSchema)]
 pub struct PendingApproval {
-    pub call_id: String,
+    #[schema(value_type = String)]
+    pub call_id: CallId,
     pub tool: String,
     #[schema(value_type = Object)]
     pub arguments: serde_json::Value,
@@ -274,7 +276,8 @@ pub struct EventsPage {
 #[derive(Serialize, ToSchema)]
 pub struct Decided {
     pub session_id: Uuid,
-    pub call_id: String,
+    #[schema(value_type = String)]
+    pub call_id: CallId,
     pub approved: bool,
     pub seq: i64,
 }
@@ -306,7 +309,8 @@ pub struct InboxApproval {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub parent_session_id: Option<Uuid>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub parent_call_id: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub parent_call_id: Option<CallId>,
 }
 
 /// A node of the cluster.

@@ -18,6 +18,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use crate::ErrorCode;
+use stead_model::CallId;
 
 /// One journaled step, as `GET …/events` and the WebSocket `event` frame carry it.
 #[derive(Debug, Clone, PartialEq, Serialize, TS, ToSchema)]
@@ -74,7 +75,7 @@ pub enum ServerFrame {
     /// higher `attempt` for the same call is a new run of it (re-issued after a restart): its
     /// text replaces what the client has.
     Delta {
-        call_id: String,
+        call_id: CallId,
         attempt: i64,
         text: String,
         offset: usize,
@@ -83,7 +84,7 @@ pub enum ServerFrame {
     /// client that attaches or resumes is sent the latest of each call that runs. `progress`
     /// rises; `total`, when known, is its end.
     ToolProgress {
-        call_id: String,
+        call_id: CallId,
         #[serde(skip_serializing_if = "Option::is_none")]
         #[ts(optional)]
         progress: Option<f64>,
@@ -116,7 +117,7 @@ impl ServerFrame {
     /// The `tool_progress` frame of a call.
     pub fn tool_progress(call_id: &str, progress: &stead_actors::tools::ToolProgress) -> Self {
         ServerFrame::ToolProgress {
-            call_id: call_id.to_string(),
+            call_id: call_id.into(),
             progress: progress.progress,
             total: progress.total,
             message: progress.message.clone(),
@@ -144,7 +145,7 @@ pub enum ClientFrame {
         mode: Option<MessageMode>,
     },
     Approval {
-        call_id: String,
+        call_id: CallId,
         approved: bool,
         #[serde(default)]
         #[ts(optional)]
@@ -193,7 +194,8 @@ pub struct SessionRow {
     /// The parent's tool call that started this child.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[ts(optional)]
-    pub parent_call_id: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub parent_call_id: Option<CallId>,
 }
 
 impl From<&Session> for SessionRow {

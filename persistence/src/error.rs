@@ -35,8 +35,8 @@ pub enum Error {
     #[error("session {session_id} was taken over (lease epoch {current}, writer had {held})")]
     Fenced {
         session_id: Uuid,
-        held: i64,
-        current: i64,
+        held: stead_model::Epoch,
+        current: stead_model::Epoch,
     },
 
     /// An event's serialized payload exceeds the configured limit. Nothing was written.

@@ -21,6 +21,8 @@ use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
+use stead_model::Epoch;
+
 use crate::{prepare_payload, Error, NewEvent, Result};
 
 /// An event ready to write: payload serialized and checked, timestamp fixed.
@@ -37,7 +39,7 @@ pub struct AppendRequest {
     pub session_id: Uuid,
     pub expected_last_seq: i64,
     /// When set, the session's lease epoch must equal it.
-    pub epoch: Option<i64>,
+    pub epoch: Option<Epoch>,
     /// When set, the session's status after this append (written with it).
     pub status: Option<crate::SessionStatus>,
     pub events: Vec<PreparedEvent>,
@@ -52,7 +54,7 @@ pub enum Outcome {
     /// Not written: the session's last seq was `actual`.
     Conflict { actual: i64 },
     /// Not written: the session's lease epoch was `current`, not the request's.
-    Fenced { current: i64 },
+    Fenced { current: Epoch },
     /// Not written: no such session.
     NotFound,
 }
@@ -123,7 +125,7 @@ impl GroupCommit {
         &self,
         session_id: Uuid,
         expected_last_seq: i64,
-        epoch: Option<i64>,
+        epoch: Option<Epoch>,
         status: Option<crate::SessionStatus>,
         events: Vec<NewEvent>,
     ) -> Result<Vec<i64>> {

@@ -10,6 +10,8 @@ use async_trait::async_trait;
 use serde_json::Value;
 use uuid::Uuid;
 
+use stead_model::Epoch;
+
 use crate::request_log;
 use crate::{
     Backend, ClusterNode, Compaction, Event, JournalStats, KvEntry, Lease, MigrationReport,
@@ -116,7 +118,7 @@ pub trait Journal: Send + Sync {
         &self,
         session_id: Uuid,
         expected_last_seq: i64,
-        epoch: i64,
+        epoch: Epoch,
         status: Option<SessionStatus>,
         events: Vec<NewEvent>,
     ) -> Result<Vec<i64>>;
@@ -141,12 +143,12 @@ pub trait Leases: Send + Sync {
         &self,
         session_id: Uuid,
         owner: &str,
-        epoch: i64,
+        epoch: Epoch,
         ttl: Duration,
     ) -> Result<Lease>;
 
     /// Gives the lease up (when still held at `epoch`), so another node may take it at once.
-    async fn release_lease(&self, session_id: Uuid, owner: &str, epoch: i64) -> Result<()>;
+    async fn release_lease(&self, session_id: Uuid, owner: &str, epoch: Epoch) -> Result<()>;
 
     /// Registers `node` or refreshes its heartbeat (now, on the leases' clock). `false`: the
     /// node id is held by another process (`instance`) — one alive (heartbeat younger than

@@ -6,6 +6,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::{Error, Result};
+use stead_model::{CallId, Epoch};
 
 /// Lifecycle status of a session, as stored and as shown to clients (docs/api.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ts_rs::TS)]
@@ -82,7 +83,7 @@ pub struct NewSession {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ParentLink {
     pub session_id: Uuid,
-    pub call_id: String,
+    pub call_id: CallId,
 }
 
 impl NewSession {
@@ -331,7 +332,7 @@ pub enum BudgetDecision {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lease {
     pub owner: String,
-    pub epoch: i64,
+    pub epoch: Epoch,
     pub expires_at: DateTime<Utc>,
 }
 

@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use futures_util::{SinkExt, StreamExt};
 use stead_http::cluster::{Cluster, Forwarded, Origin, WsPump};
 use stead_http::ApiError;
-use stead_persistence::JournalStore;
+use stead_persistence::Leases;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 
@@ -37,7 +37,7 @@ const HOP_BY_HOP: [&str; 9] = [
 /// This node's view of the others, and what it forwards to them.
 pub struct Peers {
     membership: Membership,
-    store: Arc<dyn JournalStore>,
+    store: Arc<dyn Leases>,
     client: reqwest::Client,
     forwarded_http: AtomicU64,
     forwarded_ws: AtomicU64,
@@ -51,7 +51,7 @@ pub struct Peers {
 const NODES_CACHE: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Peers {
-    pub fn new(membership: Membership, store: Arc<dyn JournalStore>) -> anyhow::Result<Peers> {
+    pub fn new(membership: Membership, store: Arc<dyn Leases>) -> anyhow::Result<Peers> {
         // Straight to the owner: no proxy from the environment (it would see the clients'
         // credentials), no redirects, and a short connect timeout (an owner that does not
         // accept is retried while its lease is watched).

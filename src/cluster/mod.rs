@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use stead_actors::session::SessionRegistry;
-use stead_persistence::{BudgetDecision, BudgetRequest, ClusterNode, JournalStore};
+use stead_persistence::{BudgetDecision, BudgetRequest, Budgets, ClusterNode, Leases};
 use stead_router::{LedgerError, SharedLedger, SharedReservation};
 
 use stead_config::ClusterConfig;
@@ -67,7 +67,7 @@ impl Membership {
     /// keeps beating stops the start.
     pub async fn start(
         &self,
-        store: Arc<dyn JournalStore>,
+        store: Arc<dyn Leases>,
         sessions: Arc<SessionRegistry>,
     ) -> anyhow::Result<Vec<tokio::task::JoinHandle<()>>> {
         let patience = self.ttl + 2 * self.heartbeat;
@@ -139,7 +139,7 @@ const SWEEP_BACKOFF: Duration = Duration::from_secs(60);
 /// Every `every`, running sessions whose lease ran out (their node died mid-turn) are
 /// activated here: the activation takes the lease (one node wins; the others see it held) and
 /// carries the turn on under the recovery rules.
-async fn sweep(store: Arc<dyn JournalStore>, sessions: Arc<SessionRegistry>, every: Duration) {
+async fn sweep(store: Arc<dyn Leases>, sessions: Arc<SessionRegistry>, every: Duration) {
     let mut tick = tokio::time::interval(every);
     let mut failing: std::collections::HashMap<uuid::Uuid, std::time::Instant> = Default::default();
     loop {
@@ -174,7 +174,7 @@ async fn sweep(store: Arc<dyn JournalStore>, sessions: Arc<SessionRegistry>, eve
 /// The router's strict budgets kept in the database the nodes share (docs/cluster.md): a
 /// reservation made on any node counts on every node.
 pub struct SharedBudgets {
-    pub store: Arc<dyn JournalStore>,
+    pub store: Arc<dyn Budgets>,
     pub node_id: String,
     /// A node whose heartbeat is older than this is dead: its reservations are booked as spent.
     pub node_ttl: Duration,

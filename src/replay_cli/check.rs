@@ -11,7 +11,7 @@ use anyhow::bail;
 use serde_json::{json, Value};
 use stead_actors::replay::{self, CheckReport};
 use stead_actors::AgentRules;
-use stead_persistence::{Event, JournalStore, SessionQuery};
+use stead_persistence::{Event, Kv, SessionQuery, SessionStore};
 use uuid::Uuid;
 
 use super::output::clip;
@@ -38,7 +38,7 @@ enum Outcome {
 
 pub(super) async fn check(
     config: &Config,
-    store: &Arc<dyn JournalStore>,
+    store: &Arc<dyn SessionStore>,
     args: CheckArgs,
 ) -> anyhow::Result<ExitCode> {
     if args.ids.is_empty() && !args.all && args.file.is_empty() {
@@ -47,11 +47,12 @@ pub(super) async fn check(
     let started = Instant::now();
     // The rules as the server runs them: with the tools' argument schemas.
     let client = stead_agents::webhook_client()?;
+    let notes: Arc<dyn Kv> = store.clone();
     let mut rules: HashMap<String, anyhow::Result<AgentRules>> = HashMap::new();
     for agent in &config.agents {
         rules.insert(
             agent.name.clone(),
-            stead_agents::build_agent(agent, store, &client, None).map(|built| built.rules),
+            stead_agents::build_agent(agent, &notes, &client, None).map(|built| built.rules),
         );
     }
     let mut results: Vec<(String, Uuid, Outcome)> = Vec::new();

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use stead_persistence::JournalStore;
+use stead_persistence::{JournalStore, SessionStore};
 use uuid::Uuid;
 
 use stead_config::Config;
@@ -172,10 +172,10 @@ async fn store(config: &Config) -> anyhow::Result<Arc<dyn JournalStore>> {
 pub async fn session(config: Config, command: SessionCommand) -> anyhow::Result<ExitCode> {
     let store = store(&config).await?;
     let result = match command {
-        SessionCommand::List(args) => session::list(&store, args).await,
-        SessionCommand::Show(args) => session::show(&store, args).await,
-        SessionCommand::Tail(args) => session::tail(&store, args).await,
-        SessionCommand::Compact(args) => session::compact(&config, &store, args).await,
+        SessionCommand::List(args) => session::list(store.as_ref(), args).await,
+        SessionCommand::Show(args) => session::show(store.as_ref(), args).await,
+        SessionCommand::Tail(args) => session::tail(store.as_ref(), args).await,
+        SessionCommand::Compact(args) => session::compact(&config, store.as_ref(), args).await,
     };
     store.shutdown().await;
     result.map(|()| ExitCode::SUCCESS)
@@ -184,17 +184,19 @@ pub async fn session(config: Config, command: SessionCommand) -> anyhow::Result<
 pub async fn replay(config: Config, command: ReplayCommand) -> anyhow::Result<ExitCode> {
     let store = store(&config).await?;
     let result = match command {
-        ReplayCommand::State(args) => replay::state(&store, args)
+        ReplayCommand::State(args) => replay::state(store.as_ref(), args)
             .await
             .map(|()| ExitCode::SUCCESS),
-        ReplayCommand::Export(args) => replay::export(&config, &store, args)
+        ReplayCommand::Export(args) => replay::export(&config, store.as_ref(), args)
             .await
             .map(|()| ExitCode::SUCCESS),
-        ReplayCommand::Import(args) => replay::import(&config, &store, args)
+        ReplayCommand::Import(args) => replay::import(&config, store.as_ref(), args)
             .await
             .map(|()| ExitCode::SUCCESS),
-        ReplayCommand::Check(args) => check::check(&config, &store, args).await,
-        ReplayCommand::Fork(args) => replay::fork(&config, &store, args)
+        ReplayCommand::Check(args) => {
+            check::check(&config, &(store.clone() as Arc<dyn SessionStore>), args).await
+        }
+        ReplayCommand::Fork(args) => replay::fork(&config, store.as_ref(), args)
             .await
             .map(|()| ExitCode::SUCCESS),
     };

@@ -2,19 +2,18 @@
 //! export and import, and forks.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use serde_json::json;
 use stead_actors::replay::{self, Export};
 use stead_actors::Overrides;
-use stead_persistence::JournalStore;
+use stead_persistence::SessionStore;
 
 use super::output::print_json;
 use super::{ExportArgs, ForkArgs, ImportArgs, StateArgs};
 use stead_config::Config;
 
-pub(super) async fn state(store: &Arc<dyn JournalStore>, args: StateArgs) -> anyhow::Result<()> {
+pub(super) async fn state(store: &dyn SessionStore, args: StateArgs) -> anyhow::Result<()> {
     let row = store.get_session(args.id).await?;
     let at = args.at.unwrap_or(row.last_seq);
     if at < 1 || at > row.last_seq {
@@ -23,7 +22,7 @@ pub(super) async fn state(store: &Arc<dyn JournalStore>, args: StateArgs) -> any
             row.last_seq
         );
     }
-    let folded = replay::fold_until(store.as_ref(), args.id, at).await?;
+    let folded = replay::fold_until(store, args.id, at).await?;
     print_json(&replay::state_view(args.id, &folded))
 }
 
@@ -37,22 +36,21 @@ fn agent_hash(config: &Config, agent: &str) -> Option<String> {
 
 pub(super) async fn export(
     config: &Config,
-    store: &Arc<dyn JournalStore>,
+    store: &dyn SessionStore,
     args: ExportArgs,
 ) -> anyhow::Result<()> {
     let row = store.get_session(args.id).await?;
-    let header =
-        replay::export_header(store.as_ref(), &row, agent_hash(config, &row.agent)).await?;
+    let header = replay::export_header(store, &row, agent_hash(config, &row.agent)).await?;
     let written = match &args.output {
         Some(path) => {
             let file = std::fs::File::create(path)
                 .with_context(|| format!("cannot create {}", path.display()))?;
             let mut out = std::io::BufWriter::new(file);
-            replay::write_export(store.as_ref(), &header, &mut out).await?
+            replay::write_export(store, &header, &mut out).await?
         }
         None => {
             let mut out = std::io::BufWriter::new(std::io::stdout());
-            replay::write_export(store.as_ref(), &header, &mut out).await?
+            replay::write_export(store, &header, &mut out).await?
         }
     };
     eprintln!("exported {} ({written} events)", row.id);
@@ -72,7 +70,7 @@ pub(super) fn read_export(path: &PathBuf) -> anyhow::Result<Export> {
 
 pub(super) async fn import(
     config: &Config,
-    store: &Arc<dyn JournalStore>,
+    store: &dyn SessionStore,
     args: ImportArgs,
 ) -> anyhow::Result<()> {
     let export = read_export(&args.file)?;
@@ -94,7 +92,7 @@ pub(super) async fn import(
             "stead: note: agent `{agent}` is configured differently here than where the session was recorded; `stead replay check` shows whether its decisions differ"
         );
     }
-    let row = replay::import(store.as_ref(), &export).await?;
+    let row = replay::import(store, &export).await?;
     if args.json {
         print_json(&json!({
             "id": row.id,
@@ -118,7 +116,7 @@ pub(super) async fn import(
 
 pub(super) async fn fork(
     config: &Config,
-    store: &Arc<dyn JournalStore>,
+    store: &dyn SessionStore,
     args: ForkArgs,
 ) -> anyhow::Result<()> {
     if let Some(route) = &args.route {
@@ -140,14 +138,14 @@ pub(super) async fn fork(
         system_prompt,
     };
     let (row, last_seq) = replay::fork(
-        store.as_ref(),
+        store,
         &source,
         args.at,
         overrides,
         stead_actors::LOCAL_PRINCIPAL,
     )
     .await?;
-    let status = replay::settle_status(store.as_ref(), row.id).await?.status;
+    let status = replay::settle_status(store, row.id).await?.status;
     if args.json {
         print_json(&json!({
             "id": row.id,

@@ -2,20 +2,19 @@
 //! configured database, and compaction of ended sessions' journals.
 
 use std::io::Write;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::bail;
 use serde_json::json;
 use stead_actors::replay;
-use stead_persistence::{JournalStore, SessionQuery, SessionStatus};
+use stead_persistence::{SessionQuery, SessionStatus, SessionStore};
 use uuid::Uuid;
 
 use super::output::{event_json, human, print_json};
 use super::{CompactArgs, ListArgs, ShowArgs, TailArgs};
 use stead_config::Config;
 
-pub(super) async fn list(store: &Arc<dyn JournalStore>, args: ListArgs) -> anyhow::Result<()> {
+pub(super) async fn list(store: &dyn SessionStore, args: ListArgs) -> anyhow::Result<()> {
     let status = args
         .status
         .as_deref()
@@ -61,11 +60,11 @@ pub(super) async fn list(store: &Arc<dyn JournalStore>, args: ListArgs) -> anyho
     Ok(())
 }
 
-pub(super) async fn show(store: &Arc<dyn JournalStore>, args: ShowArgs) -> anyhow::Result<()> {
+pub(super) async fn show(store: &dyn SessionStore, args: ShowArgs) -> anyhow::Result<()> {
     let row = store.get_session(args.id).await?;
     let compaction = store.compaction(args.id).await?;
-    let folded = replay::fold_until(store.as_ref(), args.id, row.last_seq).await?;
-    let events = replay::read_all(store.as_ref(), args.id, 0).await?;
+    let folded = replay::fold_until(store, args.id, row.last_seq).await?;
+    let events = replay::read_all(store, args.id, 0).await?;
     if args.json {
         return print_json(&json!({
             "session": row,
@@ -119,7 +118,7 @@ pub(super) async fn show(store: &Arc<dyn JournalStore>, args: ShowArgs) -> anyho
     Ok(())
 }
 
-pub(super) async fn tail(store: &Arc<dyn JournalStore>, args: TailArgs) -> anyhow::Result<()> {
+pub(super) async fn tail(store: &dyn SessionStore, args: TailArgs) -> anyhow::Result<()> {
     let row = store.get_session(args.id).await?;
     let mut after = (row.last_seq - args.lines.max(0)).max(0);
     let interval = Duration::from_millis(args.interval_ms.max(10));
@@ -149,7 +148,7 @@ pub(super) async fn tail(store: &Arc<dyn JournalStore>, args: TailArgs) -> anyho
 
 pub(super) async fn compact(
     config: &Config,
-    store: &Arc<dyn JournalStore>,
+    store: &dyn SessionStore,
     args: CompactArgs,
 ) -> anyhow::Result<()> {
     let mut failed: Vec<(Uuid, String)> = Vec::new();
@@ -169,7 +168,7 @@ pub(super) async fn compact(
         }
         let mut done = Vec::new();
         for id in &args.ids {
-            match replay::compact(store.as_ref(), *id).await {
+            match replay::compact(store, *id).await {
                 Ok(compaction) => {
                     if !args.json {
                         println!(

@@ -1,8 +1,10 @@
 //! A person's decision on a parked tool call, and an approval that expired undecided.
 
 use super::{unknown_approval, Planner, Refusal};
-use crate::events::{ApprovalOutcome, ApprovalScope, SessionEvent, SYSTEM_DECIDER};
-use crate::policy::{Approver, SESSION_TOKEN_DECIDER};
+use stead_model::{CallId, Decider};
+
+use crate::events::{ApprovalOutcome, ApprovalScope, SessionEvent};
+use crate::policy::Approver;
 use crate::state::CallStatus;
 
 impl Planner<'_> {
@@ -12,10 +14,10 @@ impl Planner<'_> {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn approval_decided(
         &mut self,
-        call_id: String,
+        call_id: CallId,
         approved: bool,
         reason: Option<String>,
-        decided_by: String,
+        decided_by: Decider,
         scope: ApprovalScope,
         given_hash: Option<String>,
     ) -> Result<(), Refusal> {
@@ -35,7 +37,7 @@ impl Planner<'_> {
             .agent
             .tool(&self.state, &call.tool)
             .is_some_and(|r| r.approver == Approver::Operator);
-        if approved && operator_only && decided_by.starts_with(SESSION_TOKEN_DECIDER) {
+        if approved && operator_only && decided_by.is_session_token() {
             return Err(Refusal::OperatorRequired);
         }
         let tool = call.tool.clone();
@@ -59,7 +61,7 @@ impl Planner<'_> {
     }
 
     /// Nobody decided on the parked call `call_id` in time: it is rejected by the system.
-    pub(super) fn approval_expired(&mut self, call_id: String) -> Result<(), Refusal> {
+    pub(super) fn approval_expired(&mut self, call_id: CallId) -> Result<(), Refusal> {
         let call = self
             .state
             .turn
@@ -74,7 +76,7 @@ impl Planner<'_> {
             call_id: call_id.clone(),
             approved: false,
             reason: Some(ApprovalOutcome::EXPIRED_REASON.into()),
-            decided_by: SYSTEM_DECIDER.into(),
+            decided_by: Decider::System,
             scope: ApprovalScope::Once,
         });
         self.push(SessionEvent::ToolCallFailed {

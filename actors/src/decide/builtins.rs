@@ -9,6 +9,7 @@ use crate::events::SessionEvent;
 use crate::schedule_tool::*;
 use crate::schedules::{schedule_view, CatchUp, ScheduleDef, ScheduleMessage};
 use crate::tools::ToolError;
+use stead_model::CallId;
 
 impl Planner<'_> {
     /// Runs the built-in call `call_id` (started, of a built-in tool) at `now`: the schedule
@@ -16,7 +17,7 @@ impl Planner<'_> {
     /// the model reads.
     pub(crate) fn run_builtin(
         &mut self,
-        call_id: String,
+        call_id: CallId,
         now: DateTime<Utc>,
     ) -> Result<(), Refusal> {
         let tool = self.started_call(&call_id)?;

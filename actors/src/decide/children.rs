@@ -3,10 +3,11 @@
 use crate::decide::{Planner, Refusal};
 use crate::events::SessionEvent;
 use crate::schedule_tool::Builtin;
+use stead_model::CallId;
 
 impl Planner<'_> {
     /// `child_session_started` for a running `agent` call, once.
-    pub(crate) fn child_started(&mut self, call_id: String, child: String) -> Result<(), Refusal> {
+    pub(crate) fn child_started(&mut self, call_id: CallId, child: String) -> Result<(), Refusal> {
         let tool = self.started_call(&call_id)?;
         let is_agent = matches!(
             self.agent.tool(&self.state, &tool).and_then(|r| r.builtin),

@@ -5,13 +5,14 @@ use crate::events::SessionEvent;
 use crate::memory_block::*;
 use crate::tools::ToolError;
 use serde_json::Value;
+use stead_model::CallId;
 
 impl Planner<'_> {
     /// Runs the started call `call_id` of a memory block tool: `memory_updated` and the call's
     /// result, or the call's error.
     pub(crate) fn run_memory(
         &mut self,
-        call_id: String,
+        call_id: CallId,
         tool: String,
         arguments: &Value,
         max_chars: usize,

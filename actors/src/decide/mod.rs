@@ -21,6 +21,7 @@ use crate::policy::args_hash;
 pub use crate::refusal::Refusal;
 pub use crate::rules::{AgentRules, DynamicToolRule, ToolRules};
 use crate::state::{CallStatus, SessionState};
+use stead_model::CallId;
 
 /// Decides what `input` means for a session in `state`: a dispatcher over one method per
 /// kind of input (`turn.rs`, `approval.rs`, `lifecycle.rs`, and the tools', schedules' and
@@ -312,7 +313,7 @@ impl Planner<'_> {
                 });
                 continue;
             }
-            let call_id = format!("m{}", self.state.model_calls_total + 1);
+            let call_id = CallId::new(format!("m{}", self.state.model_calls_total + 1));
             let route = self.state.route(&self.agent.route).to_string();
             self.push(SessionEvent::ModelCallStarted {
                 call_id: call_id.clone(),
@@ -367,7 +368,7 @@ impl Planner<'_> {
     }
 
     /// `tool_call_started` for a call, with its action.
-    fn start(&mut self, call_id: String, tool: String, arguments: Value) -> SessionEvent {
+    fn start(&mut self, call_id: CallId, tool: String, arguments: Value) -> SessionEvent {
         let idempotency_key = format!("{}:{}", self.session_id, call_id);
         self.decision.actions.push(Action::RunTool {
             call_id: call_id.clone(),

@@ -5,6 +5,7 @@ use crate::events::{SessionEvent, TurnEnd};
 use crate::reply::*;
 use crate::state::TranscriptEntry;
 use serde_json::Value;
+use stead_model::CallId;
 
 impl Planner<'_> {
     /// The model answered `call_id` without tool calls: its text ends the turn when a person
@@ -12,7 +13,7 @@ impl Planner<'_> {
     /// makes a repair call (`advance` starts it: no tools, an instruction to answer) or, once
     /// the repairs or the steps are spent, ends with a reply built from its tool results
     /// (docs/sessions.md, "Replies").
-    pub(crate) fn reply(&mut self, call_id: String, text: String) {
+    pub(crate) fn reply(&mut self, call_id: CallId, text: String) {
         let results = self.turn_results();
         let problem = {
             let tools = self.tool_names();

@@ -5,6 +5,7 @@ use serde_json::Value;
 
 use super::{Action, ModelOutput, Planner, Refusal};
 use crate::events::{MessageMode, RequestedCall, SeenTool, SessionEvent, TurnEnd};
+use stead_model::CallId;
 
 impl Planner<'_> {
     /// A user's message: it starts a turn, or — while one runs — waits, steers, interrupts
@@ -70,7 +71,7 @@ impl Planner<'_> {
     /// requested (numbered on from every call the session has seen).
     pub(super) fn model_finished(
         &mut self,
-        call_id: String,
+        call_id: CallId,
         output: ModelOutput,
     ) -> Result<(), Refusal> {
         self.model_call_in_flight(&call_id)?;
@@ -80,7 +81,7 @@ impl Planner<'_> {
             .iter()
             .enumerate()
             .map(|(i, (tool, arguments))| RequestedCall {
-                call_id: format!("t{}", total + i as u64 + 1),
+                call_id: CallId::new(format!("t{}", total + i as u64 + 1)),
                 tool: tool.clone(),
                 arguments: arguments.clone(),
             })
@@ -110,7 +111,7 @@ impl Planner<'_> {
     }
 
     /// The model call in flight failed: the turn ends with it.
-    pub(super) fn model_failed(&mut self, call_id: String, error: String) -> Result<(), Refusal> {
+    pub(super) fn model_failed(&mut self, call_id: CallId, error: String) -> Result<(), Refusal> {
         self.model_call_in_flight(&call_id)?;
         self.push(SessionEvent::ModelCallFailed { call_id, error });
         self.push(SessionEvent::TurnFinished {
@@ -133,7 +134,7 @@ impl Planner<'_> {
         }
     }
 
-    pub(super) fn tool_finished(&mut self, call_id: String, result: Value) -> Result<(), Refusal> {
+    pub(super) fn tool_finished(&mut self, call_id: CallId, result: Value) -> Result<(), Refusal> {
         let tool = self.started_call(&call_id)?;
         self.push(SessionEvent::ToolCallFinished {
             call_id,
@@ -143,7 +144,7 @@ impl Planner<'_> {
         Ok(())
     }
 
-    pub(super) fn tool_failed(&mut self, call_id: String, error: String) -> Result<(), Refusal> {
+    pub(super) fn tool_failed(&mut self, call_id: CallId, error: String) -> Result<(), Refusal> {
         let tool = self.started_call(&call_id)?;
         self.push(SessionEvent::ToolCallFailed {
             call_id,

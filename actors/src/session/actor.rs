@@ -12,6 +12,7 @@ use super::{Agent, Attached, Frame, Lifecycle, ModelClient, Subscriber};
 use crate::decide::{Input, Refusal};
 use crate::events::SessionEvent;
 use crate::state::SessionState;
+use stead_model::CallId;
 
 /// Why an input was not applied.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -51,7 +52,7 @@ pub enum SessionError {
 /// The model call in flight: its id, the flag that cancels it, and the text streamed so far
 /// (a subscriber that attaches mid-stream starts from it).
 pub(super) struct StreamingCall {
-    pub(super) call_id: String,
+    pub(super) call_id: CallId,
     pub(super) cancel: tokio_util::sync::CancellationToken,
     pub(super) text: String,
 }
@@ -63,12 +64,12 @@ pub enum SessionMsg {
     /// Periodic: passivate when idle.
     Tick,
     Delta {
-        call_id: String,
+        call_id: CallId,
         text: String,
     },
     /// A running tool's progress report.
     Progress {
-        call_id: String,
+        call_id: CallId,
         progress: crate::tools::ToolProgress,
     },
     Subscribe(Subscriber, RpcReplyPort<Attached>),
@@ -142,9 +143,9 @@ pub struct Live {
     pub(super) unwritten: u32,
     /// The tool calls that run, by call id: what cancels each.
     pub(super) running_tools:
-        std::collections::HashMap<String, tokio_util::sync::CancellationToken>,
+        std::collections::HashMap<CallId, tokio_util::sync::CancellationToken>,
     /// The latest progress of the tool calls that run.
-    pub(super) progress: std::collections::BTreeMap<String, crate::tools::ToolProgress>,
+    pub(super) progress: std::collections::BTreeMap<CallId, crate::tools::ToolProgress>,
 }
 
 /// The first wait before an own input that could not be journaled is tried again; it doubles
@@ -270,7 +271,7 @@ impl Actor for SessionActor {
                     if streaming.call_id == call_id {
                         let offset = streaming.text.len();
                         streaming.text.push_str(&text);
-                        let attempt = live.deps.lease.epoch;
+                        let attempt = live.deps.lease.epoch.0;
                         live.broadcast(Frame::Delta {
                             call_id,
                             attempt,
@@ -433,7 +434,7 @@ impl Live {
                 .streaming
                 .as_ref()
                 .map(|s| (s.call_id.clone(), s.text.clone())),
-            attempt: self.deps.lease.epoch,
+            attempt: self.deps.lease.epoch.0,
             progress: self
                 .progress
                 .iter()

@@ -13,6 +13,7 @@ use crate::agent_tool::{
 };
 use crate::decide::Input;
 use crate::events::SessionEvent;
+use stead_model::CallId;
 
 impl Live {
     /// Starts (or finds) the child session of the `agent` call `call_id`, then reports it to
@@ -20,7 +21,7 @@ impl Live {
     pub(super) fn start_child(
         &mut self,
         myself: &ActorRef<SessionMsg>,
-        call_id: String,
+        call_id: CallId,
         agent: String,
         arguments: Value,
     ) {
@@ -191,7 +192,7 @@ impl Live {
     /// At activation: a call whose child ended while no wake-up reached this session (a crash
     /// between the child's append and its row) gets its wake-up now.
     pub(super) async fn mend_children(&self) {
-        let waiting: Vec<String> = self
+        let waiting: Vec<CallId> = self
             .state
             .children
             .keys()
@@ -227,7 +228,7 @@ impl Live {
             self.deps.store.get_session(child).await
         {
             return Some(Input::ToolFailed {
-                call_id: call_id.to_string(),
+                call_id: CallId::new(call_id.to_string()),
                 error: format!("the child session {child} does not exist (purged, or not imported with its parent)"),
             });
         }
@@ -250,11 +251,11 @@ impl Live {
         }
         Some(match child_outcome(child, &events)? {
             Ok(result) => Input::ToolFinished {
-                call_id: call_id.to_string(),
+                call_id: CallId::new(call_id.to_string()),
                 result,
             },
             Err(failure) => Input::ToolFailed {
-                call_id: call_id.to_string(),
+                call_id: CallId::new(call_id.to_string()),
                 error: failure.to_string(),
             },
         })

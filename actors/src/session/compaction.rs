@@ -5,6 +5,7 @@
 //! issuing the call again over the compacted transcript. A prompt whose turn alone is over the
 //! budget fails the call with `context_overflow`.
 
+use stead_model::CallId;
 use tokio_util::sync::CancellationToken;
 
 use super::{Calibration, ModelClient, ModelError, ModelRequest};
@@ -96,7 +97,7 @@ pub(super) async fn fit(
         .calibrated(&compacted, last)
         .tokens;
     Fit::Compact(Input::Compact(crate::events::Compaction {
-        call_id: call_id.to_string(),
+        call_id: CallId::new(call_id.to_string()),
         entries: entries as u64,
         turns,
         summary: new_summary,

@@ -7,6 +7,7 @@ use stead_persistence::SessionStatus;
 
 use crate::events::SessionEvent;
 use crate::tools::ToolProgress;
+use stead_model::CallId;
 
 /// What subscribers receive, in commit order.
 #[derive(Debug, Clone, PartialEq)]
@@ -23,7 +24,7 @@ pub enum Frame {
     /// Streamed model text; `offset` is where `text` starts in the call's text (bytes), so a
     /// client that got some of the stream another way can skip what it has.
     Delta {
-        call_id: String,
+        call_id: CallId,
         /// Which run of the call this text belongs to: the activation's lease epoch. A call
         /// re-issued after a restart streams a new text under a higher attempt, which replaces
         /// the old partial text instead of continuing it.
@@ -33,7 +34,7 @@ pub enum Frame {
     },
     /// A running tool's latest progress (not journaled).
     Progress {
-        call_id: String,
+        call_id: CallId,
         progress: ToolProgress,
     },
 }
@@ -44,11 +45,11 @@ pub struct Attached {
     pub last_seq: i64,
     pub status: SessionStatus,
     /// The model call in flight and its text so far.
-    pub streaming: Option<(String, String)>,
+    pub streaming: Option<(CallId, String)>,
     /// The attempt (activation epoch) the in-flight call's text belongs to.
     pub attempt: i64,
     /// The latest progress of each tool call that runs.
-    pub progress: Vec<(String, ToolProgress)>,
+    pub progress: Vec<(CallId, ToolProgress)>,
 }
 
 /// A subscriber's end: frames in order, bounded. A subscriber that falls `capacity` frames

@@ -17,10 +17,11 @@ use super::{
 };
 use crate::context::ContextRules;
 use crate::decide::Input;
+use stead_model::CallId;
 
 impl Live {
     /// Starts the model call `call_id` of the running turn.
-    pub(super) fn call_model(&mut self, myself: &ActorRef<SessionMsg>, call_id: String) {
+    pub(super) fn call_model(&mut self, myself: &ActorRef<SessionMsg>, call_id: CallId) {
         let cancel = CancellationToken::new();
         self.streaming = Some(StreamingCall {
             call_id: call_id.clone(),
@@ -110,7 +111,7 @@ struct ModelCallTask {
     turn: tracing::Span,
     steps: DelegationSteps,
     calibration: Arc<Mutex<Option<Calibration>>>,
-    call_id: String,
+    call_id: CallId,
     cancel: CancellationToken,
 }
 

@@ -9,6 +9,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
+use stead_model::CallId;
 
 use chrono::{DateTime, Utc};
 use stead_persistence::{ScheduleOwner, ScheduleRow};
@@ -224,14 +225,14 @@ async fn wake(
         .iter()
         .filter_map(|row| approval_call(&row.key))
         .map(|call_id| Input::ApprovalExpired {
-            call_id: call_id.to_string(),
+            call_id: CallId::new(call_id.to_string()),
         })
         .collect();
     inputs.extend(
         rows.iter()
             .filter_map(|row| child_call(&row.key))
             .map(|call_id| Input::ChildFinished {
-                call_id: call_id.to_string(),
+                call_id: CallId::new(call_id.to_string()),
             }),
     );
     let cancels = rows.iter().any(|row| row.key == PARENT_CANCEL_KEY);

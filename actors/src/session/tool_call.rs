@@ -13,6 +13,7 @@ use super::live::{panic_message, without_nul};
 use super::{Live, SessionMsg};
 use crate::decide::Input;
 use crate::tools::{ProgressSink, Tool, ToolContext};
+use stead_model::CallId;
 
 /// How long a cancelled tool gets to stop by itself before its task is aborted.
 const CANCEL_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
@@ -22,7 +23,7 @@ impl Live {
     pub(super) fn run_tool(
         &mut self,
         myself: &ActorRef<SessionMsg>,
-        call_id: String,
+        call_id: CallId,
         tool: String,
         arguments: Value,
         idempotency_key: String,

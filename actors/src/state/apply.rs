@@ -2,6 +2,7 @@
 //! method per kind of event.
 
 use serde_json::{json, Value};
+use stead_model::CallId;
 
 use super::{CallState, CallStatus, SessionState, TranscriptEntry};
 use crate::events::{
@@ -198,7 +199,7 @@ impl SessionState {
         }
         if let Some(turn) = &mut self.turn {
             turn.model_calls += 1;
-            turn.model_call = Some(call_id.to_string());
+            turn.model_call = Some(CallId::from(call_id));
             turn.calls.clear();
         }
     }
@@ -219,7 +220,7 @@ impl SessionState {
         self.tool_calls_total += 1;
         if let Some(turn) = &mut self.turn {
             turn.calls.push(CallState {
-                call_id: call_id.to_string(),
+                call_id: CallId::new(call_id.to_string()),
                 tool: tool.to_string(),
                 arguments: arguments.clone(),
                 status: CallStatus::Requested,
@@ -246,7 +247,7 @@ impl SessionState {
     fn tool_call_ended(&mut self, call_id: &str, tool: &str, status: CallStatus, content: Value) {
         self.set_status(call_id, status);
         self.transcript.push_back(TranscriptEntry::Tool {
-            call_id: call_id.to_string(),
+            call_id: CallId::new(call_id.to_string()),
             tool: tool.to_string(),
             content,
         });

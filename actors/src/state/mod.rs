@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::events::{Overrides, RequestedCall, SeenTool, Usage};
+use stead_model::CallId;
 
 mod apply;
 
@@ -23,7 +24,7 @@ pub enum TranscriptEntry {
         tool_calls: Vec<RequestedCall>,
     },
     Tool {
-        call_id: String,
+        call_id: CallId,
         tool: String,
         content: Value,
     },
@@ -54,7 +55,7 @@ pub enum CallStatus {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CallState {
-    pub call_id: String,
+    pub call_id: CallId,
     pub tool: String,
     pub arguments: Value,
     pub status: CallStatus,
@@ -66,7 +67,7 @@ pub struct Turn {
     /// Model calls made in this turn (bounded by the agent's `max_steps`).
     pub model_calls: u32,
     /// The model call started and not yet finished, if any.
-    pub model_call: Option<String>,
+    pub model_call: Option<CallId>,
     /// Tool calls of the latest model answer, in order.
     pub calls: Vec<CallState>,
     /// Messages that steer this turn: they join the transcript before its next model call
@@ -143,7 +144,7 @@ pub struct SessionState {
     /// Set on a child session: who started it.
     pub parent: Option<crate::events::ParentRef>,
     /// Child sessions this session's `agent` tool calls started, by call id.
-    pub children: std::collections::BTreeMap<String, String>,
+    pub children: std::collections::BTreeMap<CallId, String>,
     /// The summary of the turns the latest `context_compacted` replaced (with the earlier
     /// summaries it folded in), shown after the system prompt.
     pub summary: Option<String>,

@@ -238,14 +238,14 @@ async fn check_journal(store: &Arc<dyn JournalStore>, id: Uuid, trial: usize) {
             SessionEvent::ToolCallFinished { call_id, .. }
             | SessionEvent::ToolCallFailed { call_id, .. } => {
                 assert!(
-                    outcomes.insert(call_id.clone()),
+                    outcomes.insert(call_id.to_string()),
                     "trial {trial}: call {call_id} has two outcomes"
                 );
             }
             SessionEvent::ModelCallFinished { call_id, .. }
             | SessionEvent::ModelCallFailed { call_id, .. } => {
                 assert!(
-                    answers.insert(call_id.clone()),
+                    answers.insert(call_id.to_string()),
                     "trial {trial}: model call {call_id} answered twice"
                 );
             }

@@ -11,6 +11,7 @@ use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
+use stead_model::Decider;
 use subtle::ConstantTimeEq;
 use uuid::Uuid;
 
@@ -69,11 +70,11 @@ impl Principal {
     }
 
     /// Who decided, as journaled in `approval_decided`.
-    pub fn name(&self) -> String {
+    pub fn name(&self) -> Decider {
         match self {
-            Principal::Local => "local".into(),
-            Principal::ApiKey(fingerprint) => format!("api_key:{fingerprint}"),
-            Principal::Session(id) => format!("{}{id}", stead_actors::SESSION_TOKEN_DECIDER),
+            Principal::Local => Decider::Local,
+            Principal::ApiKey(fingerprint) => Decider::ApiKey(fingerprint.clone()),
+            Principal::Session(id) => Decider::SessionToken(*id),
         }
     }
 

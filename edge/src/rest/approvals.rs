@@ -2,6 +2,7 @@
 //! cancelling a session's turn.
 
 use super::*;
+use stead_model::CallId;
 
 /// What an approval covers.
 #[derive(Deserialize, ToSchema, Clone, Copy)]
@@ -35,7 +36,7 @@ pub struct Decide {
 
 /// The decision input (shared with the WebSocket).
 pub fn decision_input(
-    call_id: String,
+    call_id: CallId,
     approved: bool,
     reason: Option<String>,
     scope: Option<ApprovalScope>,
@@ -59,6 +60,7 @@ pub async fn decide_approval(
     ApiPath((id, call_id)): ApiPath<(Uuid, String)>,
     ApiJson(body): ApiJson<Decide>,
 ) -> Result<Json<Decided>, ApiError> {
+    let call_id = CallId::from(call_id);
     caller
         .require_session_tree(state.store.as_ref(), id)
         .await?;

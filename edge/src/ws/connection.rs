@@ -13,11 +13,12 @@ use super::{REPLAY_PAGE, SEND_TIMEOUT};
 use crate::rest::{check_message, decision_input};
 use crate::wire::{ClientFrame, EventView, ServerFrame};
 use crate::{ApiError, AppState, ErrorCode, Principal};
+use stead_model::CallId;
 
 /// The in-flight model call as this connection knows it: its text so far, and how much of
 /// that the client has been sent.
 struct Stream {
-    call_id: String,
+    call_id: CallId,
     /// The run of the call the text belongs to (see `Frame::Delta`).
     attempt: i64,
     text: String,
@@ -39,7 +40,7 @@ pub(super) struct Connection {
     /// Live frames held until the client's first frame (or the hold ends).
     held: Option<Vec<Frame>>,
     /// The latest progress of each tool call that runs, sent again on resume.
-    progress: std::collections::BTreeMap<String, stead_actors::tools::ToolProgress>,
+    progress: std::collections::BTreeMap<CallId, stead_actors::tools::ToolProgress>,
     last_heard: Instant,
     /// When this connection last replayed on a client's `resume` (one per [`RESUME_EVERY`]).
     last_resume: Option<Instant>,
@@ -90,7 +91,7 @@ impl Connection {
 
 /// Why a connection's credential (generation, expiry) no longer holds.
 async fn revoked(
-    store: std::sync::Arc<dyn stead_persistence::JournalStore>,
+    store: std::sync::Arc<dyn stead_persistence::Sessions>,
     id: Uuid,
     (generation, expires): (i64, Option<i64>),
 ) -> Option<&'static str> {

@@ -6,7 +6,14 @@ use crate::wire::{ClientFrame, CLIENT_FRAME_TYPES};
 use crate::{ApiError, ErrorCode};
 
 /// A client frame, or the error frame it deserves.
+/// A client's frame: read straight into [`ClientFrame`]; only a frame that does not read is
+/// looked at as JSON, to say what is wrong with it.
 pub(super) fn parse(text: &str) -> Result<ClientFrame, ApiError> {
+    serde_json::from_str(text).or_else(|_| refuse(text))
+}
+
+/// Why `text` is not a frame (or, should it read as JSON after all, the frame).
+fn refuse(text: &str) -> Result<ClientFrame, ApiError> {
     let value: Value = serde_json::from_str(text)
         .map_err(|e| ApiError::new(ErrorCode::InvalidJson, format!("not JSON: {e}")))?;
     let Some(kind) = value

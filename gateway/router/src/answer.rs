@@ -69,7 +69,7 @@ pub(crate) async fn read_limited(
     while let Some(chunk) = response
         .chunk()
         .await
-        .map_err(|e| super::openai::transport_error(provider, &e, true))?
+        .map_err(|e| crate::providers::openai::transport_error(provider, &e, true))?
     {
         counted.take(chunk.len())?;
         body.extend_from_slice(&chunk);

@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use crate::chat::{FinishReason, ToolCall, Usage};
 use crate::provider::RouterRequest;
-use crate::{wire, CacheStatus, Router, RouterResponse};
+use crate::{completions, CacheStatus, Router, RouterResponse};
 
 /// An answer as the cache keeps it.
 #[derive(Debug, Clone)]
@@ -97,7 +97,7 @@ pub(crate) fn cache_key(request: &RouterRequest, scope: Option<&str>) -> [u8; 32
         "route": request.route,
         "messages": request.messages,
         "tools": request.tools,
-        "tool_choice": wire::tool_choice_json(&request.tool_choice),
+        "tool_choice": completions::tool_choice_json(&request.tool_choice),
         "params": request.params,
         "extra": request.extra,
     });

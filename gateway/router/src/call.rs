@@ -17,7 +17,7 @@ use crate::provider::RouterRequest;
 use crate::route::Route;
 use crate::settle::{millis, prompt_bound, Abandonment, Ledger};
 use crate::{
-    wire, CacheMode, CacheStatus, CallOptions, Router, RouterError, RouterErrorCode,
+    completions, CacheMode, CacheStatus, CallOptions, Router, RouterError, RouterErrorCode,
     RouterResponse, BUDGET_MAX_TOKENS,
 };
 
@@ -364,7 +364,10 @@ impl Router {
         );
         span.record(
             "gen_ai.response.finish_reasons",
-            format!("[\"{}\"]", wire::finish_reason_str(response.finish_reason)),
+            format!(
+                "[\"{}\"]",
+                completions::finish_reason_str(response.finish_reason)
+            ),
         );
         let hit = response.cache == CacheStatus::Hit;
         if !hit {

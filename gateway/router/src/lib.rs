@@ -9,31 +9,31 @@
 //! becomes one request-log record. Embeddings (`Router::embed`) go the same way: a route's
 //! targets in order, with retries, breakers, limits, budgets, the cache and the log.
 //!
-//! It owns the chat vocabulary ([`chat`]), the `Provider` trait, the OpenAI-compatible
-//! provider and wire format ([`openai`], [`wire`]), the Anthropic provider ([`anthropic`]), the `[gateway]`/`[[routes]]` configuration
+//! It owns OpenAI's chat completions format ([`completions`]: parsed requests, answers and
+//! stream chunks, both ways), the remote providers ([`providers`]: OpenAI-compatible and
+//! Anthropic), the `[gateway]`/`[[routes]]` configuration
 //! ([`config`]) and the request log's records ([`log`]). It knows nothing of sessions, HTTP
 //! serving, storage or ONNX Runtime: the local engine registers itself as a provider
 //! (`stead_inference::provider`) and the request log goes to a sink trait, both wired by the
 //! binary.
 
 pub mod answer;
-pub mod anthropic;
 mod attempt;
 mod breaker;
 mod cache;
 mod call;
 pub use stead_model::chat;
+pub mod completions;
 pub mod config;
 mod embed;
 mod failover;
 mod limits;
 pub mod log;
 mod metrics;
-pub mod openai;
 pub use stead_model::provider;
+pub mod providers;
 mod route;
 mod settle;
-pub mod wire;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -392,7 +392,7 @@ pub enum RouterConfigError {
 }
 
 /// Checks `x-stead-metadata`: a JSON object of up to 16 string, number or bool entries.
-pub fn parse_metadata(text: &str) -> Result<Map<String, Value>, wire::WireError> {
+pub fn parse_metadata(text: &str) -> Result<Map<String, Value>, completions::FormatError> {
     let value: Value =
         serde_json::from_str(text).map_err(|e| format!("x-stead-metadata is not JSON: {e}"))?;
     let Value::Object(map) = value else {

@@ -8,6 +8,8 @@ use uuid::Uuid;
 
 use super::dialect::{Columns, Dialect, Sql};
 use super::SqlStore;
+use stead_model::Epoch;
+
 use crate::types::now_micros;
 use crate::{Error, Lease, Result};
 
@@ -58,7 +60,7 @@ impl<D: Dialect> SqlStore<D> {
         if let Some(row) = take.fetch_optional(self.on_write()).await? {
             return Ok(Lease {
                 owner: owner.to_string(),
-                epoch: row.int("lease_epoch")?,
+                epoch: Epoch(row.int("lease_epoch")?),
                 expires_at: row.time("lease_expires_at")?,
             });
         }
@@ -81,7 +83,7 @@ impl<D: Dialect> SqlStore<D> {
         &self,
         session_id: Uuid,
         owner: &str,
-        epoch: i64,
+        epoch: Epoch,
         ttl: Duration,
     ) -> Result<Lease> {
         let mut renew = Sql::<D>::new("UPDATE sessions SET lease_expires_at = ");
@@ -92,7 +94,7 @@ impl<D: Dialect> SqlStore<D> {
             .push(" AND lease_owner = ")
             .bind(owner)
             .push(" AND lease_epoch = ")
-            .bind(epoch)
+            .bind(epoch.0)
             .push(" RETURNING lease_expires_at");
         if let Some(row) = renew.fetch_optional(self.on_write()).await? {
             return Ok(Lease {
@@ -109,13 +111,13 @@ impl<D: Dialect> SqlStore<D> {
             Some(row) => Err(Error::Fenced {
                 session_id,
                 held: epoch,
-                current: row.int("lease_epoch")?,
+                current: Epoch(row.int("lease_epoch")?),
             }),
             None => Err(Error::SessionNotFound(session_id)),
         }
     }
 
-    pub(super) async fn release(&self, session_id: Uuid, owner: &str, epoch: i64) -> Result<()> {
+    pub(super) async fn release(&self, session_id: Uuid, owner: &str, epoch: Epoch) -> Result<()> {
         Sql::<D>::new("UPDATE sessions SET lease_owner = NULL, lease_expires_at = ")
             .bind(DateTime::<Utc>::UNIX_EPOCH)
             .push(" WHERE id = ")
@@ -123,7 +125,7 @@ impl<D: Dialect> SqlStore<D> {
             .push(" AND lease_owner = ")
             .bind(owner)
             .push(" AND lease_epoch = ")
-            .bind(epoch)
+            .bind(epoch.0)
             .execute(self.on_write())
             .await?;
         Ok(())

@@ -25,6 +25,8 @@ use uuid::Uuid;
 
 use self::dialect::{Arg, Columns, Dialect, On, Sql};
 use self::rows::SESSION_COLUMNS;
+use stead_model::Epoch;
+
 use crate::group_commit::{AppendRequest, GroupCommit, Outcome};
 use crate::request_log::{
     RequestLogEntry, RequestLogPage, RequestLogQuery, StatsGroupBy, StatsRow,
@@ -118,9 +120,9 @@ impl<D: Dialect> SqlStore<D> {
 /// `(last_seq, lease_epoch)` as found (`None`: no such session).
 pub(crate) fn rejected(request: &AppendRequest, found: Option<(i64, i64)>) -> Outcome {
     match found {
-        Some((_, current)) if request.epoch.is_some_and(|e| e != current) => {
-            Outcome::Fenced { current }
-        }
+        Some((_, current)) if request.epoch.is_some_and(|e| e.0 != current) => Outcome::Fenced {
+            current: Epoch(current),
+        },
         Some((actual, _)) => Outcome::Conflict { actual },
         None => Outcome::NotFound,
     }
@@ -173,7 +175,7 @@ impl<D: Dialect> Sessions for SqlStore<D> {
         .push(", ")
         .bind(session.parent.as_ref().map(|p| p.session_id))
         .push(", ")
-        .bind(session.parent.as_ref().map(|p| p.call_id.clone()))
+        .bind(session.parent.as_ref().map(|p| p.call_id.to_string()))
         .push(")")
         .execute(self.on_write())
         .await
@@ -355,7 +357,7 @@ impl<D: Dialect> Journal for SqlStore<D> {
         &self,
         session_id: Uuid,
         expected_last_seq: i64,
-        epoch: i64,
+        epoch: Epoch,
         status: Option<SessionStatus>,
         events: Vec<NewEvent>,
     ) -> Result<Vec<i64>> {
@@ -397,7 +399,7 @@ impl<D: Dialect> Leases for SqlStore<D> {
         &self,
         session_id: Uuid,
         owner: &str,
-        epoch: i64,
+        epoch: Epoch,
         ttl: Duration,
     ) -> Result<Lease> {
         self.renew(session_id, owner, epoch, ttl).await
@@ -423,7 +425,7 @@ impl<D: Dialect> Leases for SqlStore<D> {
         self.orphans(limit).await
     }
 
-    async fn release_lease(&self, session_id: Uuid, owner: &str, epoch: i64) -> Result<()> {
+    async fn release_lease(&self, session_id: Uuid, owner: &str, epoch: Epoch) -> Result<()> {
         self.release(session_id, owner, epoch).await
     }
 }

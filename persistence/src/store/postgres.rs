@@ -355,7 +355,7 @@ async fn append_round(
         req_ids.push(request.session_id);
         req_expected.push(request.expected_last_seq);
         req_new_last.push(request.expected_last_seq + request.events.len() as i64);
-        req_epochs.push(request.epoch.unwrap_or(-1));
+        req_epochs.push(request.epoch.map_or(-1, |e| e.0));
         req_statuses.push(request.status.map(|s| s.as_str()));
         for (offset, event) in request.events.iter().enumerate() {
             ev_ids.push(request.session_id);

@@ -30,7 +30,7 @@ pub(crate) fn session(row: &impl Columns) -> Result<Session> {
         parent: match row.opt_id("parent_session_id")? {
             Some(session_id) => Some(ParentLink {
                 session_id,
-                call_id: row.opt_text("parent_call_id")?.unwrap_or_default(),
+                call_id: row.opt_text("parent_call_id")?.unwrap_or_default().into(),
             }),
             None => None,
         },

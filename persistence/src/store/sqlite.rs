@@ -306,7 +306,7 @@ impl BatchWriter for SqliteBatchWriter {
                     row.push_bind(request.session_id.to_string())
                         .push_bind(request.expected_last_seq)
                         .push_bind(request.expected_last_seq + request.events.len() as i64)
-                        .push_bind(request.epoch.unwrap_or(-1))
+                        .push_bind(request.epoch.map_or(-1, |e| e.0))
                         .push_bind(request.status.map(|s| s.as_str()));
                 });
                 update.push(

@@ -2,6 +2,7 @@
 //! compaction candidates and sessions, the values a lease conflict reports, and purges.
 
 use std::time::Duration;
+use stead_model::Epoch;
 
 use chrono::{DateTime, Utc};
 use serde_json::json;
@@ -112,7 +113,7 @@ async fn lease_conflicts_report_the_holder(backend: Backend) {
         .acquire_lease(id, "node-a", Duration::from_secs(60))
         .await
         .unwrap();
-    assert_eq!(a.epoch, 1);
+    assert_eq!(a.epoch, Epoch(1));
     match t
         .store
         .acquire_lease(id, "node-b", Duration::from_secs(60))
@@ -143,13 +144,13 @@ async fn lease_conflicts_report_the_holder(backend: Backend) {
     ));
     assert!(matches!(
         t.store
-            .renew_lease(Uuid::now_v7(), "node-a", 1, Duration::from_secs(1))
+            .renew_lease(Uuid::now_v7(), "node-a", Epoch(1), Duration::from_secs(1))
             .await,
         Err(Error::SessionNotFound(_))
     ));
     // Releasing at a stale epoch or as another owner changes nothing.
     t.store.release_lease(id, "node-b", a.epoch).await.unwrap();
-    t.store.release_lease(id, "node-a", 7).await.unwrap();
+    t.store.release_lease(id, "node-a", Epoch(7)).await.unwrap();
     assert!(matches!(
         t.store
             .acquire_lease(id, "node-b", Duration::from_secs(60))
@@ -158,7 +159,7 @@ async fn lease_conflicts_report_the_holder(backend: Backend) {
     ));
     t.store.release_lease(id, "node-a", a.epoch).await.unwrap();
     t.store
-        .release_lease(Uuid::now_v7(), "node-a", 1)
+        .release_lease(Uuid::now_v7(), "node-a", Epoch(1))
         .await
         .unwrap();
     let b = t
@@ -166,7 +167,7 @@ async fn lease_conflicts_report_the_holder(backend: Backend) {
         .acquire_lease(id, "node-b", Duration::from_secs(60))
         .await
         .unwrap();
-    assert_eq!(b.epoch, 2);
+    assert_eq!(b.epoch, Epoch(2));
     t.finish().await;
 }
 

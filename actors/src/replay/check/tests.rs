@@ -9,6 +9,7 @@ use crate::decide::ToolRules;
 use crate::events::{ApprovalScope, Overrides, Usage};
 use crate::policy::ApprovalPolicy;
 use crate::state::CallStatus;
+use crate::CallId;
 
 fn rules(gated: ApprovalPolicy) -> AgentRules {
     let mut tools = BTreeMap::new();
@@ -95,7 +96,7 @@ impl Recorder {
         }
     }
 
-    fn model(&self) -> String {
+    fn model(&self) -> CallId {
         self.state
             .turn
             .as_ref()
@@ -105,7 +106,7 @@ impl Recorder {
             .unwrap()
     }
 
-    fn call(&self, pick: fn(&CallStatus) -> bool) -> String {
+    fn call(&self, pick: fn(&CallStatus) -> bool) -> CallId {
         let turn = self.state.turn.as_ref().unwrap();
         turn.calls
             .iter()

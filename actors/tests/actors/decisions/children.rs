@@ -97,7 +97,7 @@ fn run_tool_ids(actions: &[Action]) -> Vec<String> {
     actions
         .iter()
         .filter_map(|a| match a {
-            Action::RunTool { call_id, .. } => Some(call_id.clone()),
+            Action::RunTool { call_id, .. } => Some(call_id.to_string()),
             _ => None,
         })
         .collect()
@@ -146,7 +146,7 @@ fn agent_calls_and_idempotent_never_approval_calls_of_one_answer_start_together(
         .transcript
         .iter()
         .filter_map(|e| match e {
-            stead_actors::TranscriptEntry::Tool { call_id, .. } => Some(call_id.clone()),
+            stead_actors::TranscriptEntry::Tool { call_id, .. } => Some(call_id.to_string()),
             _ => None,
         })
         .collect();

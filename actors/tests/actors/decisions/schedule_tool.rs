@@ -252,7 +252,7 @@ fn run_builtin_is_refused_for_calls_that_are_not_running_builtins() {
     // An outside tool's call is not the session's to run.
     assert_eq!(
         s.send(Input::RunBuiltin {
-            call_id: t1.clone(),
+            call_id: t1.clone().into(),
             now: now()
         }),
         Err(Refusal::Stale)

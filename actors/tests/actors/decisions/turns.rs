@@ -280,7 +280,7 @@ fn max_steps_bounds_a_turn() {
             assert_eq!(
                 actions,
                 vec![Action::CallModel {
-                    call_id: format!("m{}", step + 1)
+                    call_id: format!("m{}", step + 1).into()
                 }]
             );
         } else {

@@ -142,7 +142,7 @@ async fn parked_call(registry: &SessionRegistry, id: uuid::Uuid) -> String {
     for _ in 0..500 {
         if let Ok(state) = registry.state(id).await {
             if let Some(call) = state.pending_approvals().first() {
-                return call.call_id.clone();
+                return call.call_id.to_string();
             }
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -152,7 +152,7 @@ async fn parked_call(registry: &SessionRegistry, id: uuid::Uuid) -> String {
 
 fn approve(call_id: String) -> Input {
     Input::Decision {
-        call_id,
+        call_id: call_id.into(),
         approved: true,
         reason: None,
         decided_by: "ada".into(),

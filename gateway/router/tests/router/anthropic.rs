@@ -4,8 +4,8 @@
 //! falls back from Anthropic to an OpenAI-compatible provider when the first fails.
 
 use super::*;
-use stead_router::anthropic::AnthropicProvider;
 use stead_router::chat::{FinishReason, ToolCall, ToolSpec};
+use stead_router::providers::anthropic::AnthropicProvider;
 
 #[tokio::test]
 async fn anthropic_answers_streams_tools_and_falls_back_across_vendors() {

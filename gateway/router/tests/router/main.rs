@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use stead_router::chat::ChatMessage;
 use stead_router::config::{GatewayConfig, RouteConfig};
 use stead_router::log::{LogStatus, RequestLogEntry, RequestLogSink};
-use stead_router::openai::OpenAiProvider;
+use stead_router::providers::openai::OpenAiProvider;
 use stead_router::{
     CacheMode, CacheStatus, CallOptions, Provider, Providers, Router, RouterRequest,
 };

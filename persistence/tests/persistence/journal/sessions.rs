@@ -2,6 +2,7 @@
 //! holder, compaction of ended journals, child sessions linked to their parent, and the step
 //! counter of a delegation.
 
+use stead_model::Epoch;
 use stead_persistence::ParentLink;
 
 use super::*;
@@ -235,8 +236,8 @@ async fn leases_fence_every_write_of_an_earlier_holder(backend: Backend) {
         vec![1]
     );
     assert!(matches!(
-        t.store.append_fenced(id, 1, a.epoch + 7, None, vec![event(2)]).await,
-        Err(Error::Fenced { held, current, .. }) if held == a.epoch + 7 && current == a.epoch
+        t.store.append_fenced(id, 1, Epoch(a.epoch.0 + 7), None, vec![event(2)]).await,
+        Err(Error::Fenced { held, current, .. }) if held == Epoch(a.epoch.0 + 7) && current == a.epoch
     ));
     // Re-acquiring (the same node restarting its actor) moves the epoch on and fences the
     // earlier activation, also when its seq view is current.

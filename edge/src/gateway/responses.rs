@@ -16,18 +16,18 @@ use axum::response::sse::Event;
 use axum::response::Response;
 use serde_json::{json, Map, Value};
 use stead_router::chat::FinishReason;
-use stead_router::wire::{self, WireError};
+use stead_router::completions::{self, FormatError};
 use stead_router::RouterResponse;
 use uuid::Uuid;
 
+use super::streamed::{self, Refused, Step};
+use super::{answer_json, options, router_error};
 use crate::auth::Caller;
-use crate::openai::{answer_json, options, router_error};
-use crate::streamed::{self, Refused, Step};
 use crate::views::ErrorBody;
 use crate::{ApiError, ApiJson, AppState, ErrorCode};
 
 /// The request as an OpenAI chat completions body, which the router's parser then checks.
-pub(crate) fn openai_body(body: &Value) -> Result<Value, WireError> {
+pub(crate) fn openai_body(body: &Value) -> Result<Value, FormatError> {
     let object = body.as_object().ok_or("the body must be a JSON object")?;
     if object
         .get("previous_response_id")
@@ -85,7 +85,7 @@ pub(crate) fn openai_body(body: &Value) -> Result<Value, WireError> {
                     kind.unwrap_or("a tool without `type`")
                 ).into()),
             })
-            .collect::<Result<Vec<_>, WireError>>()?;
+            .collect::<Result<Vec<_>, FormatError>>()?;
         out.insert("tools".into(), Value::Array(tools));
     }
     if let Some(choice) = object.get("tool_choice").filter(|c| !c.is_null()) {
@@ -111,7 +111,7 @@ pub(crate) fn openai_body(body: &Value) -> Result<Value, WireError> {
 
 /// One input item as chat messages. Consecutive `function_call`s join one assistant message
 /// (with the assistant's text before them, if any).
-fn convert_item(item: &Value, out: &mut Vec<Value>) -> Result<(), WireError> {
+fn convert_item(item: &Value, out: &mut Vec<Value>) -> Result<(), FormatError> {
     let kind = item["type"]
         .as_str()
         .unwrap_or(if item.get("role").is_some() {
@@ -144,7 +144,7 @@ fn convert_item(item: &Value, out: &mut Vec<Value>) -> Result<(), WireError> {
                             .into()),
                         },
                     )
-                    .collect::<Result<Vec<_>, WireError>>()?
+                    .collect::<Result<Vec<_>, FormatError>>()?
                     .join(""),
                 _ => return Err("`content` must be a string or an array of parts".into()),
             };
@@ -327,7 +327,7 @@ pub async fn responses(
 ) -> Result<Response, ApiError> {
     caller.require_operator()?;
     let parsed = openai_body(&body)
-        .and_then(|b| wire::parse_request(&b))
+        .and_then(|b| completions::parse_request(&b))
         .map_err(|e| ApiError::new(ErrorCode::MalformedRequest, e.to_string()))?;
     let mut options = options(&caller, &headers)?;
     let id = *options.request_id.get_or_insert_with(Uuid::now_v7);
@@ -482,7 +482,7 @@ mod tests {
                 "tool_choice": {"type": "function", "function": {"name": "clock"}}
             })
         );
-        assert!(wire::parse_request(&openai_body(&body).unwrap()).is_ok());
+        assert!(completions::parse_request(&openai_body(&body).unwrap()).is_ok());
     }
 
     #[test]

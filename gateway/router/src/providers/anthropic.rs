@@ -10,11 +10,11 @@ use async_trait::async_trait;
 use futures_util::StreamExt;
 use serde_json::{json, Map, Value};
 
-use super::answer::{read_limited, AnswerLimit, MAX_ANSWER_BYTES};
 use super::openai::{status_error, transport_error};
-use super::provider::{Chunk, FailureKind, Provider, ProviderCall, ProviderError, ProviderReply};
+use crate::answer::{read_limited, AnswerLimit, MAX_ANSWER_BYTES};
 use crate::chat::{ChatMessage, FinishReason, Role, ToolCall, ToolChoice, Usage};
-use crate::wire::WireError;
+use crate::completions::FormatError;
+use crate::provider::{Chunk, FailureKind, Provider, ProviderCall, ProviderError, ProviderReply};
 
 /// The API version sent as `anthropic-version`.
 pub const API_VERSION: &str = "2023-06-01";
@@ -203,7 +203,7 @@ fn assistant_blocks(message: &ChatMessage) -> Vec<Value> {
 }
 
 /// A whole `message` answer: its text, tool calls, stop reason, usage and model.
-fn parse_message(value: &Value, asked: &str) -> Result<ProviderReply, WireError> {
+fn parse_message(value: &Value, asked: &str) -> Result<ProviderReply, FormatError> {
     let content = value["content"]
         .as_array()
         .ok_or("the answer has no `content` array")?;
@@ -235,7 +235,7 @@ fn parse_message(value: &Value, asked: &str) -> Result<ProviderReply, WireError>
 /// Folds a Messages event stream (`data:` lines of JSON events) into a reply, sending text as
 /// it arrives.
 #[derive(Default)]
-struct StreamFold {
+struct StreamAssembler {
     buffer: Vec<u8>,
     text: String,
     /// Tool-use blocks by index: id, name, input JSON so far.
@@ -246,9 +246,9 @@ struct StreamFold {
     done: bool,
 }
 
-impl StreamFold {
+impl StreamAssembler {
     /// Reads what `bytes` completes; returns the events' text and how many tool fragments came.
-    fn feed(&mut self, bytes: &[u8]) -> Result<(Vec<String>, usize), WireError> {
+    fn feed(&mut self, bytes: &[u8]) -> Result<(Vec<String>, usize), FormatError> {
         self.buffer.extend_from_slice(bytes);
         let mut texts = Vec::new();
         let mut fragments = 0;
@@ -327,7 +327,7 @@ impl StreamFold {
         Ok((texts, fragments))
     }
 
-    fn finish(self, asked: &str) -> Result<ProviderReply, WireError> {
+    fn finish(self, asked: &str) -> Result<ProviderReply, FormatError> {
         if !self.done {
             return Err("the stream ended before `message_stop`".into());
         }
@@ -397,23 +397,26 @@ impl Provider for AnthropicProvider {
             }
             Some(chunks) => {
                 let mut body = std::pin::pin!(response.bytes_stream());
-                let mut fold = StreamFold::default();
+                let mut assembler = StreamAssembler::default();
                 let mut received = AnswerLimit::new(&self.name, self.answer_limit);
                 while let Some(bytes) = body.next().await {
                     let bytes = bytes.map_err(|e| transport_error(&self.name, &e, true))?;
                     received.take(bytes.len())?;
-                    let (texts, fragments) = fold.feed(&bytes).map_err(|e| self.stream_error(e))?;
+                    let (texts, fragments) =
+                        assembler.feed(&bytes).map_err(|e| self.stream_error(e))?;
                     for text in texts {
                         let _ = chunks.send(Chunk::Text(text));
                     }
                     for _ in 0..fragments {
                         let _ = chunks.send(Chunk::ToolCallFragment);
                     }
-                    if fold.done {
+                    if assembler.done {
                         break;
                     }
                 }
-                fold.finish(call.model).map_err(|e| self.stream_error(e))
+                assembler
+                    .finish(call.model)
+                    .map_err(|e| self.stream_error(e))
             }
         }
     }
@@ -481,7 +484,7 @@ mod tests {
     }
 
     #[test]
-    fn a_stream_folds_into_text_and_tool_calls() {
+    fn a_stream_assembles_into_text_and_tool_calls() {
         let events = [
             json!({"type": "message_start", "message": {"model": "claude-x", "usage": {"input_tokens": 12, "output_tokens": 1}}}),
             json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
@@ -499,14 +502,14 @@ mod tests {
             .iter()
             .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
             .collect();
-        let mut fold = StreamFold::default();
+        let mut assembler = StreamAssembler::default();
         let mut streamed = Vec::new();
         // Fed in awkward pieces, as a network delivers it.
         for piece in text.as_bytes().chunks(7) {
-            streamed.extend(fold.feed(piece).unwrap().0);
+            streamed.extend(assembler.feed(piece).unwrap().0);
         }
         assert_eq!(streamed.concat(), "Let me check.");
-        let reply = fold.finish("asked").unwrap();
+        let reply = assembler.finish("asked").unwrap();
         assert_eq!(reply.text, "Let me check.");
         assert_eq!(reply.finish_reason, FinishReason::ToolCalls);
         assert_eq!(
@@ -529,12 +532,13 @@ mod tests {
 
     #[test]
     fn a_broken_stream_is_an_error() {
-        let mut fold = StreamFold::default();
-        fold.feed(b"data: {\"type\":\"message_start\",\"message\":{}}\n")
+        let mut assembler = StreamAssembler::default();
+        assembler
+            .feed(b"data: {\"type\":\"message_start\",\"message\":{}}\n")
             .unwrap();
-        assert!(fold.finish("m").is_err());
-        let mut fold = StreamFold::default();
-        let error = fold
+        assert!(assembler.finish("m").is_err());
+        let mut assembler = StreamAssembler::default();
+        let error = assembler
             .feed(b"data: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n")
             .unwrap_err();
         assert!(error.message().contains("Overloaded"), "{error}");

@@ -13,8 +13,8 @@ use crate::chat::{ChatMessage, FinishReason, Role, ToolCall, ToolChoice, Usage};
 use crate::provider::{Params, RouterRequest};
 
 /// A wire struct as JSON (they hold only strings, numbers and JSON values: infallible).
-fn value(wire: impl Serialize) -> Value {
-    serde_json::to_value(wire).unwrap_or(Value::Null)
+fn value(body: impl Serialize) -> Value {
+    serde_json::to_value(body).unwrap_or(Value::Null)
 }
 
 /// The body sent to an OpenAI-compatible provider.

@@ -1,5 +1,5 @@
 //! Answers the router reads from providers: a whole `chat.completion` body, or an event stream
-//! folded as it arrives into one answer.
+//! assembled as it arrives into one answer.
 
 use std::collections::BTreeMap;
 
@@ -10,7 +10,7 @@ use crate::chat::{FinishReason, ToolCall, Usage};
 use super::*;
 
 /// A finished answer read from a whole `chat.completion` body.
-pub fn parse_completion(body: &Value) -> Result<Folded, WireError> {
+pub fn parse_completion(body: &Value) -> Result<Assembled, FormatError> {
     let choice = body["choices"].get(0).ok_or("the answer has no choices")?;
     let message = &choice["message"];
     let mut tool_calls = Vec::new();
@@ -34,7 +34,7 @@ pub fn parse_completion(body: &Value) -> Result<Folded, WireError> {
     }
     let text = message["content"].as_str().unwrap_or_default().to_string();
     let finish = choice["finish_reason"].as_str().map(String::from);
-    Ok(Folded {
+    Ok(Assembled {
         fragments: 0,
         usage: read_usage(&body["usage"]),
         model: body["model"]
@@ -68,7 +68,7 @@ pub(crate) fn checked_arguments(
     name: &str,
     arguments: &str,
     cut: bool,
-) -> Result<String, WireError> {
+) -> Result<String, FormatError> {
     if arguments.trim().is_empty() {
         return Ok("{}".into());
     }
@@ -88,7 +88,7 @@ pub(crate) fn checked_arguments(
 
 /// A provider's whole answer.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Folded {
+pub struct Assembled {
     pub text: String,
     pub tool_calls: Vec<ToolCall>,
     /// The server's usage, when it sent one.
@@ -142,7 +142,7 @@ pub struct StreamAccumulator {
 impl StreamAccumulator {
     /// Folds the next bytes of the body. An error (an unreadable chunk, or an error the server
     /// reported in the stream) ends the stream.
-    pub fn feed(&mut self, bytes: &[u8]) -> Result<Fed, WireError> {
+    pub fn feed(&mut self, bytes: &[u8]) -> Result<Fed, FormatError> {
         let mut fed = Fed::default();
         if self.done {
             return Ok(fed);
@@ -166,8 +166,8 @@ impl StreamAccumulator {
         Ok(fed)
     }
 
-    /// The body ended: folds a last line or event that lacked its line break or blank line.
-    pub fn end(&mut self) -> Result<Fed, WireError> {
+    /// The body ended: takes in a last line or event that lacked its line break or blank line.
+    pub fn end(&mut self) -> Result<Fed, FormatError> {
         self.feed(b"\n\n")
     }
 
@@ -189,7 +189,7 @@ impl StreamAccumulator {
     /// The whole answer. Fails when the stream stopped before the answer was finished (neither
     /// `[DONE]` nor a `finish_reason` arrived), or a tool call has no name or arguments that
     /// are not JSON.
-    pub fn finish(mut self) -> Result<Folded, WireError> {
+    pub fn finish(mut self) -> Result<Assembled, FormatError> {
         self.end()?;
         if !self.done && self.finish_reason.is_none() {
             return Err("the stream ended before the answer was complete".into());
@@ -207,7 +207,7 @@ impl StreamAccumulator {
                 arguments,
             });
         }
-        Ok(Folded {
+        Ok(Assembled {
             finish_reason: finish_reason_of(self.finish_reason.as_deref(), !tool_calls.is_empty()),
             text: self.text,
             tool_calls,
@@ -218,7 +218,7 @@ impl StreamAccumulator {
     }
 
     /// One line, without its line break.
-    fn line(&mut self, line: &[u8], fed: &mut Fed) -> Result<(), WireError> {
+    fn line(&mut self, line: &[u8], fed: &mut Fed) -> Result<(), FormatError> {
         if line.is_empty() {
             return self.dispatch(fed);
         }
@@ -236,8 +236,8 @@ impl StreamAccumulator {
         Ok(())
     }
 
-    /// The end of an event: folds its data.
-    fn dispatch(&mut self, fed: &mut Fed) -> Result<(), WireError> {
+    /// The end of an event: takes in its data.
+    fn dispatch(&mut self, fed: &mut Fed) -> Result<(), FormatError> {
         let Some(data) = self.data.take() else {
             return Ok(());
         };
@@ -250,7 +250,7 @@ impl StreamAccumulator {
         self.chunk(&chunk, fed)
     }
 
-    fn chunk(&mut self, chunk: &Value, fed: &mut Fed) -> Result<(), WireError> {
+    fn chunk(&mut self, chunk: &Value, fed: &mut Fed) -> Result<(), FormatError> {
         if let Some(error) = chunk.get("error").filter(|e| !e.is_null()) {
             let message = error
                 .get("message")

@@ -105,7 +105,7 @@ where
     )
     .flatten();
     let mut response = Sse::new(events).into_response();
-    crate::openai::set(
+    super::set(
         response.headers_mut(),
         "x-stead-request-id",
         &request_id.to_string(),

@@ -1,7 +1,7 @@
 //! OpenAI's chat completions format as the router writes it, as typed serde structs: the
 //! request body sent to a provider, and the `chat.completion` object and
 //! `chat.completion.chunk`s answered to callers. (What providers send back is read leniently
-//! from JSON values in `fold.rs`: real servers deviate from the schema — arguments as objects,
+//! from JSON values in `assemble.rs`: real servers deviate from the schema — arguments as objects,
 //! no `index`, no `content` — and a strict deserializer would refuse answers the router can use.)
 
 use serde::Serialize;

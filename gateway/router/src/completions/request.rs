@@ -3,7 +3,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::WireError;
+use super::FormatError;
 use crate::chat::{ChatMessage, Role, ToolCall, ToolChoice, ToolSpec};
 use crate::provider::{Params, RouterRequest};
 
@@ -34,7 +34,7 @@ pub struct ParsedRequest {
 }
 
 /// Reads a chat completions request body. The error names the offending field.
-pub fn parse_request(body: &Value) -> Result<ParsedRequest, WireError> {
+pub fn parse_request(body: &Value) -> Result<ParsedRequest, FormatError> {
     let object = body.as_object().ok_or("the body must be a JSON object")?;
     let route = object
         .get("model")
@@ -95,7 +95,7 @@ pub fn parse_request(body: &Value) -> Result<ParsedRequest, WireError> {
         Some(n) if n.as_u64() == Some(1) => {}
         Some(_) => return Err("`n` must be 1 (one choice per request)".into()),
     }
-    let number = |key: &str, low: f64, high: f64| -> Result<Option<f32>, WireError> {
+    let number = |key: &str, low: f64, high: f64| -> Result<Option<f32>, FormatError> {
         match object.get(key) {
             None | Some(Value::Null) => Ok(None),
             Some(v) => match v.as_f64() {
@@ -166,7 +166,7 @@ pub fn parse_request(body: &Value) -> Result<ParsedRequest, WireError> {
     })
 }
 
-pub(crate) fn parse_message(message: &Value) -> Result<ChatMessage, WireError> {
+pub(crate) fn parse_message(message: &Value) -> Result<ChatMessage, FormatError> {
     let role = match message["role"].as_str() {
         Some("system") | Some("developer") => Role::System,
         Some("user") => Role::User,
@@ -208,7 +208,7 @@ pub(crate) fn parse_message(message: &Value) -> Result<ChatMessage, WireError> {
                     arguments,
                 })
             })
-            .collect::<Result<Vec<_>, WireError>>()?,
+            .collect::<Result<Vec<_>, FormatError>>()?,
         _ => return Err("`tool_calls` must be an array on an assistant message".into()),
     };
     let tool_call_id = match (role, message["tool_call_id"].as_str()) {
@@ -224,7 +224,7 @@ pub(crate) fn parse_message(message: &Value) -> Result<ChatMessage, WireError> {
     })
 }
 
-pub(crate) fn parse_tool(tool: &Value) -> Result<ToolSpec, WireError> {
+pub(crate) fn parse_tool(tool: &Value) -> Result<ToolSpec, FormatError> {
     if tool["type"] != "function" {
         return Err("`type` must be \"function\"".into());
     }

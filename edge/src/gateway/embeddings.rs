@@ -10,8 +10,8 @@ use base64::Engine;
 use serde_json::{json, Value};
 use stead_router::EmbedRequest;
 
+use super::{options, router_error, router_headers};
 use crate::auth::Caller;
-use crate::openai::{options, router_error, router_headers};
 use crate::views::ErrorBody;
 use crate::{ApiError, ApiJson, AppState, ErrorCode};
 

@@ -17,15 +17,15 @@ use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Map, Value};
-use stead_router::anthropic::{stop_reason, tool_input};
 use stead_router::chat::ToolCall;
-use stead_router::wire::{self, WireError};
+use stead_router::completions::{self, FormatError};
+use stead_router::providers::anthropic::{stop_reason, tool_input};
 use stead_router::{RouterError, RouterResponse};
 use uuid::Uuid;
 
+use super::streamed::{self, Refused, Step};
+use super::{answer_json, options, router_error};
 use crate::auth::Caller;
-use crate::openai::{answer_json, options, router_error};
-use crate::streamed::{self, Refused, Step};
 use crate::{ApiError, ApiJson, AppState, ErrorCode};
 
 /// Anthropic's error `type` for an HTTP status.
@@ -66,7 +66,7 @@ fn router_refusal(error: &RouterError) -> Response {
 }
 
 /// The request as an OpenAI chat completions body, which the router's parser then checks.
-pub(crate) fn openai_body(body: &Value) -> Result<Value, WireError> {
+pub(crate) fn openai_body(body: &Value) -> Result<Value, FormatError> {
     let object = body.as_object().ok_or("the body must be a JSON object")?;
     match object.get("max_tokens") {
         Some(v) if v.as_u64().is_some_and(|n| n >= 1) => {}
@@ -125,7 +125,7 @@ pub(crate) fn openai_body(body: &Value) -> Result<Value, WireError> {
                     },
                 }))
             })
-            .collect::<Result<Vec<_>, WireError>>()?;
+            .collect::<Result<Vec<_>, FormatError>>()?;
         out.insert("tools".into(), Value::Array(tools));
     }
     if let Some(choice) = object.get("tool_choice").filter(|c| !c.is_null()) {
@@ -149,7 +149,7 @@ pub(crate) fn openai_body(body: &Value) -> Result<Value, WireError> {
 /// One Anthropic turn as OpenAI messages: tool results become `tool` messages (first, as
 /// Anthropic puts them), text the user's or assistant's message, `tool_use` the assistant's
 /// tool calls.
-fn convert_turn(turn: &Value, out: &mut Vec<Value>) -> Result<(), WireError> {
+fn convert_turn(turn: &Value, out: &mut Vec<Value>) -> Result<(), FormatError> {
     let role = match turn["role"].as_str() {
         Some(role @ ("user" | "assistant")) => role,
         _ => return Err("`role` must be \"user\" or \"assistant\"".into()),
@@ -270,7 +270,7 @@ async fn answer(
     caller.require_operator()?;
     let ApiJson(body) = ApiJson::<Value>::from_request(request, &state).await?;
     let parsed = openai_body(&body)
-        .and_then(|b| wire::parse_request(&b))
+        .and_then(|b| completions::parse_request(&b))
         .map_err(|e| ApiError::new(ErrorCode::MalformedRequest, e.to_string()))?;
     let mut options = options(&caller, &headers)?;
     let id = *options.request_id.get_or_insert_with(Uuid::now_v7);
@@ -415,7 +415,7 @@ mod tests {
                 "stop": ["END"]
             })
         );
-        assert!(wire::parse_request(&openai_body(&body).unwrap()).is_ok());
+        assert!(completions::parse_request(&openai_body(&body).unwrap()).is_ok());
     }
 
     #[test]

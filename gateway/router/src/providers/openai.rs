@@ -8,12 +8,12 @@ use async_trait::async_trait;
 use futures_util::StreamExt;
 use serde_json::Value;
 
-use super::answer::{read_limited, AnswerLimit, MAX_ANSWER_BYTES};
-use super::provider::{
+use crate::answer::{read_limited, AnswerLimit, MAX_ANSWER_BYTES};
+use crate::chat::Usage;
+use crate::completions::{self, excerpt, Assembled, StreamAccumulator};
+use crate::provider::{
     Chunk, EmbedReply, FailureKind, Provider, ProviderCall, ProviderError, ProviderReply,
 };
-use super::wire::{self, excerpt, Folded, StreamAccumulator};
-use crate::chat::Usage;
 
 /// A provider behind an OpenAI-compatible API.
 pub struct OpenAiProvider {
@@ -118,7 +118,7 @@ pub(crate) fn transport_error(
 pub(crate) async fn status_error(name: &str, response: reqwest::Response) -> ProviderError {
     let status = response.status();
     let after = retry_after(response.headers());
-    let body = super::answer::read_prefix(response, super::answer::MAX_ERROR_BYTES).await;
+    let body = crate::answer::read_prefix(response, crate::answer::MAX_ERROR_BYTES).await;
     let body = String::from_utf8_lossy(&body);
     let message = serde_json::from_str::<Value>(&body)
         .ok()
@@ -137,7 +137,7 @@ fn parse_embeddings(
     value: &Value,
     inputs: usize,
     asked: &str,
-) -> Result<EmbedReply, wire::WireError> {
+) -> Result<EmbedReply, completions::FormatError> {
     let data = value["data"]
         .as_array()
         .ok_or("the answer has no `data` array")?;
@@ -216,7 +216,7 @@ impl Provider for OpenAiProvider {
 
     async fn chat(&self, call: ProviderCall<'_>) -> Result<ProviderReply, ProviderError> {
         let streaming = call.chunks.is_some();
-        let body = wire::provider_body(
+        let body = completions::provider_body(
             call.model,
             call.request,
             call.max_tokens,
@@ -234,7 +234,7 @@ impl Provider for OpenAiProvider {
         if !response.status().is_success() {
             return Err(self.status_error(response).await);
         }
-        let folded = match call.chunks {
+        let assembled = match call.chunks {
             None => {
                 let bytes = read_limited(&self.name, response, self.answer_limit).await?;
                 let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
@@ -243,7 +243,7 @@ impl Provider for OpenAiProvider {
                         format!("{} sent an unreadable answer: {e}", self.name),
                     )
                 })?;
-                wire::parse_completion(&value).map_err(|e| {
+                completions::parse_completion(&value).map_err(|e| {
                     ProviderError::new(FailureKind::Stream, format!("{}: {e}", self.name)).quoting()
                 })?
             }
@@ -279,22 +279,22 @@ impl Provider for OpenAiProvider {
                 })?
             }
         };
-        Ok(reply(folded, call.model))
+        Ok(reply(assembled, call.model))
     }
 }
 
-fn reply(folded: Folded, asked: &str) -> ProviderReply {
-    let usage = folded.usage.unwrap_or(Usage {
+fn reply(assembled: Assembled, asked: &str) -> ProviderReply {
+    let usage = assembled.usage.unwrap_or(Usage {
         // Servers that report no usage: count the fragments as the completion's tokens.
         prompt_tokens: 0,
-        completion_tokens: folded.fragments as usize,
+        completion_tokens: assembled.fragments as usize,
     });
     ProviderReply {
-        text: folded.text,
-        tool_calls: folded.tool_calls,
-        finish_reason: folded.finish_reason,
+        text: assembled.text,
+        tool_calls: assembled.tool_calls,
+        finish_reason: assembled.finish_reason,
         usage,
-        model: folded.model.unwrap_or_else(|| asked.to_string()),
+        model: assembled.model.unwrap_or_else(|| asked.to_string()),
     }
 }
 

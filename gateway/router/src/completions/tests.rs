@@ -40,7 +40,7 @@ fn tool_fragment(fragment: Value) -> String {
 }
 
 /// Feeds `body` one byte at a time: every line and event boundary falls between feeds.
-fn feed_bytewise(body: &str) -> (Vec<String>, Result<Folded, WireError>) {
+fn feed_bytewise(body: &str) -> (Vec<String>, Result<Assembled, FormatError>) {
     let mut stream = StreamAccumulator::default();
     let mut pieces = Vec::new();
     for byte in body.as_bytes() {
@@ -84,7 +84,7 @@ fn text_deltas_survive_a_chunk_boundary_inside_a_data_line() {
     assert!(stream.is_done());
     assert_eq!(
         stream.finish().unwrap(),
-        Folded {
+        Assembled {
             text: "Hello wörld".into(),
             tool_calls: Vec::new(),
             usage: Some(Usage {
@@ -98,7 +98,7 @@ fn text_deltas_survive_a_chunk_boundary_inside_a_data_line() {
     );
 
     // The same body split at every byte (a multi-byte character included) and with CRLF
-    // line endings folds the same way.
+    // line endings assembles the same way.
     let (pieces, answer) = feed_bytewise(&body.replace('\n', "\r\n"));
     assert_eq!(pieces, vec!["Hello", " wörld"]);
     assert_eq!(answer.unwrap().text, "Hello wörld");
@@ -124,7 +124,7 @@ fn tool_call_arguments_are_joined_from_their_fragments() {
     assert!(pieces.is_empty());
     assert_eq!(
         answer.unwrap(),
-        Folded {
+        Assembled {
             text: String::new(),
             tool_calls: vec![ToolCall {
                 id: "call_abc".into(),
