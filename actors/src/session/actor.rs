@@ -49,6 +49,19 @@ pub enum SessionError {
     TooLarge(String),
 }
 
+impl From<stead_persistence::Error> for SessionError {
+    /// A store error as the session's caller sees it: a missing session is `NotFound`; a
+    /// database that is down, full or failing is `Storage` (nothing was applied; send again);
+    /// anything else is `Journal`.
+    fn from(error: stead_persistence::Error) -> Self {
+        match error {
+            stead_persistence::Error::SessionNotFound(_) => SessionError::NotFound,
+            other if !other.is_permanent() => SessionError::Storage(other.to_string()),
+            other => SessionError::Journal(other.to_string()),
+        }
+    }
+}
+
 /// The model call in flight: its id, the flag that cancels it, and the text streamed so far
 /// (a subscriber that attaches mid-stream starts from it).
 pub(super) struct StreamingCall {

@@ -129,11 +129,7 @@ impl Shared {
         {
             return Err(SessionError::NotFound);
         }
-        let row = self.store.get_session(id).await.map_err(|e| match e {
-            stead_persistence::Error::SessionNotFound(_) => SessionError::NotFound,
-            other if !other.is_permanent() => SessionError::Storage(other.to_string()),
-            other => SessionError::Journal(other.to_string()),
-        })?;
+        let row = self.store.get_session(id).await?;
         // A child session whose start was cut short (its row made, its journal not yet
         // written) is not a session yet: its parent's recovery writes the journal, and an actor
         // activated before that would hold a state the append does not reach.
@@ -182,10 +178,8 @@ impl Shared {
                 stead_persistence::Error::LeaseHeld { owner, .. } => {
                     SessionError::HeldElsewhere(owner)
                 }
-                stead_persistence::Error::SessionNotFound(_) => SessionError::NotFound,
                 // The database could not take the lease (down, full, failing): nothing changed.
-                other if !other.is_permanent() => SessionError::Storage(other.to_string()),
-                other => SessionError::Journal(other.to_string()),
+                other => other.into(),
             })
     }
 }

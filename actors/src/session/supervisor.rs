@@ -116,9 +116,8 @@ impl Shared {
     async fn fail(&self, id: Uuid, reason: &str, failures: u32) -> Result<(), SessionError> {
         let lock = self.activation_lock(id);
         let _guard = lock.lock().await;
-        let journal = |e: stead_persistence::Error| SessionError::Journal(e.to_string());
         let lease = self.lease(id).await?;
-        let row = self.store.get_session(id).await.map_err(journal)?;
+        let row = self.store.get_session(id).await?;
         let event = SessionEvent::SessionFailed {
             reason: format!("the session actor failed {failures} times; last: {reason}"),
         };
@@ -134,7 +133,7 @@ impl Shared {
             )
             .await;
         let _ = self.store.release_lease(id, &self.node, lease.epoch).await;
-        appended.map_err(journal)?;
+        appended?;
         self.failures
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

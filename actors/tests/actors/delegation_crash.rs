@@ -97,7 +97,13 @@ async fn trials(backend: Backend) {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert!(settled, "{backend}: every tree finishes after recovery");
+    if !settled {
+        let mut stuck = Vec::new();
+        for lead in &leads {
+            stuck.push(describe(&registry, &store, *lead).await);
+        }
+        panic!("{backend}: every tree finishes after recovery; still busy:\n{stuck:#?}");
+    }
     let mut turns = 0;
     let mut children = 0;
     for lead in &leads {
@@ -119,6 +125,43 @@ async fn trials(backend: Backend) {
     registry.stop_all();
     store.shutdown().await;
     guard.cleanup().await;
+}
+
+/// What keeps a tree busy, for the failure message: the coordinator's turn and queue, and each
+/// child's status, turn and pending approvals (or why its state cannot be read).
+async fn describe(registry: &SessionRegistry, store: &Arc<dyn JournalStore>, lead: Uuid) -> String {
+    let lead_state = match registry.state(lead).await {
+        Ok(s) => format!(
+            "status {:?}, turn {:?}, queued {}",
+            s.status(),
+            s.turn.as_ref().map(|t| (&t.model_call, t.calls.len())),
+            s.queued.len()
+        ),
+        Err(e) => format!("unreadable: {e}"),
+    };
+    let mut children = Vec::new();
+    let page = store
+        .list_sessions(&SessionQuery {
+            parent: Some(lead),
+            limit: 500,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    for child in page.sessions {
+        children.push(match registry.state(child.id).await {
+            Ok(s) if s.turn.is_some() || !s.pending_approvals().is_empty() => format!(
+                "{} {:?}: turn {:?}, pending {}",
+                child.id,
+                s.status(),
+                s.turn.as_ref().map(|t| (&t.model_call, t.calls.len())),
+                s.pending_approvals().len()
+            ),
+            Ok(_) => continue,
+            Err(e) => format!("{} unreadable: {e}", child.id),
+        });
+    }
+    format!("{lead}: {lead_state}; busy children: {children:?}")
 }
 
 /// One step of the person and the user of a tree: grants the writer children's approvals and
