@@ -375,6 +375,8 @@ async fn resume_running_sessions(
         let query = stead_persistence::SessionQuery {
             agent: None,
             parent: None,
+            // An evaluation's sessions are not resumed: nobody watches them any more.
+            eval_run: None,
             status: Some(stead_persistence::SessionStatus::Running),
             limit: 200,
             cursor,

@@ -1,7 +1,8 @@
 //! `stead-persistence` owns everything Stead keeps on disk: sessions, the write-ahead journal,
 //! leases, snapshots of folded session state, each session's durable key–value storage and the
-//! model router's request log, behind narrow traits ([`Sessions`], [`Journal`], [`Leases`],
-//! [`Snapshots`], [`Kv`], [`RequestLog`]; [`JournalStore`] is all of them) with one SQL core over
+//! model router's request log and evaluations' datasets and runs, behind narrow traits
+//! ([`Sessions`], [`Journal`], [`Leases`], [`Snapshots`], [`Kv`], [`RequestLog`], [`Evals`];
+//! [`JournalStore`] is all of them) with one SQL core over
 //! a PostgreSQL and an embedded SQLite dialect (sqlx).
 //!
 //! The journal's guarantees, on both backends:
@@ -16,6 +17,7 @@
 //! lifecycle rules (a closed session takes no new turns) belong to the session actor.
 
 mod error;
+pub mod evals;
 pub mod group_commit;
 pub mod knowledge;
 pub mod request_log;
@@ -39,8 +41,8 @@ pub use knowledge::{
 };
 pub use schedules::{ScheduleOwner, ScheduleQuery, ScheduleRow};
 pub use traits::{
-    Budgets, Journal, JournalStore, Knowledge, Kv, Leases, RequestLog, Schedules, SessionStore,
-    Sessions, Snapshots,
+    Budgets, Evals, Journal, JournalStore, Knowledge, Kv, Leases, RequestLog, Schedules,
+    SessionStore, Sessions, Snapshots,
 };
 pub use types::{
     BudgetDecision, BudgetRequest, ClusterNode, Compaction, DelegationCounts, Event, KvEntry,

@@ -24,7 +24,7 @@ use crate::{
 /// (`persistence/tests/journal.rs`).
 #[async_trait]
 pub trait JournalStore:
-    SessionStore + RequestLog + Budgets + Knowledge + Send + Sync + 'static
+    SessionStore + RequestLog + Budgets + Knowledge + Evals + Send + Sync + 'static
 {
     fn backend(&self) -> Backend;
 
@@ -49,6 +49,59 @@ pub trait SessionStore:
 impl<T> SessionStore for T where
     T: Sessions + Journal + Leases + Snapshots + Kv + Schedules + Send + Sync + 'static + ?Sized
 {
+}
+
+/// Evaluation datasets, their cases, runs and results (docs/evals.md).
+#[async_trait]
+pub trait Evals: Send + Sync {
+    /// A new, empty dataset; [`Error::Exists`] when the name is taken.
+    async fn create_dataset(&self, name: &str) -> Result<crate::evals::DatasetRow>;
+
+    async fn get_dataset(&self, name: &str) -> Result<crate::evals::DatasetRow>;
+
+    async fn list_datasets(&self) -> Result<Vec<crate::evals::DatasetRow>>;
+
+    /// Removes the dataset and its cases (runs and their results stay); whether it existed.
+    async fn delete_dataset(&self, name: &str) -> Result<bool>;
+
+    /// Appends cases (id, body) after the dataset's last, in one transaction, and moves its
+    /// version.
+    async fn add_cases(
+        &self,
+        dataset: &str,
+        cases: &[(Uuid, Value)],
+    ) -> Result<crate::evals::DatasetRow>;
+
+    /// The dataset's cases in order.
+    async fn dataset_cases(&self, dataset: &str) -> Result<Vec<crate::evals::CaseRow>>;
+
+    async fn create_eval_run(&self, run: &crate::evals::EvalRunRow) -> Result<()>;
+
+    /// Stores a case's result once and counts it in its run (`done`, `passed`).
+    async fn put_eval_result(&self, run: Uuid, result: &crate::evals::EvalResultRow) -> Result<()>;
+
+    async fn finish_eval_run(
+        &self,
+        run: Uuid,
+        status: crate::evals::EvalStatus,
+        error: Option<String>,
+    ) -> Result<()>;
+
+    async fn get_eval_run(&self, run: Uuid) -> Result<crate::evals::EvalRunRow>;
+
+    /// Runs, newest first, of one dataset or all.
+    async fn list_eval_runs(
+        &self,
+        dataset: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<crate::evals::EvalRunRow>>;
+
+    /// A run's results in case order.
+    async fn eval_results(&self, run: Uuid) -> Result<Vec<crate::evals::EvalResultRow>>;
+
+    /// Marks a session as one of a run's: session lists and the approvals inbox leave it out
+    /// unless asked for it.
+    async fn tag_eval_session(&self, session: Uuid, run: Uuid) -> Result<()>;
 }
 
 /// Sessions and their rows: create, read, list, status, close.

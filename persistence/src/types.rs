@@ -158,6 +158,8 @@ pub struct SessionQuery {
     pub agent: Option<String>,
     /// Only the children of this session.
     pub parent: Option<Uuid>,
+    /// Only the sessions of this evaluation run; without it, no evaluation's sessions.
+    pub eval_run: Option<Uuid>,
     pub status: Option<SessionStatus>,
     /// Page size; clamped to `1..=MAX_PAGE`.
     pub limit: u32,

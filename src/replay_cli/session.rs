@@ -24,6 +24,7 @@ pub(super) async fn list(store: &dyn SessionStore, args: ListArgs) -> anyhow::Re
         .list_sessions(&SessionQuery {
             agent: args.agent,
             parent: None,
+            eval_run: None,
             status,
             limit: args.limit,
             cursor: None,

@@ -63,7 +63,7 @@ pub async fn fork(
 
 /// A new session holding `events` as its journal, written in one append (all or nothing); the
 /// session is deleted again when the append fails, so no partial copy is left behind.
-pub(super) async fn create_with_journal(
+pub async fn create_with_journal(
     store: &dyn SessionStore,
     agent: &str,
     metadata: Value,

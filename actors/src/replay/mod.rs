@@ -19,7 +19,7 @@ pub use fold::{
     fold_latest, fold_until, read_all, snapshot_document, state_from_document, state_view,
     SNAPSHOT_VERSION,
 };
-pub use fork::{fork, settle_status};
+pub use fork::{create_with_journal, fork, settle_status};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {

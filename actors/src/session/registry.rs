@@ -36,6 +36,9 @@ pub(super) struct Shared {
     pub(super) store: Arc<dyn SessionStore>,
     model: Arc<dyn ModelClient>,
     agents: HashMap<String, Arc<Agent>>,
+    /// Agents set for one session each (an evaluation's sessions, whose tools are served
+    /// from a recording): used instead of the configured agent of the session's row.
+    session_agents: Mutex<HashMap<Uuid, Arc<Agent>>>,
     pub(super) live: Mutex<HashMap<Uuid, ActorRef<SessionMsg>>>,
     /// Recent failures per session (pruned to the restart window), and when a restarting
     /// session may be activated again.
@@ -136,10 +139,14 @@ impl Shared {
         if row.parent.is_some() && row.last_seq == 0 {
             return Err(SessionError::NotFound);
         }
-        let agent = self
-            .agents
-            .get(&row.agent)
-            .cloned()
+        let own = self
+            .session_agents
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&id)
+            .cloned();
+        let agent = own
+            .or_else(|| self.agents.get(&row.agent).cloned())
             .ok_or_else(|| SessionError::UnknownAgent(row.agent.clone()))?;
         let lease = self.lease(id).await?;
         let deps = SessionDeps {
@@ -212,6 +219,7 @@ impl SessionRegistry {
                     .into_iter()
                     .map(|a| (a.name.clone(), Arc::new(a)))
                     .collect(),
+                session_agents: Mutex::new(HashMap::new()),
                 live: Mutex::new(HashMap::new()),
                 failures: Mutex::new(HashMap::new()),
                 activations: Mutex::new(HashMap::new()),
@@ -260,6 +268,25 @@ impl SessionRegistry {
 
     pub fn agent(&self, name: &str) -> Option<Arc<Agent>> {
         self.shared.agents.get(name).cloned()
+    }
+
+    /// Runs session `id` with `agent` instead of its row's configured agent, from its next
+    /// activation on (an evaluation's session, before its first input).
+    pub fn set_session_agent(&self, id: Uuid, agent: Arc<Agent>) {
+        self.shared
+            .session_agents
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id, agent);
+    }
+
+    /// Forgets the agent set for session `id`.
+    pub fn clear_session_agent(&self, id: Uuid) {
+        self.shared
+            .session_agents
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&id);
     }
 
     /// Tells this node's scheduler that a due-index row was written (an agent's schedule

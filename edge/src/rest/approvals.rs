@@ -127,6 +127,7 @@ pub async fn pending_approvals(
             .list_sessions(&SessionQuery {
                 agent: None,
                 parent: None,
+                eval_run: None,
                 status: Some(SessionStatus::AwaitingApproval),
                 limit: 100,
                 cursor,

@@ -88,6 +88,7 @@ async fn children_page(
         .list_sessions(&SessionQuery {
             agent: None,
             parent: Some(id),
+            eval_run: None,
             status: None,
             limit: stead_persistence::MAX_PAGE,
             cursor: None,

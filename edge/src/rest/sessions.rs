@@ -126,6 +126,7 @@ pub async fn list_sessions(
         .list_sessions(&SessionQuery {
             agent: query.agent,
             parent: query.parent,
+            eval_run: None,
             status,
             limit,
             cursor: query.cursor.filter(|c| !c.is_empty()),

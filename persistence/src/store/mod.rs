@@ -8,6 +8,7 @@ mod budgets;
 mod cluster;
 mod compaction;
 mod dialect;
+mod evals;
 mod knowledge;
 mod leases;
 pub(crate) mod postgres;
@@ -205,6 +206,10 @@ impl<D: Dialect> Sessions for SqlStore<D> {
         if let Some(status) = query.status {
             sql.push(" AND status = ").bind(status.as_str());
         }
+        match query.eval_run {
+            Some(run) => sql.push(" AND eval_run = ").bind(run),
+            None => sql.push(" AND eval_run IS NULL"),
+        };
         if let Some(cursor) = cursor {
             sql.push(" AND (created_at, id) < (")
                 .bind(Arg::Micros(cursor.created_at_us))

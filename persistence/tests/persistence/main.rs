@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod durability;
+mod evals;
 mod journal;
 mod request_log;
 mod schedules;

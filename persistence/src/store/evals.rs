@@ -1,0 +1,278 @@
+//! Datasets, cases, runs and results on both backends (`crate::evals`).
+
+use async_trait::async_trait;
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::dialect::{Columns, Dialect, On, Sql};
+use super::SqlStore;
+use crate::evals::{CaseRow, DatasetRow, EvalResultRow, EvalRunRow, EvalStatus};
+use crate::types::now_micros;
+use crate::{Error, Evals, Result};
+
+const DATASET_COLUMNS: &str = "name, version, cases, created_at, updated_at";
+const RUN_COLUMNS: &str = "id, dataset, dataset_version, settings, status, total, done, passed, \
+                           error, created_at, finished_at";
+const NEW_RUN_COLUMNS: &str =
+    "id, dataset, dataset_version, settings, status, total, done, passed, error, created_at";
+
+fn dataset(row: &impl Columns) -> Result<DatasetRow> {
+    Ok(DatasetRow {
+        name: row.text("name")?,
+        version: row.int("version")?,
+        cases: row.int("cases")?,
+        created_at: row.time("created_at")?,
+        updated_at: row.time("updated_at")?,
+    })
+}
+
+fn run(row: &impl Columns) -> Result<EvalRunRow> {
+    let status = row.text("status")?;
+    Ok(EvalRunRow {
+        id: row.id("id")?,
+        dataset: row.text("dataset")?,
+        dataset_version: row.int("dataset_version")?,
+        settings: row.json("settings")?,
+        status: EvalStatus::parse(&status)
+            .ok_or_else(|| Error::Corrupt(format!("eval run status `{status}`")))?,
+        total: row.int("total")?,
+        done: row.int("done")?,
+        passed: row.int("passed")?,
+        error: row.opt_text("error")?,
+        created_at: row.time("created_at")?,
+        finished_at: row.opt_time("finished_at")?,
+    })
+}
+
+impl<D: Dialect> SqlStore<D> {
+    async fn dataset_row(&self, name: &str, on: On<'_, D::Db>) -> Result<DatasetRow> {
+        let row = Sql::<D>::new(format!(
+            "SELECT {DATASET_COLUMNS} FROM eval_datasets WHERE name = "
+        ))
+        .bind(name)
+        .fetch_optional(on)
+        .await?
+        .ok_or_else(|| Error::NotFound(format!("no dataset is named `{name}`")))?;
+        dataset(&row)
+    }
+}
+
+#[async_trait]
+impl<D: Dialect> Evals for SqlStore<D> {
+    async fn create_dataset(&self, name: &str) -> Result<DatasetRow> {
+        let now = now_micros();
+        let inserted =
+            Sql::<D>::new("INSERT INTO eval_datasets (name, created_at, updated_at) VALUES (")
+                .bind(name)
+                .push(", ")
+                .bind(now)
+                .push(", ")
+                .bind(now)
+                .push(") ON CONFLICT (name) DO NOTHING")
+                .execute(self.on_write())
+                .await?;
+        if inserted == 0 {
+            return Err(Error::Exists(format!("dataset `{name}` exists")));
+        }
+        self.dataset_row(name, self.on_write()).await
+    }
+
+    async fn get_dataset(&self, name: &str) -> Result<DatasetRow> {
+        self.dataset_row(name, self.on_read()).await
+    }
+
+    async fn list_datasets(&self) -> Result<Vec<DatasetRow>> {
+        let rows = Sql::<D>::new(format!(
+            "SELECT {DATASET_COLUMNS} FROM eval_datasets ORDER BY name"
+        ))
+        .fetch_all(self.on_read())
+        .await?;
+        rows.iter().map(dataset).collect()
+    }
+
+    async fn delete_dataset(&self, name: &str) -> Result<bool> {
+        let deleted = Sql::<D>::new("DELETE FROM eval_datasets WHERE name = ")
+            .bind(name)
+            .execute(self.on_write())
+            .await?;
+        Ok(deleted > 0)
+    }
+
+    async fn add_cases(&self, name: &str, cases: &[(Uuid, Value)]) -> Result<DatasetRow> {
+        let mut tx = self.db.writer().begin().await?;
+        let row = self.dataset_row(name, On::Tx(&mut tx)).await?;
+        let now = now_micros();
+        for (i, (id, body)) in cases.iter().enumerate() {
+            Sql::<D>::new(
+                "INSERT INTO eval_cases (dataset, id, position, body, created_at) VALUES (",
+            )
+            .bind(name)
+            .push(", ")
+            .bind(*id)
+            .push(", ")
+            .bind(row.cases + i as i64)
+            .push(", ")
+            .bind(body)
+            .push(", ")
+            .bind(now)
+            .push(")")
+            .execute(On::Tx(&mut tx))
+            .await?;
+        }
+        Sql::<D>::new("UPDATE eval_datasets SET cases = cases + ")
+            .bind(cases.len() as i64)
+            .push(", version = version + 1, updated_at = ")
+            .bind(now)
+            .push(" WHERE name = ")
+            .bind(name)
+            .execute(On::Tx(&mut tx))
+            .await?;
+        let row = self.dataset_row(name, On::Tx(&mut tx)).await?;
+        tx.commit().await?;
+        Ok(row)
+    }
+
+    async fn dataset_cases(&self, name: &str) -> Result<Vec<CaseRow>> {
+        let rows = Sql::<D>::new("SELECT id, position, body FROM eval_cases WHERE dataset = ")
+            .bind(name)
+            .push(" ORDER BY position, id")
+            .fetch_all(self.on_read())
+            .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(CaseRow {
+                    id: row.id("id")?,
+                    position: row.int("position")?,
+                    body: row.json("body")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn create_eval_run(&self, run: &EvalRunRow) -> Result<()> {
+        Sql::<D>::new(format!(
+            "INSERT INTO eval_runs ({NEW_RUN_COLUMNS}) VALUES ("
+        ))
+        .bind(run.id)
+        .push(", ")
+        .bind(run.dataset.as_str())
+        .push(", ")
+        .bind(run.dataset_version)
+        .push(", ")
+        .bind(&run.settings)
+        .push(", ")
+        .bind(run.status.as_str())
+        .push(", ")
+        .bind(run.total)
+        .push(", ")
+        .bind(run.done)
+        .push(", ")
+        .bind(run.passed)
+        .push(", ")
+        .bind(run.error.clone())
+        .push(", ")
+        .bind(run.created_at)
+        .push(")")
+        .execute(self.on_write())
+        .await?;
+        Ok(())
+    }
+
+    async fn put_eval_result(&self, run_id: Uuid, result: &EvalResultRow) -> Result<()> {
+        let mut tx = self.db.writer().begin().await?;
+        let inserted = Sql::<D>::new(
+            "INSERT INTO eval_results (run_id, case_id, position, passed, body) VALUES (",
+        )
+        .bind(run_id)
+        .push(", ")
+        .bind(result.case_id)
+        .push(", ")
+        .bind(result.position)
+        .push(", ")
+        .bind(result.passed)
+        .push(", ")
+        .bind(&result.body)
+        .push(") ON CONFLICT (run_id, case_id) DO NOTHING")
+        .execute(On::Tx(&mut tx))
+        .await?;
+        if inserted > 0 {
+            Sql::<D>::new("UPDATE eval_runs SET done = done + 1, passed = passed + ")
+                .bind(i64::from(result.passed))
+                .push(" WHERE id = ")
+                .bind(run_id)
+                .execute(On::Tx(&mut tx))
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn finish_eval_run(
+        &self,
+        run_id: Uuid,
+        status: EvalStatus,
+        error: Option<String>,
+    ) -> Result<()> {
+        Sql::<D>::new("UPDATE eval_runs SET status = ")
+            .bind(status.as_str())
+            .push(", error = ")
+            .bind(error)
+            .push(", finished_at = ")
+            .bind(now_micros())
+            .push(" WHERE id = ")
+            .bind(run_id)
+            .execute(self.on_write())
+            .await?;
+        Ok(())
+    }
+
+    async fn get_eval_run(&self, run_id: Uuid) -> Result<EvalRunRow> {
+        let row = Sql::<D>::new(format!("SELECT {RUN_COLUMNS} FROM eval_runs WHERE id = "))
+            .bind(run_id)
+            .fetch_optional(self.on_read())
+            .await?
+            .ok_or_else(|| Error::NotFound(format!("no evaluation run {run_id}")))?;
+        run(&row)
+    }
+
+    async fn list_eval_runs(&self, dataset: Option<&str>, limit: u32) -> Result<Vec<EvalRunRow>> {
+        let mut sql = Sql::<D>::new(format!("SELECT {RUN_COLUMNS} FROM eval_runs WHERE TRUE"));
+        if let Some(dataset) = dataset {
+            sql.push(" AND dataset = ").bind(dataset);
+        }
+        sql.push(" ORDER BY created_at DESC, id DESC LIMIT ")
+            .bind(i64::from(limit.clamp(1, crate::MAX_PAGE)));
+        let rows = sql.fetch_all(self.on_read()).await?;
+        rows.iter().map(run).collect()
+    }
+
+    async fn tag_eval_session(&self, session: Uuid, run: Uuid) -> Result<()> {
+        Sql::<D>::new("UPDATE sessions SET eval_run = ")
+            .bind(run)
+            .push(" WHERE id = ")
+            .bind(session)
+            .execute(self.on_write())
+            .await?;
+        Ok(())
+    }
+
+    async fn eval_results(&self, run_id: Uuid) -> Result<Vec<EvalResultRow>> {
+        let rows = Sql::<D>::new(
+            "SELECT case_id, position, passed, body FROM eval_results WHERE run_id = ",
+        )
+        .bind(run_id)
+        .push(" ORDER BY position, case_id")
+        .fetch_all(self.on_read())
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(EvalResultRow {
+                    case_id: row.id("case_id")?,
+                    position: row.int("position")?,
+                    passed: row.flag("passed")?,
+                    body: row.json("body")?,
+                })
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,131 @@
+//! Evaluation datasets, cases, runs and results on both backends: cases keep their order and
+//! move the dataset's version, a result counts once in its run, and an evaluation's sessions
+//! stay out of session lists unless asked for by run.
+
+use serde_json::json;
+use stead_persistence::evals::{EvalResultRow, EvalRunRow, EvalStatus};
+use stead_persistence::{Backend, Error, NewSession, SessionQuery};
+use stead_testkit::db;
+use uuid::Uuid;
+
+stead_testkit::both_backends!(datasets_runs_and_results_round_trip);
+
+async fn datasets_runs_and_results_round_trip(backend: Backend) {
+    let t = db::open(backend).await;
+    let store = &t.store;
+    let created = store.create_dataset("suite").await.unwrap();
+    assert_eq!((created.version, created.cases), (0, 0));
+    assert!(matches!(
+        store.create_dataset("suite").await,
+        Err(Error::Exists(_))
+    ));
+    assert!(matches!(
+        store.get_dataset("nope").await,
+        Err(Error::NotFound(_))
+    ));
+    let ids: Vec<Uuid> = (0..3).map(|_| Uuid::now_v7()).collect();
+    let first = store
+        .add_cases(
+            "suite",
+            &[(ids[0], json!({"n": 0})), (ids[1], json!({"n": 1}))],
+        )
+        .await
+        .unwrap();
+    assert_eq!((first.version, first.cases), (1, 2));
+    let second = store
+        .add_cases("suite", &[(ids[2], json!({"n": 2, "text": "ünïcode"}))])
+        .await
+        .unwrap();
+    assert_eq!((second.version, second.cases), (2, 3));
+    let cases = store.dataset_cases("suite").await.unwrap();
+    assert_eq!(
+        cases.iter().map(|c| (c.id, c.position)).collect::<Vec<_>>(),
+        vec![(ids[0], 0), (ids[1], 1), (ids[2], 2)]
+    );
+    assert_eq!(cases[2].body, json!({"n": 2, "text": "ünïcode"}));
+    assert!(matches!(
+        store
+            .add_cases("nope", &[(Uuid::now_v7(), json!({}))])
+            .await,
+        Err(Error::NotFound(_))
+    ));
+
+    let run = EvalRunRow {
+        id: Uuid::now_v7(),
+        dataset: "suite".into(),
+        dataset_version: second.version,
+        settings: json!({"route": "fast"}),
+        status: EvalStatus::Running,
+        total: 3,
+        done: 0,
+        passed: 0,
+        error: None,
+        created_at: chrono::Utc::now(),
+        finished_at: None,
+    };
+    store.create_eval_run(&run).await.unwrap();
+    for (i, id) in ids.iter().enumerate() {
+        let result = EvalResultRow {
+            case_id: *id,
+            position: i as i64,
+            passed: i != 1,
+            body: json!({"case": i}),
+        };
+        store.put_eval_result(run.id, &result).await.unwrap();
+        // A result stored twice counts once.
+        store.put_eval_result(run.id, &result).await.unwrap();
+    }
+    store
+        .finish_eval_run(run.id, EvalStatus::Finished, None)
+        .await
+        .unwrap();
+    let read = store.get_eval_run(run.id).await.unwrap();
+    assert_eq!(
+        (read.status, read.total, read.done, read.passed),
+        (EvalStatus::Finished, 3, 3, 2)
+    );
+    assert_eq!(read.settings, json!({"route": "fast"}));
+    assert!(read.finished_at.is_some());
+    let results = store.eval_results(run.id).await.unwrap();
+    assert_eq!(
+        results.iter().map(|r| r.passed).collect::<Vec<_>>(),
+        [true, false, true]
+    );
+    assert_eq!(
+        store.list_eval_runs(Some("suite"), 10).await.unwrap().len(),
+        1
+    );
+    assert!(store
+        .list_eval_runs(Some("other"), 10)
+        .await
+        .unwrap()
+        .is_empty());
+
+    // An evaluation's session is listed only when its run is asked for.
+    let user = store
+        .create_session(NewSession::for_agent("a"))
+        .await
+        .unwrap();
+    let eval = store
+        .create_session(NewSession::for_agent("a"))
+        .await
+        .unwrap();
+    store.tag_eval_session(eval.id, run.id).await.unwrap();
+    let listed = |page: stead_persistence::SessionPage| {
+        page.sessions.iter().map(|s| s.id).collect::<Vec<_>>()
+    };
+    let all = store.list_sessions(&SessionQuery::default()).await.unwrap();
+    assert_eq!(listed(all), vec![user.id]);
+    let of_run = SessionQuery {
+        eval_run: Some(run.id),
+        ..Default::default()
+    };
+    assert_eq!(
+        listed(store.list_sessions(&of_run).await.unwrap()),
+        vec![eval.id]
+    );
+    assert!(store.delete_dataset("suite").await.unwrap());
+    assert!(store.dataset_cases("suite").await.unwrap().is_empty());
+    // Runs outlive their dataset.
+    assert_eq!(store.eval_results(run.id).await.unwrap().len(), 3);
+}
