@@ -56,9 +56,10 @@ pub enum Command {
     /// Measure Stead's own components.
     #[command(subcommand)]
     Bench(stead_bench::cli::BenchCommand),
-    /// Evaluate the local model's behaviour for agents.
+    /// Evaluations: datasets from recorded sessions, runs, comparisons, and the local
+    /// model's agent benches.
     #[command(subcommand)]
-    Eval(stead_bench::cli::EvalCommand),
+    Eval(crate::eval_cli::EvalCli),
     /// Knowledge collections: add files, re-embed, query (docs/knowledge.md).
     #[command(subcommand)]
     Knowledge(crate::knowledge_cli::KnowledgeCommand),
@@ -146,7 +147,7 @@ async fn run_command(config: Config, command: Command) -> anyhow::Result<ExitCod
         Command::Serve => done(crate::serve::serve(config).await),
         Command::Migrate => done(crate::serve::migrate(config).await),
         Command::Setup(args) => done(crate::serve::setup(config, args).await),
-        Command::Eval(command) => stead_bench::eval(config, command).await,
+        Command::Eval(command) => crate::eval_cli::run(config, command).await,
         Command::Knowledge(command) => crate::knowledge_cli::run(config, command).await,
         Command::Bench(command) => stead_bench::bench(config, command).await,
     }

@@ -10,6 +10,7 @@
 
 pub mod cli;
 pub mod cluster;
+pub mod eval_cli;
 pub mod knowledge_cli;
 pub mod replay_cli;
 pub mod retention;

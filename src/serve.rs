@@ -101,31 +101,12 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
             node_ttl: membership.ttl,
         }) as Arc<dyn stead_router::SharedLedger>
     });
-    let model_router = stead_agents::models::build(
-        &config,
-        &pools,
-        &embedders,
-        Some(store.clone() as Arc<dyn RequestLog>),
-        shared_budgets,
-    )?;
-    // MCP servers start in the background: a slow or broken one does not hold up the start.
-    let mcp = stead_agents::mcp::McpRegistry::new(&config.mcp_servers)?;
-    mcp.start();
-    let knowledge = Arc::new(stead_agents::knowledge::Knowledge::new(
-        store.clone(),
-        model_router.clone(),
-        config.knowledge.clone(),
-    ));
-    let notes: Arc<dyn Kv> = store.clone();
-    let agents = stead_agents::build(&config, &notes, Some(&mcp), Some(&knowledge))?;
-    let session_model = Arc::new(stead_agents::models::SessionModel {
-        router: model_router.clone(),
-    });
-    let sessions = Arc::new(
-        stead_actors::session::SessionRegistry::new(store.clone(), session_model, agents)
-            .with_lifecycle(config.sessions.lifecycle())
-            .with_node(node),
-    );
+    let Agents {
+        model_router,
+        mcp,
+        knowledge,
+        sessions,
+    } = agents(&config, &store, (&pools, &embedders), shared_budgets, node)?;
     let cluster_tasks = match &membership {
         Some(membership) => membership.start(store.clone(), sessions.clone()).await?,
         None => Vec::new(),
@@ -221,6 +202,60 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What runs the agents: the model router over the local engines and the configured
+/// providers, the MCP servers, the knowledge service and the session registry with every
+/// configured agent.
+pub(crate) struct Agents {
+    pub model_router: Arc<stead_router::Router>,
+    pub mcp: Arc<stead_agents::mcp::McpRegistry>,
+    pub knowledge: Arc<stead_agents::knowledge::Knowledge>,
+    pub sessions: Arc<stead_actors::session::SessionRegistry>,
+}
+
+/// Builds [`Agents`] on a started store and engines (`stead serve`, `stead eval run`).
+pub(crate) fn agents(
+    config: &Config,
+    store: &Arc<dyn JournalStore>,
+    (pools, embedders): (&Pools, &[stead_agents::engines::EmbeddingModel]),
+    shared_budgets: Option<Arc<dyn stead_router::SharedLedger>>,
+    node: String,
+) -> anyhow::Result<Agents> {
+    let model_router = stead_agents::models::build(
+        config,
+        pools,
+        embedders,
+        Some(store.clone() as Arc<dyn RequestLog>),
+        shared_budgets,
+    )?;
+    // MCP servers start in the background: a slow or broken one does not hold up the start.
+    let mcp = stead_agents::mcp::McpRegistry::new(&config.mcp_servers)?;
+    mcp.start();
+    let knowledge = Arc::new(stead_agents::knowledge::Knowledge::new(
+        store.clone(),
+        model_router.clone(),
+        config.knowledge.clone(),
+    ));
+    let notes: Arc<dyn Kv> = store.clone();
+    let agents = stead_agents::build(config, &notes, Some(&mcp), Some(&knowledge))?;
+    let session_model = Arc::new(stead_agents::models::SessionModel {
+        router: model_router.clone(),
+    });
+    let sessions = Arc::new(
+        stead_actors::session::SessionRegistry::new(store.clone(), session_model, agents)
+            .with_lifecycle(config.sessions.lifecycle())
+            .with_node(node),
+    );
+    Ok(Agents {
+        model_router,
+        mcp,
+        knowledge,
+        sessions,
+    })
+}
+
+/// The local engines a configuration starts, by provider name.
+pub(crate) type Pools = Vec<(String, Arc<stead_inference::pool::InferencePool>)>;
+
 /// A drain: WebSockets flush what is committed and close with a close frame, requests
 /// finish — each within `grace`; requests still in flight then are stopped (none may
 /// activate a session again once its lease is released).
@@ -276,10 +311,10 @@ fn start_background(
 /// The local engines, then the store. Models first: a provider that cannot start is a
 /// configuration error, reported before the database is touched; what started is stopped
 /// again when a later part fails.
-async fn start_backends(
+pub(crate) async fn start_backends(
     config: &Config,
 ) -> anyhow::Result<(
-    Vec<(String, Arc<stead_inference::pool::InferencePool>)>,
+    Pools,
     Vec<stead_agents::engines::EmbeddingModel>,
     Arc<dyn JournalStore>,
 )> {

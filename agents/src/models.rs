@@ -295,6 +295,36 @@ impl ModelClient for SessionModel {
     }
 }
 
+/// A judge for evaluations (`stead_evals::Judge`): one user message to a route, at
+/// temperature 0, charged to the evaluation principal.
+pub struct RouterJudge {
+    pub router: Arc<Router>,
+}
+
+#[async_trait::async_trait]
+impl stead_evals::Judge for RouterJudge {
+    async fn ask(&self, route: &str, prompt: &str) -> Result<String, stead_evals::JudgeError> {
+        let request = stead_model::RouterRequest {
+            route: route.to_string(),
+            messages: vec![stead_model::chat::ChatMessage::user(prompt)],
+            params: stead_model::Params {
+                temperature: Some(0.0),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let options = CallOptions {
+            api_key: Some(stead_evals::run::EVAL_PRINCIPAL.into()),
+            ..Default::default()
+        };
+        self.router
+            .call(request, options, None)
+            .await
+            .map(|answer| answer.text)
+            .map_err(|e| stead_evals::JudgeError(format!("{}: {}", e.code, e.message)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

@@ -26,6 +26,7 @@ mod clients;
 mod cluster;
 mod context;
 mod delegation_budget;
+mod evals;
 mod gateway;
 mod gateway_apis;
 mod gateway_router;
