@@ -70,6 +70,27 @@ pub enum BenchCommand {
     /// One long session on a small prompt budget (an upstream double): no failed turn, no
     /// prompt over the budget, the summariser's share of calls, a fact kept in memory.
     Context(ContextBenchArgs),
+    /// The evaluation engine: a dataset of recorded sessions (a model double) run one case at
+    /// a time and `--concurrency` at a time; cases per second of each (docs/evals.md).
+    Eval(EvalBenchArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct EvalBenchArgs {
+    /// Cases in the dataset (each a recorded session).
+    #[arg(long, default_value_t = 100)]
+    pub cases: usize,
+    /// The model double's time per call.
+    #[arg(long, default_value_t = 25)]
+    pub model_ms: u64,
+    /// Cases at a time in the second run.
+    #[arg(long, default_value_t = 8)]
+    pub concurrency: usize,
+    #[arg(long, value_enum, default_value = "sqlite")]
+    pub backend: BenchBackend,
+    /// Print the figures as one JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -1,5 +1,5 @@
 //! The crate `stead-bench`: the measurements behind `stead bench …`, one module per subcommand
-//! (`chaos`, `cluster`, `context`, `journal`, `gateway`, `inference`, `knowledge`, `replay`,
+//! (`chaos`, `cluster`, `context`, `evals` (the evaluation engine), `journal`, `gateway`, `inference`, `knowledge`, `replay`,
 //! `schedules`, `sessions`, `ws`), the model evaluation behind `stead eval …` (`eval`), their
 //! arguments (`cli`), the chaos harness with its test doubles (a scripted upstream, a webhook
 //! sink: they live here, not in the product), and what they share: a scratch database (`BenchDatabase`), a `stead serve` child process
@@ -15,6 +15,7 @@ pub mod cli;
 pub mod cluster;
 pub mod context;
 pub mod eval;
+mod evals;
 pub mod gateway;
 pub mod inference;
 pub mod journal;
@@ -52,6 +53,7 @@ pub async fn bench(config: Config, command: BenchCommand) -> anyhow::Result<Exit
         BenchCommand::Cluster(args) => cluster::cluster(config, args).await,
         BenchCommand::Context(args) => done(context::context(args).await),
         BenchCommand::Knowledge(args) => knowledge::knowledge(config, args).await,
+        BenchCommand::Eval(args) => done(evals::evals(config, args).await),
     }
 }
 

@@ -195,19 +195,24 @@ impl Runner {
         let mut done = 0;
         let mut passed = 0;
         let mut results = Vec::new();
+        // Each case stores its own result: the loop below awaits nothing but the stream, so
+        // no case is left unpolled while it holds a database connection another one waits for.
         let mut stream = futures_util::stream::iter(cases)
             .map(|(position, case)| async move {
-                (position, self.run_case(run.id, &case, settings).await)
+                let result = self.run_case(run.id, &case, settings).await;
+                let row = EvalResultRow {
+                    case_id: result.case_id,
+                    position,
+                    passed: result.passed,
+                    body: serde_json::to_value(&result).unwrap_or_default(),
+                };
+                let stored = self.evals.put_eval_result(run.id, &row).await;
+                (result, stored)
             })
             .buffer_unordered(settings.concurrency.max(1));
-        while let Some((position, result)) = stream.next().await {
-            let row = EvalResultRow {
-                case_id: result.case_id,
-                position,
-                passed: result.passed,
-                body: serde_json::to_value(&result).unwrap_or_default(),
-            };
-            if let Err(error) = self.evals.put_eval_result(run.id, &row).await {
+        while let Some((result, stored)) = stream.next().await {
+            if let Err(error) = stored {
+                drop(stream);
                 let _ = self
                     .evals
                     .finish_eval_run(run.id, EvalStatus::Failed, Some(error.to_string()))

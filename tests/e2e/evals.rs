@@ -201,7 +201,14 @@ async fn recorded_sessions_become_a_regression_suite(database_url: Option<&str>)
     let (code, other) = run(
         data,
         database_url,
-        &["--route", "alt", "--fail-under", "0.5"],
+        &[
+            "--route",
+            "alt",
+            "--fail-under",
+            "0.5",
+            "--concurrency",
+            "3",
+        ],
     );
     assert_eq!(code, Some(1), "{other}");
     assert_eq!(other["summary"]["passed"], 0, "{other}");
