@@ -83,6 +83,10 @@ error_codes! {
     CollectionNotFound = (NOT_FOUND, "collection_not_found"),
     /// No document of that id in the collection.
     DocumentNotFound = (NOT_FOUND, "document_not_found"),
+    /// No evaluation dataset of that name.
+    DatasetNotFound = (NOT_FOUND, "dataset_not_found"),
+    /// No evaluation run of that id.
+    EvalNotFound = (NOT_FOUND, "eval_not_found"),
     /// `/v1/chat/completions`: no route of that name.
     ModelNotFound = (NOT_FOUND, "model_not_found"),
     /// The endpoint does not take that method.
@@ -99,6 +103,8 @@ error_codes! {
     ScheduleConflict = (CONFLICT, "schedule_conflict"),
     /// A collection of that name exists with another embedding route.
     CollectionExists = (CONFLICT, "collection_exists"),
+    /// An evaluation dataset of that name exists.
+    DatasetExists = (CONFLICT, "dataset_exists"),
     /// Embeddings of another model or dimension than the collection holds.
     EmbeddingMismatch = (CONFLICT, "embedding_mismatch"),
     /// Cancel with no turn in progress.

@@ -104,6 +104,8 @@ pub struct AppState {
     pub cluster: Option<Arc<dyn cluster::Cluster>>,
     /// Knowledge collections (`None`: not served; docs/knowledge.md).
     pub knowledge: Option<Arc<dyn knowledge::KnowledgeApi>>,
+    /// The evaluation engine (docs/evals.md); `None`: the evaluation endpoints answer 404.
+    pub evals: Option<Arc<stead_evals::Runner>>,
 }
 
 /// What the HTTP edge shows of the MCP servers Stead uses (the `stead` crate's registry).
@@ -211,6 +213,18 @@ pub fn router_with(state: AppState, extra: Router<AppState>) -> Router {
                 .delete(knowledge::delete_document),
         )
         .route("/v1/collections/{name}/query", post(knowledge::query))
+        .route(
+            "/v1/datasets",
+            get(rest::evals::list_datasets).post(rest::evals::create_dataset),
+        )
+        .route("/v1/datasets/{name}", get(rest::evals::get_dataset))
+        .route("/v1/datasets/{name}/cases", post(rest::evals::add_case))
+        .route(
+            "/v1/evals",
+            get(rest::evals::list_runs).post(rest::evals::start_run),
+        )
+        .route("/v1/evals/{id}", get(rest::evals::get_run))
+        .route("/v1/evals/{a}/compare/{b}", get(rest::evals::compare_runs))
         .route("/v1/gateway/logs", get(gateway::logs::logs))
         .route("/v1/gateway/stats", get(gateway::logs::stats))
         .fallback(not_found)

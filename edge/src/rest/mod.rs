@@ -31,6 +31,7 @@ use crate::{ApiError, ApiJson, ApiPath, ApiQuery, AppState, ErrorCode};
 mod agent_schedules;
 mod agents;
 mod approvals;
+pub mod evals;
 mod memory;
 mod messages;
 mod replay;

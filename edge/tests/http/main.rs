@@ -13,6 +13,7 @@
 
 mod delegation;
 mod edge;
+mod evals;
 mod input;
 mod memory;
 mod metrics;

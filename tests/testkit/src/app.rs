@@ -102,6 +102,12 @@ impl App {
         .unwrap();
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let keys: Vec<String> = api_keys.iter().map(|k| k.to_string()).collect();
+        let evals = Arc::new(stead_evals::Runner {
+            sessions: store.clone(),
+            evals: store.clone(),
+            registry: sessions.clone(),
+            judge: None,
+        });
         let router = stead_http::router(stead_http::AppState {
             store: store.clone(),
             sessions,
@@ -118,6 +124,7 @@ impl App {
             mcp: None,
             cluster: None,
             knowledge: None,
+            evals: Some(evals),
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());

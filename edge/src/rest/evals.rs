@@ -1,0 +1,381 @@
+//! Evaluations over REST (docs/evals.md): datasets, cases from recorded sessions, runs and
+//! comparisons — the same engine as `stead eval` (`stead_evals::Runner`). Operators only.
+//! A run answers 202 with its id at once and goes on in the background; `GET /v1/evals/{id}`
+//! shows its progress and each case's result as it ends.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use stead_evals::compare::{compare, Comparison};
+use stead_evals::run::{ApprovalRule, CaseResult, RunSettings};
+use stead_evals::{Case, Expectation, ToolMode};
+use stead_persistence::evals::{DatasetRow, EvalRunRow, EvalStatus};
+use uuid::Uuid;
+
+use crate::auth::Caller;
+use crate::{ApiError, ApiJson, ApiPath, ApiQuery, AppState, ErrorCode};
+
+fn runner(state: &AppState) -> Result<&stead_evals::Runner, ApiError> {
+    state
+        .evals
+        .as_deref()
+        .ok_or_else(|| ApiError::not_found("evaluations are not served here"))
+}
+
+/// A store error of the evaluation endpoints: a missing dataset or run, a taken name.
+fn store_error(error: stead_persistence::Error, what: ErrorCode) -> ApiError {
+    match error {
+        stead_persistence::Error::NotFound(message) => ApiError::new(what, message),
+        stead_persistence::Error::Exists(message) => {
+            ApiError::new(ErrorCode::DatasetExists, message)
+        }
+        other => other.into(),
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DatasetView {
+    pub name: String,
+    pub version: i64,
+    pub cases: i64,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+impl From<DatasetRow> for DatasetView {
+    fn from(row: DatasetRow) -> Self {
+        DatasetView {
+            name: row.name,
+            version: row.version,
+            cases: row.cases,
+            created_at: crate::wire::rfc3339(row.created_at),
+            updated_at: crate::wire::rfc3339(row.updated_at),
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct DatasetList {
+    pub datasets: Vec<DatasetView>,
+}
+
+/// A dataset with its cases.
+#[derive(Debug, Serialize)]
+pub struct DatasetCases {
+    #[serde(flatten)]
+    pub dataset: DatasetView,
+    pub items: Vec<Case>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewDataset {
+    name: String,
+}
+
+/// 1–100 letters, digits, `.`, `_` and `-`.
+fn valid_name(name: &str) -> Result<(), ApiError> {
+    let ok = !name.is_empty()
+        && name.len() <= 100
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            ErrorCode::InvalidRequest,
+            "a dataset name is 1 to 100 letters, digits, `.`, `_` and `-`",
+        ))
+    }
+}
+
+pub async fn create_dataset(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiJson(body): ApiJson<NewDataset>,
+) -> Result<(StatusCode, Json<DatasetView>), ApiError> {
+    caller.require_operator()?;
+    runner(&state)?;
+    valid_name(&body.name)?;
+    let row = state
+        .store
+        .create_dataset(&body.name)
+        .await
+        .map_err(|e| store_error(e, ErrorCode::DatasetNotFound))?;
+    Ok((StatusCode::CREATED, Json(row.into())))
+}
+
+pub async fn list_datasets(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+) -> Result<Json<DatasetList>, ApiError> {
+    caller.require_operator()?;
+    runner(&state)?;
+    let rows = state.store.list_datasets().await?;
+    Ok(Json(DatasetList {
+        datasets: rows.into_iter().map(Into::into).collect(),
+    }))
+}
+
+pub async fn get_dataset(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath(name): ApiPath<String>,
+) -> Result<Json<DatasetCases>, ApiError> {
+    caller.require_operator()?;
+    runner(&state)?;
+    let row = state
+        .store
+        .get_dataset(&name)
+        .await
+        .map_err(|e| store_error(e, ErrorCode::DatasetNotFound))?;
+    let mut items = Vec::new();
+    for case in state.store.dataset_cases(&name).await? {
+        items.push(
+            serde_json::from_value(case.body)
+                .map_err(|e| ApiError::internal("a stored case does not read", e))?,
+        );
+    }
+    Ok(Json(DatasetCases {
+        dataset: row.into(),
+        items,
+    }))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewCase {
+    session_id: Uuid,
+    #[serde(default)]
+    at_seq: Option<i64>,
+    #[serde(default)]
+    expect: Vec<Expectation>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CaseAdded {
+    pub id: Uuid,
+    pub name: String,
+    pub dataset: DatasetView,
+}
+
+pub async fn add_case(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath(name): ApiPath<String>,
+    ApiJson(body): ApiJson<NewCase>,
+) -> Result<(StatusCode, Json<CaseAdded>), ApiError> {
+    caller.require_operator()?;
+    runner(&state)?;
+    state
+        .store
+        .get_dataset(&name)
+        .await
+        .map_err(|e| store_error(e, ErrorCode::DatasetNotFound))?;
+    let session = state.store.get_session(body.session_id).await?;
+    let events = stead_actors::replay::read_all(state.store.as_ref(), session.id, 0).await?;
+    let case = Case::from_journal(
+        &session.agent,
+        session.id,
+        &events,
+        body.at_seq,
+        body.expect,
+    )
+    .map_err(|e| ApiError::new(ErrorCode::InvalidRequest, e.to_string()))?;
+    let value = serde_json::to_value(&case)
+        .map_err(|e| ApiError::internal("the case does not serialize", e))?;
+    let row = state.store.add_cases(&name, &[(case.id, value)]).await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(CaseAdded {
+            id: case.id,
+            name: case.name,
+            dataset: row.into(),
+        }),
+    ))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewRun {
+    dataset: String,
+    #[serde(default)]
+    route: Option<String>,
+    #[serde(default)]
+    system_prompt: Option<String>,
+    #[serde(default)]
+    tools: Option<ToolMode>,
+    #[serde(default)]
+    live_idempotent: bool,
+    #[serde(default)]
+    side_effects: bool,
+    #[serde(default)]
+    approvals: Option<ApprovalRule>,
+    #[serde(default)]
+    judge_route: Option<String>,
+    #[serde(default)]
+    concurrency: Option<usize>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RunStarted {
+    pub id: Uuid,
+}
+
+pub async fn start_run(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiJson(body): ApiJson<NewRun>,
+) -> Result<(StatusCode, Json<RunStarted>), ApiError> {
+    caller.require_operator()?;
+    let runner = runner(&state)?.clone();
+    for route in [&body.route, &body.judge_route].into_iter().flatten() {
+        if !state.routes.contains(route) {
+            return Err(ApiError::new(
+                ErrorCode::InvalidRequest,
+                format!("no route is named `{route}`"),
+            ));
+        }
+    }
+    let settings = RunSettings {
+        route: body.route,
+        system_prompt: body.system_prompt,
+        tools: body.tools.unwrap_or_default(),
+        live_idempotent: body.live_idempotent,
+        side_effects: body.side_effects,
+        approvals: body.approvals.unwrap_or_default(),
+        judge_route: body.judge_route,
+        concurrency: body.concurrency.unwrap_or(1),
+        ..Default::default()
+    };
+    let (run, cases) = runner
+        .create(&body.dataset, &settings)
+        .await
+        .map_err(|e| match e {
+            stead_evals::RunError::Store(e) => store_error(e, ErrorCode::DatasetNotFound),
+            other => ApiError::new(ErrorCode::InvalidRequest, other.to_string()),
+        })?;
+    let id = run.id;
+    tokio::spawn(async move {
+        if let Err(error) = runner.execute(&run, cases, &settings, |_, _| {}).await {
+            tracing::warn!(run = %run.id, %error, "an evaluation run failed");
+        }
+    });
+    Ok((StatusCode::ACCEPTED, Json(RunStarted { id })))
+}
+
+#[derive(Debug, Serialize)]
+pub struct RunSummary {
+    pub total: i64,
+    pub done: i64,
+    pub passed: i64,
+    pub failed: i64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RunView {
+    pub id: Uuid,
+    pub dataset: String,
+    pub dataset_version: i64,
+    pub status: EvalStatus,
+    pub settings: serde_json::Value,
+    pub summary: RunSummary,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub created_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cases: Option<Vec<CaseResult>>,
+}
+
+impl RunView {
+    fn of(row: EvalRunRow, cases: Option<Vec<CaseResult>>) -> Self {
+        RunView {
+            id: row.id,
+            dataset: row.dataset,
+            dataset_version: row.dataset_version,
+            status: row.status,
+            settings: row.settings,
+            summary: RunSummary {
+                total: row.total,
+                done: row.done,
+                passed: row.passed,
+                failed: row.done - row.passed,
+            },
+            error: row.error,
+            created_at: crate::wire::rfc3339(row.created_at),
+            finished_at: row.finished_at.map(crate::wire::rfc3339),
+            cases,
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct RunList {
+    pub runs: Vec<RunView>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunQuery {
+    #[serde(default)]
+    dataset: Option<String>,
+}
+
+pub async fn list_runs(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiQuery(query): ApiQuery<RunQuery>,
+) -> Result<Json<RunList>, ApiError> {
+    caller.require_operator()?;
+    runner(&state)?;
+    let rows = state
+        .store
+        .list_eval_runs(query.dataset.as_deref(), 100)
+        .await?;
+    Ok(Json(RunList {
+        runs: rows.into_iter().map(|r| RunView::of(r, None)).collect(),
+    }))
+}
+
+async fn results(state: &AppState, id: Uuid) -> Result<(EvalRunRow, Vec<CaseResult>), ApiError> {
+    let row = state
+        .store
+        .get_eval_run(id)
+        .await
+        .map_err(|e| store_error(e, ErrorCode::EvalNotFound))?;
+    let mut cases = Vec::new();
+    for result in state.store.eval_results(id).await? {
+        cases.push(
+            serde_json::from_value(result.body)
+                .map_err(|e| ApiError::internal("a stored result does not read", e))?,
+        );
+    }
+    Ok((row, cases))
+}
+
+pub async fn get_run(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath(id): ApiPath<Uuid>,
+) -> Result<Json<RunView>, ApiError> {
+    caller.require_operator()?;
+    runner(&state)?;
+    let (row, cases) = results(&state, id).await?;
+    Ok(Json(RunView::of(row, Some(cases))))
+}
+
+pub async fn compare_runs(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath((a, b)): ApiPath<(Uuid, Uuid)>,
+) -> Result<Json<Comparison>, ApiError> {
+    caller.require_operator()?;
+    runner(&state)?;
+    let (_, first) = results(&state, a).await?;
+    let (_, second) = results(&state, b).await?;
+    Ok(Json(compare((a, &first), (b, &second))))
+}
