@@ -140,14 +140,7 @@ async fn describe(registry: &SessionRegistry, store: &Arc<dyn JournalStore>, lea
         Err(e) => format!("unreadable: {e}"),
     };
     let mut children = Vec::new();
-    let page = store
-        .list_sessions(&SessionQuery {
-            parent: Some(lead),
-            limit: 500,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let page = children_of(store, lead).await;
     for child in page.sessions {
         children.push(match registry.state(child.id).await {
             Ok(s) if s.turn.is_some() || !s.pending_approvals().is_empty() => format!(
@@ -164,6 +157,18 @@ async fn describe(registry: &SessionRegistry, store: &Arc<dyn JournalStore>, lea
     format!("{lead}: {lead_state}; busy children: {children:?}")
 }
 
+/// The child sessions of `lead` (one page holds all of them here).
+async fn children_of(store: &Arc<dyn JournalStore>, lead: Uuid) -> stead_persistence::SessionPage {
+    store
+        .list_sessions(&SessionQuery {
+            parent: Some(lead),
+            limit: 500,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+}
+
 /// One step of the person and the user of a tree: grants the writer children's approvals and
 /// (when `start` and the coordinator is idle with turns left) asks the coordinator again.
 /// Returns whether anything in the tree still runs or waits.
@@ -177,14 +182,7 @@ async fn drive(
         return true;
     };
     let mut busy = state.turn.is_some() || !state.queued.is_empty();
-    let page = store
-        .list_sessions(&SessionQuery {
-            parent: Some(lead),
-            limit: 500,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let page = children_of(store, lead).await;
     for child in page.sessions {
         let Ok(child_state) = registry.state(child.id).await else {
             busy = true;
@@ -273,14 +271,7 @@ async fn check_tree(
         }
         state.apply(event.seq, &typed);
     }
-    let page = store
-        .list_sessions(&SessionQuery {
-            parent: Some(lead),
-            limit: 500,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let page = children_of(store, lead).await;
     let mut seen = HashSet::new();
     for child in &page.sessions {
         let link = child.parent.as_ref().unwrap();
