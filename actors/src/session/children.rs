@@ -200,18 +200,28 @@ impl Live {
             .cloned()
             .collect();
         for call_id in waiting {
-            if self.child_result(&call_id).await.is_none() {
-                continue;
-            }
-            let row = wake_now(
-                self.deps.session_id,
-                format!("{CHILD_KEY_PREFIX}{call_id}"),
-                &self.deps.agent.name,
-                serde_json::json!({ "kind": "child_finished" }),
-            );
-            if self.deps.store.put_schedules(&[row]).await.is_ok() {
-                self.deps.due_changed.notify_one();
-            }
+            self.mend_child(&call_id).await;
+        }
+    }
+
+    /// A wake-up for the call `call_id` when its child has ended: at activation, and when the
+    /// call's `child_session_started` is journaled — a child re-started by a recovery may have
+    /// answered before the crash, and its wake-up, delivered before the call named the child,
+    /// was refused as stale and deleted (a parent then waited for good: the delegation crash
+    /// test found it). Only ever writes the row: deleting one here could drop the wake-up of
+    /// a child that ends meanwhile.
+    pub(super) async fn mend_child(&self, call_id: &CallId) {
+        if self.child_result(call_id).await.is_none() {
+            return;
+        }
+        let row = wake_now(
+            self.deps.session_id,
+            format!("{CHILD_KEY_PREFIX}{call_id}"),
+            &self.deps.agent.name,
+            serde_json::json!({ "kind": "child_finished" }),
+        );
+        if self.deps.store.put_schedules(&[row]).await.is_ok() {
+            self.deps.due_changed.notify_one();
         }
     }
 

@@ -37,6 +37,13 @@ impl Live {
                 | Input::ApprovalExpired { .. }
                 | Input::ChildFinished { .. }
         );
+        // A child started by this call may have ended already (a recovery re-started a child
+        // that answered before the crash, and its wake-up came before this input): looked at
+        // once the call names it, below.
+        let started_child = match &input {
+            Input::ChildStarted { call_id, .. } => Some(call_id.clone()),
+            _ => None,
+        };
         // A child ended: its journal says what the call's result is.
         let input = match input {
             Input::ChildFinished { call_id } => match self.child_result(&call_id).await {
@@ -64,6 +71,9 @@ impl Live {
         if !decision.events.is_empty() {
             self.commit(myself, decision.events, decision.status)
                 .await?;
+            if let Some(call_id) = started_child {
+                self.mend_child(&call_id).await;
+            }
         }
         Ok((self.state.last_seq, decision.actions))
     }

@@ -3,7 +3,8 @@
 //! from the parent's call, its row and `session_created` naming the parent), the child answers
 //! the task in its own turn, and its reply comes back to the parent through the database (a
 //! due-index row the scheduler delivers) as the call's result — once, even when the start and
-//! the wake-up are repeated; and cancelling the parent's turn cancels the child's.
+//! the wake-up are repeated, and when a recovery finds the child already answered; and
+//! cancelling the parent's turn cancels the child's.
 
 use serde_json::Value;
 use stead_actors::agent_tool::{child_session_id, start_child, AgentTool};
@@ -17,6 +18,7 @@ use super::*;
 
 stead_testkit::both_backends!(
     a_child_session_answers_its_parents_call_once,
+    a_child_that_answered_before_a_crash_still_answers_its_recovered_parent,
     cancelling_the_parents_turn_cancels_the_childs,
 );
 
@@ -224,6 +226,104 @@ async fn a_child_session_answers_its_parents_call_once(backend: Backend) {
     )
     .unwrap();
     assert_eq!(stored.divergence, None);
+    scheduler.abort();
+    registry.stop_all();
+}
+
+/// A crash after the child answered but before the parent journaled the child's start: the
+/// recovered parent starts the child again (finding it), and the child's wake-up reaches it
+/// before the call names the child — refused as stale then. The call still gets the child's
+/// answer, once (the delegation crash test found a parent waiting for good here).
+async fn a_child_that_answered_before_a_crash_still_answers_its_recovered_parent(
+    backend: Backend,
+) {
+    let (db, registry, scheduler, reference) = tree(backend, model()).await;
+    let store = db.store.clone();
+    // A tree that went all the way, whose journals the crashed one is cut from.
+    let mut frames = registry.subscribe(reference).await.unwrap();
+    say(&registry, reference, "Find out why the sky is blue.").await;
+    wait_for(&mut frames, "turn_finished").await;
+    let lead_events = store.read(reference, 0, 1000).await.unwrap();
+    let child_events = store
+        .read(child_session_id(reference, "t1"), 0, 1000)
+        .await
+        .unwrap();
+
+    // The crashed tree: the parent's journal up to its call's start, the child's complete.
+    let parent = store
+        .create_session(NewSession::for_agent("lead"))
+        .await
+        .unwrap()
+        .id;
+    let cut: Vec<_> = lead_events
+        .iter()
+        .take_while(|e| e.kind != "child_session_started")
+        .map(|e| stead_persistence::NewEvent::new(e.kind.clone(), e.payload.clone()))
+        .collect();
+    assert_eq!(cut.last().unwrap().kind, "tool_call_started");
+    store.append(parent, 0, cut).await.unwrap();
+    let child = child_session_id(parent, "t1");
+    store
+        .create_session(NewSession {
+            id: Some(child),
+            parent: Some(stead_persistence::ParentLink {
+                session_id: parent,
+                call_id: "t1".into(),
+            }),
+            ..NewSession::for_agent("researcher")
+        })
+        .await
+        .unwrap();
+    let answered: Vec<_> = child_events
+        .iter()
+        .map(|e| {
+            let mut payload = e.payload.clone();
+            if e.kind == "session_created" {
+                payload["parent"]["session_id"] = json!(parent);
+                if payload["parent"]["message"].is_object() {
+                    payload["parent"]["message"]["session_id"] = json!(parent);
+                }
+            }
+            stead_persistence::NewEvent::new(e.kind.clone(), payload)
+        })
+        .collect();
+    let answered_len = answered.len();
+    store.append(child, 0, answered).await.unwrap();
+    // The child's wake-up of its parent, as the dead process's child left it.
+    let row = stead_actors::agent_schedules::wake_now(
+        parent,
+        "child:t1".into(),
+        "researcher",
+        json!({"kind": "child_finished", "child_session_id": child}),
+    );
+    store.put_schedules(&[row]).await.unwrap();
+
+    // The scheduler delivers the wake-up, which activates (recovers) the parent.
+    let mut kinds = Vec::new();
+    for _ in 0..500 {
+        kinds = journal_kinds(&store, parent).await;
+        if kinds.last().map(String::as_str) == Some("turn_finished") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        kinds.last().map(String::as_str),
+        Some("turn_finished"),
+        "the recovered parent gets its child's answer: {kinds:?}"
+    );
+    let journal = kinds_of(&store, parent).await;
+    let results: Vec<&Value> = journal
+        .iter()
+        .filter(|(k, _)| k == "tool_call_finished")
+        .map(|(_, p)| &p["result"])
+        .collect();
+    assert_eq!(
+        results,
+        [&json!({"reply": "Findings: Rayleigh scattering.", "child_session_id": child})]
+    );
+    // The child was found, not asked again.
+    assert_eq!(store.read(child, 0, 1000).await.unwrap().len(), answered_len);
     scheduler.abort();
     registry.stop_all();
 }
