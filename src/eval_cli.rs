@@ -84,6 +84,10 @@ pub struct RunArgs {
     /// Another system prompt, read from this file.
     #[arg(long, value_name = "FILE")]
     pub system_prompt_file: Option<PathBuf>,
+    /// Agents (`[[agents]]` tables, as in stead.toml) that replace the configured agents of
+    /// the same name for this run: another prompt, other tools or policies.
+    #[arg(long, value_name = "FILE")]
+    pub agent_config: Option<PathBuf>,
     /// `replay` (recorded results; the default) or `live` (tools run for real).
     #[arg(long, default_value = "replay", value_parser = ["replay", "live"])]
     pub tools: String,
@@ -274,8 +278,38 @@ fn settings(args: &RunArgs) -> anyhow::Result<RunSettings> {
         },
         judge_route: args.judge_route.clone(),
         concurrency: args.concurrency,
+        agent_config: args.agent_config.as_ref().map(|p| p.display().to_string()),
         ..Default::default()
     })
+}
+
+/// `--agent-config`: the file's `[[agents]]`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AgentsFile {
+    agents: Vec<stead_config::AgentConfig>,
+}
+
+/// `config` with the agents of `path` in place of the configured ones of the same name (new
+/// names are added), checked as a whole like stead.toml.
+fn with_agents(mut config: Config, path: &std::path::Path) -> anyhow::Result<Config> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let file: AgentsFile = toml::from_str(&text)
+        .with_context(|| format!("{} is not a list of [[agents]]", path.display()))?;
+    for agent in file.agents {
+        match config.agents.iter_mut().find(|a| a.name == agent.name) {
+            Some(slot) => *slot = agent,
+            None => config.agents.push(agent),
+        }
+    }
+    config.validate().with_context(|| {
+        format!(
+            "the agents of {} do not fit the configuration",
+            path.display()
+        )
+    })?;
+    Ok(config)
 }
 
 /// `stead eval run`: the agents of this configuration, in this process.
@@ -285,6 +319,10 @@ async fn evaluate(config: Config, args: RunArgs) -> anyhow::Result<ExitCode> {
             bail!("--fail-under is a share between 0 and 1");
         }
     }
+    let config = match &args.agent_config {
+        Some(path) => with_agents(config, path)?,
+        None => config,
+    };
     let settings = settings(&args)?;
     let (pools, embedders, store) = crate::serve::start_backends(&config).await?;
     let node = format!("eval-{}", Uuid::now_v7());

@@ -25,12 +25,16 @@ pub struct EvalAgentArgs {
     /// Exit 1 when the share of passing cases is below this (0–1).
     #[arg(long, value_name = "RATE")]
     pub fail_under: Option<f64>,
-    /// Cases from this TOML file instead of the shipped ones (bench/src/eval/agent-cases.toml).
+    /// Cases from this dataset file (JSONL, docs/evals.md) instead of the shipped ones
+    /// (evals/datasets/demo-agent.jsonl).
     #[arg(long, value_name = "FILE")]
     pub cases: Option<PathBuf>,
     /// A prepared model (its directory under {data_dir}/models) instead of the default.
     #[arg(long, value_name = "NAME")]
     pub model: Option<String>,
+    /// Cases run at once (the local engine batches their model calls).
+    #[arg(long, default_value_t = 1)]
+    pub concurrency: usize,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -87,6 +87,8 @@ error_codes! {
     DatasetNotFound = (NOT_FOUND, "dataset_not_found"),
     /// No evaluation run of that id.
     EvalNotFound = (NOT_FOUND, "eval_not_found"),
+    /// No reviewer's feedback of that id.
+    FeedbackNotFound = (NOT_FOUND, "feedback_not_found"),
     /// `/v1/chat/completions`: no route of that name.
     ModelNotFound = (NOT_FOUND, "model_not_found"),
     /// The endpoint does not take that method.

@@ -161,6 +161,11 @@ pub fn router_with(state: AppState, extra: Router<AppState>) -> Router {
             "/v1/sessions/{id}/memory",
             get(rest::get_memory).put(rest::set_memory),
         )
+        .route(
+            "/v1/sessions/{id}/feedback",
+            get(rest::session_feedback).post(rest::add_feedback),
+        )
+        .route("/v1/feedback", get(rest::list_feedback))
         .route("/v1/sessions/{id}/fork", post(rest::fork))
         .route("/v1/sessions/{id}/ws", get(ws::upgrade))
         .route("/v1/sessions/{id}/children", get(rest::children))

@@ -66,6 +66,17 @@ pub struct Case {
     pub turns: Vec<CaseTurn>,
 }
 
+/// A case's name: its message on one line, at most 60 characters (the source session and seq
+/// are the case's `source`).
+pub fn case_name(user: &str) -> String {
+    let line = user.split_whitespace().collect::<Vec<_>>().join(" ");
+    match line.char_indices().nth(60) {
+        Some((at, _)) => format!("{}…", &line[..at]),
+        None if line.is_empty() => "(an empty message)".into(),
+        None => line,
+    }
+}
+
 /// Why a point in a session cannot be a case.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum CaseError {
@@ -136,7 +147,7 @@ impl Case {
             .collect();
         Ok(Case {
             id: Uuid::now_v7(),
-            name: format!("{session_id}@{}", message.seq),
+            name: case_name(&user),
             agent: agent.to_string(),
             source: Some(CaseSource {
                 session_id,

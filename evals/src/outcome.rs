@@ -51,6 +51,17 @@ pub struct TurnOutcome {
     /// How the turn ended (`completed`, `max_steps`, `cancelled`, `failed`…); empty when the
     /// journal ends before the turn does.
     pub end: String,
+    /// Each finished model call's time to its first token (ms), in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ttft_ms: Vec<f64>,
+    /// Answers dropped as unusable (`reply_rejected`: each one a repair call or, the last, a
+    /// reply built from the results).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rejected_replies: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl TurnOutcome {
@@ -79,13 +90,20 @@ pub fn read_turn(events: &[Event], at_seq: i64) -> TurnOutcome {
             SessionEvent::UserMessage { .. } if event.seq == at_seq => {
                 started = Some(event.created_at);
             }
-            SessionEvent::ModelCallFinished { usage, cost, .. } => {
+            SessionEvent::ModelCallFinished {
+                usage,
+                cost,
+                ttft_ms,
+                ..
+            } => {
                 outcome.model_calls += 1;
+                outcome.ttft_ms.push(ttft_ms);
                 outcome.cost_usd += cost;
                 outcome.prompt_tokens += usage.prompt_tokens;
                 outcome.completion_tokens += usage.completion_tokens;
             }
             SessionEvent::ModelCallFailed { .. } => outcome.model_calls += 1,
+            SessionEvent::ReplyRejected { .. } => outcome.rejected_replies += 1,
             SessionEvent::ToolCallRequested {
                 call_id,
                 tool,

@@ -61,6 +61,10 @@ pub struct RunSettings {
     /// A case's turn that has not ended after this long fails.
     #[serde(default = "default_case_timeout")]
     pub case_timeout_secs: u64,
+    /// The file whose agents replaced the configured ones (`stead eval run --agent-config`),
+    /// kept with the run for the record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_config: Option<String>,
 }
 
 fn default_concurrency() -> usize {
@@ -83,6 +87,7 @@ impl Default for RunSettings {
             judge_route: None,
             concurrency: 1,
             case_timeout_secs: default_case_timeout(),
+            agent_config: None,
         }
     }
 }

@@ -1,5 +1,5 @@
 //! The rows of evaluation from the journal (docs/evals.md): datasets, their cases, runs and
-//! each case's result. Cases and results are stored whole as JSON; `stead-evals` owns their
+//! each case's result, and reviewers' feedback on replies. Cases and results are stored whole as JSON; `stead-evals` owns their
 //! shape.
 
 use chrono::{DateTime, Utc};
@@ -74,4 +74,43 @@ pub struct EvalResultRow {
     pub position: i64,
     pub passed: bool,
     pub body: Value,
+}
+
+/// A reviewer's rating of a reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Rating {
+    Up,
+    Down,
+}
+
+impl Rating {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Rating::Up => "up",
+            Rating::Down => "down",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "up" => Some(Rating::Up),
+            "down" => Some(Rating::Down),
+            _ => None,
+        }
+    }
+}
+
+/// A rating of one `assistant_message` (its `seq`) of a session.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FeedbackRow {
+    pub id: Uuid,
+    pub session_id: Uuid,
+    pub seq: i64,
+    pub rating: Rating,
+    pub note: String,
+    /// The reply that was wanted (a bad rating's correction).
+    pub correction: Option<String>,
+    pub created_by: String,
+    pub created_at: DateTime<Utc>,
 }

@@ -102,6 +102,20 @@ pub trait Evals: Send + Sync {
     /// Marks a session as one of a run's: session lists and the approvals inbox leave it out
     /// unless asked for it.
     async fn tag_eval_session(&self, session: Uuid, run: Uuid) -> Result<()>;
+
+    /// Stores a reviewer's rating of a reply.
+    async fn add_feedback(&self, feedback: &crate::evals::FeedbackRow) -> Result<()>;
+
+    /// [`Error::NotFound`] when there is no such rating.
+    async fn get_feedback(&self, id: Uuid) -> Result<crate::evals::FeedbackRow>;
+
+    /// Ratings, newest first: of one session or all, of one rating or both.
+    async fn list_feedback(
+        &self,
+        session: Option<Uuid>,
+        rating: Option<crate::evals::Rating>,
+        limit: u32,
+    ) -> Result<Vec<crate::evals::FeedbackRow>>;
 }
 
 /// Sessions and their rows: create, read, list, status, close.

@@ -4,7 +4,8 @@
 //! `stead eval dataset add`; `stead eval run` replays it against a route that behaves like the
 //! recording (every case passes) and against one that calls other tools and arguments (every
 //! case fails, with a diff naming the call and the argument), with `--fail-under` as the exit
-//! code; replay mode never reaches the webhook; `stead eval compare` names the regressions; and
+//! code; `--agent-config` swaps the agent for one from another file (and refuses one that does
+//! not fit the configuration); replay mode never reaches the webhook; `stead eval compare` names the regressions; and
 //! a JSONL export imported on a fresh data directory runs to the same results.
 
 use std::path::Path;
@@ -55,7 +56,8 @@ async fn upstream() -> Upstream {
     .await
 }
 
-fn config(upstream: &Upstream, webhook: &Webhook) -> String {
+/// The `ops` agent on `route`, with its three webhook tools.
+fn ops(route: &str, webhook: &Webhook) -> String {
     let tool = |name: &str, extra: &str| {
         format!(
             "[[agents.tools]]\nname = \"{name}\"\nkind = \"webhook\"\nurl = \"{}\"\n\
@@ -63,15 +65,21 @@ fn config(upstream: &Upstream, webhook: &Webhook) -> String {
             webhook.url(&format!("/{name}"))
         )
     };
+    format!(
+        "[[agents]]\nname = \"ops\"\nroute = \"{route}\"\nsystem_prompt = \"You run operations.\"\n\n{}{}{}",
+        tool("lookup", "idempotent = true"),
+        tool("delete_rows", "approval = \"always\""),
+        tool("archive_rows", ""),
+    )
+}
+
+fn config(upstream: &Upstream, webhook: &Webhook) -> String {
     upstream.config(
         "default",
         "model = \"m-default\"",
         &format!(
-            "[[routes]]\nname = \"alt\"\ntargets = [{{ provider = \"up\", model = \"m-alt\" }}]\n\n\
-             [[agents]]\nname = \"ops\"\nroute = \"default\"\nsystem_prompt = \"You run operations.\"\n\n{}{}{}",
-            tool("lookup", "idempotent = true"),
-            tool("delete_rows", "approval = \"always\""),
-            tool("archive_rows", ""),
+            "[[routes]]\nname = \"alt\"\ntargets = [{{ provider = \"up\", model = \"m-alt\" }}]\n\n{}",
+            ops("default", webhook)
         ),
     )
 }
@@ -236,9 +244,37 @@ async fn recorded_sessions_become_a_regression_suite(database_url: Option<&str>)
         calls,
         "replay mode reached the webhook"
     );
-    // Without --fail-under a failing run still exits 0: the report is the result.
-    let (code, _) = run(data, database_url, &["--route", "alt"]);
+    // The agent from another file (here: the same agent on `alt`) fails the same way; without
+    // --fail-under a failing run still exits 0: the report is the result.
+    let agents = data.join("agents.toml");
+    std::fs::write(&agents, ops("alt", &webhook)).unwrap();
+    let (code, changed) = run(
+        data,
+        database_url,
+        &["--agent-config", agents.to_str().unwrap()],
+    );
     assert_eq!(code, Some(0));
+    assert_eq!(changed["summary"]["passed"], 0, "{changed}");
+    assert_eq!(failures(&changed).len(), failed.len(), "{changed}");
+    std::fs::write(
+        &agents,
+        "[[agents]]\nname = \"ops\"\nroute = \"nowhere\"\nsystem_prompt = \"x\"\n",
+    )
+    .unwrap();
+    let refused = cli(
+        data,
+        database_url,
+        &[
+            "eval",
+            "run",
+            "suite",
+            "--agent-config",
+            agents.to_str().unwrap(),
+        ],
+    );
+    assert!(!refused.status.success());
+    let error = String::from_utf8_lossy(&refused.stderr);
+    assert!(error.contains("do not fit the configuration"), "{error}");
 
     let (a, b) = (same["id"].as_str().unwrap(), other["id"].as_str().unwrap());
     let compared: Value = serde_json::from_str(&ok(cli(

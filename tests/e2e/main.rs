@@ -41,3 +41,4 @@ mod serve_crash;
 mod telemetry;
 mod web_ui;
 mod web_ui_delegation;
+mod web_ui_evals;

@@ -4,6 +4,7 @@
 //!
 //! - `agent`: a session actor through the `ModelClient` the binary wires (SmolLM2);
 //! - `converter`: both conversions against llama.cpp, and an architecture it refuses;
+//! - `evals`: `stead eval agent`'s first cases through the evaluation engine (the default model);
 //! - `gateway`: a streamed chat over the WebSocket of `stead serve` (the default model);
 //! - `knowledge`: the Knowledge page in a real browser, queries and the `knowledge` tool on the
 //!   real embedding and chat models;
@@ -15,6 +16,7 @@
 
 mod agent;
 mod converter;
+mod evals;
 mod gateway;
 mod knowledge;
 mod openai_client;

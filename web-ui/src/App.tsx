@@ -1,10 +1,12 @@
 // The app shell: a hash router over the pages (sessions, one session, approvals inbox, replay,
-// gateway log, knowledge) and the operator key field. Pages speak only the public REST and
+// gateway log, evaluations, knowledge) and the operator key field. Pages speak only the public REST and
 // WebSocket APIs.
 
 import { useEffect, useState } from "react";
 
 import { ApprovalsPage } from "./pages/ApprovalsPage";
+import { ComparePage, EvalRunPage } from "./pages/EvalResults";
+import { EvalsPage } from "./pages/EvalsPage";
 import { GatewayPage } from "./pages/GatewayPage";
 import { KnowledgePage } from "./pages/KnowledgePage";
 import { ReplayPage } from "./pages/ReplayPage";
@@ -29,9 +31,14 @@ export function App() {
   const path = hash.slice(1);
   const session = path.match(/^\/sessions\/([0-9a-f-]{36})$/)?.[1];
   const replay = path.match(/^\/replay\/([0-9a-f-]{36})$/)?.[1];
+  const evalRun = path.match(/^\/evals\/runs\/([0-9a-f-]{36})$/)?.[1];
+  const compared = path.match(/^\/evals\/compare\/([0-9a-f-]{36})\/([0-9a-f-]{36})$/);
   let page;
   if (session) page = <SessionPage id={session} />;
   else if (replay) page = <ReplayPage id={replay} />;
+  else if (evalRun) page = <EvalRunPage id={evalRun} />;
+  else if (compared) page = <ComparePage a={compared[1]} b={compared[2]} />;
+  else if (path === "/evals") page = <EvalsPage />;
   else if (path === "/approvals") page = <ApprovalsPage />;
   else if (path === "/gateway") page = <GatewayPage />;
   else if (path === "/knowledge" || path.startsWith("/knowledge/"))
@@ -52,6 +59,9 @@ export function App() {
           </a>
           <a href="#/gateway" aria-current={path === "/gateway" ? "page" : undefined}>
             Gateway log
+          </a>
+          <a href="#/evals" aria-current={path.startsWith("/evals") ? "page" : undefined}>
+            Evals
           </a>
           <a
             href="#/knowledge"

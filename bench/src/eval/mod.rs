@@ -1,7 +1,8 @@
 //! `stead eval`: how well the local model serves the built-in `demo` agent, measured through a
 //! `stead serve` child process on the data directory's prepared models — `tools` scores the
 //! first model call of forty one-message sessions (`tools.rs`), `agent` grades whole turns and
-//! conversations against the cases in `agent-cases.toml` (`agent.rs`).
+//! conversations against the dataset file `evals/datasets/demo-agent.jsonl` through the
+//! evaluation engine (`agent.rs`).
 
 pub mod agent;
 mod tools;
@@ -22,6 +23,17 @@ pub(crate) fn scratch_server(
     config: &Config,
     model: Option<&str>,
 ) -> anyhow::Result<(tempfile::TempDir, ServeProcess, String)> {
+    let (scratch, config_text, model) = scratch_dir(config, model)?;
+    let server = ServeProcess::start(scratch.path(), &config_text)?;
+    Ok((scratch, server, model))
+}
+
+/// The scratch directory of [`scratch_server`] with its `stead.toml` written, without a
+/// server: the configuration's text and the model's name with it.
+pub(crate) fn scratch_dir(
+    config: &Config,
+    model: Option<&str>,
+) -> anyhow::Result<(tempfile::TempDir, String, String)> {
     let data = std::path::absolute(&config.server.data_dir)?;
     prepare_data_dir(&data)?;
     let scratch = tempfile::Builder::new()
@@ -63,8 +75,8 @@ pub(crate) fn scratch_server(
             (text, name.to_string())
         }
     };
-    let server = ServeProcess::start(scratch.path(), &config_text)?;
-    Ok((scratch, server, model))
+    std::fs::write(scratch.path().join("stead.toml"), &config_text)?;
+    Ok((scratch, config_text, model))
 }
 
 /// `GET url` as JSON (an error status is an error).

@@ -147,11 +147,76 @@ pub async fn get_dataset(
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NewCase {
-    session_id: Uuid,
+    /// The recorded session (or `feedback_id`).
+    #[serde(default)]
+    session_id: Option<Uuid>,
     #[serde(default)]
     at_seq: Option<i64>,
+    /// A reviewer's rating: the case is the user message whose turn the rated reply ended.
+    #[serde(default)]
+    feedback_id: Option<Uuid>,
     #[serde(default)]
     expect: Vec<Expectation>,
+}
+
+/// The expectation a reviewer's correction makes: a judge asked whether the reply agrees
+/// with the wanted one (the run's `judge_route` scores it).
+pub fn correction_rubric(note: &str, correction: &str) -> Expectation {
+    let note = if note.trim().is_empty() {
+        String::new()
+    } else {
+        format!(" (their note: {:?})", note.trim())
+    };
+    Expectation::Judge {
+        rubric: format!(
+            "A reviewer marked the recorded reply to this message as bad{note}. The reply they \
+             wanted: {correction:?}. Pass only if the reply agrees with the wanted one in \
+             substance (the wording may differ)."
+        ),
+        route: None,
+    }
+}
+
+/// Where a case starts and what it expects, from a rating: the last user message before the
+/// rated reply; a bad rating's correction (unless `expect` is given) is graded by a judge, a
+/// good rating without `expect` keeps the recording as the baseline.
+async fn from_feedback(
+    state: &AppState,
+    feedback: Uuid,
+    expect: Vec<Expectation>,
+) -> Result<(Uuid, i64, Vec<Expectation>), ApiError> {
+    let row = state
+        .store
+        .get_feedback(feedback)
+        .await
+        .map_err(|e| store_error(e, ErrorCode::FeedbackNotFound))?;
+    let events = stead_actors::replay::read_all(state.store.as_ref(), row.session_id, 0).await?;
+    let at = events
+        .iter()
+        .rev()
+        .find(|e| e.seq < row.seq && e.kind == "user_message")
+        .map(|e| e.seq)
+        .ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::InvalidRequest,
+                "no user message before the rated reply (the journal was compacted?)",
+            )
+        })?;
+    let expect = match (expect.is_empty(), row.rating, &row.correction) {
+        (false, ..) => expect,
+        (true, stead_persistence::evals::Rating::Down, Some(correction)) => {
+            vec![correction_rubric(&row.note, correction)]
+        }
+        (true, stead_persistence::evals::Rating::Down, None) => {
+            return Err(ApiError::new(
+                ErrorCode::InvalidRequest,
+                "this rating has no correction: give the case's `expect` (a bad reply cannot \
+                 be its own baseline)",
+            ))
+        }
+        (true, stead_persistence::evals::Rating::Up, _) => Vec::new(),
+    };
+    Ok((row.session_id, at, expect))
 }
 
 #[derive(Debug, Serialize)]
@@ -174,16 +239,23 @@ pub async fn add_case(
         .get_dataset(&name)
         .await
         .map_err(|e| store_error(e, ErrorCode::DatasetNotFound))?;
-    let session = state.store.get_session(body.session_id).await?;
+    let (session_id, at_seq, expect) = match (body.session_id, body.feedback_id) {
+        (Some(session), None) => (session, body.at_seq, body.expect),
+        (None, Some(feedback)) if body.at_seq.is_none() => {
+            let (session, at, expect) = from_feedback(&state, feedback, body.expect).await?;
+            (session, Some(at), expect)
+        }
+        _ => {
+            return Err(ApiError::new(
+                ErrorCode::InvalidRequest,
+                "give `session_id` (and `at_seq`) or `feedback_id`, not both",
+            ))
+        }
+    };
+    let session = state.store.get_session(session_id).await?;
     let events = stead_actors::replay::read_all(state.store.as_ref(), session.id, 0).await?;
-    let case = Case::from_journal(
-        &session.agent,
-        session.id,
-        &events,
-        body.at_seq,
-        body.expect,
-    )
-    .map_err(|e| ApiError::new(ErrorCode::InvalidRequest, e.to_string()))?;
+    let case = Case::from_journal(&session.agent, session.id, &events, at_seq, expect)
+        .map_err(|e| ApiError::new(ErrorCode::InvalidRequest, e.to_string()))?;
     let value = serde_json::to_value(&case)
         .map_err(|e| ApiError::internal("the case does not serialize", e))?;
     let row = state.store.add_cases(&name, &[(case.id, value)]).await?;

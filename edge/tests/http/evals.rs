@@ -164,3 +164,171 @@ async fn a_recorded_session_becomes_a_case_and_a_run_grades_it() {
         .collect();
     assert_eq!(ids, vec![id.as_str()]);
 }
+
+/// The seq of the first event of `kind` in the session's journal.
+async fn seq_of(app: &App, id: &str, kind: &str) -> i64 {
+    let (_, page) = app
+        .call("GET", &format!("/v1/sessions/{id}/events"), None)
+        .await;
+    page["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == kind)
+        .unwrap_or_else(|| panic!("no {kind}: {page}"))["seq"]
+        .as_i64()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rated_reply_becomes_a_case_expecting_its_correction() {
+    let model = ScriptedModel::respond(|_| ("Hello there.".to_string(), vec![]));
+    let app = App::start(vec![ops_agent()], Arc::new(model), &[]).await;
+    let (id, token) = app.create("ops").await;
+    let (other, other_token) = app.create("ops").await;
+    app.say(&id, "hi").await;
+    let (user, reply) = (
+        seq_of(&app, &id, "user_message").await,
+        seq_of(&app, &id, "assistant_message").await,
+    );
+    let feedback = format!("/v1/sessions/{id}/feedback");
+
+    // The session's own token rates its reply.
+    let (status, down) = app
+        .call_as(
+            "POST",
+            &feedback,
+            Some(json!({"seq": reply, "rating": "down", "note": "too curt", "correction": "Hello! How can I help you today?"})),
+            Some(&token),
+        )
+        .await;
+    assert_eq!(status, 201, "{down}");
+    assert_eq!(
+        (&down["seq"], &down["rating"], &down["note"]),
+        (&json!(reply), &json!("down"), &json!("too curt"))
+    );
+    assert_eq!(down["created_by"], format!("session_token:{id}"));
+    let (status, bare) = app
+        .call(
+            "POST",
+            &feedback,
+            Some(json!({"seq": reply, "rating": "down"})),
+        )
+        .await;
+    assert_eq!(status, 201, "{bare}");
+    let (status, up) = app
+        .call(
+            "POST",
+            &feedback,
+            Some(json!({"seq": reply, "rating": "up"})),
+        )
+        .await;
+    assert_eq!(status, 201, "{up}");
+
+    // Bad input: refused with its code, nothing stored.
+    for (body, bearer, want, code) in [
+        (
+            json!({"seq": user, "rating": "down"}),
+            None,
+            422,
+            "invalid_request",
+        ),
+        (
+            json!({"seq": 999, "rating": "up"}),
+            None,
+            422,
+            "invalid_request",
+        ),
+        (
+            json!({"seq": reply, "rating": "meh"}),
+            None,
+            422,
+            "invalid_request",
+        ),
+        (
+            json!({"seq": reply, "rating": "up", "note": "x".repeat(4001)}),
+            None,
+            422,
+            "invalid_request",
+        ),
+        (
+            json!({"seq": reply, "rating": "up"}),
+            Some(other_token.as_str()),
+            403,
+            "forbidden",
+        ),
+    ] {
+        let (status, answer) = app
+            .call_as("POST", &feedback, Some(body.clone()), bearer)
+            .await;
+        assert_eq!(
+            (status, &answer["error"]["code"]),
+            (want, &json!(code)),
+            "{body}: {answer}"
+        );
+    }
+    let (_, listed) = app.call_as("GET", &feedback, None, Some(&token)).await;
+    assert_eq!(listed["feedback"].as_array().unwrap().len(), 3, "{listed}");
+    let (_, downs) = app.call("GET", "/v1/feedback?rating=down", None).await;
+    assert_eq!(downs["feedback"].as_array().unwrap().len(), 2, "{downs}");
+    let (status, _) = app.call_as("GET", "/v1/feedback", None, Some(&token)).await;
+    assert_eq!(status, 403, "the reviewers' queue is operators'");
+    let (_, none) = app
+        .call("GET", &format!("/v1/sessions/{other}/feedback"), None)
+        .await;
+    assert_eq!(none["feedback"], json!([]));
+
+    // Ratings become cases.
+    app.call("POST", "/v1/datasets", Some(json!({"name": "rated"})))
+        .await;
+    let cases = "/v1/datasets/rated/cases";
+    for (body, want, code) in [
+        (json!({"feedback_id": bare["id"]}), 422, "invalid_request"),
+        (
+            json!({"feedback_id": "01a24800-0000-7000-8000-000000000000"}),
+            404,
+            "feedback_not_found",
+        ),
+        (
+            json!({"feedback_id": down["id"], "session_id": id}),
+            422,
+            "invalid_request",
+        ),
+    ] {
+        let (status, answer) = app.call("POST", cases, Some(body.clone())).await;
+        assert_eq!(
+            (status, &answer["error"]["code"]),
+            (want, &json!(code)),
+            "{body}: {answer}"
+        );
+    }
+    for body in [
+        json!({"feedback_id": down["id"]}),
+        json!({"feedback_id": bare["id"], "expect": [{"type": "reply_contains", "text": "help"}]}),
+        json!({"feedback_id": up["id"]}),
+    ] {
+        let (status, added) = app.call("POST", cases, Some(body.clone())).await;
+        assert_eq!(status, 201, "{body}: {added}");
+    }
+    let (_, dataset) = app.call("GET", "/v1/datasets/rated", None).await;
+    let items = dataset["items"].as_array().unwrap();
+    assert_eq!(items.len(), 3);
+    for item in items {
+        assert_eq!(item["source"], json!({"session_id": id, "at_seq": user}));
+        assert_eq!(item["turns"][0]["user"], "hi");
+    }
+    let expect = &items[0]["turns"][0]["expect"];
+    assert_eq!(expect[0]["type"], "judge", "{expect}");
+    let rubric = expect[0]["rubric"].as_str().unwrap();
+    assert!(
+        rubric.contains("\"Hello! How can I help you today?\"") && rubric.contains("too curt"),
+        "{rubric}"
+    );
+    assert_eq!(
+        items[1]["turns"][0]["expect"],
+        json!([{"type": "reply_contains", "text": "help"}])
+    );
+    // A good rating keeps the recording as the baseline.
+    assert_eq!(items[2]["turns"][0].get("expect"), None);
+    assert_eq!(items[2]["turns"][0]["recorded"]["reply"], "Hello there.");
+}

@@ -6,7 +6,9 @@ use uuid::Uuid;
 
 use super::dialect::{Columns, Dialect, On, Sql};
 use super::SqlStore;
-use crate::evals::{CaseRow, DatasetRow, EvalResultRow, EvalRunRow, EvalStatus};
+use crate::evals::{
+    CaseRow, DatasetRow, EvalResultRow, EvalRunRow, EvalStatus, FeedbackRow, Rating,
+};
 use crate::types::now_micros;
 use crate::{Error, Evals, Result};
 
@@ -41,6 +43,24 @@ fn run(row: &impl Columns) -> Result<EvalRunRow> {
         error: row.opt_text("error")?,
         created_at: row.time("created_at")?,
         finished_at: row.opt_time("finished_at")?,
+    })
+}
+
+const FEEDBACK_COLUMNS: &str =
+    "id, session_id, seq, rating, note, correction, created_by, created_at";
+
+fn feedback(row: &impl Columns) -> Result<FeedbackRow> {
+    let rating = row.text("rating")?;
+    Ok(FeedbackRow {
+        id: row.id("id")?,
+        session_id: row.id("session_id")?,
+        seq: row.int("seq")?,
+        rating: Rating::parse(&rating)
+            .ok_or_else(|| Error::Corrupt(format!("feedback rating `{rating}`")))?,
+        note: row.text("note")?,
+        correction: row.opt_text("correction")?,
+        created_by: row.text("created_by")?,
+        created_at: row.time("created_at")?,
     })
 }
 
@@ -274,5 +294,62 @@ impl<D: Dialect> Evals for SqlStore<D> {
                 })
             })
             .collect()
+    }
+
+    async fn add_feedback(&self, row: &FeedbackRow) -> Result<()> {
+        Sql::<D>::new(format!(
+            "INSERT INTO feedback ({FEEDBACK_COLUMNS}) VALUES ("
+        ))
+        .bind(row.id)
+        .push(", ")
+        .bind(row.session_id)
+        .push(", ")
+        .bind(row.seq)
+        .push(", ")
+        .bind(row.rating.as_str())
+        .push(", ")
+        .bind(row.note.as_str())
+        .push(", ")
+        .bind(row.correction.clone())
+        .push(", ")
+        .bind(row.created_by.as_str())
+        .push(", ")
+        .bind(row.created_at)
+        .push(")")
+        .execute(self.on_write())
+        .await?;
+        Ok(())
+    }
+
+    async fn get_feedback(&self, id: Uuid) -> Result<FeedbackRow> {
+        let row = Sql::<D>::new(format!(
+            "SELECT {FEEDBACK_COLUMNS} FROM feedback WHERE id = "
+        ))
+        .bind(id)
+        .fetch_optional(self.on_read())
+        .await?
+        .ok_or_else(|| Error::NotFound(format!("no feedback {id}")))?;
+        feedback(&row)
+    }
+
+    async fn list_feedback(
+        &self,
+        session: Option<Uuid>,
+        rating: Option<Rating>,
+        limit: u32,
+    ) -> Result<Vec<FeedbackRow>> {
+        let mut sql = Sql::<D>::new(format!(
+            "SELECT {FEEDBACK_COLUMNS} FROM feedback WHERE TRUE"
+        ));
+        if let Some(session) = session {
+            sql.push(" AND session_id = ").bind(session);
+        }
+        if let Some(rating) = rating {
+            sql.push(" AND rating = ").bind(rating.as_str());
+        }
+        sql.push(" ORDER BY created_at DESC, id DESC LIMIT ")
+            .bind(i64::from(limit.clamp(1, crate::MAX_PAGE)));
+        let rows = sql.fetch_all(self.on_read()).await?;
+        rows.iter().map(feedback).collect()
     }
 }

@@ -319,6 +319,11 @@ impl<D: Dialect> Sessions for SqlStore<D> {
             .bind(id)
             .execute(On::Tx(&mut tx))
             .await?;
+        // Reviewers' ratings quote the session's replies by seq.
+        Sql::<D>::new("DELETE FROM feedback WHERE session_id = ")
+            .bind(id)
+            .execute(On::Tx(&mut tx))
+            .await?;
         let sessions = Sql::<D>::new("DELETE FROM sessions WHERE id = ")
             .bind(id)
             .execute(On::Tx(&mut tx))

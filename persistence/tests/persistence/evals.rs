@@ -1,14 +1,19 @@
 //! Evaluation datasets, cases, runs and results on both backends: cases keep their order and
 //! move the dataset's version, a result counts once in its run, and an evaluation's sessions
-//! stay out of session lists unless asked for by run.
+//! stay out of session lists unless asked for by run; reviewers' feedback is listed by session
+//! and rating and goes with its session's purge.
 
+use chrono::SubsecRound;
 use serde_json::json;
-use stead_persistence::evals::{EvalResultRow, EvalRunRow, EvalStatus};
+use stead_persistence::evals::{EvalResultRow, EvalRunRow, EvalStatus, FeedbackRow, Rating};
 use stead_persistence::{Backend, Error, NewSession, SessionQuery};
 use stead_testkit::db;
 use uuid::Uuid;
 
-stead_testkit::both_backends!(datasets_runs_and_results_round_trip);
+stead_testkit::both_backends!(
+    datasets_runs_and_results_round_trip,
+    feedback_is_listed_by_session_and_rating_and_purged_with_its_session,
+);
 
 async fn datasets_runs_and_results_round_trip(backend: Backend) {
     let t = db::open(backend).await;
@@ -128,4 +133,65 @@ async fn datasets_runs_and_results_round_trip(backend: Backend) {
     assert!(store.dataset_cases("suite").await.unwrap().is_empty());
     // Runs outlive their dataset.
     assert_eq!(store.eval_results(run.id).await.unwrap().len(), 3);
+}
+
+/// Ratings of replies: stored, read back by id, listed newest first by session and rating,
+/// and deleted with their session's purge.
+async fn feedback_is_listed_by_session_and_rating_and_purged_with_its_session(backend: Backend) {
+    let t = db::open(backend).await;
+    let store = &t.store;
+    let session = store
+        .create_session(NewSession::for_agent("demo"))
+        .await
+        .unwrap()
+        .id;
+    let other = store
+        .create_session(NewSession::for_agent("demo"))
+        .await
+        .unwrap()
+        .id;
+    let row = |session_id, seq, rating, correction: Option<&str>| FeedbackRow {
+        id: Uuid::now_v7(),
+        session_id,
+        seq,
+        rating,
+        note: "wrong sum".into(),
+        correction: correction.map(str::to_string),
+        created_by: "local".into(),
+        created_at: chrono::Utc::now().trunc_subsecs(3),
+    };
+    let down = row(session, 4, Rating::Down, Some("17 × 23 = 391."));
+    let up = row(session, 9, Rating::Up, None);
+    let elsewhere = row(other, 4, Rating::Down, None);
+    for r in [&down, &up, &elsewhere] {
+        store.add_feedback(r).await.unwrap();
+        // Distinct times: the list is newest first.
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert_eq!(store.get_feedback(down.id).await.unwrap(), down);
+    assert!(matches!(
+        store.get_feedback(Uuid::now_v7()).await,
+        Err(Error::NotFound(_))
+    ));
+    let ids = |rows: Vec<FeedbackRow>| rows.into_iter().map(|r| r.id).collect::<Vec<_>>();
+    assert_eq!(
+        ids(store.list_feedback(Some(session), None, 10).await.unwrap()),
+        [up.id, down.id]
+    );
+    assert_eq!(
+        ids(store
+            .list_feedback(None, Some(Rating::Down), 10)
+            .await
+            .unwrap()),
+        [elsewhere.id, down.id]
+    );
+    assert_eq!(
+        ids(store.list_feedback(None, None, 1).await.unwrap()),
+        [elsewhere.id]
+    );
+    store.purge_session(session).await.unwrap();
+    assert_eq!(
+        ids(store.list_feedback(None, None, 10).await.unwrap()),
+        [elsewhere.id]
+    );
 }

@@ -10,6 +10,7 @@ import { useSteadSession } from "@stead/react";
 import { useState } from "react";
 
 import { forgetTokens, operator, sessionToken } from "../credentials";
+import { AddToDataset, RateReply } from "./CaseForms";
 import { ChildApprovals } from "./ChildApprovals";
 import { MemoryPanel } from "./MemoryPanel";
 import { SchedulesPanel } from "./SchedulesPanel";
@@ -147,6 +148,8 @@ export function SessionPage({ id }: { id: string }) {
   const session = useSteadSession(id, { token, onRefused: () => forgetTokens([id]) });
   const creds = token ? { bearer: token } : operator();
   const [text, setText] = useState("");
+  // The user message whose "Add to dataset" form is open.
+  const [caseAt, setCaseAt] = useState<number | null>(null);
   const busy = session.status === "running" || session.status === "awaiting_approval";
   // Chat entries and tool cards in journal order.
   const items = [
@@ -159,14 +162,29 @@ export function SessionPage({ id }: { id: string }) {
         {m.text && <p>{m.text}</p>}
       </details>
     ) : (
-      <p
-        key={m.id}
-        className={`msg ${m.role}${m.fallback ? " fallback" : ""}`}
-        data-role={m.role}
-        title={m.fallback ? "Built from the tool results: the model gave no usable reply" : undefined}
-      >
-        {m.text}
-      </p>
+      <div key={m.id} className={`entry ${m.role}`}>
+        <p
+          className={`msg ${m.role}${m.fallback ? " fallback" : ""}`}
+          data-role={m.role}
+          title={m.fallback ? "Built from the tool results: the model gave no usable reply" : undefined}
+        >
+          {m.text}
+        </p>
+        {m.role === "user" && (
+          <button
+            type="button"
+            className="link"
+            aria-label={`Add to dataset (seq ${m.seq})`}
+            onClick={() => setCaseAt(caseAt === m.seq ? null : m.seq)}
+          >
+            Add to dataset
+          </button>
+        )}
+        {m.role === "user" && caseAt === m.seq && (
+          <AddToDataset sessionId={id} seq={m.seq} onClose={() => setCaseAt(null)} />
+        )}
+        {m.role === "assistant" && <RateReply sessionId={id} seq={m.seq} creds={creds} />}
+      </div>
     ) })),
     ...session.tools.map((card) => ({ seq: card.seq, key: card.callId, node: (
       <Card key={card.callId} card={card} approve={session.approve} reject={session.reject} send={session.send} />

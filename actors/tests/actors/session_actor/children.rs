@@ -234,9 +234,7 @@ async fn a_child_session_answers_its_parents_call_once(backend: Backend) {
 /// recovered parent starts the child again (finding it), and the child's wake-up reaches it
 /// before the call names the child — refused as stale then. The call still gets the child's
 /// answer, once (the delegation crash test found a parent waiting for good here).
-async fn a_child_that_answered_before_a_crash_still_answers_its_recovered_parent(
-    backend: Backend,
-) {
+async fn a_child_that_answered_before_a_crash_still_answers_its_recovered_parent(backend: Backend) {
     let (db, registry, scheduler, reference) = tree(backend, model()).await;
     let store = db.store.clone();
     // A tree that went all the way, whose journals the crashed one is cut from.
@@ -323,7 +321,10 @@ async fn a_child_that_answered_before_a_crash_still_answers_its_recovered_parent
         [&json!({"reply": "Findings: Rayleigh scattering.", "child_session_id": child})]
     );
     // The child was found, not asked again.
-    assert_eq!(store.read(child, 0, 1000).await.unwrap().len(), answered_len);
+    assert_eq!(
+        store.read(child, 0, 1000).await.unwrap().len(),
+        answered_len
+    );
     scheduler.abort();
     registry.stop_all();
 }
