@@ -230,4 +230,43 @@ kind = "clock"
         .await;
     assert_eq!(feedback["feedback"][0]["rating"], "down");
     assert_eq!(feedback["feedback"][0]["note"], "too vague");
+
+    // The judge-graded case (the correction): the double, asked through the router on
+    // `default`, passed the recorded route's reply and failed `alt`'s, its reasons kept.
+    let (_, runs) = server.call("GET", "/v1/evals?dataset=web", None).await;
+    let runs = runs["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    let judged = |run: Value| {
+        let case = run["cases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["case_id"] == items[1]["id"])
+            .cloned()
+            .unwrap();
+        case["turns"][0]["verdicts"][0].clone()
+    };
+    // Newest first: `alt`, then `default`.
+    let (_, on_alt) = server
+        .call(
+            "GET",
+            &format!("/v1/evals/{}", runs[0]["id"].as_str().unwrap()),
+            None,
+        )
+        .await;
+    let (_, on_default) = server
+        .call(
+            "GET",
+            &format!("/v1/evals/{}", runs[1]["id"].as_str().unwrap()),
+            None,
+        )
+        .await;
+    assert_eq!(
+        judged(on_default),
+        json!({"grader": "judge via default", "passed": true, "reasoning": "It tells the time."})
+    );
+    assert_eq!(
+        judged(on_alt),
+        json!({"grader": "judge via default", "passed": false, "detail": "It does not tell the time.", "reasoning": "It does not tell the time."})
+    );
 }

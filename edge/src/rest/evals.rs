@@ -11,9 +11,11 @@ use stead_evals::compare::{compare, Comparison};
 use stead_evals::run::{ApprovalRule, CaseResult, RunSettings};
 use stead_evals::{Case, Expectation, ToolMode};
 use stead_persistence::evals::{DatasetRow, EvalRunRow, EvalStatus};
+use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use crate::auth::Caller;
+use crate::views::ErrorBody;
 use crate::{ApiError, ApiJson, ApiPath, ApiQuery, AppState, ErrorCode};
 
 fn runner(state: &AppState) -> Result<&stead_evals::Runner, ApiError> {
@@ -34,7 +36,7 @@ fn store_error(error: stead_persistence::Error, what: ErrorCode) -> ApiError {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct DatasetView {
     pub name: String,
     pub version: i64,
@@ -55,22 +57,25 @@ impl From<DatasetRow> for DatasetView {
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct DatasetList {
     pub datasets: Vec<DatasetView>,
 }
 
 /// A dataset with its cases.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct DatasetCases {
     #[serde(flatten)]
     pub dataset: DatasetView,
+    /// The cases (docs/evals.md, "JSONL": a case's shape).
+    #[schema(value_type = Vec<Object>)]
     pub items: Vec<Case>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewDataset {
+    #[schema(pattern = "^[A-Za-z0-9._-]{1,100}$")]
     name: String,
 }
 
@@ -91,6 +96,7 @@ fn valid_name(name: &str) -> Result<(), ApiError> {
     }
 }
 
+#[utoipa::path(post, path = "/v1/datasets", request_body = NewDataset, responses((status = 201, body = DatasetView), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, description = "Evaluations are not served here", body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn create_dataset(
     State(state): State<AppState>,
     Caller(caller): Caller,
@@ -107,6 +113,7 @@ pub async fn create_dataset(
     Ok((StatusCode::CREATED, Json(row.into())))
 }
 
+#[utoipa::path(get, path = "/v1/datasets", responses((status = 200, body = DatasetList), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, description = "Evaluations are not served here", body = ErrorBody)))]
 pub async fn list_datasets(
     State(state): State<AppState>,
     Caller(caller): Caller,
@@ -119,6 +126,7 @@ pub async fn list_datasets(
     }))
 }
 
+#[utoipa::path(get, path = "/v1/datasets/{name}", params(("name" = String, Path, description = "Dataset name")), responses((status = 200, body = DatasetCases), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn get_dataset(
     State(state): State<AppState>,
     Caller(caller): Caller,
@@ -144,7 +152,7 @@ pub async fn get_dataset(
     }))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewCase {
     /// The recorded session (or `feedback_id`).
@@ -155,7 +163,9 @@ pub struct NewCase {
     /// A reviewer's rating: the case is the user message whose turn the rated reply ended.
     #[serde(default)]
     feedback_id: Option<Uuid>,
+    /// Expectations (docs/evals.md, "Expectations"), each an object with its `type`.
     #[serde(default)]
+    #[schema(value_type = Vec<Object>)]
     expect: Vec<Expectation>,
 }
 
@@ -219,13 +229,14 @@ async fn from_feedback(
     Ok((row.session_id, at, expect))
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct CaseAdded {
     pub id: Uuid,
     pub name: String,
     pub dataset: DatasetView,
 }
 
+#[utoipa::path(post, path = "/v1/datasets/{name}/cases", params(("name" = String, Path, description = "Dataset name")), request_body = NewCase, responses((status = 201, body = CaseAdded), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn add_case(
     State(state): State<AppState>,
     Caller(caller): Caller,
@@ -269,7 +280,7 @@ pub async fn add_case(
     ))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewRun {
     dataset: String,
@@ -277,25 +288,31 @@ pub struct NewRun {
     route: Option<String>,
     #[serde(default)]
     system_prompt: Option<String>,
+    /// `replay` (default) or `live`.
     #[serde(default)]
+    #[schema(value_type = Option<String>)]
     tools: Option<ToolMode>,
     #[serde(default)]
     live_idempotent: bool,
     #[serde(default)]
     side_effects: bool,
+    /// How an approval no recording covers is decided: `reject` (default), `approve`, `fail`.
     #[serde(default)]
+    #[schema(value_type = Option<String>)]
     approvals: Option<ApprovalRule>,
     #[serde(default)]
     judge_route: Option<String>,
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 64)]
     concurrency: Option<usize>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct RunStarted {
     pub id: Uuid,
 }
 
+#[utoipa::path(post, path = "/v1/evals", request_body = NewRun, responses((status = 202, description = "The run goes on in this process", body = RunStarted), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn start_run(
     State(state): State<AppState>,
     Caller(caller): Caller,
@@ -338,7 +355,7 @@ pub async fn start_run(
     Ok((StatusCode::ACCEPTED, Json(RunStarted { id })))
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct RunSummary {
     pub total: i64,
     pub done: i64,
@@ -346,12 +363,15 @@ pub struct RunSummary {
     pub failed: i64,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct RunView {
     pub id: Uuid,
     pub dataset: String,
     pub dataset_version: i64,
+    /// `running`, `finished` or `failed`.
+    #[schema(value_type = String)]
     pub status: EvalStatus,
+    #[schema(value_type = Object)]
     pub settings: serde_json::Value,
     pub summary: RunSummary,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -359,7 +379,9 @@ pub struct RunView {
     pub created_at: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<String>,
+    /// Each case's result (one run, not the list).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<Object>>)]
     pub cases: Option<Vec<CaseResult>>,
 }
 
@@ -385,18 +407,20 @@ impl RunView {
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct RunList {
     pub runs: Vec<RunView>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct RunQuery {
     #[serde(default)]
     dataset: Option<String>,
 }
 
+#[utoipa::path(get, path = "/v1/evals", params(RunQuery), responses((status = 200, body = RunList), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, description = "Evaluations are not served here", body = ErrorBody)))]
 pub async fn list_runs(
     State(state): State<AppState>,
     Caller(caller): Caller,
@@ -429,6 +453,7 @@ async fn results(state: &AppState, id: Uuid) -> Result<(EvalRunRow, Vec<CaseResu
     Ok((row, cases))
 }
 
+#[utoipa::path(get, path = "/v1/evals/{id}", params(("id" = Uuid, Path, description = "Run id")), responses((status = 200, body = RunView), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn get_run(
     State(state): State<AppState>,
     Caller(caller): Caller,
@@ -440,6 +465,7 @@ pub async fn get_run(
     Ok(Json(RunView::of(row, Some(cases))))
 }
 
+#[utoipa::path(get, path = "/v1/evals/{a}/compare/{b}", params(("a" = Uuid, Path, description = "Run A"), ("b" = Uuid, Path, description = "Run B")), responses((status = 200, description = "Both runs' figures and every case with how it flipped, regressions first (docs/evals.md)", body = Object), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn compare_runs(
     State(state): State<AppState>,
     Caller(caller): Caller,

@@ -158,9 +158,11 @@ impl<D: Dialect> Sessions for SqlStore<D> {
     async fn create_session(&self, new: NewSession) -> Result<Session> {
         let session = Session::new_idle(new);
         let now = session.created_at;
+        // A child session belongs to its parent's evaluation run, if any (kept out of lists
+        // and the inbox with it).
         Sql::<D>::new(
             "INSERT INTO sessions (id, agent, status, metadata, last_seq, created_at, \
-             updated_at, parent_session_id, parent_call_id) VALUES (",
+             updated_at, parent_session_id, parent_call_id, eval_run) VALUES (",
         )
         .bind(session.id)
         .push(", ")
@@ -177,7 +179,9 @@ impl<D: Dialect> Sessions for SqlStore<D> {
         .bind(session.parent.as_ref().map(|p| p.session_id))
         .push(", ")
         .bind(session.parent.as_ref().map(|p| p.call_id.to_string()))
-        .push(")")
+        .push(", (SELECT eval_run FROM sessions WHERE id = ")
+        .bind(session.parent.as_ref().map(|p| p.session_id))
+        .push("))")
         .execute(self.on_write())
         .await
         .map_err(|e| match &e {

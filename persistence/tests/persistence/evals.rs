@@ -116,19 +116,33 @@ async fn datasets_runs_and_results_round_trip(backend: Backend) {
         .await
         .unwrap();
     store.tag_eval_session(eval.id, run.id).await.unwrap();
+    // A sub-agent's child session of an evaluation's session belongs to the run too; a user
+    // session's child does not.
+    let child_of = |parent: Uuid| NewSession {
+        parent: Some(stead_persistence::ParentLink {
+            session_id: parent,
+            call_id: "t1".into(),
+        }),
+        ..NewSession::for_agent("a")
+    };
+    let eval_child = store.create_session(child_of(eval.id)).await.unwrap();
+    let user_child = store.create_session(child_of(user.id)).await.unwrap();
     let listed = |page: stead_persistence::SessionPage| {
-        page.sessions.iter().map(|s| s.id).collect::<Vec<_>>()
+        let mut ids = page.sessions.iter().map(|s| s.id).collect::<Vec<_>>();
+        ids.sort();
+        ids
     };
     let all = store.list_sessions(&SessionQuery::default()).await.unwrap();
-    assert_eq!(listed(all), vec![user.id]);
+    let mut want = vec![user.id, user_child.id];
+    want.sort();
+    assert_eq!(listed(all), want);
     let of_run = SessionQuery {
         eval_run: Some(run.id),
         ..Default::default()
     };
-    assert_eq!(
-        listed(store.list_sessions(&of_run).await.unwrap()),
-        vec![eval.id]
-    );
+    let mut want = vec![eval.id, eval_child.id];
+    want.sort();
+    assert_eq!(listed(store.list_sessions(&of_run).await.unwrap()), want);
     assert!(store.delete_dataset("suite").await.unwrap());
     assert!(store.dataset_cases("suite").await.unwrap().is_empty());
     // Runs outlive their dataset.
