@@ -158,8 +158,7 @@ impl<D: Dialect> Sessions for SqlStore<D> {
     async fn create_session(&self, new: NewSession) -> Result<Session> {
         let session = Session::new_idle(new);
         let now = session.created_at;
-        // A child session belongs to its parent's evaluation run, if any (kept out of lists
-        // and the inbox with it).
+        // A child session joins its parent's evaluation run, if any.
         Sql::<D>::new(
             "INSERT INTO sessions (id, agent, status, metadata, last_seq, created_at, \
              updated_at, parent_session_id, parent_call_id, eval_run) VALUES (",
@@ -312,26 +311,18 @@ impl<D: Dialect> Sessions for SqlStore<D> {
 
     async fn purge_session(&self, id: Uuid) -> Result<crate::Purged> {
         let mut tx = self.db.writer().begin().await?;
-        // The journal and log rows, then the row, whose cascade removes snapshots, KV entries
-        // and the compaction (and any event an append committed meanwhile: the row's delete
-        // waits for that append's lock).
-        let events = Sql::<D>::new("DELETE FROM journal WHERE session_id = ")
-            .bind(id)
-            .execute(On::Tx(&mut tx))
-            .await?;
-        let request_log_rows = Sql::<D>::new("DELETE FROM request_log WHERE session_id = ")
-            .bind(id)
-            .execute(On::Tx(&mut tx))
-            .await?;
-        // Reviewers' ratings quote the session's replies by seq.
-        Sql::<D>::new("DELETE FROM feedback WHERE session_id = ")
-            .bind(id)
-            .execute(On::Tx(&mut tx))
-            .await?;
-        let sessions = Sql::<D>::new("DELETE FROM sessions WHERE id = ")
-            .bind(id)
-            .execute(On::Tx(&mut tx))
-            .await?;
+        // The journal, log and feedback rows, then the row, whose cascade removes snapshots, KV
+        // entries and the compaction (and any event an append committed meanwhile: the row's
+        // delete waits for that append's lock).
+        let mut deleted = [0; 4];
+        let rows = ["journal", "request_log", "feedback"].map(|t| (t, "session_id"));
+        for (n, (table, column)) in rows.into_iter().chain([("sessions", "id")]).enumerate() {
+            deleted[n] = Sql::<D>::new(format!("DELETE FROM {table} WHERE {column} = "))
+                .bind(id)
+                .execute(On::Tx(&mut tx))
+                .await?;
+        }
+        let [events, request_log_rows, _, sessions] = deleted;
         if sessions == 0 {
             return Err(Error::SessionNotFound(id)); // the transaction rolls back
         }
