@@ -11,3 +11,4 @@ mod journal;
 mod request_log;
 mod schedules;
 mod store_queries;
+mod upgrade;

@@ -1,0 +1,168 @@
+//! The projects migration on a database from before it, on both backends: a database migrated
+//! only up to the feedback migration gets sessions with journals, a knowledge collection, a
+//! dataset, feedback and a request-log row through the store; opening it again
+//! applies the projects migration, and every row is still there, read back the same, in the
+//! default project.
+
+use std::borrow::Cow;
+
+use serde_json::json;
+use stead_persistence::evals::{FeedbackRow, Rating};
+use stead_persistence::{
+    open, Backend, DatabaseUrl, JournalStore, NewEvent, NewSession, SessionQuery, StoreOptions,
+};
+use stead_testkit::db;
+use uuid::Uuid;
+
+stead_testkit::both_backends!(a_database_from_before_projects_moves_into_the_default_project);
+
+/// The last migration before projects.
+const BEFORE: i64 = 20261207000017;
+
+/// Applies the migrations up to [`BEFORE`] only.
+async fn migrate_to_before(url: &DatabaseUrl) {
+    match url {
+        DatabaseUrl::Sqlite(path) => {
+            let options = sqlx::sqlite::SqliteConnectOptions::new()
+                .filename(path)
+                .create_if_missing(true);
+            let pool = sqlx::SqlitePool::connect_with(options).await.unwrap();
+            let mut migrator = sqlx::migrate!("../migrations/sqlite");
+            let kept: Vec<_> = migrator
+                .migrations
+                .iter()
+                .filter(|m| m.version <= BEFORE)
+                .cloned()
+                .collect();
+            migrator.migrations = Cow::Owned(kept);
+            migrator.run(&pool).await.unwrap();
+            pool.close().await;
+        }
+        DatabaseUrl::Postgres(url) => {
+            let pool = sqlx::PgPool::connect(url).await.unwrap();
+            let mut migrator = sqlx::migrate!("../migrations/postgres");
+            let kept: Vec<_> = migrator
+                .migrations
+                .iter()
+                .filter(|m| m.version <= BEFORE)
+                .cloned()
+                .collect();
+            migrator.migrations = Cow::Owned(kept);
+            migrator.run(&pool).await.unwrap();
+            pool.close().await;
+        }
+    }
+}
+
+async fn store(url: &DatabaseUrl, run_migrations: bool) -> std::sync::Arc<dyn JournalStore> {
+    open(StoreOptions {
+        run_migrations,
+        ..StoreOptions::new(url.clone())
+    })
+    .await
+    .unwrap()
+}
+
+/// How many rows of `table` are in the default project, and how many in all.
+async fn in_default_project(url: &DatabaseUrl, table: &str) -> (i64, i64) {
+    let sql = format!(
+        "SELECT (SELECT COUNT(*) FROM {table} WHERE project_id = '00000000-0000-0000-0000-000000000000'), \
+                (SELECT COUNT(*) FROM {table})"
+    );
+    match url {
+        DatabaseUrl::Sqlite(path) => {
+            let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", path.display()))
+                .await
+                .unwrap();
+            let counts = sqlx::query_as(&sql).fetch_one(&pool).await.unwrap();
+            pool.close().await;
+            counts
+        }
+        DatabaseUrl::Postgres(url) => {
+            let pool = sqlx::PgPool::connect(url).await.unwrap();
+            let counts = sqlx::query_as(&sql).fetch_one(&pool).await.unwrap();
+            pool.close().await;
+            counts
+        }
+    }
+}
+
+async fn a_database_from_before_projects_moves_into_the_default_project(backend: Backend) {
+    let (url, guard) = db::fresh_location(backend).await;
+    migrate_to_before(&url).await;
+    let old = store(&url, false).await;
+    let mut sessions = Vec::new();
+    for n in 0..3 {
+        let id = old
+            .create_session(NewSession::for_agent("demo"))
+            .await
+            .unwrap()
+            .id;
+        let events = (0..5)
+            .map(|i| NewEvent::new("user_message", json!({"text": format!("m{n}.{i}")})))
+            .collect();
+        old.append(id, 0, events).await.unwrap();
+        sessions.push(id);
+    }
+    old.create_collection("handbook", "embed").await.unwrap();
+    old.create_dataset("suite").await.unwrap();
+    old.add_feedback(&FeedbackRow {
+        id: Uuid::now_v7(),
+        session_id: sessions[0],
+        seq: 2,
+        rating: Rating::Up,
+        note: String::new(),
+        correction: None,
+        created_by: "local".into(),
+        created_at: chrono::DateTime::from_timestamp_micros(1_765_000_000_000_000).unwrap(),
+    })
+    .await
+    .unwrap();
+    let now =
+        chrono::DateTime::from_timestamp_micros(chrono::Utc::now().timestamp_micros()).unwrap();
+    old.insert_request_log(&[crate::request_log::entry(
+        1,
+        "default",
+        now,
+        Some(sessions[1]),
+    )])
+    .await
+    .unwrap();
+    let before: Vec<_> = {
+        let mut all = Vec::new();
+        for id in &sessions {
+            all.push((
+                old.get_session(*id).await.unwrap(),
+                old.read(*id, 0, 100).await.unwrap(),
+            ));
+        }
+        all
+    };
+    old.shutdown().await;
+
+    // The new version opens it: the projects migration runs, nothing is lost.
+    let new = store(&url, true).await;
+    for (session, events) in &before {
+        assert_eq!(&new.get_session(session.id).await.unwrap(), session);
+        assert_eq!(&new.read(session.id, 0, 100).await.unwrap(), events);
+    }
+    let listed = new.list_sessions(&SessionQuery::default()).await.unwrap();
+    assert_eq!(listed.sessions.len(), 3);
+    assert_eq!(new.list_datasets().await.unwrap().len(), 1);
+    assert_eq!(new.list_feedback(None, None, 10).await.unwrap().len(), 1);
+    new.shutdown().await;
+    for (table, rows) in [
+        ("sessions", 3),
+        ("knowledge_collections", 1),
+        ("eval_datasets", 1),
+        ("feedback", 1),
+        ("request_log", 1),
+    ] {
+        assert_eq!(
+            in_default_project(&url, table).await,
+            (rows, rows),
+            "{table}: every row in the default project"
+        );
+    }
+    guard.cleanup().await;
+}
