@@ -24,6 +24,7 @@ pub mod request_log;
 pub mod schedules;
 pub mod scratch;
 mod store;
+pub mod tenancy;
 mod traits;
 mod types;
 
@@ -42,7 +43,7 @@ pub use knowledge::{
 pub use schedules::{ScheduleOwner, ScheduleQuery, ScheduleRow};
 pub use traits::{
     Budgets, Evals, Journal, JournalStore, Knowledge, Kv, Leases, RequestLog, Schedules,
-    SessionStore, Sessions, Snapshots,
+    SessionStore, Sessions, Snapshots, Tenancy,
 };
 pub use types::{
     BudgetDecision, BudgetRequest, ClusterNode, Compaction, DelegationCounts, Event, KvEntry,

@@ -24,7 +24,7 @@ use crate::{
 /// (`persistence/tests/journal.rs`).
 #[async_trait]
 pub trait JournalStore:
-    SessionStore + RequestLog + Budgets + Knowledge + Evals + Send + Sync + 'static
+    SessionStore + RequestLog + Budgets + Knowledge + Evals + Tenancy + Send + Sync + 'static
 {
     fn backend(&self) -> Backend;
 
@@ -116,6 +116,41 @@ pub trait Evals: Send + Sync {
         rating: Option<crate::evals::Rating>,
         limit: u32,
     ) -> Result<Vec<crate::evals::FeedbackRow>>;
+}
+
+/// Projects and their virtual keys (`crate::tenancy`).
+#[async_trait]
+pub trait Tenancy: Send + Sync {
+    /// A new project; [`Error::Exists`] when the name is taken.
+    async fn create_project(&self, name: &str) -> Result<crate::tenancy::ProjectRow>;
+
+    /// By name; [`Error::NotFound`] when there is none.
+    async fn project_by_name(&self, name: &str) -> Result<crate::tenancy::ProjectRow>;
+
+    /// Every project, by name.
+    async fn list_projects(&self) -> Result<Vec<crate::tenancy::ProjectRow>>;
+
+    async fn create_key(&self, key: &crate::tenancy::KeyRow) -> Result<()>;
+
+    /// The key whose secret has this digest (revoked and expired ones too: the caller
+    /// decides), or `None`.
+    async fn key_by_digest(&self, digest: &str) -> Result<Option<crate::tenancy::KeyRow>>;
+
+    /// A project's keys, newest first.
+    async fn list_keys(&self, project: Uuid) -> Result<Vec<crate::tenancy::KeyRow>>;
+
+    /// Revokes a key of `project`; whether a live key was revoked (another project's key is
+    /// not found).
+    async fn revoke_key(&self, project: Uuid, key: Uuid) -> Result<bool>;
+
+    /// Replaces a live key of `project` with `new` (its `rotated_from` set to the old key's id)
+    /// in one transaction; [`Error::NotFound`] when there is no such live key.
+    async fn rotate_key(
+        &self,
+        project: Uuid,
+        key: Uuid,
+        new: &crate::tenancy::KeyRow,
+    ) -> Result<crate::tenancy::KeyRow>;
 }
 
 /// Sessions and their rows: create, read, list, status, close.

@@ -16,6 +16,7 @@ mod request_log;
 mod rows;
 mod schedules;
 pub(crate) mod sqlite;
+mod tenancy;
 
 use std::time::Duration;
 

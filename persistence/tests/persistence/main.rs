@@ -11,4 +11,5 @@ mod journal;
 mod request_log;
 mod schedules;
 mod store_queries;
+mod tenancy;
 mod upgrade;

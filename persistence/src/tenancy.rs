@@ -1,0 +1,86 @@
+//! The rows of projects and their virtual keys (docs/design/tenancy-notes.md): a project owns
+//! resources; a key belongs to one project, has a role, and is kept as a digest of its secret.
+//! Which caller a key makes, and what it may do, is the HTTP edge's.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+use uuid::Uuid;
+
+/// The project every row belongs to unless it names another: all data from before projects.
+pub const DEFAULT_PROJECT: Uuid = Uuid::nil();
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProjectRow {
+    pub id: Uuid,
+    pub name: String,
+    pub settings: Value,
+    pub created_at: DateTime<Utc>,
+}
+
+/// What a virtual key may do in its project.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyRole {
+    /// The project's settings, keys and budgets, and what `member` may do.
+    Admin,
+    /// Sessions, approvals, knowledge and datasets of the project.
+    Member,
+    /// Reads only.
+    Viewer,
+    /// The AI gateway's endpoints only.
+    Inference,
+}
+
+impl KeyRole {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyRole::Admin => "admin",
+            KeyRole::Member => "member",
+            KeyRole::Viewer => "viewer",
+            KeyRole::Inference => "inference",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        [
+            KeyRole::Admin,
+            KeyRole::Member,
+            KeyRole::Viewer,
+            KeyRole::Inference,
+        ]
+        .into_iter()
+        .find(|r| r.as_str() == text)
+    }
+}
+
+/// A virtual key as stored: never its secret, only the secret's SHA-256 (`digest`, lowercase
+/// hex) and its first characters (`prefix`, for lists).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KeyRow {
+    pub id: Uuid,
+    pub project_id: Uuid,
+    pub name: String,
+    pub role: KeyRole,
+    pub prefix: String,
+    #[serde(skip)]
+    pub digest: String,
+    /// The routes it may use (`None`: every route its project allows).
+    pub routes: Option<Vec<String>>,
+    pub budget_usd: Option<f64>,
+    pub budget_period_secs: Option<i64>,
+    pub rpm: Option<i64>,
+    pub tpm: Option<i64>,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub revoked_at: Option<DateTime<Utc>>,
+    /// The key this one replaced (a rotation).
+    pub rotated_from: Option<Uuid>,
+    pub created_at: DateTime<Utc>,
+}
+
+impl KeyRow {
+    /// Whether the key may be used at `now`: not revoked, not expired.
+    pub fn live_at(&self, now: DateTime<Utc>) -> bool {
+        self.revoked_at.is_none() && self.expires_at.is_none_or(|at| now < at)
+    }
+}

@@ -1,0 +1,131 @@
+//! Projects and virtual keys on both backends: project names are unique, the default project
+//! exists from the migration, a key is found by its digest (revoked and expired ones too, so the
+//! caller can say why it is refused), a project lists only its own keys, revoking or rotating
+//! another project's key finds nothing, and a rotation revokes the old key and names it.
+
+use chrono::{Duration, SubsecRound, Utc};
+use stead_persistence::tenancy::{KeyRole, KeyRow, DEFAULT_PROJECT};
+use stead_persistence::{Backend, Error};
+use stead_testkit::db;
+use uuid::Uuid;
+
+stead_testkit::both_backends!(projects_own_their_keys_found_by_digest);
+
+fn key(project: Uuid, name: &str, role: KeyRole) -> KeyRow {
+    KeyRow {
+        id: Uuid::now_v7(),
+        project_id: project,
+        name: name.into(),
+        role,
+        prefix: format!("stk_{}", &name[..name.len().min(4)]),
+        digest: format!("{:064x}", rand_digest()),
+        routes: None,
+        budget_usd: None,
+        budget_period_secs: None,
+        rpm: None,
+        tpm: None,
+        expires_at: None,
+        revoked_at: None,
+        rotated_from: None,
+        created_at: Utc::now().trunc_subsecs(6),
+    }
+}
+
+/// A distinct 64-hex-digit value per call.
+fn rand_digest() -> u128 {
+    Uuid::now_v7().as_u128()
+}
+
+async fn projects_own_their_keys_found_by_digest(backend: Backend) {
+    let t = db::open(backend).await;
+    let store = &t.store;
+    let default = store.project_by_name("default").await.unwrap();
+    assert_eq!(default.id, DEFAULT_PROJECT);
+    let a = store.create_project("team-a").await.unwrap();
+    let b = store.create_project("team-b").await.unwrap();
+    assert!(matches!(
+        store.create_project("team-a").await,
+        Err(Error::Exists(_))
+    ));
+    assert!(matches!(
+        store.project_by_name("nope").await,
+        Err(Error::NotFound(_))
+    ));
+    let names: Vec<String> = store
+        .list_projects()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|p| p.name)
+        .collect();
+    assert_eq!(names, ["default", "team-a", "team-b"]);
+
+    let full = KeyRow {
+        routes: Some(vec!["default".into(), "fast".into()]),
+        budget_usd: Some(12.5),
+        budget_period_secs: Some(86_400),
+        rpm: Some(60),
+        tpm: Some(100_000),
+        expires_at: Some((Utc::now() + Duration::days(30)).trunc_subsecs(6)),
+        ..key(a.id, "ci-runner", KeyRole::Inference)
+    };
+    store.create_key(&full).await.unwrap();
+    let member = key(a.id, "alice", KeyRole::Member);
+    store.create_key(&member).await.unwrap();
+    let other = key(b.id, "bob", KeyRole::Admin);
+    store.create_key(&other).await.unwrap();
+    // The same secret twice is refused.
+    assert!(matches!(
+        store
+            .create_key(&KeyRow {
+                id: Uuid::now_v7(),
+                ..member.clone()
+            })
+            .await,
+        Err(Error::Exists(_))
+    ));
+
+    assert_eq!(
+        store.key_by_digest(&full.digest).await.unwrap(),
+        Some(full.clone())
+    );
+    assert_eq!(store.key_by_digest(&"0".repeat(64)).await.unwrap(), None);
+    let ids = |keys: Vec<KeyRow>| keys.into_iter().map(|k| k.id).collect::<Vec<_>>();
+    assert_eq!(
+        ids(store.list_keys(a.id).await.unwrap()),
+        [member.id, full.id]
+    );
+    assert_eq!(ids(store.list_keys(b.id).await.unwrap()), [other.id]);
+
+    // Another project's key is not found: nothing changes.
+    assert!(!store.revoke_key(a.id, other.id).await.unwrap());
+    assert!(matches!(
+        store
+            .rotate_key(a.id, other.id, &key(a.id, "x", KeyRole::Admin))
+            .await,
+        Err(Error::NotFound(_))
+    ));
+    assert!(store
+        .key_by_digest(&other.digest)
+        .await
+        .unwrap()
+        .unwrap()
+        .live_at(Utc::now()));
+
+    // Rotation: the old key is revoked, the new one names it.
+    let fresh = key(b.id, "bob-2", KeyRole::Admin);
+    let rotated = store.rotate_key(b.id, other.id, &fresh).await.unwrap();
+    assert_eq!(rotated.rotated_from, Some(other.id));
+    let old = store.key_by_digest(&other.digest).await.unwrap().unwrap();
+    assert!(old.revoked_at.is_some() && !old.live_at(Utc::now()));
+    assert_eq!(
+        store.key_by_digest(&fresh.digest).await.unwrap(),
+        Some(rotated)
+    );
+    assert!(store.revoke_key(a.id, member.id).await.unwrap());
+    assert!(!store.revoke_key(a.id, member.id).await.unwrap(), "once");
+    // Expiry is the key's own: live until then.
+    let row = store.key_by_digest(&full.digest).await.unwrap().unwrap();
+    assert!(row.live_at(Utc::now()));
+    assert!(!row.live_at(Utc::now() + Duration::days(31)));
+}
