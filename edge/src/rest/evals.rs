@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use stead_evals::compare::{compare, Comparison};
 use stead_evals::run::{ApprovalRule, CaseResult, RunSettings};
 use stead_evals::{Case, Expectation, ToolMode};
-use stead_persistence::evals::{DatasetRow, EvalRunRow, EvalStatus};
+use stead_persistence::evals::{DatasetRow, EvalRunRow, EvalStatus, FeedbackRow};
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
@@ -171,7 +171,7 @@ pub struct NewCase {
 
 /// The expectation a reviewer's correction makes: a judge asked whether the reply agrees
 /// with the wanted one (the run's `judge_route` scores it).
-pub fn correction_rubric(note: &str, correction: &str) -> Expectation {
+fn correction_rubric(note: &str, correction: &str) -> Expectation {
     let note = if note.trim().is_empty() {
         String::new()
     } else {
@@ -190,17 +190,11 @@ pub fn correction_rubric(note: &str, correction: &str) -> Expectation {
 /// Where a case starts and what it expects, from a rating: the last user message before the
 /// rated reply; a bad rating's correction (unless `expect` is given) is graded by a judge, a
 /// good rating without `expect` keeps the recording as the baseline.
-async fn from_feedback(
-    state: &AppState,
-    feedback: Uuid,
+fn from_feedback(
+    row: &FeedbackRow,
+    events: &[stead_persistence::Event],
     expect: Vec<Expectation>,
-) -> Result<(Uuid, i64, Vec<Expectation>), ApiError> {
-    let row = state
-        .store
-        .get_feedback(feedback)
-        .await
-        .map_err(|e| store_error(e, ErrorCode::FeedbackNotFound))?;
-    let events = stead_actors::replay::read_all(state.store.as_ref(), row.session_id, 0).await?;
+) -> Result<(i64, Vec<Expectation>), ApiError> {
     let at = events
         .iter()
         .rev()
@@ -226,7 +220,7 @@ async fn from_feedback(
         }
         (true, stead_persistence::evals::Rating::Up, _) => Vec::new(),
     };
-    Ok((row.session_id, at, expect))
+    Ok((at, expect))
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -250,11 +244,15 @@ pub async fn add_case(
         .get_dataset(&name)
         .await
         .map_err(|e| store_error(e, ErrorCode::DatasetNotFound))?;
-    let (session_id, at_seq, expect) = match (body.session_id, body.feedback_id) {
-        (Some(session), None) => (session, body.at_seq, body.expect),
+    let (session_id, feedback) = match (body.session_id, body.feedback_id) {
+        (Some(session), None) => (session, None),
         (None, Some(feedback)) if body.at_seq.is_none() => {
-            let (session, at, expect) = from_feedback(&state, feedback, body.expect).await?;
-            (session, Some(at), expect)
+            let row = state
+                .store
+                .get_feedback(feedback)
+                .await
+                .map_err(|e| store_error(e, ErrorCode::FeedbackNotFound))?;
+            (row.session_id, Some(row))
         }
         _ => {
             return Err(ApiError::new(
@@ -265,6 +263,13 @@ pub async fn add_case(
     };
     let session = state.store.get_session(session_id).await?;
     let events = stead_actors::replay::read_all(state.store.as_ref(), session.id, 0).await?;
+    let (at_seq, expect) = match &feedback {
+        Some(row) => {
+            let (at, expect) = from_feedback(row, &events, body.expect)?;
+            (Some(at), expect)
+        }
+        None => (body.at_seq, body.expect),
+    };
     let case = Case::from_journal(&session.agent, session.id, &events, at_seq, expect)
         .map_err(|e| ApiError::new(ErrorCode::InvalidRequest, e.to_string()))?;
     let value = serde_json::to_value(&case)

@@ -53,6 +53,18 @@ fn key(row: &impl Columns) -> Result<KeyRow> {
     })
 }
 
+/// Revokes the live key `id` of `project` (nothing for another project's key).
+fn revoke<D: Dialect>(project: Uuid, id: Uuid) -> Sql<D> {
+    let mut sql = Sql::<D>::new("UPDATE api_keys SET revoked_at = ");
+    sql.bind(now_micros())
+        .push(" WHERE id = ")
+        .bind(id)
+        .push(" AND project_id = ")
+        .bind(project)
+        .push(" AND revoked_at IS NULL");
+    sql
+}
+
 /// `value` bound, or SQL `NULL`.
 fn time_or_null<D: Dialect>(sql: &mut Sql<D>, value: Option<DateTime<Utc>>) {
     match value {
@@ -174,29 +186,13 @@ impl<D: Dialect> Tenancy for SqlStore<D> {
     }
 
     async fn revoke_key(&self, project: Uuid, id: Uuid) -> Result<bool> {
-        let revoked = Sql::<D>::new("UPDATE api_keys SET revoked_at = ")
-            .bind(now_micros())
-            .push(" WHERE id = ")
-            .bind(id)
-            .push(" AND project_id = ")
-            .bind(project)
-            .push(" AND revoked_at IS NULL")
-            .execute(self.on_write())
-            .await?;
+        let revoked = revoke::<D>(project, id).execute(self.on_write()).await?;
         Ok(revoked > 0)
     }
 
     async fn rotate_key(&self, project: Uuid, id: Uuid, new: &KeyRow) -> Result<KeyRow> {
         let mut tx = self.db.writer().begin().await?;
-        let revoked = Sql::<D>::new("UPDATE api_keys SET revoked_at = ")
-            .bind(now_micros())
-            .push(" WHERE id = ")
-            .bind(id)
-            .push(" AND project_id = ")
-            .bind(project)
-            .push(" AND revoked_at IS NULL")
-            .execute(On::Tx(&mut tx))
-            .await?;
+        let revoked = revoke::<D>(project, id).execute(On::Tx(&mut tx)).await?;
         if revoked == 0 {
             return Err(Error::NotFound(format!("no live key {id} in this project")));
         }

@@ -19,6 +19,18 @@ stead_testkit::both_backends!(a_database_from_before_projects_moves_into_the_def
 /// The last migration before projects.
 const BEFORE: i64 = 20261207000017;
 
+/// `migrator` without the migrations after [`BEFORE`].
+fn up_to_before(mut migrator: sqlx::migrate::Migrator) -> sqlx::migrate::Migrator {
+    let kept: Vec<_> = migrator
+        .migrations
+        .iter()
+        .filter(|m| m.version <= BEFORE)
+        .cloned()
+        .collect();
+    migrator.migrations = Cow::Owned(kept);
+    migrator
+}
+
 /// Applies the migrations up to [`BEFORE`] only.
 async fn migrate_to_before(url: &DatabaseUrl) {
     match url {
@@ -27,27 +39,13 @@ async fn migrate_to_before(url: &DatabaseUrl) {
                 .filename(path)
                 .create_if_missing(true);
             let pool = sqlx::SqlitePool::connect_with(options).await.unwrap();
-            let mut migrator = sqlx::migrate!("../migrations/sqlite");
-            let kept: Vec<_> = migrator
-                .migrations
-                .iter()
-                .filter(|m| m.version <= BEFORE)
-                .cloned()
-                .collect();
-            migrator.migrations = Cow::Owned(kept);
+            let migrator = up_to_before(sqlx::migrate!("../migrations/sqlite"));
             migrator.run(&pool).await.unwrap();
             pool.close().await;
         }
         DatabaseUrl::Postgres(url) => {
             let pool = sqlx::PgPool::connect(url).await.unwrap();
-            let mut migrator = sqlx::migrate!("../migrations/postgres");
-            let kept: Vec<_> = migrator
-                .migrations
-                .iter()
-                .filter(|m| m.version <= BEFORE)
-                .cloned()
-                .collect();
-            migrator.migrations = Cow::Owned(kept);
+            let migrator = up_to_before(sqlx::migrate!("../migrations/postgres"));
             migrator.run(&pool).await.unwrap();
             pool.close().await;
         }

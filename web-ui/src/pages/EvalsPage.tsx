@@ -8,6 +8,19 @@ import { useEffect, useState } from "react";
 import { operator } from "../credentials";
 import { shortId } from "./EvalResults";
 
+/** The configured routes as a select's options. */
+function RouteOptions({ routes }: { routes: string[] }) {
+  return (
+    <>
+      {routes.map((r) => (
+        <option key={r} value={r}>
+          {r}
+        </option>
+      ))}
+    </>
+  );
+}
+
 export function EvalsPage() {
   const [datasets, setDatasets] = useState<Dataset[]>([]);
   const [runs, setRuns] = useState<EvalRun[]>([]);
@@ -116,11 +129,7 @@ export function EvalsPage() {
             Route
             <select aria-label="Route" value={form.route} onChange={set("route")}>
               <option value="">the agent's own</option>
-              {routes.map((r) => (
-                <option key={r} value={r}>
-                  {r}
-                </option>
-              ))}
+              <RouteOptions routes={routes} />
             </select>
           </label>
           <label>
@@ -142,11 +151,7 @@ export function EvalsPage() {
             Judge route
             <select aria-label="Judge route" value={form.judge_route} onChange={set("judge_route")}>
               <option value="">none</option>
-              {routes.map((r) => (
-                <option key={r} value={r}>
-                  {r}
-                </option>
-              ))}
+              <RouteOptions routes={routes} />
             </select>
           </label>
           <label>
