@@ -326,7 +326,7 @@ async fn evaluate(config: Config, args: RunArgs) -> anyhow::Result<ExitCode> {
     let settings = settings(&args)?;
     let (pools, embedders, store) = crate::serve::start_backends(&config).await?;
     let node = format!("eval-{}", Uuid::now_v7());
-    let agents = crate::serve::agents(&config, &store, (&pools, &embedders), None, node);
+    let agents = crate::serve::agents(&config, &store, (&pools, &embedders), (None, None), node);
     let outcome = match agents {
         Ok(agents) => {
             let runner = Runner {

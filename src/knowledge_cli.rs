@@ -64,7 +64,7 @@ async fn service(
 ) -> anyhow::Result<(Knowledge, Arc<dyn stead_persistence::JournalStore>)> {
     let store = crate::serve::open_store(config, true).await?;
     let embedders = stead_agents::engines::start_embedding_models(config).await?;
-    let router = stead_agents::models::build(config, &[], &embedders, None, None)?;
+    let router = stead_agents::models::build(config, &[], &embedders, None, (None, None))?;
     let knowledge = Knowledge::new(store.clone(), router, config.knowledge.clone());
     Ok((knowledge, store))
 }

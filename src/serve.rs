@@ -69,6 +69,32 @@ pub async fn migrate(config: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Projects' keys, and the directory and ledger of their budgets: always in the database, so
+/// that they hold across restarts — the cluster's ledger, or on a node alone one whose
+/// reservations carry a fresh id each run (docs/tenancy.md).
+fn key_budgets(
+    store: &Arc<dyn JournalStore>,
+    shared: Option<Arc<dyn stead_router::SharedLedger>>,
+    node: &str,
+) -> (
+    Arc<stead_http::auth::VirtualKeys>,
+    stead_agents::models::Directory,
+) {
+    let keys = Arc::new(stead_http::auth::VirtualKeys::new(store.clone()));
+    let ledger = shared.unwrap_or_else(|| {
+        Arc::new(crate::cluster::SharedBudgets {
+            store: store.clone(),
+            node_id: format!("{node}:{}", uuid::Uuid::now_v7()),
+            node_ttl: None,
+        })
+    });
+    let directory = (
+        keys.clone() as Arc<dyn stead_router::BudgetDirectory>,
+        ledger,
+    );
+    (keys, directory)
+}
+
 /// `stead serve`: runs until SIGINT or SIGTERM, then drains and exits 0.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
     prepare_data_dir(&config.server.data_dir)?;
@@ -98,15 +124,22 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         Arc::new(crate::cluster::SharedBudgets {
             store: store.clone(),
             node_id: node.clone(),
-            node_ttl: membership.ttl,
+            node_ttl: Some(membership.ttl),
         }) as Arc<dyn stead_router::SharedLedger>
     });
+    let (keys, directory) = key_budgets(&store, shared_budgets.clone(), &node);
     let Agents {
         model_router,
         mcp,
         knowledge,
         sessions,
-    } = agents(&config, &store, (&pools, &embedders), shared_budgets, node)?;
+    } = agents(
+        &config,
+        &store,
+        (&pools, &embedders),
+        (shared_budgets, Some(directory)),
+        node,
+    )?;
     let cluster_tasks = match &membership {
         Some(membership) => membership.start(store.clone(), sessions.clone()).await?,
         None => Vec::new(),
@@ -128,6 +161,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         store: store.clone(),
         sessions: sessions.clone(),
         auth: auth(&config, secret),
+        keys,
         routes: Arc::new(model_router.route_names()),
         model_router: model_router.clone(),
         limits: stead_http::Limits {
@@ -225,7 +259,10 @@ pub(crate) fn agents(
     config: &Config,
     store: &Arc<dyn JournalStore>,
     (pools, embedders): (&Pools, &[stead_agents::engines::EmbeddingModel]),
-    shared_budgets: Option<Arc<dyn stead_router::SharedLedger>>,
+    ledgers: (
+        Option<Arc<dyn stead_router::SharedLedger>>,
+        Option<stead_agents::models::Directory>,
+    ),
     node: String,
 ) -> anyhow::Result<Agents> {
     let model_router = stead_agents::models::build(
@@ -233,7 +270,7 @@ pub(crate) fn agents(
         pools,
         embedders,
         Some(store.clone() as Arc<dyn RequestLog>),
-        shared_budgets,
+        ledgers,
     )?;
     // MCP servers start in the background: a slow or broken one does not hold up the start.
     let mcp = stead_agents::mcp::McpRegistry::new(&config.mcp_servers)?;
@@ -416,6 +453,7 @@ async fn resume_running_sessions(
     let mut resumed = 0usize;
     loop {
         let query = stead_persistence::SessionQuery {
+            scope: stead_persistence::Scope::Installation,
             agent: None,
             parent: None,
             // An evaluation's sessions are not resumed: nobody watches them any more.

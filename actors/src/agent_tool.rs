@@ -105,6 +105,8 @@ pub async fn start_child(
     let child = child_session_id(parent, call_id);
     let created = store
         .create_session(NewSession {
+            // The store puts a child in its parent's project.
+            project_id: stead_persistence::DEFAULT_PROJECT,
             id: Some(child),
             agent: agent.to_string(),
             metadata,

@@ -43,14 +43,22 @@ fn answer_limit(provider: &stead_config::ProviderConfig) -> usize {
         })
 }
 
+/// The budgets beyond the installation's (a virtual key's, its project's) and the ledger that
+/// holds them.
+pub type Directory = (
+    Arc<dyn stead_router::BudgetDirectory>,
+    Arc<dyn SharedLedger>,
+);
+
 /// Builds the router over the started local pools (by provider name), logging into `store`,
-/// its strict budgets kept in `budgets` when given (a cluster's shared ledger).
+/// its strict budgets kept in `budgets` when given (a cluster's shared ledger), the budgets of
+/// projects' keys from `directory` when given.
 pub fn build(
     config: &Config,
     pools: &[(String, Arc<InferencePool>)],
     embedders: &[crate::engines::EmbeddingModel],
     store: Option<Arc<dyn RequestLog>>,
-    budgets: Option<Arc<dyn SharedLedger>>,
+    (budgets, directory): (Option<Arc<dyn SharedLedger>>, Option<Directory>),
 ) -> anyhow::Result<Arc<Router>> {
     let client = reqwest::Client::builder()
         .user_agent(concat!("stead/", env!("CARGO_PKG_VERSION")))
@@ -101,8 +109,12 @@ pub fn build(
     let sink = store.map(|store| Arc::new(StoreSink { store }) as Arc<dyn RequestLogSink>);
     let router = Router::new(&config.routes, config.gateway.clone(), &providers, sink)
         .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
-    Ok(Arc::new(match budgets {
+    let router = match budgets {
         Some(ledger) => router.with_shared_budgets(ledger),
+        None => router,
+    };
+    Ok(Arc::new(match directory {
+        Some((directory, ledger)) => router.with_budget_directory(directory, ledger),
         None => router,
     }))
 }

@@ -77,6 +77,26 @@ pub enum BenchCommand {
     /// The evaluation engine: a dataset of recorded sessions (a model double) run one case at
     /// a time and `--concurrency` at a time; cases per second of each (docs/evals.md).
     Eval(EvalBenchArgs),
+    /// Projects' virtual keys: authentication through the cache beside a configuration key,
+    /// a cache miss, a key's budgets and the ledger, listing — at 1/100 of the scale and full.
+    Tenancy(TenancyBenchArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct TenancyBenchArgs {
+    /// Keys in all, spread evenly over the projects.
+    #[arg(long, default_value_t = 10_000)]
+    pub keys: usize,
+    #[arg(long, default_value_t = 1_000)]
+    pub projects: usize,
+    /// Timed operations per figure (a cache miss and the ledger: at most 2,000).
+    #[arg(long, default_value_t = 20_000)]
+    pub samples: usize,
+    #[arg(long, value_enum, default_value = "sqlite")]
+    pub backend: BenchBackend,
+    /// Print the figures as one JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Clone, Args)]

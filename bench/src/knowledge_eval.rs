@@ -131,7 +131,7 @@ async fn run(
         !embedders.is_empty(),
         "no embedding model is prepared (run `stead setup`)"
     );
-    let router = stead_agents::models::build(config, &[], &embedders, None, None)?;
+    let router = stead_agents::models::build(config, &[], &embedders, None, (None, None))?;
     let knowledge = Knowledge::new(store.clone(), router, config.knowledge.clone());
     let fail = |e: stead_http::ApiError| anyhow::anyhow!("{}: {}", e.code.as_str(), e.message);
     knowledge

@@ -1,6 +1,6 @@
 //! The crate `stead-bench`: the measurements behind `stead bench …`, one module per subcommand
 //! (`chaos`, `cluster`, `context`, `evals` (the evaluation engine), `journal`, `gateway`, `inference`, `knowledge`, `replay`,
-//! `schedules`, `sessions`, `ws`), the model evaluation behind `stead eval …` (`eval`), their
+//! `schedules`, `sessions`, `tenancy` (projects' keys), `ws`), the model evaluation behind `stead eval …` (`eval`), their
 //! arguments (`cli`), the chaos harness with its test doubles (a scripted upstream, a webhook
 //! sink: they live here, not in the product), and what they share: a scratch database (`BenchDatabase`), a `stead serve` child process
 //! (`ServeProcess`) and a process's memory and CPU time read from `/proc`.
@@ -26,6 +26,7 @@ mod knowledge_query;
 pub mod replay;
 pub mod schedules;
 pub mod sessions;
+mod tenancy;
 pub mod ws;
 
 use std::process::ExitCode;
@@ -54,6 +55,7 @@ pub async fn bench(config: Config, command: BenchCommand) -> anyhow::Result<Exit
         BenchCommand::Context(args) => done(context::context(args).await),
         BenchCommand::Knowledge(args) => knowledge::knowledge(config, args).await,
         BenchCommand::Eval(args) => done(evals::evals(config, args).await),
+        BenchCommand::Tenancy(args) => done(tenancy::tenancy(config, args).await),
     }
 }
 

@@ -194,7 +194,7 @@ pub async fn report(
     State(state): State<AppState>,
     Caller(caller): Caller,
 ) -> Result<axum::Json<crate::views::ClusterReport>, ApiError> {
-    caller.require_operator()?;
+    caller.require_installation()?;
     match &state.cluster {
         Some(cluster) => Ok(axum::Json(cluster.report().await?)),
         None => Ok(axum::Json(crate::views::ClusterReport {

@@ -87,8 +87,10 @@ error_codes! {
     DatasetNotFound = (NOT_FOUND, "dataset_not_found"),
     /// No evaluation run of that id.
     EvalNotFound = (NOT_FOUND, "eval_not_found"),
-    /// No reviewer's feedback of that id.
-    FeedbackNotFound = (NOT_FOUND, "feedback_not_found"),
+    /// No project of that name (or one the caller's key does not belong to).
+    ProjectNotFound = (NOT_FOUND, "project_not_found"),
+    /// No live key of that id in the project.
+    KeyNotFound = (NOT_FOUND, "key_not_found"),
     /// `/v1/chat/completions`: no route of that name.
     ModelNotFound = (NOT_FOUND, "model_not_found"),
     /// The endpoint does not take that method.
@@ -107,6 +109,8 @@ error_codes! {
     CollectionExists = (CONFLICT, "collection_exists"),
     /// An evaluation dataset of that name exists.
     DatasetExists = (CONFLICT, "dataset_exists"),
+    /// A project of that name exists.
+    ProjectExists = (CONFLICT, "project_exists"),
     /// Embeddings of another model or dimension than the collection holds.
     EmbeddingMismatch = (CONFLICT, "embedding_mismatch"),
     /// Cancel with no turn in progress.

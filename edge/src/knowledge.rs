@@ -85,7 +85,7 @@ pub async fn create_collection(
     Caller(caller): Caller,
     ApiJson(body): ApiJson<NewCollection>,
 ) -> Result<Response, ApiError> {
-    caller.require_operator()?;
+    caller.require_installation()?;
     let (collection, new) = service(&state)?
         .create_collection(&body.name, body.embedding_route.as_deref())
         .await?;
@@ -97,7 +97,7 @@ pub async fn list_collections(
     State(state): State<AppState>,
     Caller(caller): Caller,
 ) -> Result<Json<CollectionList>, ApiError> {
-    caller.require_operator()?;
+    caller.require_installation()?;
     Ok(Json(service(&state)?.list_collections().await?))
 }
 
@@ -107,7 +107,7 @@ pub async fn get_collection(
     Caller(caller): Caller,
     ApiPath(name): ApiPath<String>,
 ) -> Result<Json<CollectionView>, ApiError> {
-    caller.require_operator()?;
+    caller.require_installation()?;
     Ok(Json(service(&state)?.get_collection(&name).await?))
 }
 
@@ -117,7 +117,7 @@ pub async fn delete_collection(
     Caller(caller): Caller,
     ApiPath(name): ApiPath<String>,
 ) -> Result<StatusCode, ApiError> {
-    caller.require_operator()?;
+    caller.require_installation()?;
     service(&state)?.delete_collection(&name).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -137,7 +137,7 @@ pub async fn put_document(
     ApiPath((collection, id)): ApiPath<(String, String)>,
     ApiJson(body): ApiJson<DocumentBody>,
 ) -> Result<Response, ApiError> {
-    caller.require_operator()?;
+    caller.require_installation()?;
     let (document, new) = service(&state)?
         .put_document(
             &collection,
@@ -166,7 +166,7 @@ pub async fn list_documents(
     ApiPath(collection): ApiPath<String>,
     ApiQuery(page): ApiQuery<DocumentPage>,
 ) -> Result<Json<DocumentList>, ApiError> {
-    caller.require_operator()?;
+    caller.require_installation()?;
     let limit = page.limit.unwrap_or(100);
     if !(1..=500).contains(&limit) {
         return Err(ApiError::new(
@@ -187,7 +187,7 @@ pub async fn get_document(
     Caller(caller): Caller,
     ApiPath((collection, id)): ApiPath<(String, String)>,
 ) -> Result<Json<DocumentText>, ApiError> {
-    caller.require_operator()?;
+    caller.require_installation()?;
     Ok(Json(service(&state)?.get_document(&collection, &id).await?))
 }
 
@@ -197,7 +197,7 @@ pub async fn delete_document(
     Caller(caller): Caller,
     ApiPath((collection, id)): ApiPath<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
-    caller.require_operator()?;
+    caller.require_installation()?;
     service(&state)?.delete_document(&collection, &id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -209,7 +209,7 @@ pub async fn query(
     ApiPath(collection): ApiPath<String>,
     ApiJson(body): ApiJson<Value>,
 ) -> Result<Json<QueryAnswer>, ApiError> {
-    caller.require_operator()?;
+    caller.require_installation()?;
     if !body.is_object() {
         return Err(ApiError::new(
             ErrorCode::InvalidSearch,

@@ -81,6 +81,8 @@ pub struct AppState {
     pub store: Arc<dyn JournalStore>,
     pub sessions: Arc<SessionRegistry>,
     pub auth: Arc<Auth>,
+    /// Projects' virtual keys, cached in front of the store.
+    pub keys: Arc<auth::VirtualKeys>,
     /// Route names agents and forks may use.
     pub routes: Arc<Vec<String>>,
     pub limits: Limits,
@@ -230,6 +232,26 @@ pub fn router_with(state: AppState, extra: Router<AppState>) -> Router {
         )
         .route("/v1/evals/{id}", get(rest::evals::get_run))
         .route("/v1/evals/{a}/compare/{b}", get(rest::evals::compare_runs))
+        .route(
+            "/v1/projects",
+            get(rest::projects::list_projects).post(rest::projects::create_project),
+        )
+        .route(
+            "/v1/projects/{project}",
+            get(rest::projects::get_project).patch(rest::projects::set_project_budget),
+        )
+        .route(
+            "/v1/projects/{project}/keys",
+            get(rest::projects::list_keys).post(rest::projects::create_key),
+        )
+        .route(
+            "/v1/projects/{project}/keys/{id}",
+            axum::routing::delete(rest::projects::revoke_key).patch(rest::projects::set_key_budget),
+        )
+        .route(
+            "/v1/projects/{project}/keys/{id}/rotate",
+            post(rest::projects::rotate_key),
+        )
         .route("/v1/gateway/logs", get(gateway::logs::logs))
         .route("/v1/gateway/stats", get(gateway::logs::stats))
         .fallback(not_found)

@@ -96,7 +96,7 @@ pub async fn render(
     State(state): State<AppState>,
     Caller(caller): Caller,
 ) -> Result<Response, ApiError> {
-    caller.require_operator()?;
+    caller.require_installation()?;
     let mut out = String::new();
     let counts = state.store.count_sessions().await?;
     out.push_str("# HELP stead_sessions Sessions by status.\n# TYPE stead_sessions gauge\n");

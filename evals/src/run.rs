@@ -357,6 +357,7 @@ impl Runner {
         let metadata = json!({ "eval": { "run": run_id, "case": case.id, "name": case.name } });
         let row = stead_actors::replay::create_with_journal(
             self.sessions.as_ref(),
+            stead_persistence::DEFAULT_PROJECT,
             &case.agent,
             metadata,
             rows,

@@ -115,8 +115,8 @@ impl fmt::Display for Epoch {
 
 /// Who decided an approval, as `approval_decided` journals it (`decided_by`). Serialized as
 /// the string it always was: `stead` (an approval that expired), `local` (a caller of a
-/// loopback server without keys), `api_key:{fingerprint}`, `session_token:{session id}`, or any
-/// other name (tests, imported journals).
+/// loopback server without keys), `api_key:{fingerprint}`, `project_key:{key id}` (a project's
+/// virtual key), `session_token:{session id}`, or any other name (tests, imported journals).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Decider {
     /// Stead itself: nobody decided in time.
@@ -127,6 +127,8 @@ pub enum Decider {
     ApiKey(String),
     /// The holder of a session's token.
     SessionToken(Uuid),
+    /// A project's virtual key, by its id.
+    ProjectKey(Uuid),
     /// Any other name.
     Named(String),
 }
@@ -136,6 +138,7 @@ impl Decider {
     const LOCAL: &'static str = "local";
     const API_KEY: &'static str = "api_key:";
     const SESSION_TOKEN: &'static str = "session_token:";
+    const PROJECT_KEY: &'static str = "project_key:";
 
     /// Reads a journaled `decided_by`. A `session_token:` prefix is a session token's holder
     /// whatever follows it, so that no spelling of it passes for an operator.
@@ -148,6 +151,11 @@ impl Decider {
             Decider::ApiKey(fingerprint.to_owned())
         } else if let Some(id) = name.strip_prefix(Self::SESSION_TOKEN) {
             Decider::SessionToken(Uuid::parse_str(id).unwrap_or(Uuid::nil()))
+        } else if let Some(id) = name
+            .strip_prefix(Self::PROJECT_KEY)
+            .and_then(|id| Uuid::parse_str(id).ok())
+        {
+            Decider::ProjectKey(id)
         } else {
             Decider::Named(name.to_owned())
         }
@@ -167,6 +175,7 @@ impl fmt::Display for Decider {
             Decider::Local => f.write_str(Self::LOCAL),
             Decider::ApiKey(fingerprint) => write!(f, "{}{fingerprint}", Self::API_KEY),
             Decider::SessionToken(id) => write!(f, "{}{id}", Self::SESSION_TOKEN),
+            Decider::ProjectKey(id) => write!(f, "{}{id}", Self::PROJECT_KEY),
             Decider::Named(name) => f.write_str(name),
         }
     }
@@ -228,6 +237,10 @@ mod tests {
             (
                 Decider::SessionToken(session),
                 format!("session_token:{session}"),
+            ),
+            (
+                Decider::ProjectKey(session),
+                format!("project_key:{session}"),
             ),
             (Decider::Named("ada".into()), "ada".to_owned()),
         ] {

@@ -41,6 +41,7 @@ pub use knowledge::{
     Reembedding,
 };
 pub use schedules::{ScheduleOwner, ScheduleQuery, ScheduleRow};
+pub use tenancy::{Scope, DEFAULT_PROJECT};
 pub use traits::{
     Budgets, Evals, Journal, JournalStore, Knowledge, Kv, Leases, RequestLog, Schedules,
     SessionStore, Sessions, Snapshots, Tenancy,

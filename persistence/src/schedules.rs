@@ -51,6 +51,8 @@ pub struct ScheduleRow {
 /// Filter and page of [`crate::Schedules::list_schedules`].
 #[derive(Debug, Clone, Default)]
 pub struct ScheduleQuery {
+    /// Whose schedules: the installation's, or one project's (its sessions' and its agents').
+    pub scope: crate::Scope,
     /// Only rows due at or before this instant.
     pub due_before: Option<DateTime<Utc>>,
     pub session_id: Option<Uuid>,

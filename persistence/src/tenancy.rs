@@ -10,12 +10,78 @@ use uuid::Uuid;
 /// The project every row belongs to unless it names another: all data from before projects.
 pub const DEFAULT_PROJECT: Uuid = Uuid::nil();
 
+/// Whose rows a read sees: the whole installation's (the config file's keys, loopback) or one
+/// project's. A row of another project is treated exactly as a missing one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Scope {
+    #[default]
+    Installation,
+    Project(Uuid),
+}
+
+impl Scope {
+    /// Whether a row of `project` is visible.
+    pub fn admits(self, project: Uuid) -> bool {
+        match self {
+            Scope::Installation => true,
+            Scope::Project(own) => own == project,
+        }
+    }
+
+    /// The one project seen, if the scope is a project's.
+    pub fn project(self) -> Option<Uuid> {
+        match self {
+            Scope::Installation => None,
+            Scope::Project(own) => Some(own),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ProjectRow {
     pub id: Uuid,
     pub name: String,
     pub settings: Value,
     pub created_at: DateTime<Utc>,
+}
+
+/// A budget: USD per period (`None`: the budget never starts again).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Budget {
+    pub usd: f64,
+    pub period_secs: Option<i64>,
+}
+
+impl ProjectRow {
+    /// Its settings with `budget` in place of the one they hold (`None`: no budget).
+    pub fn settings_with_budget(&self, budget: Option<Budget>) -> Value {
+        let mut settings = match &self.settings {
+            Value::Object(map) => map.clone(),
+            _ => serde_json::Map::new(),
+        };
+        settings.insert(
+            "budget_usd".into(),
+            budget.map_or(Value::Null, |b| Value::from(b.usd)),
+        );
+        settings.insert(
+            "budget_period_secs".into(),
+            budget
+                .and_then(|b| b.period_secs)
+                .map_or(Value::Null, Value::from),
+        );
+        Value::Object(settings)
+    }
+
+    /// The project's budget, from its settings (`budget_usd`, `budget_period_secs`).
+    pub fn budget(&self) -> Option<Budget> {
+        Some(Budget {
+            usd: self.settings.get("budget_usd")?.as_f64()?,
+            period_secs: self
+                .settings
+                .get("budget_period_secs")
+                .and_then(Value::as_i64),
+        })
+    }
 }
 
 /// What a virtual key may do in its project.
@@ -79,6 +145,14 @@ pub struct KeyRow {
 }
 
 impl KeyRow {
+    /// The key's own budget, if it has one.
+    pub fn budget(&self) -> Option<Budget> {
+        Some(Budget {
+            usd: self.budget_usd?,
+            period_secs: self.budget_period_secs,
+        })
+    }
+
     /// Whether the key may be used at `now`: not revoked, not expired.
     pub fn live_at(&self, now: DateTime<Utc>) -> bool {
         self.revoked_at.is_none() && self.expires_at.is_none_or(|at| now < at)

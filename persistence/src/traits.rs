@@ -112,6 +112,7 @@ pub trait Evals: Send + Sync {
     /// Ratings, newest first: of one session or all, of one rating or both.
     async fn list_feedback(
         &self,
+        scope: crate::Scope,
         session: Option<Uuid>,
         rating: Option<crate::evals::Rating>,
         limit: u32,
@@ -130,11 +131,33 @@ pub trait Tenancy: Send + Sync {
     /// Every project, by name.
     async fn list_projects(&self) -> Result<Vec<crate::tenancy::ProjectRow>>;
 
+    /// By id; [`Error::NotFound`] when there is none.
+    async fn project_by_id(&self, id: Uuid) -> Result<crate::tenancy::ProjectRow>;
+
+    /// Replaces a project's settings (its budget); [`Error::NotFound`] when there is none.
+    async fn set_project_settings(
+        &self,
+        id: Uuid,
+        settings: &serde_json::Value,
+    ) -> Result<crate::tenancy::ProjectRow>;
+
     async fn create_key(&self, key: &crate::tenancy::KeyRow) -> Result<()>;
 
     /// The key whose secret has this digest (revoked and expired ones too: the caller
     /// decides), or `None`.
     async fn key_by_digest(&self, digest: &str) -> Result<Option<crate::tenancy::KeyRow>>;
+
+    /// A key by its id (revoked and expired ones too), or `None`.
+    async fn key_by_id(&self, id: Uuid) -> Result<Option<crate::tenancy::KeyRow>>;
+
+    /// Sets the budget of a live key of `project`; whether there was one.
+    async fn set_key_budget(
+        &self,
+        project: Uuid,
+        key: Uuid,
+        budget_usd: Option<f64>,
+        budget_period_secs: Option<i64>,
+    ) -> Result<bool>;
 
     /// A project's keys, newest first.
     async fn list_keys(&self, project: Uuid) -> Result<Vec<crate::tenancy::KeyRow>>;

@@ -71,6 +71,9 @@ impl std::str::FromStr for SessionStatus {
 /// What a caller supplies to create a session.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewSession {
+    /// The project it belongs to; a child session is always in its parent's, whatever this
+    /// says.
+    pub project_id: Uuid,
     /// Fixed id (imports, forks); `None` assigns a fresh time-ordered UUIDv7.
     pub id: Option<Uuid>,
     pub agent: String,
@@ -89,6 +92,7 @@ pub struct ParentLink {
 impl NewSession {
     pub fn for_agent(agent: impl Into<String>) -> Self {
         NewSession {
+            project_id: crate::DEFAULT_PROJECT,
             id: None,
             agent: agent.into(),
             metadata: Value::Object(Default::default()),
@@ -124,6 +128,8 @@ pub struct Session {
     pub token_generation: i64,
     /// Set on a child session: who started it.
     pub parent: Option<ParentLink>,
+    /// The project the session belongs to (a child session: its parent's).
+    pub project_id: Uuid,
 }
 
 impl Session {
@@ -141,6 +147,7 @@ impl Session {
             closed_at: None,
             token_generation: 0,
             parent: new.parent,
+            project_id: new.project_id,
         }
     }
 }
@@ -155,6 +162,8 @@ pub struct Purged {
 /// Filter and page for [`crate::JournalStore::list_sessions`].
 #[derive(Debug, Clone, Default)]
 pub struct SessionQuery {
+    /// Whose sessions: the installation's (all) or one project's.
+    pub scope: crate::Scope,
     pub agent: Option<String>,
     /// Only the children of this session.
     pub parent: Option<Uuid>,
@@ -314,7 +323,9 @@ pub struct BudgetRequest {
     pub budget: f64,
     pub window: Duration,
     /// A node whose heartbeat is older than this is dead: its reservations are booked as spent.
-    pub node_ttl: Duration,
+    /// `None` on a node outside a cluster: every reservation of another node id (this node's
+    /// earlier runs) is.
+    pub node_ttl: Option<Duration>,
 }
 
 /// What a reservation came to.
@@ -410,6 +421,7 @@ mod tests {
     #[test]
     fn page_size_is_clamped() {
         let query = |limit| SessionQuery {
+            scope: crate::Scope::Installation,
             limit,
             ..Default::default()
         };

@@ -176,8 +176,9 @@ async fn sweep(store: Arc<dyn Leases>, sessions: Arc<SessionRegistry>, every: Du
 pub struct SharedBudgets {
     pub store: Arc<dyn Budgets>,
     pub node_id: String,
-    /// A node whose heartbeat is older than this is dead: its reservations are booked as spent.
-    pub node_ttl: Duration,
+    /// A node whose heartbeat is older than this is dead: its reservations are booked as spent
+    /// (`None`: a node alone, whose earlier runs' reservations are).
+    pub node_ttl: Option<Duration>,
 }
 
 #[async_trait::async_trait]

@@ -114,6 +114,7 @@ pub(super) async fn check(
         loop {
             let page = store
                 .list_sessions(&SessionQuery {
+                    scope: stead_persistence::Scope::Installation,
                     limit: stead_persistence::MAX_PAGE,
                     cursor,
                     ..Default::default()

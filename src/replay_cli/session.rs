@@ -22,6 +22,7 @@ pub(super) async fn list(store: &dyn SessionStore, args: ListArgs) -> anyhow::Re
         .transpose()?;
     let page = store
         .list_sessions(&SessionQuery {
+            scope: stead_persistence::Scope::Installation,
             agent: args.agent,
             parent: None,
             eval_run: None,

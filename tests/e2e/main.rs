@@ -15,6 +15,7 @@
 //! - `mcp`: MCP servers as agent tools (npm and Python servers) and Stead's own `/mcp`;
 //! - `replay`: `stead session …` and `stead replay …`;
 //! - `telemetry`: OTLP spans;
+//! - `tenancy`: projects, virtual keys and their roles, and the isolation sweep;
 //! - `schemathesis`, `web_ui`: external clients (Schemathesis, a real browser).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -39,6 +40,7 @@ mod schemathesis;
 mod serve;
 mod serve_crash;
 mod telemetry;
+mod tenancy;
 mod web_ui;
 mod web_ui_delegation;
 mod web_ui_evals;

@@ -268,7 +268,15 @@ pub async fn import(store: &dyn SessionStore, export: &Export) -> Result<Session
             created_at: e.at,
         })
         .collect();
-    let row = create_with_journal(store, &export.header.agent, metadata, rows).await?;
+    // An import is an installation's act: the copy joins the default project.
+    let row = create_with_journal(
+        store,
+        stead_persistence::DEFAULT_PROJECT,
+        &export.header.agent,
+        metadata,
+        rows,
+    )
+    .await?;
     settle_status(store, row.id).await
 }
 

@@ -57,20 +57,23 @@ pub async fn fork(
     .to_parts();
     let mut rows = new_events(&copied);
     rows.push(NewEvent::new(kind, payload));
-    let row = create_with_journal(store, &source.agent, metadata, rows).await?;
+    let row = create_with_journal(store, source.project_id, &source.agent, metadata, rows).await?;
     Ok((row, at + 1))
 }
 
-/// A new session holding `events` as its journal, written in one append (all or nothing); the
-/// session is deleted again when the append fails, so no partial copy is left behind.
+/// A new session of `project` holding `events` as its journal, written in one append (all or
+/// nothing); the session is deleted again when the append fails, so no partial copy is left
+/// behind.
 pub async fn create_with_journal(
     store: &dyn SessionStore,
+    project_id: uuid::Uuid,
     agent: &str,
     metadata: Value,
     events: Vec<NewEvent>,
 ) -> Result<Session, ReplayError> {
     let row = store
         .create_session(NewSession {
+            project_id,
             id: None,
             agent: agent.to_string(),
             metadata,

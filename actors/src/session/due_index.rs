@@ -168,6 +168,7 @@ impl Live {
             .deps
             .store
             .list_schedules(&ScheduleQuery {
+                scope: stead_persistence::Scope::Installation,
                 session_id: Some(self.deps.session_id),
                 limit: stead_persistence::MAX_PAGE,
                 ..Default::default()

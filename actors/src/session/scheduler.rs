@@ -399,6 +399,9 @@ async fn start_occurrence(
         "schedule": { "key": row.key, "due_at": firing.due_at, "missed": firing.missed }
     });
     let new = NewSession {
+        // Agents' schedules are the installation's (the default project) until projects own
+        // them (docs/tenancy.md).
+        project_id: stead_persistence::DEFAULT_PROJECT,
         id: Some(id),
         agent: row.agent.clone(),
         metadata,

@@ -161,6 +161,7 @@ async fn describe(registry: &SessionRegistry, store: &Arc<dyn JournalStore>, lea
 async fn children_of(store: &Arc<dyn JournalStore>, lead: Uuid) -> stead_persistence::SessionPage {
     store
         .list_sessions(&SessionQuery {
+            scope: stead_persistence::Scope::Installation,
             parent: Some(lead),
             limit: 500,
             ..Default::default()

@@ -77,6 +77,7 @@ fn owner(principal: &stead_http::Principal) -> String {
         stead_http::Principal::Local => "local".into(),
         stead_http::Principal::ApiKey(fingerprint) => format!("key:{fingerprint}"),
         stead_http::Principal::Session(id) => format!("session:{id}"),
+        stead_http::Principal::ProjectKey(key) => format!("project_key:{}", key.id),
     }
 }
 
@@ -95,8 +96,17 @@ async fn guard(
     use axum::response::IntoResponse;
     use stead_http::error_code::ErrorCode;
     use stead_http::ApiError;
-    let principal = match stead_http::auth::presented(request.headers(), request.uri())
-        .and_then(|credential| state.auth.authenticate(credential.as_deref()))
+    let credential = match stead_http::auth::presented(request.headers(), request.uri()) {
+        Ok(credential) => credential,
+        Err(error) => return error.into_response(),
+    };
+    let principal = match stead_http::auth::authenticate_presented(
+        &state,
+        credential.as_deref(),
+        request.method(),
+        request.uri().path(),
+    )
+    .await
     {
         Ok(principal) => principal,
         Err(error) => return error.into_response(),

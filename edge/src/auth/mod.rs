@@ -5,22 +5,29 @@
 //! own HMAC domain and accepted on the upgrade only). With no API keys configured the server is
 //! loopback-only (the configuration refuses anything else) and a request without credentials is
 //! allowed from loopback hosts and origins; credentials that are presented are always checked.
-//! Comparisons are constant-time; keys and tokens are never logged.
+//! A project's virtual keys (`stk_…`, made over the API: [`keys`]) make callers scoped to their
+//! project, limited by their role. Comparisons are constant-time; keys and tokens are never
+//! logged.
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
-use stead_model::Decider;
 use subtle::ConstantTimeEq;
 use uuid::Uuid;
 
 use crate::{ApiError, AppState, ErrorCode};
 use host::{host_name, is_loopback_name};
 
+pub mod budgets;
 mod host;
+pub mod keys;
+mod principal;
 #[cfg(test)]
 mod tests;
+
+pub use keys::{ProjectKey, VirtualKeys};
+pub use principal::Principal;
 
 /// API keys (as SHA-256 digests) and the secret that signs session tokens.
 pub struct Auth {
@@ -32,108 +39,6 @@ pub struct Auth {
     allowed_hosts: Vec<String>,
     /// `server.cors_origins`: origins whose pages may call the API (lowercase, no trailing `/`).
     cors_origins: Vec<String>,
-}
-
-/// The caller of a request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Principal {
-    /// No credentials, and none are required (loopback without API keys).
-    Local,
-    /// An API key, named by the first 8 hex digits of its digest.
-    ApiKey(String),
-    /// A session token: this session only.
-    Session(Uuid),
-}
-
-impl Principal {
-    /// May use endpoints that span sessions (create, list, approvals inbox, agents).
-    pub fn is_operator(&self) -> bool {
-        !matches!(self, Principal::Session(_))
-    }
-
-    pub fn may_access(&self, session: Uuid) -> bool {
-        match self {
-            Principal::Session(id) => *id == session,
-            _ => true,
-        }
-    }
-
-    /// The name the model router's per-key limits and budgets know this caller by: the key's
-    /// fingerprint, or `local`. A session token has none (its session's calls are charged to
-    /// whoever created the session).
-    pub fn limits_key(&self) -> Option<String> {
-        match self {
-            Principal::Local => Some(stead_actors::LOCAL_PRINCIPAL.into()),
-            Principal::ApiKey(name) => Some(name.clone()),
-            Principal::Session(_) => None,
-        }
-    }
-
-    /// Who decided, as journaled in `approval_decided`.
-    pub fn name(&self) -> Decider {
-        match self {
-            Principal::Local => Decider::Local,
-            Principal::ApiKey(fingerprint) => Decider::ApiKey(fingerprint.clone()),
-            Principal::Session(id) => Decider::SessionToken(*id),
-        }
-    }
-
-    pub fn require_operator(&self) -> Result<(), ApiError> {
-        if self.is_operator() {
-            Ok(())
-        } else {
-            Err(ApiError::new(
-                ErrorCode::Forbidden,
-                "a session token only grants access to its own session",
-            ))
-        }
-    }
-
-    pub fn require_session(&self, session: Uuid) -> Result<(), ApiError> {
-        if self.may_access(session) {
-            Ok(())
-        } else {
-            Err(ApiError::new(
-                ErrorCode::Forbidden,
-                "this session token belongs to another session",
-            ))
-        }
-    }
-}
-
-/// How many parent links a session token's reach follows (more than any sensible
-/// `sessions.max_delegation_depth`).
-const MAX_REACH: usize = 16;
-
-impl Principal {
-    /// Like [`Principal::require_session`], and a session token also reaches the descendants
-    /// of its session: the child sessions its `agent` calls started, their children, and so on
-    /// (reading them and deciding their approvals; docs/security.md). A session that does not
-    /// exist is not found for operators and forbidden for a token.
-    pub async fn require_session_tree(
-        &self,
-        store: &dyn stead_persistence::JournalStore,
-        session: Uuid,
-    ) -> Result<(), ApiError> {
-        let Principal::Session(own) = self else {
-            return Ok(());
-        };
-        let mut at = session;
-        for _ in 0..=MAX_REACH {
-            if at == *own {
-                return Ok(());
-            }
-            match store.get_session(at).await {
-                Ok(row) => match row.parent {
-                    Some(parent) => at = parent.session_id,
-                    None => break,
-                },
-                Err(stead_persistence::Error::SessionNotFound(_)) => break,
-                Err(error) => return Err(error.into()),
-            }
-        }
-        self.require_session(session)
-    }
 }
 
 impl Auth {
@@ -469,6 +374,27 @@ pub fn presented(
     Ok(header.or(query))
 }
 
+/// Who `credential` (what a request [`presented`]) makes the caller of `method` on `path`: a
+/// project's key (`stk_…`, whose role must allow the endpoint), or what [`Auth::authenticate`]
+/// says of anything else. A session token's generation is the extractor's to check.
+pub async fn authenticate_presented(
+    state: &AppState,
+    credential: Option<&str>,
+    method: &axum::http::Method,
+    path: &str,
+) -> Result<Principal, ApiError> {
+    match credential {
+        Some(secret) if secret.starts_with(keys::SECRET_PREFIX) => {
+            let principal = state.keys.authenticate(secret).await?;
+            if let Principal::ProjectKey(key) = &principal {
+                key.require_role(method, path)?;
+            }
+            Ok(principal)
+        }
+        _ => state.auth.authenticate(credential),
+    }
+}
+
 /// The authenticated caller, from the credential the request [`presented`].
 pub struct Caller(pub Principal);
 
@@ -480,7 +406,13 @@ impl FromRequestParts<AppState> for Caller {
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
         let credential = presented(&parts.headers, &parts.uri)?;
-        let principal = state.auth.authenticate(credential.as_deref())?;
+        let principal = authenticate_presented(
+            state,
+            credential.as_deref(),
+            &parts.method,
+            parts.uri.path(),
+        )
+        .await?;
         if let (Principal::Session(id), Some(claim)) = (
             &principal,
             credential

@@ -272,7 +272,7 @@ async fn answer(
     let parsed = openai_body(&body)
         .and_then(|b| completions::parse_request(&b))
         .map_err(|e| ApiError::new(ErrorCode::MalformedRequest, e.to_string()))?;
-    let mut options = options(&caller, &headers)?;
+    let mut options = options(&caller, &headers, &parsed.request.route)?;
     let id = *options.request_id.get_or_insert_with(Uuid::now_v7);
     let message_id = format!("msg_{}", id.simple());
     let model = parsed.request.route.clone();

@@ -86,7 +86,7 @@ pub async fn embeddings(
                 .ok_or_else(|| malformed("`dimensions` must be a positive integer"))?,
         ),
     };
-    let options = options(&caller, &headers)?;
+    let options = options(&caller, &headers, route)?;
     let request = EmbedRequest {
         route: route.to_string(),
         inputs: texts,

@@ -103,7 +103,7 @@ pub async fn logs(
     Caller(caller): Caller,
     ApiQuery(params): ApiQuery<HashMap<String, String>>,
 ) -> Result<Json<LogPage>, ApiError> {
-    caller.require_operator()?;
+    caller.require_installation()?;
     let query = log_query(&params)?;
     let page = state
         .store
@@ -124,7 +124,7 @@ pub async fn stats(
     Caller(caller): Caller,
     ApiQuery(params): ApiQuery<HashMap<String, String>>,
 ) -> Result<Json<LogStats>, ApiError> {
-    caller.require_operator()?;
+    caller.require_installation()?;
     let group_by = params.get("group_by").map_or("route", String::as_str);
     let grouping: StatsGroupBy = group_by.parse().map_err(query_error)?;
     let query = log_query(&params)?;

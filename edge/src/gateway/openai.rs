@@ -30,7 +30,7 @@ pub async fn chat_completions(
         include_usage,
     } = completions::parse_request(&body)
         .map_err(|e| ApiError::new(ErrorCode::MalformedRequest, e.to_string()))?;
-    let mut options = options(&caller, &headers)?;
+    let mut options = options(&caller, &headers, &request.route)?;
     let id = *options.request_id.get_or_insert_with(Uuid::now_v7);
     let created = chrono::Utc::now().timestamp();
     let route = request.route.clone();

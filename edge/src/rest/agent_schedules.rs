@@ -45,6 +45,7 @@ async fn rows(
     let rows = state
         .store
         .list_schedules(&ScheduleQuery {
+            scope: stead_persistence::Scope::Installation,
             agent: Some(agent.to_string()),
             limit: stead_persistence::MAX_PAGE,
             ..Default::default()
@@ -66,7 +67,7 @@ pub async fn create_agent_schedule(
     ApiPath(agent): ApiPath<String>,
     ApiJson(body): ApiJson<PostSchedule>,
 ) -> Result<Response, ApiError> {
-    caller.require_operator()?;
+    caller.require_installation()?;
     let found = known_agent(&state, &agent)?;
     let (key, def, replace) = body.into_parts()?;
     let held = rows(&state, &agent).await?;
@@ -109,7 +110,7 @@ pub async fn list_agent_schedules(
     Caller(caller): Caller,
     ApiPath(agent): ApiPath<String>,
 ) -> Result<Json<AgentScheduleList>, ApiError> {
-    caller.require_operator()?;
+    caller.require_installation()?;
     known_agent(&state, &agent)?;
     let schedules = rows(&state, &agent)
         .await?
@@ -125,7 +126,7 @@ pub async fn cancel_agent_schedule(
     Caller(caller): Caller,
     ApiPath((agent, key)): ApiPath<(String, String)>,
 ) -> Result<Json<AgentScheduleCancelled>, ApiError> {
-    caller.require_operator()?;
+    caller.require_installation()?;
     known_agent(&state, &agent)?;
     let owner = ScheduleOwner::Agent(agent.clone());
     if !state.store.delete_schedule(&owner, &key).await? {

@@ -85,6 +85,7 @@ pub async fn models(
     let data = state
         .routes
         .iter()
+        .filter(|route| caller.may_use_route(route))
         .map(|route| ModelEntry {
             id: route.clone(),
             object: "model".into(),

@@ -87,7 +87,7 @@ pub async fn cancel(
     Caller(caller): Caller,
     ApiPath(id): ApiPath<Uuid>,
 ) -> Result<Json<Committed>, ApiError> {
-    caller.require_session(id)?;
+    caller.require_session(state.store.as_ref(), id).await?;
     let reason = format!("cancelled by {}", caller.name());
     commit(&state, id, Input::Cancel { reason }).await
 }
@@ -125,6 +125,7 @@ pub async fn pending_approvals(
         let page = state
             .store
             .list_sessions(&SessionQuery {
+                scope: caller.scope(),
                 agent: None,
                 parent: None,
                 eval_run: None,

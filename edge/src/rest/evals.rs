@@ -102,7 +102,7 @@ pub async fn create_dataset(
     Caller(caller): Caller,
     ApiJson(body): ApiJson<NewDataset>,
 ) -> Result<(StatusCode, Json<DatasetView>), ApiError> {
-    caller.require_operator()?;
+    caller.require_installation()?;
     runner(&state)?;
     valid_name(&body.name)?;
     let row = state
@@ -118,7 +118,7 @@ pub async fn list_datasets(
     State(state): State<AppState>,
     Caller(caller): Caller,
 ) -> Result<Json<DatasetList>, ApiError> {
-    caller.require_operator()?;
+    caller.require_installation()?;
     runner(&state)?;
     let rows = state.store.list_datasets().await?;
     Ok(Json(DatasetList {
@@ -132,7 +132,7 @@ pub async fn get_dataset(
     Caller(caller): Caller,
     ApiPath(name): ApiPath<String>,
 ) -> Result<Json<DatasetCases>, ApiError> {
-    caller.require_operator()?;
+    caller.require_installation()?;
     runner(&state)?;
     let row = state
         .store
@@ -230,6 +230,12 @@ pub struct CaseAdded {
     pub dataset: DatasetView,
 }
 
+/// A case's body naming a session or a rating that does not exist: 422, since the dataset the
+/// path names does exist (a 404 would say it does not).
+fn unknown_reference(what: &str, id: Uuid) -> ApiError {
+    ApiError::new(ErrorCode::InvalidRequest, format!("no {what} {id}"))
+}
+
 #[utoipa::path(post, path = "/v1/datasets/{name}/cases", params(("name" = String, Path, description = "Dataset name")), request_body = NewCase, responses((status = 201, body = CaseAdded), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn add_case(
     State(state): State<AppState>,
@@ -237,7 +243,7 @@ pub async fn add_case(
     ApiPath(name): ApiPath<String>,
     ApiJson(body): ApiJson<NewCase>,
 ) -> Result<(StatusCode, Json<CaseAdded>), ApiError> {
-    caller.require_operator()?;
+    caller.require_installation()?;
     runner(&state)?;
     state
         .store
@@ -251,7 +257,12 @@ pub async fn add_case(
                 .store
                 .get_feedback(feedback)
                 .await
-                .map_err(|e| store_error(e, ErrorCode::FeedbackNotFound))?;
+                .map_err(|e| match e {
+                    stead_persistence::Error::NotFound(_) => {
+                        unknown_reference("feedback", feedback)
+                    }
+                    other => other.into(),
+                })?;
             (row.session_id, Some(row))
         }
         _ => {
@@ -261,7 +272,16 @@ pub async fn add_case(
             ))
         }
     };
-    let session = state.store.get_session(session_id).await?;
+    let session = state
+        .store
+        .get_session(session_id)
+        .await
+        .map_err(|e| match e {
+            stead_persistence::Error::SessionNotFound(_) => {
+                unknown_reference("session", session_id)
+            }
+            other => other.into(),
+        })?;
     let events = stead_actors::replay::read_all(state.store.as_ref(), session.id, 0).await?;
     let (at_seq, expect) = match &feedback {
         Some(row) => {
@@ -323,7 +343,7 @@ pub async fn start_run(
     Caller(caller): Caller,
     ApiJson(body): ApiJson<NewRun>,
 ) -> Result<(StatusCode, Json<RunStarted>), ApiError> {
-    caller.require_operator()?;
+    caller.require_installation()?;
     let runner = runner(&state)?.clone();
     for route in [&body.route, &body.judge_route].into_iter().flatten() {
         if !state.routes.contains(route) {
@@ -431,7 +451,7 @@ pub async fn list_runs(
     Caller(caller): Caller,
     ApiQuery(query): ApiQuery<RunQuery>,
 ) -> Result<Json<RunList>, ApiError> {
-    caller.require_operator()?;
+    caller.require_installation()?;
     runner(&state)?;
     let rows = state
         .store
@@ -464,7 +484,7 @@ pub async fn get_run(
     Caller(caller): Caller,
     ApiPath(id): ApiPath<Uuid>,
 ) -> Result<Json<RunView>, ApiError> {
-    caller.require_operator()?;
+    caller.require_installation()?;
     runner(&state)?;
     let (row, cases) = results(&state, id).await?;
     Ok(Json(RunView::of(row, Some(cases))))
@@ -476,7 +496,7 @@ pub async fn compare_runs(
     Caller(caller): Caller,
     ApiPath((a, b)): ApiPath<(Uuid, Uuid)>,
 ) -> Result<Json<Comparison>, ApiError> {
-    caller.require_operator()?;
+    caller.require_installation()?;
     runner(&state)?;
     let (_, first) = results(&state, a).await?;
     let (_, second) = results(&state, b).await?;

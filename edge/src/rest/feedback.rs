@@ -100,7 +100,7 @@ pub async fn add_feedback(
     ApiPath(id): ApiPath<Uuid>,
     ApiJson(body): ApiJson<NewFeedback>,
 ) -> Result<(StatusCode, Json<FeedbackView>), ApiError> {
-    caller.require_session(id)?;
+    caller.require_session(state.store.as_ref(), id).await?;
     state.store.get_session(id).await?;
     if body.note.chars().count() > MAX_NOTE {
         return Err(ApiError::new(
@@ -155,11 +155,11 @@ pub async fn session_feedback(
     Caller(caller): Caller,
     ApiPath(id): ApiPath<Uuid>,
 ) -> Result<Json<FeedbackList>, ApiError> {
-    caller.require_session(id)?;
+    caller.require_session(state.store.as_ref(), id).await?;
     state.store.get_session(id).await?;
     let rows = state
         .store
-        .list_feedback(Some(id), None, stead_persistence::MAX_PAGE)
+        .list_feedback(caller.scope(), Some(id), None, stead_persistence::MAX_PAGE)
         .await?;
     Ok(Json(FeedbackList {
         feedback: rows.into_iter().map(Into::into).collect(),
@@ -186,7 +186,7 @@ pub async fn list_feedback(
     let limit = super::page_limit(query.limit, 100, stead_persistence::MAX_PAGE)?;
     let rows = state
         .store
-        .list_feedback(None, query.rating.map(Into::into), limit)
+        .list_feedback(caller.scope(), None, query.rating.map(Into::into), limit)
         .await?;
     Ok(Json(FeedbackList {
         feedback: rows.into_iter().map(Into::into).collect(),

@@ -48,7 +48,7 @@ pub async fn get_memory(
     Caller(caller): Caller,
     ApiPath(id): ApiPath<Uuid>,
 ) -> Result<Json<MemoryView>, ApiError> {
-    caller.require_session(id)?;
+    caller.require_session(state.store.as_ref(), id).await?;
     let row = state.store.get_session(id).await?;
     let folded = state.sessions.state(id).await?;
     Ok(Json(MemoryView {
@@ -66,6 +66,7 @@ pub async fn set_memory(
     ApiJson(body): ApiJson<SetMemory>,
 ) -> Result<Json<Committed>, ApiError> {
     caller.require_operator()?;
+    caller.require_session(state.store.as_ref(), id).await?;
     let row = state.store.get_session(id).await?;
     let max = limit(&state, &row.agent);
     let chars = body.text.chars().count();

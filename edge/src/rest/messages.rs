@@ -69,7 +69,7 @@ pub async fn post_message(
     ApiQuery(query): ApiQuery<WaitQuery>,
     ApiJson(body): ApiJson<PostMessage>,
 ) -> Result<Response, ApiError> {
-    caller.require_session(id)?;
+    caller.require_session(state.store.as_ref(), id).await?;
     check_message(&body.text, body.client_id.as_deref())?;
     // Attach before sending, so the wait sees every frame the message causes. A session
     // holds at most `max_websockets_per_session` waits at once (each is a subscriber of its

@@ -35,6 +35,7 @@ pub mod evals;
 mod feedback;
 mod memory;
 mod messages;
+pub mod projects;
 mod replay;
 mod schedules;
 mod sessions;
@@ -89,6 +90,8 @@ async fn children_page(
     Ok(state
         .store
         .list_sessions(&SessionQuery {
+            // Children are in their parent's project, which the caller was checked for.
+            scope: stead_persistence::Scope::Installation,
             agent: None,
             parent: Some(id),
             eval_run: None,

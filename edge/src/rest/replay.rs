@@ -114,7 +114,7 @@ pub async fn fork(
     ApiPath(id): ApiPath<Uuid>,
     ApiJson(body): ApiJson<Fork>,
 ) -> Result<Response, ApiError> {
-    caller.require_session(id)?;
+    caller.require_session(state.store.as_ref(), id).await?;
     caller.require_operator()?; // a fork is a new session: a session token cannot mint one
     let source = state.store.get_session(id).await?;
     check_seq(body.at, source.last_seq)?;

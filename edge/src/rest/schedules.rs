@@ -116,7 +116,7 @@ pub async fn create_schedule(
     ApiPath(id): ApiPath<Uuid>,
     ApiJson(body): ApiJson<PostSchedule>,
 ) -> Result<Response, ApiError> {
-    caller.require_session(id)?;
+    caller.require_session(state.store.as_ref(), id).await?;
     let (key, def, replace) = body.into_parts()?;
     let input = Input::CreateSchedule {
         key: key.clone(),
@@ -146,7 +146,7 @@ pub async fn list_schedules(
     Caller(caller): Caller,
     ApiPath(id): ApiPath<Uuid>,
 ) -> Result<Json<ScheduleList>, ApiError> {
-    caller.require_session(id)?;
+    caller.require_session(state.store.as_ref(), id).await?;
     let folded = state.sessions.state(id).await?;
     Ok(Json(ScheduleList {
         schedules: schedules_view(&folded),
@@ -159,7 +159,7 @@ pub async fn cancel_schedule(
     Caller(caller): Caller,
     ApiPath((id, key)): ApiPath<(Uuid, String)>,
 ) -> Result<Json<Committed>, ApiError> {
-    caller.require_session(id)?;
+    caller.require_session(state.store.as_ref(), id).await?;
     let reason = if caller.is_operator() {
         "cancelled by an operator"
     } else {
@@ -195,6 +195,7 @@ pub async fn due_schedules(
     let rows = state
         .store
         .list_schedules(&ScheduleQuery {
+            scope: caller.scope(),
             due_before: query.due_before,
             session_id: query.session_id,
             agent: None,

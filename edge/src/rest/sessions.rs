@@ -42,6 +42,7 @@ pub async fn create_session(
     let row = state
         .store
         .create_session(NewSession {
+            project_id: caller.project(),
             id: None,
             agent: body.agent.clone(),
             metadata,
@@ -124,6 +125,7 @@ pub async fn list_sessions(
     let page = state
         .store
         .list_sessions(&SessionQuery {
+            scope: caller.scope(),
             agent: query.agent,
             parent: query.parent,
             eval_run: None,
@@ -173,6 +175,7 @@ async fn purge(
     id: Uuid,
 ) -> Result<Json<Closed>, ApiError> {
     caller.require_operator()?;
+    caller.require_session(state.store.as_ref(), id).await?;
     state.store.get_session(id).await?;
     // Retired: its actor stops and no open WebSocket or request can activate it again.
     state.sessions.retire(id).await;
@@ -205,7 +208,7 @@ pub async fn ticket(
     Caller(caller): Caller,
     ApiPath(id): ApiPath<Uuid>,
 ) -> Result<Json<Ticket>, ApiError> {
-    caller.require_session(id)?;
+    caller.require_session(state.store.as_ref(), id).await?;
     let row = state.store.get_session(id).await?;
     let (ticket, expires_at) = state.auth.ticket(id, row.token_generation, TICKET_TTL);
     Ok(Json(Ticket {
@@ -223,7 +226,7 @@ pub async fn rotate_token(
     Caller(caller): Caller,
     ApiPath(id): ApiPath<Uuid>,
 ) -> Result<Json<TokenIssued>, ApiError> {
-    caller.require_session(id)?;
+    caller.require_session(state.store.as_ref(), id).await?;
     let row = state.store.rotate_token(id).await?;
     let (token, token_expires_at) = state.auth.session_token(id, row.token_generation);
     tracing::info!(session = %id, generation = row.token_generation, by = %caller.name(), "session token rotated");
@@ -241,7 +244,7 @@ pub async fn close_session(
     ApiPath(id): ApiPath<Uuid>,
     ApiQuery(query): ApiQuery<CloseQuery>,
 ) -> Result<Json<Closed>, ApiError> {
-    caller.require_session(id)?;
+    caller.require_session(state.store.as_ref(), id).await?;
     if query.purge == Some(true) {
         return purge(&state, &caller, id).await;
     }

@@ -79,13 +79,23 @@ impl Connection {
         }
     }
 
-    /// Why the session-scoped credential this connection was opened with no longer holds: the
-    /// token was rotated (a new generation) or it expired.
+    /// Why the credential this connection was opened with no longer holds: a session token
+    /// was rotated (a new generation) or expired; a project's key was revoked or expired.
     fn credential_revoked(&self) -> impl std::future::Future<Output = Option<&'static str>> + Send {
         let credential = self.credential;
         let store = self.state.store.clone();
+        let keys = self.state.keys.clone();
+        let key = match &self.caller {
+            Principal::ProjectKey(key) => Some(key.clone()),
+            _ => None,
+        };
         let id = self.id;
-        async move { revoked(store, id, credential?).await }
+        async move {
+            if let Some(key) = key {
+                return keys.no_longer_valid(&key).await;
+            }
+            revoked(store, id, credential?).await
+        }
     }
 }
 

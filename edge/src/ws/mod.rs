@@ -100,7 +100,7 @@ pub async fn upgrade(
             caller
         }
     };
-    caller.require_session(id)?;
+    caller.require_session(state.store.as_ref(), id).await?;
     state.store.get_session(id).await?;
     // Another node of the cluster holds the session: the socket is proxied to it
     // (docs/cluster.md); the owner checks the credentials again and counts the socket.

@@ -62,8 +62,8 @@ async fn a_recorded_session_becomes_a_case_and_a_run_grades_it() {
         (
             "/v1/datasets/suite/cases",
             json!({"session_id": "01a24800-0000-7000-8000-000000000000"}),
-            404,
-            "session_not_found",
+            422,
+            "invalid_request",
         ),
         (
             "/v1/datasets/suite/cases",
@@ -286,8 +286,8 @@ async fn a_rated_reply_becomes_a_case_expecting_its_correction() {
         (json!({"feedback_id": bare["id"]}), 422, "invalid_request"),
         (
             json!({"feedback_id": "01a24800-0000-7000-8000-000000000000"}),
-            404,
-            "feedback_not_found",
+            422,
+            "invalid_request",
         ),
         (
             json!({"feedback_id": down["id"], "session_id": id}),

@@ -441,6 +441,7 @@ async fn child_sessions_are_listed_by_their_parent() {
     let child = app
         .store
         .create_session(stead_persistence::NewSession {
+            project_id: stead_persistence::DEFAULT_PROJECT,
             parent: Some(stead_persistence::ParentLink {
                 session_id: parent_id,
                 call_id: "t1".into(),

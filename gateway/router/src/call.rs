@@ -10,12 +10,12 @@ use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::cache::{cache_key, Answer};
-use crate::limits::Reservation;
 use crate::log::{AttemptRecord, LogStatus, RequestLogEntry};
 use crate::metrics::Observation;
 use crate::provider::RouterRequest;
 use crate::route::Route;
 use crate::settle::{millis, prompt_bound, Abandonment, Ledger};
+use crate::spend::CallReservation;
 use crate::{
     completions, CacheMode, CacheStatus, CallOptions, Router, RouterError, RouterErrorCode,
     RouterResponse, BUDGET_MAX_TOKENS,
@@ -141,8 +141,8 @@ impl Router {
                         rate.consume("", tokens);
                     }
                 }
-                if let (Some(budgets), Some(reservation)) = (&self.budgets, ledger.settle()) {
-                    budgets.settle(reservation, cost);
+                if let Some(reservation) = ledger.settle() {
+                    self.settle_budgets(reservation, cost);
                 }
                 Ok(RouterResponse {
                     id,
@@ -161,8 +161,8 @@ impl Router {
                 })
             }
             Err((error, exec)) => {
-                if let (Some(budgets), Some(reservation)) = (&self.budgets, ledger.settle()) {
-                    budgets.settle(reservation, 0.0);
+                if let Some(reservation) = ledger.settle() {
+                    self.settle_budgets(reservation, 0.0);
                 }
                 Err(RouterError {
                     attempts: if exec.ran {
@@ -178,7 +178,7 @@ impl Router {
 }
 
 impl Router {
-    /// Reserves the most the call can cost against the key's budget (a call without
+    /// Reserves the most the call can cost against the key's budgets (a call without
     /// `max_tokens` on a route whose targets set none is bounded to `BUDGET_MAX_TOKENS`).
     async fn reserve(
         &self,
@@ -186,10 +186,14 @@ impl Router {
         route: &Route,
         request: &mut RouterRequest,
         key: Option<&str>,
-    ) -> Result<Option<Reservation>, RouterError> {
-        let (Some(budgets), Some(key)) = (&self.budgets, key) else {
+    ) -> Result<Option<CallReservation>, RouterError> {
+        let Some(key) = key else {
             return Ok(None);
         };
+        let limits = self.directory_budgets(id, key).await?;
+        if !self.budgeted(&limits) {
+            return Ok(None);
+        }
         if request.params.max_tokens.is_none()
             && route.targets.iter().any(|t| t.config.max_tokens.is_none())
         {
@@ -205,18 +209,9 @@ impl Router {
             .max()
             .unwrap_or(BUDGET_MAX_TOKENS) as f64;
         let amount = (most.input * prompt + most.output * completion) / 1e6;
-        budgets
-            .reserve(key, amount)
+        self.reserve_budgets(id, key, amount, limits)
             .await
             .map(Some)
-            .map_err(|refused| RouterError {
-                id,
-                code: refused.code,
-                message: refused.message,
-                unquoted: None,
-                retry_after: Some(refused.retry_after),
-                attempts: Vec::new(),
-            })
     }
 
     /// Runs the route's targets once for this call: on a cache miss, identical calls at the

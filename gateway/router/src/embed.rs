@@ -14,7 +14,7 @@ use crate::log::{AttemptRecord, LogStatus, RequestLogEntry};
 use crate::metrics::Observation;
 use crate::provider::{FailureKind, Provider, ProviderError};
 use crate::route::{Route, Target};
-use crate::{CacheMode, CacheStatus, CallOptions, Router, RouterError, RouterErrorCode};
+use crate::{CacheMode, CacheStatus, CallOptions, Router, RouterError};
 
 /// Texts to embed through a route.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -54,14 +54,13 @@ pub struct EmbedResponse {
 /// went away) is charged the most it could have cost, since the provider may have billed.
 struct Held<'a> {
     router: &'a Router,
-    reservation: Option<crate::limits::Reservation>,
+    reservation: Option<crate::spend::CallReservation>,
 }
 
 impl Held<'_> {
     fn settle(&mut self, cost: f64) {
-        if let (Some(budgets), Some(reservation)) = (&self.router.budgets, self.reservation.take())
-        {
-            budgets.settle(reservation, cost);
+        if let Some(reservation) = self.reservation.take() {
+            self.router.settle_budgets(reservation, cost);
         }
     }
 }
@@ -163,15 +162,6 @@ impl Router {
         options: &CallOptions,
         started: Instant,
     ) -> Result<EmbedResponse, RouterError> {
-        let refuse =
-            |code: RouterErrorCode, message: String, retry_after: Option<Duration>| RouterError {
-                id,
-                code,
-                message,
-                unquoted: None,
-                retry_after,
-                attempts: Vec::new(),
-            };
         // The route, then requests per minute: the key's, then the route's.
         let key = options.api_key.as_deref();
         let route = self.admit(id, &request.route, key)?;
@@ -206,12 +196,13 @@ impl Router {
             router: self,
             reservation: None,
         };
-        if let (Some(budgets), Some(key)) = (&self.budgets, key) {
-            let bound: usize = request.inputs.iter().map(|t| t.len() + 2).sum();
-            let amount = route.most_expensive().input * bound as f64 / 1e6;
-            held.reservation = Some(budgets.reserve(key, amount).await.map_err(|refused| {
-                refuse(refused.code, refused.message, Some(refused.retry_after))
-            })?);
+        if let Some(key) = key {
+            let limits = self.directory_budgets(id, key).await?;
+            if self.budgeted(&limits) {
+                let bound: usize = request.inputs.iter().map(|t| t.len() + 2).sum();
+                let amount = route.most_expensive().input * bound as f64 / 1e6;
+                held.reservation = Some(self.reserve_budgets(id, key, amount, limits).await?);
+            }
         }
         let mut attempts = Vec::new();
         let outcome = self.embed_targets(id, route, request, &mut attempts).await;

@@ -34,6 +34,7 @@ pub use stead_model::provider;
 pub mod providers;
 mod route;
 mod settle;
+mod spend;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -46,8 +47,10 @@ use self::breaker::Breaker;
 use self::cache::Answer;
 use self::config::{GatewayConfig, RouteConfig};
 pub use self::embed::{EmbedRequest, EmbedResponse};
+pub use self::limits::{
+    BudgetDirectory, BudgetLimit, LedgerError, SharedLedger, SharedReservation, NO_RESET,
+};
 use self::limits::{Budgets, RequestRate, TokenRate};
-pub use self::limits::{LedgerError, SharedLedger, SharedReservation};
 use self::log::{AttemptRecord, RequestLog, RequestLogSink};
 use self::metrics::RouterMetrics;
 pub use self::provider::{
@@ -221,6 +224,8 @@ pub struct Router {
     key_requests: Option<RequestRate>,
     key_tokens: Option<TokenRate>,
     budgets: Option<Budgets>,
+    /// Budgets beyond the installation's: a virtual key's and its project's.
+    directory: Option<spend::Directory>,
     log: Option<RequestLog>,
     metrics: RouterMetrics,
     /// Every available provider, by name (for their own figures on `/metrics`).
@@ -311,6 +316,7 @@ impl Router {
             budgets: limits
                 .budget_usd
                 .map(|budget| Budgets::new(budget, limits.budget_window())),
+            directory: None,
             log: match (sink, gateway.log.enabled) {
                 (Some(sink), true) => Some(RequestLog::start(sink, &gateway.log)),
                 _ => None,
@@ -332,6 +338,21 @@ impl Router {
     /// a cluster's nodes share — instead of this process.
     pub fn with_shared_budgets(mut self, ledger: Arc<dyn SharedLedger>) -> Self {
         self.budgets = self.budgets.map(|budgets| budgets.shared(ledger));
+        self
+    }
+
+    /// Budgets beyond the installation's: the ones `directory` names for a call's key (a
+    /// virtual key's own, its project's), kept in `ledger` — the database, so that they hold
+    /// across restarts and on every node (docs/tenancy.md).
+    pub fn with_budget_directory(
+        mut self,
+        directory: Arc<dyn BudgetDirectory>,
+        ledger: Arc<dyn SharedLedger>,
+    ) -> Self {
+        self.directory = Some(spend::Directory {
+            budgets: directory,
+            ledger,
+        });
         self
     }
 

@@ -112,6 +112,29 @@ struct Spending {
     reserved: f64,
 }
 
+/// A budget a call charged to a key must fit besides the installation's: a virtual key's own
+/// or its project's (docs/tenancy.md), kept in the shared ledger.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BudgetLimit {
+    /// The ledger's key (`budget:key:{id}`, `budget:project:{id}`).
+    pub key: String,
+    /// How a refusal names it (``key `ci` ``).
+    pub name: String,
+    pub usd: f64,
+    pub window: Duration,
+}
+
+/// The window of a budget that never starts again (one without a period).
+pub const NO_RESET: Duration = Duration::from_secs(100 * 365 * 86_400);
+
+/// Who says which budgets a key has beyond the installation's.
+#[async_trait::async_trait]
+pub trait BudgetDirectory: Send + Sync {
+    /// The budgets a call charged to `api_key` (the router's limits key) must fit; empty when
+    /// it has none.
+    async fn budgets(&self, api_key: &str) -> Result<Vec<BudgetLimit>, LedgerError>;
+}
+
 /// Why the shared budget ledger could not answer (its store's own error, kept as the source).
 #[derive(Debug, thiserror::Error)]
 #[error(transparent)]
@@ -164,13 +187,6 @@ pub struct Reservation {
     amount: f64,
     /// The reservation's id in the shared ledger.
     shared: Option<uuid::Uuid>,
-}
-
-impl Reservation {
-    /// The most the call may cost (what an abandoned call is charged).
-    pub fn amount(&self) -> f64 {
-        self.amount
-    }
 }
 
 impl Budgets {

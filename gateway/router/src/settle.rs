@@ -12,10 +12,10 @@ use uuid::Uuid;
 use chrono::{DateTime, Utc};
 
 use crate::config::LogBodies;
-use crate::limits::Reservation;
 use crate::log::{LogStatus, RequestLogEntry};
 use crate::metrics::Observation;
 use crate::provider::RouterRequest;
+use crate::spend::CallReservation;
 use crate::{CallOptions, Router, RouterError, RouterErrorCode};
 
 impl Router {
@@ -123,7 +123,7 @@ pub(crate) struct Ledger {
 #[derive(Default)]
 struct LedgerState {
     admitted: bool,
-    reservation: Option<Reservation>,
+    reservation: Option<CallReservation>,
     deltas: Option<UnboundedSender<String>>,
 }
 
@@ -140,14 +140,14 @@ impl Ledger {
         self.lock().deltas.take()
     }
 
-    pub(crate) fn admit(&self, reservation: Option<Reservation>) {
+    pub(crate) fn admit(&self, reservation: Option<CallReservation>) {
         let mut state = self.lock();
         state.admitted = true;
         state.reservation = reservation;
     }
 
     /// The reservation, for the call to settle with its real cost.
-    pub(crate) fn settle(&self) -> Option<Reservation> {
+    pub(crate) fn settle(&self) -> Option<CallReservation> {
         self.lock().reservation.take()
     }
 }
@@ -195,8 +195,8 @@ impl Drop for Abandonment<'_> {
         };
         let price = route.map(|r| r.most_expensive()).unwrap_or_default();
         let cost = (price.input * tokens_in as f64 + price.output * tokens_out as f64) / 1e6;
-        if let (Some(budgets), Some(reservation)) = (&router.budgets, reservation) {
-            budgets.settle(reservation, cost);
+        if let Some(reservation) = reservation {
+            router.settle_budgets(reservation, cost);
         }
         if admitted {
             let key = self.options.api_key.as_deref();

@@ -47,13 +47,25 @@ impl<D: Dialect> SqlStore<D> {
 
         // Reservations of nodes that died or started again: their calls may have billed in full.
         let mut orphaned = Sql::<D>::new("DELETE FROM budget_reservations WHERE key = ");
-        orphaned.bind(request.key.as_str()).push(
-            " AND NOT EXISTS (SELECT 1 FROM cluster_nodes n WHERE \
-             n.node_id = budget_reservations.node_id AND n.started_at <= \
-             budget_reservations.created_at AND n.heartbeat_at >= ",
-        );
-        self.push_ago(&mut orphaned, request.node_ttl);
-        orphaned.push(") RETURNING amount");
+        orphaned.bind(request.key.as_str());
+        match request.node_ttl {
+            Some(ttl) => {
+                orphaned.push(
+                    " AND NOT EXISTS (SELECT 1 FROM cluster_nodes n WHERE \
+                     n.node_id = budget_reservations.node_id AND n.started_at <= \
+                     budget_reservations.created_at AND n.heartbeat_at >= ",
+                );
+                self.push_ago(&mut orphaned, ttl);
+                orphaned.push(")");
+            }
+            // A node alone: its node id is new each run, so any other is an earlier run's.
+            None => {
+                orphaned
+                    .push(" AND node_id <> ")
+                    .bind(request.node_id.as_str());
+            }
+        }
+        orphaned.push(" RETURNING amount");
         let booked: f64 = orphaned
             .fetch_all(On::Tx(&mut tx))
             .await?

@@ -298,7 +298,7 @@ impl<D: Dialect> Evals for SqlStore<D> {
 
     async fn add_feedback(&self, row: &FeedbackRow) -> Result<()> {
         Sql::<D>::new(format!(
-            "INSERT INTO feedback ({FEEDBACK_COLUMNS}) VALUES ("
+            "INSERT INTO feedback ({FEEDBACK_COLUMNS}, project_id) VALUES ("
         ))
         .bind(row.id)
         .push(", ")
@@ -315,7 +315,12 @@ impl<D: Dialect> Evals for SqlStore<D> {
         .bind(row.created_by.as_str())
         .push(", ")
         .bind(row.created_at)
-        .push(")")
+        // A rating belongs to its session's project.
+        .push(", COALESCE((SELECT project_id FROM sessions WHERE id = ")
+        .bind(row.session_id)
+        .push("), ")
+        .bind(crate::DEFAULT_PROJECT)
+        .push("))")
         .execute(self.on_write())
         .await?;
         Ok(())
@@ -334,6 +339,7 @@ impl<D: Dialect> Evals for SqlStore<D> {
 
     async fn list_feedback(
         &self,
+        scope: crate::Scope,
         session: Option<Uuid>,
         rating: Option<Rating>,
         limit: u32,
@@ -341,6 +347,9 @@ impl<D: Dialect> Evals for SqlStore<D> {
         let mut sql = Sql::<D>::new(format!(
             "SELECT {FEEDBACK_COLUMNS} FROM feedback WHERE TRUE"
         ));
+        if let Some(project) = scope.project() {
+            sql.push(" AND project_id = ").bind(project);
+        }
         if let Some(session) = session {
             sql.push(" AND session_id = ").bind(session);
         }

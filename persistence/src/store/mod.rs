@@ -10,6 +10,7 @@ mod compaction;
 mod dialect;
 mod evals;
 mod knowledge;
+mod kv;
 mod leases;
 pub(crate) mod postgres;
 mod request_log;
@@ -35,9 +36,9 @@ use crate::request_log::{
 };
 use crate::types::{into_page, now_micros};
 use crate::{
-    Backend, Compaction, Error, Event, Journal, JournalStats, JournalStore, Kv, KvEntry, Lease,
-    Leases, MigrationReport, NewEvent, NewSession, RequestLog, Result, Session, SessionPage,
-    SessionQuery, SessionStatus, Sessions, Snapshot, Snapshots,
+    Backend, Compaction, Error, Event, Journal, JournalStats, JournalStore, Lease, Leases,
+    MigrationReport, NewEvent, NewSession, RequestLog, Result, Session, SessionPage, SessionQuery,
+    SessionStatus, Sessions, Snapshot, Snapshots,
 };
 
 /// Sessions, journal, snapshots, compactions, key–value storage and the request log on the
@@ -157,12 +158,13 @@ impl<D: Dialect> JournalStore for SqlStore<D> {
 #[async_trait]
 impl<D: Dialect> Sessions for SqlStore<D> {
     async fn create_session(&self, new: NewSession) -> Result<Session> {
-        let session = Session::new_idle(new);
+        let mut session = Session::new_idle(new);
         let now = session.created_at;
-        // A child session joins its parent's evaluation run, if any.
+        let parent = session.parent.as_ref().map(|p| p.session_id);
+        // A child session joins its parent's project and evaluation run, if any.
         Sql::<D>::new(
             "INSERT INTO sessions (id, agent, status, metadata, last_seq, created_at, \
-             updated_at, parent_session_id, parent_call_id, eval_run) VALUES (",
+             updated_at, parent_session_id, parent_call_id, eval_run, project_id) VALUES (",
         )
         .bind(session.id)
         .push(", ")
@@ -180,7 +182,11 @@ impl<D: Dialect> Sessions for SqlStore<D> {
         .push(", ")
         .bind(session.parent.as_ref().map(|p| p.call_id.to_string()))
         .push(", (SELECT eval_run FROM sessions WHERE id = ")
-        .bind(session.parent.as_ref().map(|p| p.session_id))
+        .bind(parent)
+        .push("), COALESCE((SELECT project_id FROM sessions WHERE id = ")
+        .bind(parent)
+        .push("), ")
+        .bind(session.project_id)
         .push("))")
         .execute(self.on_write())
         .await
@@ -190,6 +196,9 @@ impl<D: Dialect> Sessions for SqlStore<D> {
             }
             _ => Error::Database(e),
         })?;
+        if let Some(parent) = parent {
+            session.project_id = self.fetch_session(parent).await?.project_id;
+        }
         Ok(session)
     }
 
@@ -201,6 +210,9 @@ impl<D: Dialect> Sessions for SqlStore<D> {
         let limit = query.page_size();
         let cursor = query.decoded_cursor()?;
         let mut sql = Sql::<D>::new(format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE TRUE"));
+        if let Some(project) = query.scope.project() {
+            sql.push(" AND project_id = ").bind(project);
+        }
         if let Some(agent) = &query.agent {
             sql.push(" AND agent = ").bind(agent.as_str());
         }
@@ -511,67 +523,6 @@ impl<D: Dialect> crate::Budgets for SqlStore<D> {
 
     async fn settle_budget(&self, reservation: Uuid, cost: f64) -> Result<bool> {
         self.settle(reservation, cost).await
-    }
-}
-
-#[async_trait]
-impl<D: Dialect> Kv for SqlStore<D> {
-    async fn kv_get(&self, session_id: Uuid, key: &str) -> Result<Option<KvEntry>> {
-        let row = Sql::<D>::new("SELECT key, value, updated_at FROM kv WHERE session_id = ")
-            .bind(session_id)
-            .push(" AND key = ")
-            .bind(key)
-            .fetch_optional(self.on_read())
-            .await?;
-        self.found_or_none(session_id, row, rows::kv_entry).await
-    }
-
-    async fn kv_set(&self, session_id: Uuid, key: &str, value: Value) -> Result<KvEntry> {
-        self.require_session(session_id).await?;
-        if !D::JSON_HOLDS_NUL {
-            crate::prepare_payload("kv", &value, usize::MAX)?;
-        }
-        let now = now_micros();
-        Sql::<D>::new("INSERT INTO kv (session_id, key, value, updated_at) VALUES (")
-            .bind(session_id)
-            .push(", ")
-            .bind(key)
-            .push(", ")
-            .bind(&value)
-            .push(", ")
-            .bind(now)
-            .push(
-                ") ON CONFLICT (session_id, key) DO UPDATE SET value = excluded.value, \
-                 updated_at = excluded.updated_at",
-            )
-            .execute(self.on_write())
-            .await?;
-        Ok(KvEntry {
-            key: key.to_string(),
-            value,
-            updated_at: now,
-        })
-    }
-
-    async fn kv_delete(&self, session_id: Uuid, key: &str) -> Result<bool> {
-        self.require_session(session_id).await?;
-        let deleted = Sql::<D>::new("DELETE FROM kv WHERE session_id = ")
-            .bind(session_id)
-            .push(" AND key = ")
-            .bind(key)
-            .execute(self.on_write())
-            .await?;
-        Ok(deleted > 0)
-    }
-
-    async fn kv_list(&self, session_id: Uuid, prefix: &str) -> Result<Vec<KvEntry>> {
-        self.require_session(session_id).await?;
-        let mut sql = Sql::<D>::new("SELECT key, value, updated_at FROM kv WHERE session_id = ");
-        sql.bind(session_id).push(" AND ");
-        D::push_starts_with(&mut sql, "key", prefix);
-        sql.push(" ORDER BY key").push(D::BYTE_ORDER);
-        let rows = sql.fetch_all(self.on_read()).await?;
-        rows.iter().map(rows::kv_entry).collect()
     }
 }
 

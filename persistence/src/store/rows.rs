@@ -9,7 +9,7 @@ use crate::{Compaction, Error, Event, KvEntry, ParentLink, Result, Session, Snap
 /// The columns [`session`] reads.
 pub(crate) const SESSION_COLUMNS: &str =
     "id, agent, status, metadata, last_seq, created_at, updated_at, closed_at, token_generation, \
-     parent_session_id, parent_call_id";
+     parent_session_id, parent_call_id, project_id";
 
 /// The columns of a request-log row (in the order `request_log::log_values` binds them).
 pub(crate) const LOG_COLUMNS: &str = "id, at, session_id, api_key, route, provider, model, \
@@ -34,6 +34,7 @@ pub(crate) fn session(row: &impl Columns) -> Result<Session> {
             }),
             None => None,
         },
+        project_id: row.id("project_id")?,
     })
 }
 

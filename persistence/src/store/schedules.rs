@@ -91,6 +91,14 @@ impl<D: Dialect> Schedules for SqlStore<D> {
 
     async fn list_schedules(&self, query: &ScheduleQuery) -> Result<Vec<ScheduleRow>> {
         let mut sql = Sql::<D>::new(format!("SELECT {COLUMNS} FROM schedules WHERE TRUE"));
+        if let Some(project) = query.scope.project() {
+            // A session's schedules follow their session's project; an agent's carry their own.
+            sql.push(
+                " AND (CASE WHEN session_id IS NULL THEN project_id ELSE (SELECT project_id \
+                 FROM sessions WHERE sessions.id = schedules.session_id) END) = ",
+            )
+            .bind(project);
+        }
         if let Some(before) = query.due_before {
             sql.push(" AND next_due_at <= ").bind(before);
         }

@@ -160,6 +160,59 @@ impl<D: Dialect> Tenancy for SqlStore<D> {
         rows.iter().map(project).collect()
     }
 
+    async fn project_by_id(&self, id: Uuid) -> Result<ProjectRow> {
+        let row = Sql::<D>::new(format!(
+            "SELECT {PROJECT_COLUMNS} FROM projects WHERE id = "
+        ))
+        .bind(id)
+        .fetch_optional(self.on_read())
+        .await?
+        .ok_or_else(|| Error::NotFound(format!("no project {id}")))?;
+        project(&row)
+    }
+
+    async fn set_project_settings(&self, id: Uuid, settings: &Value) -> Result<ProjectRow> {
+        let updated = Sql::<D>::new("UPDATE projects SET settings = ")
+            .bind(settings)
+            .push(" WHERE id = ")
+            .bind(id)
+            .execute(self.on_write())
+            .await?;
+        if updated == 0 {
+            return Err(Error::NotFound(format!("no project {id}")));
+        }
+        self.project_by_id(id).await
+    }
+
+    async fn key_by_id(&self, id: Uuid) -> Result<Option<KeyRow>> {
+        let row = Sql::<D>::new(format!("SELECT {KEY_COLUMNS} FROM api_keys WHERE id = "))
+            .bind(id)
+            .fetch_optional(self.on_read())
+            .await?;
+        row.as_ref().map(key).transpose()
+    }
+
+    async fn set_key_budget(
+        &self,
+        project: Uuid,
+        id: Uuid,
+        budget_usd: Option<f64>,
+        budget_period_secs: Option<i64>,
+    ) -> Result<bool> {
+        let updated = Sql::<D>::new("UPDATE api_keys SET budget_usd = ")
+            .bind(budget_usd)
+            .push(", budget_period_secs = ")
+            .bind(budget_period_secs)
+            .push(" WHERE id = ")
+            .bind(id)
+            .push(" AND project_id = ")
+            .bind(project)
+            .push(" AND revoked_at IS NULL")
+            .execute(self.on_write())
+            .await?;
+        Ok(updated > 0)
+    }
+
     async fn create_key(&self, key: &KeyRow) -> Result<()> {
         self.insert_key(key, self.on_write()).await
     }

@@ -119,6 +119,7 @@ async fn datasets_runs_and_results_round_trip(backend: Backend) {
     // A sub-agent's child session of an evaluation's session belongs to the run too; a user
     // session's child does not.
     let child_of = |parent: Uuid| NewSession {
+        project_id: stead_persistence::DEFAULT_PROJECT,
         parent: Some(stead_persistence::ParentLink {
             session_id: parent,
             call_id: "t1".into(),
@@ -137,6 +138,7 @@ async fn datasets_runs_and_results_round_trip(backend: Backend) {
     want.sort();
     assert_eq!(listed(all), want);
     let of_run = SessionQuery {
+        scope: stead_persistence::Scope::Installation,
         eval_run: Some(run.id),
         ..Default::default()
     };
@@ -189,23 +191,42 @@ async fn feedback_is_listed_by_session_and_rating_and_purged_with_its_session(ba
     ));
     let ids = |rows: Vec<FeedbackRow>| rows.into_iter().map(|r| r.id).collect::<Vec<_>>();
     assert_eq!(
-        ids(store.list_feedback(Some(session), None, 10).await.unwrap()),
+        ids(store
+            .list_feedback(
+                stead_persistence::Scope::Installation,
+                Some(session),
+                None,
+                10
+            )
+            .await
+            .unwrap()),
         [up.id, down.id]
     );
     assert_eq!(
         ids(store
-            .list_feedback(None, Some(Rating::Down), 10)
+            .list_feedback(
+                stead_persistence::Scope::Installation,
+                None,
+                Some(Rating::Down),
+                10
+            )
             .await
             .unwrap()),
         [elsewhere.id, down.id]
     );
     assert_eq!(
-        ids(store.list_feedback(None, None, 1).await.unwrap()),
+        ids(store
+            .list_feedback(stead_persistence::Scope::Installation, None, None, 1)
+            .await
+            .unwrap()),
         [elsewhere.id]
     );
     store.purge_session(session).await.unwrap();
     assert_eq!(
-        ids(store.list_feedback(None, None, 10).await.unwrap()),
+        ids(store
+            .list_feedback(stead_persistence::Scope::Installation, None, None, 10)
+            .await
+            .unwrap()),
         [elsewhere.id]
     );
 }

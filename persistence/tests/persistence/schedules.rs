@@ -70,6 +70,7 @@ async fn the_due_index_orders_filters_and_replaces(backend: Backend) {
     let of_s1 = t
         .store
         .list_schedules(&ScheduleQuery {
+            scope: stead_persistence::Scope::Installation,
             session_id: Some(s1),
             limit: 100,
             ..Default::default()
@@ -81,6 +82,7 @@ async fn the_due_index_orders_filters_and_replaces(backend: Backend) {
     let agents = t
         .store
         .list_schedules(&ScheduleQuery {
+            scope: stead_persistence::Scope::Installation,
             agent: Some("a".into()),
             limit: 100,
             ..Default::default()
@@ -92,6 +94,7 @@ async fn the_due_index_orders_filters_and_replaces(backend: Backend) {
     let due_by_35 = t
         .store
         .list_schedules(&ScheduleQuery {
+            scope: stead_persistence::Scope::Installation,
             due_before: Some(at(35)),
             limit: 100,
             ..Default::default()
@@ -116,6 +119,7 @@ async fn the_due_index_orders_filters_and_replaces(backend: Backend) {
     let left = t
         .store
         .list_schedules(&ScheduleQuery {
+            scope: stead_persistence::Scope::Installation,
             limit: 100,
             ..Default::default()
         })

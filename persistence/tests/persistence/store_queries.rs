@@ -180,6 +180,7 @@ async fn sessions_page_with_filters_and_cursor(backend: Backend) {
         let session = t
             .store
             .create_session(NewSession {
+                project_id: stead_persistence::DEFAULT_PROJECT,
                 id: Some(Uuid::from_u128(u128::from(100 - i))),
                 agent: if i % 2 == 0 { "even" } else { "odd" }.into(),
                 metadata: json!({ "i": i }),
@@ -193,6 +194,7 @@ async fn sessions_page_with_filters_and_cursor(backend: Backend) {
     let duplicate = t
         .store
         .create_session(NewSession {
+            project_id: stead_persistence::DEFAULT_PROJECT,
             id: Some(made[0].id),
             agent: "x".into(),
             metadata: json!({}),
@@ -209,6 +211,7 @@ async fn sessions_page_with_filters_and_cursor(backend: Backend) {
         let page = t
             .store
             .list_sessions(&SessionQuery {
+                scope: stead_persistence::Scope::Installation,
                 agent: Some("even".into()),
                 limit: 2,
                 cursor: cursor.clone(),

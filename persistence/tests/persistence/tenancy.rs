@@ -9,7 +9,10 @@ use stead_persistence::{Backend, Error};
 use stead_testkit::db;
 use uuid::Uuid;
 
-stead_testkit::both_backends!(projects_own_their_keys_found_by_digest);
+stead_testkit::both_backends!(
+    projects_own_their_keys_found_by_digest,
+    a_project_scope_sees_only_its_own_rows
+);
 
 fn key(project: Uuid, name: &str, role: KeyRole) -> KeyRow {
     KeyRow {
@@ -128,4 +131,134 @@ async fn projects_own_their_keys_found_by_digest(backend: Backend) {
     let row = store.key_by_digest(&full.digest).await.unwrap().unwrap();
     assert!(row.live_at(Utc::now()));
     assert!(!row.live_at(Utc::now() + Duration::days(31)));
+}
+
+/// Sessions, their children, ratings and schedules belong to one project: a project's scope
+/// lists only its own, the installation's lists all, and a child session is in its parent's
+/// project whatever its creator asked.
+async fn a_project_scope_sees_only_its_own_rows(backend: Backend) {
+    use stead_persistence::evals::{FeedbackRow, Rating};
+    use stead_persistence::{
+        NewSession, ParentLink, ScheduleOwner, ScheduleQuery, ScheduleRow, Scope, SessionQuery,
+    };
+    let t = db::open(backend).await;
+    let store = &t.store;
+    let a = store.create_project("team-a").await.unwrap().id;
+    let new = |project, parent: Option<Uuid>| NewSession {
+        project_id: project,
+        parent: parent.map(|session_id| ParentLink {
+            session_id,
+            call_id: "call-1".into(),
+        }),
+        ..NewSession::for_agent("helper")
+    };
+    let in_a = store.create_session(new(a, None)).await.unwrap();
+    let in_default = store
+        .create_session(new(DEFAULT_PROJECT, None))
+        .await
+        .unwrap();
+    assert_eq!(in_a.project_id, a);
+    assert_eq!(store.get_session(in_a.id).await.unwrap().project_id, a);
+    // A child asked for the default project still lands in its parent's.
+    let child = store
+        .create_session(new(DEFAULT_PROJECT, Some(in_a.id)))
+        .await
+        .unwrap();
+    assert_eq!(child.project_id, a);
+    assert_eq!(store.get_session(child.id).await.unwrap().project_id, a);
+
+    let listed = |scope| async move {
+        let mut ids: Vec<Uuid> = store
+            .list_sessions(&SessionQuery {
+                scope,
+                limit: 100,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .sessions
+            .into_iter()
+            .map(|s| s.id)
+            .collect();
+        ids.sort();
+        ids
+    };
+    let mut only_a = vec![in_a.id, child.id];
+    only_a.sort();
+    assert_eq!(listed(Scope::Project(a)).await, only_a);
+    assert_eq!(
+        listed(Scope::Project(DEFAULT_PROJECT)).await,
+        vec![in_default.id]
+    );
+    assert_eq!(listed(Scope::Installation).await.len(), 3);
+    assert!(listed(Scope::Project(Uuid::now_v7())).await.is_empty());
+
+    for session in [in_a.id, in_default.id] {
+        store
+            .add_feedback(&FeedbackRow {
+                id: Uuid::now_v7(),
+                session_id: session,
+                seq: 2,
+                rating: Rating::Up,
+                note: String::new(),
+                correction: None,
+                created_by: "local".into(),
+                created_at: Utc::now().trunc_subsecs(3),
+            })
+            .await
+            .unwrap();
+    }
+    let rated = |scope| async move {
+        store
+            .list_feedback(scope, None, None, 10)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|f| f.session_id)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(rated(Scope::Project(a)).await, vec![in_a.id]);
+    assert_eq!(
+        rated(Scope::Project(DEFAULT_PROJECT)).await,
+        vec![in_default.id]
+    );
+    assert_eq!(rated(Scope::Installation).await.len(), 2);
+
+    let due = Utc::now().trunc_subsecs(6);
+    let schedule = |owner| ScheduleRow {
+        owner,
+        key: "daily".into(),
+        agent: "helper".into(),
+        definition: serde_json::json!({"kind": "delay", "delay_secs": 5}),
+        next_due_at: due,
+        updated_at: due,
+    };
+    store
+        .put_schedules(&[
+            schedule(ScheduleOwner::Session(child.id)),
+            schedule(ScheduleOwner::Session(in_default.id)),
+            schedule(ScheduleOwner::Agent("helper".into())),
+        ])
+        .await
+        .unwrap();
+    let scheduled = |scope| async move {
+        store
+            .list_schedules(&ScheduleQuery {
+                scope,
+                limit: 10,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|s| s.owner)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        scheduled(Scope::Project(a)).await,
+        vec![ScheduleOwner::Session(child.id)]
+    );
+    // Agents' schedules are the default project's until projects own them.
+    assert_eq!(scheduled(Scope::Project(DEFAULT_PROJECT)).await.len(), 2);
+    assert_eq!(scheduled(Scope::Installation).await.len(), 3);
 }

@@ -1,15 +1,16 @@
 //! The projects migration on a database from before it, on both backends: a database migrated
-//! only up to the feedback migration gets sessions with journals, a knowledge collection, a
-//! dataset, feedback and a request-log row through the store; opening it again
-//! applies the projects migration, and every row is still there, read back the same, in the
-//! default project.
+//! only up to the feedback migration gets sessions and feedback written as a node from before
+//! wrote them (plain SQL on the old schema: today's store writes `project_id`), and journals, a
+//! knowledge collection, a dataset and a request-log row through the store's statements that
+//! did not change; opening it again applies the projects migration, and every row is still
+//! there, read back the same, in the default project.
 
 use std::borrow::Cow;
 
 use serde_json::json;
-use stead_persistence::evals::{FeedbackRow, Rating};
 use stead_persistence::{
-    open, Backend, DatabaseUrl, JournalStore, NewEvent, NewSession, SessionQuery, StoreOptions,
+    open, Backend, DatabaseUrl, JournalStore, NewEvent, SessionQuery, SessionStatus, StoreOptions,
+    DEFAULT_PROJECT,
 };
 use stead_testkit::db;
 use uuid::Uuid;
@@ -52,6 +53,32 @@ async fn migrate_to_before(url: &DatabaseUrl) {
     }
 }
 
+/// Runs `statement` as written (one for SQLite, one for PostgreSQL) on the database.
+async fn exec(url: &DatabaseUrl, sqlite: &str, postgres: &str) {
+    match url {
+        DatabaseUrl::Sqlite(path) => {
+            let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", path.display()))
+                .await
+                .unwrap();
+            sqlx::query(sqlite).execute(&pool).await.unwrap();
+            pool.close().await;
+        }
+        DatabaseUrl::Postgres(url) => {
+            let pool = sqlx::PgPool::connect(url).await.unwrap();
+            sqlx::query(postgres).execute(&pool).await.unwrap();
+            pool.close().await;
+        }
+    }
+}
+
+/// A time as SQLite stores it (microseconds) and as a PostgreSQL literal.
+fn at(micros: i64) -> (String, String) {
+    (
+        micros.to_string(),
+        format!("TIMESTAMPTZ 'epoch' + {micros} * INTERVAL '1 microsecond'"),
+    )
+}
+
 async fn store(url: &DatabaseUrl, run_migrations: bool) -> std::sync::Arc<dyn JournalStore> {
     open(StoreOptions {
         run_migrations,
@@ -90,12 +117,17 @@ async fn a_database_from_before_projects_moves_into_the_default_project(backend:
     migrate_to_before(&url).await;
     let old = store(&url, false).await;
     let mut sessions = Vec::new();
+    let created = |n: i64| 1_765_000_000_000_000 + n;
     for n in 0..3 {
-        let id = old
-            .create_session(NewSession::for_agent("demo"))
-            .await
-            .unwrap()
-            .id;
+        let id = Uuid::now_v7();
+        let (lite, pg) = at(created(n));
+        let insert = |time: &str| {
+            format!(
+                "INSERT INTO sessions (id, agent, status, metadata, last_seq, created_at, \
+                 updated_at) VALUES ('{id}', 'demo', 'idle', '{{}}', 0, {time}, {time})"
+            )
+        };
+        exec(&url, &insert(&lite), &insert(&pg)).await;
         let events = (0..5)
             .map(|i| NewEvent::new("user_message", json!({"text": format!("m{n}.{i}")})))
             .collect();
@@ -104,18 +136,16 @@ async fn a_database_from_before_projects_moves_into_the_default_project(backend:
     }
     old.create_collection("handbook", "embed").await.unwrap();
     old.create_dataset("suite").await.unwrap();
-    old.add_feedback(&FeedbackRow {
-        id: Uuid::now_v7(),
-        session_id: sessions[0],
-        seq: 2,
-        rating: Rating::Up,
-        note: String::new(),
-        correction: None,
-        created_by: "local".into(),
-        created_at: chrono::DateTime::from_timestamp_micros(1_765_000_000_000_000).unwrap(),
-    })
-    .await
-    .unwrap();
+    let rated = |time: &str| {
+        format!(
+            "INSERT INTO feedback (id, session_id, seq, rating, note, correction, created_by, \
+             created_at) VALUES ('{}', '{}', 2, 'up', '', NULL, 'local', {time})",
+            Uuid::now_v7(),
+            sessions[0]
+        )
+    };
+    let (lite, pg) = at(created(0));
+    exec(&url, &rated(&lite), &rated(&pg)).await;
     let now =
         chrono::DateTime::from_timestamp_micros(chrono::Utc::now().timestamp_micros()).unwrap();
     old.insert_request_log(&[crate::request_log::entry(
@@ -126,28 +156,33 @@ async fn a_database_from_before_projects_moves_into_the_default_project(backend:
     )])
     .await
     .unwrap();
-    let before: Vec<_> = {
-        let mut all = Vec::new();
-        for id in &sessions {
-            all.push((
-                old.get_session(*id).await.unwrap(),
-                old.read(*id, 0, 100).await.unwrap(),
-            ));
-        }
-        all
-    };
+    let mut journals = Vec::new();
+    for id in &sessions {
+        journals.push(old.read(*id, 0, 100).await.unwrap());
+    }
     old.shutdown().await;
 
     // The new version opens it: the projects migration runs, nothing is lost.
     let new = store(&url, true).await;
-    for (session, events) in &before {
-        assert_eq!(&new.get_session(session.id).await.unwrap(), session);
-        assert_eq!(&new.read(session.id, 0, 100).await.unwrap(), events);
+    for (n, (id, events)) in sessions.iter().zip(&journals).enumerate() {
+        let row = new.get_session(*id).await.unwrap();
+        assert_eq!(
+            (row.agent.as_str(), row.status, row.last_seq, row.project_id),
+            ("demo", SessionStatus::Idle, 5, DEFAULT_PROJECT)
+        );
+        assert_eq!(row.created_at.timestamp_micros(), created(n as i64));
+        assert_eq!(&new.read(*id, 0, 100).await.unwrap(), events);
     }
     let listed = new.list_sessions(&SessionQuery::default()).await.unwrap();
     assert_eq!(listed.sessions.len(), 3);
     assert_eq!(new.list_datasets().await.unwrap().len(), 1);
-    assert_eq!(new.list_feedback(None, None, 10).await.unwrap().len(), 1);
+    assert_eq!(
+        new.list_feedback(stead_persistence::Scope::Installation, None, None, 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
     new.shutdown().await;
     for (table, rows) in [
         ("sessions", 3),

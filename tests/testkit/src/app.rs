@@ -112,6 +112,7 @@ impl App {
             store: store.clone(),
             sessions,
             auth: Arc::new(stead_http::Auth::new(&keys, vec![7; 32])),
+            keys: Arc::new(stead_http::auth::VirtualKeys::new(store.clone())),
             routes: Arc::new(vec!["default".into()]),
             limits,
             version: "test",

@@ -31,6 +31,7 @@ async fn messages(store: &Arc<dyn JournalStore>, id: uuid::Uuid) -> Vec<serde_js
 async fn ops_sessions(store: &Arc<dyn JournalStore>) -> Vec<stead_persistence::Session> {
     store
         .list_sessions(&SessionQuery {
+            scope: stead_persistence::Scope::Installation,
             agent: Some("ops".into()),
             limit: 100,
             ..Default::default()
@@ -44,6 +45,7 @@ async fn ops_sessions(store: &Arc<dyn JournalStore>) -> Vec<stead_persistence::S
 async fn ops_schedules(store: &Arc<dyn JournalStore>) -> Vec<stead_persistence::ScheduleRow> {
     store
         .list_schedules(&ScheduleQuery {
+            scope: stead_persistence::Scope::Installation,
             agent: Some("ops".into()),
             limit: 10,
             ..Default::default()

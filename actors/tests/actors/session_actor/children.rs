@@ -110,6 +110,7 @@ async fn tree(
     let parent = db
         .store
         .create_session(NewSession {
+            project_id: stead_persistence::DEFAULT_PROJECT,
             metadata: json!({"customer": "acme"}),
             ..NewSession::for_agent("lead")
         })
@@ -263,6 +264,7 @@ async fn a_child_that_answered_before_a_crash_still_answers_its_recovered_parent
     let child = child_session_id(parent, "t1");
     store
         .create_session(NewSession {
+            project_id: stead_persistence::DEFAULT_PROJECT,
             id: Some(child),
             parent: Some(stead_persistence::ParentLink {
                 session_id: parent,
@@ -393,6 +395,7 @@ async fn cancelling_the_parents_turn_cancels_the_childs(backend: Backend) {
     assert_eq!(journal_kinds(&store, parent).await, kinds);
     assert!(store
         .list_schedules(&stead_persistence::ScheduleQuery {
+            scope: stead_persistence::Scope::Installation,
             limit: 10,
             ..Default::default()
         })

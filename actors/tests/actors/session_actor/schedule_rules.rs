@@ -128,6 +128,7 @@ pub(super) async fn due_rows(
 ) -> Vec<(String, DateTime<Utc>)> {
     store
         .list_schedules(&ScheduleQuery {
+            scope: stead_persistence::Scope::Installation,
             session_id: Some(id),
             limit: 10,
             ..Default::default()

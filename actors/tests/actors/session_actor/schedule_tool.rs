@@ -95,6 +95,7 @@ async fn the_schedule_tool_under_approval_creates_a_schedule_that_fires(backend:
     assert!(next >= approved_at + Span::seconds(60), "{next}");
     let rows = store
         .list_schedules(&ScheduleQuery {
+            scope: stead_persistence::Scope::Installation,
             session_id: Some(id),
             limit: 10,
             ..Default::default()

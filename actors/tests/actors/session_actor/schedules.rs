@@ -125,6 +125,7 @@ async fn a_delay_fires_once_and_wakes_a_passivated_session(backend: Backend) {
     .await;
     let rows = store
         .list_schedules(&ScheduleQuery {
+            scope: stead_persistence::Scope::Installation,
             session_id: Some(id),
             limit: 10,
             ..Default::default()

@@ -1,6 +1,9 @@
 //! The cache, strict budgets, rate limits and tool calls.
 
 use super::*;
+use stead_router::{
+    BudgetDirectory, BudgetLimit, LedgerError, SharedLedger, SharedReservation, NO_RESET,
+};
 
 #[tokio::test]
 async fn identical_calls_are_answered_once_sequentially_and_concurrently() {
@@ -217,4 +220,195 @@ async fn tool_calls_come_back_streamed_or_not_and_unknown_routes_are_refused() {
         .await
         .unwrap_err();
     assert_eq!(error.code, "unknown_route");
+}
+
+/// A shared ledger kept in memory (a test double of the database's).
+#[derive(Default)]
+struct MemoryLedger {
+    state: std::sync::Mutex<MemoryState>,
+}
+
+#[derive(Default)]
+struct MemoryState {
+    spent: std::collections::HashMap<String, f64>,
+    reservations: std::collections::HashMap<uuid::Uuid, (String, f64)>,
+}
+
+impl MemoryLedger {
+    /// What `key` has spent and has reserved.
+    fn of(&self, key: &str) -> (f64, f64) {
+        let state = self.state.lock().unwrap();
+        let reserved = state
+            .reservations
+            .values()
+            .filter(|(k, _)| k == key)
+            .map(|(_, a)| a)
+            .sum();
+        (state.spent.get(key).copied().unwrap_or(0.0), reserved)
+    }
+}
+
+#[async_trait::async_trait]
+impl SharedLedger for MemoryLedger {
+    async fn reserve(
+        &self,
+        key: &str,
+        amount: f64,
+        budget: f64,
+        _window: Duration,
+    ) -> Result<SharedReservation, LedgerError> {
+        let mut state = self.state.lock().unwrap();
+        let spent = state.spent.get(key).copied().unwrap_or(0.0);
+        let reserved: f64 = state
+            .reservations
+            .values()
+            .filter(|(k, _)| k == key)
+            .map(|(_, a)| a)
+            .sum();
+        if spent + reserved + amount > budget * (1.0 + 1e-9) {
+            return Ok(SharedReservation::Refused {
+                spent,
+                reserved,
+                retry_after: Duration::from_secs(60),
+            });
+        }
+        let id = uuid::Uuid::new_v4();
+        state.reservations.insert(id, (key.to_string(), amount));
+        Ok(SharedReservation::Reserved(id))
+    }
+
+    async fn settle(&self, id: uuid::Uuid, cost: f64) {
+        let mut state = self.state.lock().unwrap();
+        if let Some((key, _)) = state.reservations.remove(&id) {
+            *state.spent.entry(key).or_default() += cost;
+        }
+    }
+}
+
+/// Keys `k1` and `k2` of project `p` (a test double of the projects' directory).
+struct Directory;
+
+#[async_trait::async_trait]
+impl BudgetDirectory for Directory {
+    async fn budgets(&self, api_key: &str) -> Result<Vec<BudgetLimit>, LedgerError> {
+        let limit = |key: &str, name: &str, usd: f64| BudgetLimit {
+            key: key.into(),
+            name: name.into(),
+            usd,
+            window: NO_RESET,
+        };
+        let project = limit("budget:project:p", "project `p`", 0.08);
+        Ok(match api_key {
+            "k1" => vec![limit("budget:key:k1", "key `k1`", 0.05), project],
+            "k2" => vec![limit("budget:key:k2", "key `k2`", 1.0), project],
+            _ => Vec::new(),
+        })
+    }
+}
+
+/// A key's own budget and its project's both hold under concurrent calls: each call sets the
+/// most it may cost aside in both or in neither, a refusal names the budget that did not fit,
+/// and what a refused call set aside in the other budget goes back.
+#[tokio::test]
+async fn a_keys_budget_and_its_projects_both_hold_and_name_themselves() {
+    let up = Upstream::start(
+        vec![],
+        Reply::Text {
+            text: "ten tokens".into(),
+            delay: Duration::from_millis(200),
+            chunk_delay: Duration::ZERO,
+            completion_tokens: 10,
+        },
+    )
+    .await;
+    // Each call may cost and costs $0.01.
+    let s = router(
+        &[("a", &up)],
+        json!([{ "name": "r", "targets": [{ "provider": "a", "model": "m", "max_tokens": 10 }] }]),
+        json!({ "prices": { "m": { "input": 0.0, "output": 1000.0 } } }),
+    );
+    let ledger = Arc::new(MemoryLedger::default());
+    let router = Arc::new(
+        Arc::try_unwrap(s.router)
+            .ok()
+            .unwrap()
+            .with_budget_directory(Arc::new(Directory), ledger.clone()),
+    );
+    let burst = |key: &'static str| {
+        let router = router.clone();
+        async move {
+            let calls = (0..20).map(|i| {
+                let router = router.clone();
+                tokio::spawn(async move {
+                    let options = CallOptions {
+                        api_key: Some(key.into()),
+                        ..Default::default()
+                    };
+                    router
+                        .call(ask("r", &format!("{key} {i}")), options, None)
+                        .await
+                })
+            });
+            let results: Vec<_> = futures_util::future::join_all(calls)
+                .await
+                .into_iter()
+                .map(Result::unwrap)
+                .collect();
+            let refusals: Vec<String> = results
+                .iter()
+                .filter_map(|r| r.as_ref().err())
+                .map(|e| {
+                    assert_eq!(e.code, "budget_exceeded", "{}", e.message);
+                    e.message.clone()
+                })
+                .collect();
+            (results.len() - refusals.len(), refusals)
+        }
+    };
+    let settled = |key: &'static str, spent: f64| {
+        let ledger = ledger.clone();
+        async move {
+            for _ in 0..100 {
+                let (s, r) = ledger.of(key);
+                if (s - spent).abs() < 1e-9 && r == 0.0 {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            panic!("{key}: {:?}, wanted {spent} spent", ledger.of(key));
+        }
+    };
+
+    // k1's own budget fits five calls.
+    let (served, refusals) = burst("k1").await;
+    assert_eq!(served, 5);
+    assert!(
+        refusals.iter().all(|m| m.contains("key `k1`")),
+        "{refusals:?}"
+    );
+    settled("budget:key:k1", 0.05).await;
+    settled("budget:project:p", 0.05).await;
+    // k2 has room of its own, but the project has 0.03 left: three calls.
+    let (served, refusals) = burst("k2").await;
+    assert_eq!(served, 3);
+    assert!(
+        refusals.iter().all(|m| m.contains("project `p`")),
+        "{refusals:?}"
+    );
+    settled("budget:project:p", 0.08).await;
+    // The refused calls' reservations in k2's own budget went back.
+    settled("budget:key:k2", 0.03).await;
+    assert_eq!(up.requests().len(), 8);
+    // A key the directory does not know has no budget here.
+    let free = router
+        .call(
+            ask("r", "free"),
+            CallOptions {
+                api_key: Some("k3".into()),
+                ..Default::default()
+            },
+            None,
+        )
+        .await;
+    assert!(free.is_ok());
 }

@@ -195,6 +195,7 @@ async fn pagination_is_stable_under_inserts(backend: Backend) {
         let page = t
             .store
             .list_sessions(&SessionQuery {
+                scope: stead_persistence::Scope::Installation,
                 limit: 10,
                 cursor: cursor.clone(),
                 ..Default::default()
@@ -251,6 +252,7 @@ async fn json_payloads_round_trip_by_value(backend: Backend) {
     let s = t
         .store
         .create_session(NewSession {
+            project_id: stead_persistence::DEFAULT_PROJECT,
             id: None,
             agent: "test".into(),
             metadata: metadata.clone(),

@@ -1,7 +1,9 @@
 //! Strict budgets shared by the nodes of a cluster, on both backends: concurrent reservations
 //! from two nodes never exceed the budget, settling books the real cost and frees the rest, a
 //! dead node's reservations (and those of a node that started again) are booked as spent in
-//! full, and the window starts again once it has run out.
+//! full, and the window starts again once it has run out. A node outside a cluster names its
+//! reservations by a fresh id each run: the reservations of its earlier runs are booked in
+//! full, its own run's are not.
 
 use std::time::Duration;
 
@@ -12,6 +14,7 @@ use super::*;
 stead_testkit::both_backends!(
     reservations_from_two_nodes_never_exceed_the_budget,
     a_dead_or_restarted_nodes_reservations_are_booked_in_full,
+    a_lone_nodes_earlier_runs_reservations_are_booked_in_full,
 );
 
 fn request(node: &str, amount: f64, window: Duration, node_ttl: Duration) -> BudgetRequest {
@@ -21,7 +24,7 @@ fn request(node: &str, amount: f64, window: Duration, node_ttl: Duration) -> Bud
         amount,
         budget: 1.0,
         window,
-        node_ttl,
+        node_ttl: Some(node_ttl),
     }
 }
 
@@ -180,4 +183,34 @@ async fn a_dead_or_restarted_nodes_reservations_are_booked_in_full(backend: Back
         other => panic!("0.3 + 0.2 + 0.4 spent, 0.2 more is over one: {other:?}"),
     }
     assert!(!store.settle_budget(before, 0.0).await.unwrap());
+}
+
+async fn a_lone_nodes_earlier_runs_reservations_are_booked_in_full(backend: Backend) {
+    let t = db::open(backend).await;
+    let store = &t.store;
+    let alone = |run: &str, amount: f64| BudgetRequest {
+        key: "budget:key:lone".into(),
+        node_id: run.into(),
+        amount,
+        budget: 1.0,
+        window: HOUR,
+        node_ttl: None,
+    };
+    // This run holds 0.6 and may take 0.3 more, not 0.5: its own reservations stand.
+    let held = reserved(&store.reserve_budget(&alone("run-1", 0.6)).await.unwrap()).unwrap();
+    assert!(reserved(&store.reserve_budget(&alone("run-1", 0.5)).await.unwrap()).is_none());
+    assert!(reserved(&store.reserve_budget(&alone("run-1", 0.3)).await.unwrap()).is_some());
+    // The next run finds the earlier run's 0.9 booked as spent: 0.1 is left.
+    match store.reserve_budget(&alone("run-2", 0.2)).await.unwrap() {
+        BudgetDecision::Refused {
+            spent, reserved, ..
+        } => {
+            assert!((spent - 0.9).abs() < 1e-9, "{spent}");
+            assert_eq!(reserved, 0.0);
+        }
+        other => panic!("{other:?}"),
+    }
+    // The earlier run's settlement finds its reservation gone.
+    assert!(!store.settle_budget(held, 0.1).await.unwrap());
+    assert!(reserved(&store.reserve_budget(&alone("run-2", 0.1)).await.unwrap()).is_some());
 }

@@ -38,6 +38,7 @@ async fn list_filters_by_agent_and_status(backend: Backend) {
     let page = t
         .store
         .list_sessions(&SessionQuery {
+            scope: stead_persistence::Scope::Installation,
             agent: Some("ops".into()),
             ..Default::default()
         })
@@ -51,6 +52,7 @@ async fn list_filters_by_agent_and_status(backend: Backend) {
     let running = t
         .store
         .list_sessions(&SessionQuery {
+            scope: stead_persistence::Scope::Installation,
             agent: Some("ops".into()),
             status: Some(SessionStatus::Running),
             ..Default::default()
@@ -68,6 +70,7 @@ async fn list_filters_by_agent_and_status(backend: Backend) {
     let bad = t
         .store
         .list_sessions(&SessionQuery {
+            scope: stead_persistence::Scope::Installation,
             cursor: Some("not-a-cursor".into()),
             ..Default::default()
         })
@@ -115,6 +118,7 @@ async fn session_lifecycle(backend: Backend) {
     let created = t
         .store
         .create_session(NewSession {
+            project_id: stead_persistence::DEFAULT_PROJECT,
             id: None,
             agent: "ops".into(),
             metadata: json!({ "team": "infra" }),
@@ -146,6 +150,7 @@ async fn session_lifecycle(backend: Backend) {
     let s = t
         .store
         .create_session(NewSession {
+            project_id: stead_persistence::DEFAULT_PROJECT,
             id: Some(fixed),
             ..NewSession::for_agent("ops")
         })
@@ -155,6 +160,7 @@ async fn session_lifecycle(backend: Backend) {
     assert!(matches!(
         t.store
             .create_session(NewSession {
+                project_id: stead_persistence::DEFAULT_PROJECT,
                 id: Some(fixed),
                 ..NewSession::for_agent("ops")
             })
@@ -177,6 +183,7 @@ async fn children_name_their_parent_and_are_listed_by_it(backend: Backend) {
         let child = t
             .store
             .create_session(NewSession {
+                project_id: stead_persistence::DEFAULT_PROJECT,
                 parent: Some(link.clone()),
                 ..NewSession::for_agent("researcher")
             })
@@ -189,6 +196,7 @@ async fn children_name_their_parent_and_are_listed_by_it(backend: Backend) {
     let page = t
         .store
         .list_sessions(&SessionQuery {
+            scope: stead_persistence::Scope::Installation,
             parent: Some(parent),
             ..Default::default()
         })
@@ -202,6 +210,7 @@ async fn children_name_their_parent_and_are_listed_by_it(backend: Backend) {
     let none = t
         .store
         .list_sessions(&SessionQuery {
+            scope: stead_persistence::Scope::Installation,
             parent: Some(other),
             ..Default::default()
         })

@@ -1,0 +1,491 @@
+//! `/v1/projects` and their keys (docs/tenancy.md): the installation's keys make projects; a
+//! project's admins (and the installation's) make, list, rotate and revoke its virtual keys. A
+//! key's secret is answered once, when it is made; the store keeps its digest.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use stead_persistence::tenancy::{Budget, KeyRole, KeyRow, ProjectRow};
+
+use super::*;
+use crate::auth::keys;
+use crate::Principal;
+
+/// A project.
+#[derive(Serialize, ToSchema)]
+pub struct ProjectView {
+    pub id: Uuid,
+    pub name: String,
+    /// USD its keys and sessions may spend per `budget_period_secs` (`null`: no budget).
+    pub budget_usd: Option<f64>,
+    /// The budget's period (`null`: it never starts again).
+    pub budget_period_secs: Option<i64>,
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<ProjectRow> for ProjectView {
+    fn from(row: ProjectRow) -> Self {
+        let budget = row.budget();
+        ProjectView {
+            id: row.id,
+            name: row.name,
+            budget_usd: budget.map(|b| b.usd),
+            budget_period_secs: budget.and_then(|b| b.period_secs),
+            created_at: row.created_at,
+        }
+    }
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ProjectList {
+    pub projects: Vec<ProjectView>,
+}
+
+/// A virtual key as listed: never its secret, only the characters it starts with.
+#[derive(Serialize, ToSchema)]
+pub struct KeyView {
+    pub id: Uuid,
+    pub project_id: Uuid,
+    pub name: String,
+    #[schema(value_type = String)]
+    pub role: KeyRole,
+    /// The secret's first characters (`stk_` and 8 more), to tell keys apart.
+    pub prefix: String,
+    /// The routes it may call (`null`: all).
+    pub routes: Option<Vec<String>>,
+    /// USD it may spend per `budget_period_secs` (`null`: no budget of its own).
+    pub budget_usd: Option<f64>,
+    pub budget_period_secs: Option<i64>,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub revoked_at: Option<DateTime<Utc>>,
+    /// The key this one replaced.
+    pub rotated_from: Option<Uuid>,
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<&KeyRow> for KeyView {
+    fn from(row: &KeyRow) -> Self {
+        KeyView {
+            id: row.id,
+            project_id: row.project_id,
+            name: row.name.clone(),
+            role: row.role,
+            prefix: row.prefix.clone(),
+            routes: row.routes.clone(),
+            budget_usd: row.budget_usd,
+            budget_period_secs: row.budget_period_secs,
+            expires_at: row.expires_at,
+            revoked_at: row.revoked_at,
+            rotated_from: row.rotated_from,
+            created_at: row.created_at,
+        }
+    }
+}
+
+/// A new key with its secret: the only time the secret is shown.
+#[derive(Serialize, ToSchema)]
+pub struct KeyCreated {
+    #[serde(flatten)]
+    pub view: KeyView,
+    /// The secret (`stk_…`), for `Authorization: Bearer`. It cannot be shown again.
+    pub key: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct KeyList {
+    pub keys: Vec<KeyView>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct KeyRevoked {
+    pub id: Uuid,
+    pub revoked: bool,
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewProject {
+    /// 1 to 64 letters, digits, `.`, `_` and `-`.
+    name: String,
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewKey {
+    /// 1 to 100 characters, to recognise it by.
+    name: String,
+    /// `admin`, `member`, `viewer` or `inference`.
+    #[schema(value_type = String)]
+    role: KeyRole,
+    /// Only these routes (each must exist).
+    #[serde(default)]
+    routes: Option<Vec<String>>,
+    /// When it stops working.
+    #[serde(default)]
+    expires_at: Option<DateTime<Utc>>,
+    /// USD it may spend (strict, across nodes) per `budget_period`.
+    #[serde(default)]
+    budget_usd: Option<f64>,
+    /// How often the budget starts again: a number and `s`, `m`, `h` or `d` (`30d`); without
+    /// it the budget never starts again.
+    #[serde(default)]
+    budget_period: Option<String>,
+}
+
+/// A budget to set: `budget_usd: null` removes it.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetBudget {
+    budget_usd: Option<f64>,
+    /// A number and `s`, `m`, `h` or `d`; absent or `null`: the budget never starts again.
+    #[serde(default)]
+    budget_period: Option<String>,
+}
+
+/// The budget checked: a finite amount ≥ 0 and a period of `N` `s`/`m`/`h`/`d` (in seconds).
+fn budget(usd: Option<f64>, period: Option<&str>) -> Result<(Option<f64>, Option<i64>), ApiError> {
+    let invalid = |message: &str| ApiError::new(ErrorCode::InvalidRequest, message.to_string());
+    if usd.is_some_and(|usd| !(usd.is_finite() && usd >= 0.0)) {
+        return Err(invalid("`budget_usd` must be a number ≥ 0"));
+    }
+    let Some(period) = period else {
+        return Ok((usd, None));
+    };
+    if usd.is_none() {
+        return Err(invalid("`budget_period` needs a `budget_usd`"));
+    }
+    let unit = match period.chars().last() {
+        Some('s') => 1,
+        Some('m') => 60,
+        Some('h') => 3_600,
+        Some('d') => 86_400,
+        _ => 0,
+    };
+    let count: Option<i64> = period
+        .get(..period.len().saturating_sub(1))
+        .and_then(|n| n.parse().ok())
+        .filter(|n| (1..=36_500 * 86_400).contains(n));
+    match count {
+        Some(n) if unit > 0 && n.saturating_mul(unit) <= 36_500 * 86_400 => {
+            Ok((usd, Some(n * unit)))
+        }
+        _ => Err(invalid(
+            "`budget_period` is a number and `s`, `m`, `h` or `d` (`30d`), at most 100 years",
+        )),
+    }
+}
+
+fn valid_project_name(name: &str) -> Result<(), ApiError> {
+    let ok = (1..=64).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            ErrorCode::InvalidRequest,
+            "a project name is 1 to 64 letters, digits, `.`, `_` and `-`",
+        ))
+    }
+}
+
+fn project_not_found(name: &str) -> ApiError {
+    ApiError::new(
+        ErrorCode::ProjectNotFound,
+        format!("no project is named `{name}`"),
+    )
+}
+
+/// The project the path names (by name or id), if the caller may manage it: the installation
+/// any, a project's admin key its own (another project is not found, exactly like a missing
+/// one).
+async fn managed(state: &AppState, caller: &Principal, name: &str) -> Result<ProjectRow, ApiError> {
+    let found = match Uuid::try_parse(name) {
+        Ok(id) => state.store.project_by_id(id).await,
+        // No project can have it.
+        Err(_) if valid_project_name(name).is_err() => return Err(project_not_found(name)),
+        Err(_) => state.store.project_by_name(name).await,
+    };
+    let row = match found {
+        Ok(row) => row,
+        Err(stead_persistence::Error::NotFound(_)) => return Err(project_not_found(name)),
+        Err(other) => return Err(other.into()),
+    };
+    match caller {
+        Principal::Local | Principal::ApiKey(_) => Ok(row),
+        Principal::ProjectKey(key) if key.project == row.id => Ok(row),
+        Principal::ProjectKey(_) => Err(project_not_found(name)),
+        Principal::Session(_) => Err(ApiError::new(
+            ErrorCode::Forbidden,
+            "a session token only grants access to its own session",
+        )),
+    }
+}
+
+#[utoipa::path(post, path = "/v1/projects", request_body = NewProject, responses((status = 201, body = ProjectView), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "The installation's keys only", body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn create_project(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiJson(body): ApiJson<NewProject>,
+) -> Result<(StatusCode, Json<ProjectView>), ApiError> {
+    caller.require_installation()?;
+    valid_project_name(&body.name)?;
+    let row = state
+        .store
+        .create_project(&body.name)
+        .await
+        .map_err(|e| match e {
+            stead_persistence::Error::Exists(message) => {
+                ApiError::new(ErrorCode::ProjectExists, message)
+            }
+            other => other.into(),
+        })?;
+    tracing::info!(project = %row.id, name = %row.name, by = %caller.name(), "project created");
+    Ok((StatusCode::CREATED, Json(row.into())))
+}
+
+/// The installation sees every project; a project's admin key its own.
+#[utoipa::path(get, path = "/v1/projects", responses((status = 200, body = ProjectList), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
+pub async fn list_projects(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+) -> Result<Json<ProjectList>, ApiError> {
+    caller.require_operator()?;
+    let projects = state
+        .store
+        .list_projects()
+        .await?
+        .into_iter()
+        .filter(|p| caller.scope().admits(p.id))
+        .map(Into::into)
+        .collect();
+    Ok(Json(ProjectList { projects }))
+}
+
+#[utoipa::path(get, path = "/v1/projects/{project}", params(("project" = String, Path, description = "Project name or id")), responses((status = 200, body = ProjectView), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn get_project(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath(project): ApiPath<String>,
+) -> Result<Json<ProjectView>, ApiError> {
+    Ok(Json(managed(&state, &caller, &project).await?.into()))
+}
+
+fn check_new_key(state: &AppState, body: &NewKey) -> Result<(), ApiError> {
+    if body.name.is_empty()
+        || body.name.chars().count() > 100
+        || body.name.chars().any(char::is_control)
+    {
+        return Err(ApiError::new(
+            ErrorCode::InvalidRequest,
+            "a key's name is 1 to 100 characters, none of them control characters",
+        ));
+    }
+    if let Some(unknown) = body
+        .routes
+        .iter()
+        .flatten()
+        .find(|r| !state.routes.contains(r))
+    {
+        return Err(ApiError::new(
+            ErrorCode::InvalidRequest,
+            format!("no route is named `{unknown}` (see GET /v1/models)"),
+        ));
+    }
+    if body.expires_at.is_some_and(|at| at <= Utc::now()) {
+        return Err(ApiError::new(
+            ErrorCode::InvalidRequest,
+            "`expires_at` is in the past",
+        ));
+    }
+    budget(body.budget_usd, body.budget_period.as_deref())?;
+    Ok(())
+}
+
+/// A row for a new key of `project` with a fresh secret (`body` checked).
+fn new_key(project: Uuid, body: &NewKey, rotated_from: Option<Uuid>) -> (KeyRow, String) {
+    let minted = keys::mint();
+    let (budget_usd, budget_period_secs) =
+        budget(body.budget_usd, body.budget_period.as_deref()).unwrap_or_default();
+    let row = KeyRow {
+        id: Uuid::now_v7(),
+        project_id: project,
+        name: body.name.clone(),
+        role: body.role,
+        prefix: minted.prefix,
+        digest: minted.digest,
+        routes: body.routes.clone(),
+        budget_usd,
+        budget_period_secs,
+        rpm: None,
+        tpm: None,
+        expires_at: body.expires_at,
+        revoked_at: None,
+        rotated_from,
+        created_at: chrono::DateTime::from_timestamp_micros(Utc::now().timestamp_micros())
+            .unwrap_or_else(Utc::now),
+    };
+    (row, minted.secret)
+}
+
+#[utoipa::path(post, path = "/v1/projects/{project}/keys", params(("project" = String, Path, description = "Project name or id")), request_body = NewKey, responses((status = 201, body = KeyCreated), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody), (status = 404, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn create_key(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath(project): ApiPath<String>,
+    ApiJson(body): ApiJson<NewKey>,
+) -> Result<(StatusCode, Json<KeyCreated>), ApiError> {
+    let project = managed(&state, &caller, &project).await?;
+    check_new_key(&state, &body)?;
+    let (row, secret) = new_key(project.id, &body, None);
+    state.store.create_key(&row).await?;
+    tracing::info!(project = %project.id, key = %row.id, prefix = %row.prefix,
+        role = row.role.as_str(), by = %caller.name(), "key created");
+    Ok((
+        StatusCode::CREATED,
+        Json(KeyCreated {
+            view: (&row).into(),
+            key: secret,
+        }),
+    ))
+}
+
+#[utoipa::path(get, path = "/v1/projects/{project}/keys", params(("project" = String, Path, description = "Project name or id")), responses((status = 200, body = KeyList), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn list_keys(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath(project): ApiPath<String>,
+) -> Result<Json<KeyList>, ApiError> {
+    let project = managed(&state, &caller, &project).await?;
+    let rows = state.store.list_keys(project.id).await?;
+    Ok(Json(KeyList {
+        keys: rows.iter().map(Into::into).collect(),
+    }))
+}
+
+/// The live key `id` of the project, or the 404 of a missing one.
+async fn live_key(state: &AppState, project: Uuid, id: Uuid) -> Result<KeyRow, ApiError> {
+    state
+        .store
+        .list_keys(project)
+        .await?
+        .into_iter()
+        .find(|k| k.id == id && k.revoked_at.is_none())
+        .ok_or_else(|| ApiError::new(ErrorCode::KeyNotFound, format!("no live key {id}")))
+}
+
+/// Replaces a key: a new secret with the same name, role and routes; the old key stops working
+/// at once on this node and within seconds on the others (docs/tenancy.md).
+#[utoipa::path(post, path = "/v1/projects/{project}/keys/{id}/rotate", params(("project" = String, Path, description = "Project name or id"), ("id" = Uuid, Path, description = "Key id")), responses((status = 201, body = KeyCreated), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn rotate_key(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath((project, id)): ApiPath<(String, Uuid)>,
+) -> Result<(StatusCode, Json<KeyCreated>), ApiError> {
+    let project = managed(&state, &caller, &project).await?;
+    let old = live_key(&state, project.id, id).await?;
+    let body = NewKey {
+        name: old.name.clone(),
+        role: old.role,
+        routes: old.routes.clone(),
+        expires_at: old.expires_at,
+        budget_usd: None,
+        budget_period: None,
+    };
+    let (mut row, secret) = new_key(project.id, &body, Some(old.id));
+    // The new key keeps the old one's budget (its spending starts afresh under the new id).
+    row.budget_usd = old.budget_usd;
+    row.budget_period_secs = old.budget_period_secs;
+    let row = state
+        .store
+        .rotate_key(project.id, old.id, &row)
+        .await
+        .map_err(|e| match e {
+            stead_persistence::Error::NotFound(message) => {
+                ApiError::new(ErrorCode::KeyNotFound, message)
+            }
+            other => other.into(),
+        })?;
+    state.keys.forget(&old);
+    tracing::info!(project = %project.id, key = %row.id, replaced = %old.id,
+        by = %caller.name(), "key rotated");
+    Ok((
+        StatusCode::CREATED,
+        Json(KeyCreated {
+            view: (&row).into(),
+            key: secret,
+        }),
+    ))
+}
+
+#[utoipa::path(delete, path = "/v1/projects/{project}/keys/{id}", params(("project" = String, Path, description = "Project name or id"), ("id" = Uuid, Path, description = "Key id")), responses((status = 200, body = KeyRevoked), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn revoke_key(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath((project, id)): ApiPath<(String, Uuid)>,
+) -> Result<Json<KeyRevoked>, ApiError> {
+    let project = managed(&state, &caller, &project).await?;
+    let old = live_key(&state, project.id, id).await?;
+    if !state.store.revoke_key(project.id, id).await? {
+        return Err(ApiError::new(
+            ErrorCode::KeyNotFound,
+            format!("no live key {id}"),
+        ));
+    }
+    state.keys.forget(&old);
+    tracing::info!(project = %project.id, key = %id, by = %caller.name(), "key revoked");
+    Ok(Json(KeyRevoked { id, revoked: true }))
+}
+
+/// Sets a project's budget: every call charged to any of its keys (and the sessions they
+/// created) must fit it, besides the key's own.
+#[utoipa::path(patch, path = "/v1/projects/{project}", params(("project" = String, Path, description = "Project name or id")), request_body = SetBudget, responses((status = 200, body = ProjectView), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody), (status = 404, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn set_project_budget(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath(project): ApiPath<String>,
+    ApiJson(body): ApiJson<SetBudget>,
+) -> Result<Json<ProjectView>, ApiError> {
+    let project = managed(&state, &caller, &project).await?;
+    let (usd, period) = budget(body.budget_usd, body.budget_period.as_deref())?;
+    let settings = project.settings_with_budget(usd.map(|usd| Budget {
+        usd,
+        period_secs: period,
+    }));
+    let row = state
+        .store
+        .set_project_settings(project.id, &settings)
+        .await?;
+    state.keys.forget_project(project.id);
+    tracing::info!(project = %project.id, budget_usd = ?usd, period_secs = ?period,
+        by = %caller.name(), "project budget set");
+    Ok(Json(row.into()))
+}
+
+/// Sets a key's own budget.
+#[utoipa::path(patch, path = "/v1/projects/{project}/keys/{id}", params(("project" = String, Path, description = "Project name or id"), ("id" = Uuid, Path, description = "Key id")), request_body = SetBudget, responses((status = 200, body = KeyView), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody), (status = 404, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn set_key_budget(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiPath((project, id)): ApiPath<(String, Uuid)>,
+    ApiJson(body): ApiJson<SetBudget>,
+) -> Result<Json<KeyView>, ApiError> {
+    let project = managed(&state, &caller, &project).await?;
+    let (usd, period) = budget(body.budget_usd, body.budget_period.as_deref())?;
+    let old = live_key(&state, project.id, id).await?;
+    if !state
+        .store
+        .set_key_budget(project.id, id, usd, period)
+        .await?
+    {
+        return Err(ApiError::new(
+            ErrorCode::KeyNotFound,
+            format!("no live key {id}"),
+        ));
+    }
+    state.keys.forget(&old);
+    tracing::info!(project = %project.id, key = %id, budget_usd = ?usd, period_secs = ?period,
+        by = %caller.name(), "key budget set");
+    let row = live_key(&state, project.id, id).await?;
+    Ok(Json((&row).into()))
+}

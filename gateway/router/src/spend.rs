@@ -1,0 +1,177 @@
+//! A call's budgets together (docs/tenancy.md): the installation's per-key budget
+//! (`[gateway.limits] budget_usd`) and the budgets a [`BudgetDirectory`] names for the caller's
+//! key — a virtual key's own and its project's — kept in the shared ledger (the database), so
+//! that they hold across restarts and on every node. A call sets the most it may cost aside in
+//! every one of them or in none; it is refused with `budget_exceeded` naming the budget that
+//! did not fit.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use uuid::Uuid;
+
+use crate::limits::{BudgetDirectory, BudgetLimit, Reservation, SharedLedger, SharedReservation};
+use crate::{Router, RouterError, RouterErrorCode};
+
+/// Where the budgets beyond the installation's come from, and the ledger that holds them.
+#[derive(Clone)]
+pub(crate) struct Directory {
+    pub(crate) budgets: Arc<dyn BudgetDirectory>,
+    pub(crate) ledger: Arc<dyn SharedLedger>,
+}
+
+/// What one call set aside: in the installation's budget, and in each of the key's others.
+#[derive(Debug)]
+pub(crate) struct CallReservation {
+    global: Option<Reservation>,
+    limits: Vec<Uuid>,
+    amount: f64,
+}
+
+impl CallReservation {
+    /// The most the call may cost (what an abandoned call is charged).
+    pub(crate) fn amount(&self) -> f64 {
+        self.amount
+    }
+}
+
+fn refusal(id: Uuid, code: RouterErrorCode, message: String, retry: Duration) -> RouterError {
+    RouterError {
+        id,
+        code,
+        message,
+        unquoted: None,
+        retry_after: Some(retry.max(Duration::from_secs(1))),
+        attempts: Vec::new(),
+    }
+}
+
+/// A window as people say it: `86400 s` reads `1 day`.
+fn period(window: Duration) -> String {
+    let secs = window.as_secs();
+    match secs {
+        s if s >= crate::limits::NO_RESET.as_secs() => "in all".into(),
+        s if s % 86_400 == 0 => format!("per {} day(s)", s / 86_400),
+        s if s % 3_600 == 0 => format!("per {} hour(s)", s / 3_600),
+        s => format!("per {s} s"),
+    }
+}
+
+impl Router {
+    /// The budgets `key` has beyond the installation's: none without a directory. A directory
+    /// that cannot answer refuses the call (a budget is never overspent).
+    pub(crate) async fn directory_budgets(
+        &self,
+        id: Uuid,
+        key: &str,
+    ) -> Result<Vec<BudgetLimit>, RouterError> {
+        let Some(directory) = &self.directory else {
+            return Ok(Vec::new());
+        };
+        directory.budgets.budgets(key).await.map_err(|problem| {
+            refusal(
+                id,
+                RouterErrorCode::Unavailable,
+                format!(
+                    "the key's budgets cannot be read ({problem}); the call is refused so that \
+                     no budget is overspent"
+                ),
+                Duration::from_secs(1),
+            )
+        })
+    }
+
+    /// Whether a call of `key` has any budget to reserve in (`limits` from
+    /// [`Router::directory_budgets`]).
+    pub(crate) fn budgeted(&self, limits: &[BudgetLimit]) -> bool {
+        self.budgets.is_some() || !limits.is_empty()
+    }
+
+    /// Sets `amount` aside for `key` in the installation's budget and in each of `limits`; all
+    /// of them or none.
+    pub(crate) async fn reserve_budgets(
+        &self,
+        id: Uuid,
+        key: &str,
+        amount: f64,
+        limits: Vec<BudgetLimit>,
+    ) -> Result<CallReservation, RouterError> {
+        let mut held = CallReservation {
+            global: None,
+            limits: Vec::new(),
+            amount,
+        };
+        if let Some(budgets) = &self.budgets {
+            let reservation = budgets
+                .reserve(key, amount)
+                .await
+                .map_err(|r| refusal(id, r.code, r.message, r.retry_after))?;
+            held.global = Some(reservation);
+        }
+        let Some(directory) = &self.directory else {
+            return Ok(held);
+        };
+        for limit in limits {
+            let answer = directory
+                .ledger
+                .reserve(&limit.key, amount, limit.usd, limit.window)
+                .await;
+            let error = match answer {
+                Ok(SharedReservation::Reserved(reserved)) => {
+                    held.limits.push(reserved);
+                    continue;
+                }
+                Ok(SharedReservation::Refused {
+                    spent,
+                    reserved,
+                    retry_after,
+                }) => refusal(
+                    id,
+                    RouterErrorCode::BudgetExceeded,
+                    format!(
+                        "the budget of {} ({} USD {}) is spent or reserved (spent {spent:.6}, \
+                         reserved {reserved:.6}; this call may cost up to {amount:.6})",
+                        limit.name,
+                        limit.usd,
+                        period(limit.window)
+                    ),
+                    retry_after,
+                ),
+                Err(problem) => refusal(
+                    id,
+                    RouterErrorCode::Unavailable,
+                    format!(
+                        "the shared budget ledger cannot be reached ({problem}); the call is \
+                         refused so that the budget is never overspent"
+                    ),
+                    Duration::from_secs(1),
+                ),
+            };
+            // What was set aside in the other budgets goes back.
+            self.settle_budgets(held, 0.0);
+            return Err(error);
+        }
+        Ok(held)
+    }
+
+    /// Hands a call's reservations back, charging `cost` to each of its budgets.
+    pub(crate) fn settle_budgets(&self, reservation: CallReservation, cost: f64) {
+        if let (Some(budgets), Some(global)) = (&self.budgets, reservation.global) {
+            budgets.settle(global, cost);
+        }
+        let Some(directory) = &self.directory else {
+            return;
+        };
+        for id in reservation.limits {
+            let ledger = directory.ledger.clone();
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => {
+                    runtime.spawn(async move { ledger.settle(id, cost).await });
+                }
+                // No runtime (the process is ending): booked in full when the node is judged
+                // dead or starts again.
+                Err(_) => tracing::warn!(reservation = %id, "budget reservation left unsettled"),
+            }
+        }
+    }
+}
