@@ -378,10 +378,15 @@ impl Endpoint {
             .ok_or_else(|| ErrorData::internal_error("Stead is starting", None))?;
         let mut request = axum::http::Request::builder().method(method).uri(path);
         if let Some(parts) = parts {
-            for name in ["authorization", "host", "origin"] {
+            for name in ["host", "origin"] {
                 if let Some(value) = parts.headers.get(name) {
                     request = request.header(name, value);
                 }
+            }
+            // The credential the guard authenticated, whichever way it came (`Authorization`,
+            // `x-api-key`, `?token=`), as a Bearer: the REST call acts as the same caller.
+            if let Ok(Some(credential)) = stead_http::auth::presented(&parts.headers, &parts.uri) {
+                request = request.header("authorization", format!("Bearer {credential}"));
             }
         }
         let request = match body {

@@ -28,7 +28,8 @@ const SHOWN_CHARS: usize = 12;
 const BASE62: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
 /// How long a node trusts what a digest resolved to (a key, or no key).
 pub const CACHE_TTL: Duration = Duration::from_secs(5);
-/// Digests one node caches; past this, entries older than the TTL go, and if none has, all.
+/// Entries one cache holds; past this, entries older than the TTL go, and all of them if more
+/// than half are fresh.
 const CACHE_MAX: usize = 100_000;
 
 /// A project's key as a caller: what requests made with it may do.
@@ -39,6 +40,8 @@ pub struct ProjectKey {
     pub role: KeyRole,
     /// The routes it may call (`None`: all that its project may).
     pub routes: Option<Vec<String>>,
+    /// When it stops working (a key it makes may not outlive it).
+    pub expires_at: Option<chrono::DateTime<chrono::Utc>>,
     /// Its secret's SHA-256, to look it up again while a WebSocket it opened stays open.
     pub(crate) digest: [u8; 32],
 }
@@ -94,8 +97,10 @@ impl<K: std::hash::Hash + Eq, V: Clone> TtlCache<K, V> {
     pub(crate) fn put(&self, key: K, value: V) {
         let mut map = self.lock();
         if map.len() >= CACHE_MAX {
+            // Down to half at most, so that a full cache is not scanned on every insert (a
+            // flood of unknown secrets keeps it full of fresh "no such key" answers).
             map.retain(|_, (at, _)| at.elapsed() < CACHE_TTL);
-            if map.len() >= CACHE_MAX {
+            if map.len() > CACHE_MAX / 2 {
                 map.clear();
             }
         }
@@ -149,6 +154,7 @@ impl VirtualKeys {
             project: row.project_id,
             role: row.role,
             routes: row.routes.clone(),
+            expires_at: row.expires_at,
             digest,
         }))
     }
@@ -219,7 +225,13 @@ const GATEWAY_PATHS: [&str; 5] = [
 /// read; each handler checks again.
 fn installation_only(method: &axum::http::Method, path: &str) -> bool {
     let under = |prefix: &str| path == prefix || path.starts_with(&format!("{prefix}/"));
-    (path == "/v1/projects" && method == axum::http::Method::POST)
+    // A project's own budget caps what its admins hand out: the installation sets it.
+    let project_budget = path
+        .strip_prefix("/v1/projects/")
+        .is_some_and(|rest| !rest.contains('/'))
+        && method == axum::http::Method::PATCH;
+    project_budget
+        || (path == "/v1/projects" && method == axum::http::Method::POST)
         || [
             "/metrics",
             "/v1/cluster",
@@ -227,6 +239,7 @@ fn installation_only(method: &axum::http::Method, path: &str) -> bool {
             "/v1/datasets",
             "/v1/evals",
             "/v1/gateway",
+            "/v1/mcp/servers",
         ]
         .iter()
         .any(|prefix| under(prefix))
@@ -295,6 +308,7 @@ mod tests {
             project: Uuid::now_v7(),
             role,
             routes: None,
+            expires_at: None,
             digest: [0; 32],
         }
     }
@@ -323,6 +337,13 @@ mod tests {
                 [false, false, false, false],
             ),
             ("GET", "/v1/agents", [true, true, true, false]),
+            ("PATCH", "/v1/projects/p", [false, false, false, false]),
+            (
+                "PATCH",
+                "/v1/projects/p/keys/k",
+                [true, false, false, false],
+            ),
+            ("GET", "/v1/mcp/servers", [false, false, false, false]),
         ];
         let roles = [
             KeyRole::Admin,

@@ -66,7 +66,7 @@ pub async fn mcp_servers(
     State(state): State<AppState>,
     Caller(caller): Caller,
 ) -> Result<Json<McpServerList>, ApiError> {
-    caller.require_operator()?;
+    caller.require_installation()?;
     Ok(Json(match &state.mcp {
         Some(mcp) => mcp.report(),
         None => McpServerList {

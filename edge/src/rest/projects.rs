@@ -302,6 +302,30 @@ fn check_new_key(state: &AppState, body: &NewKey) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// A key made by a project's key may not reach further than the key that makes it: its routes
+/// are among the maker's (the maker's when it names none), and it expires no later.
+fn within_caller(caller: &Principal, mut body: NewKey) -> Result<NewKey, ApiError> {
+    let Principal::ProjectKey(maker) = caller else {
+        return Ok(body);
+    };
+    let refuse = |message: &str| ApiError::new(ErrorCode::InvalidRequest, message.to_string());
+    if let Some(allowed) = &maker.routes {
+        match &body.routes {
+            None => body.routes = Some(allowed.clone()),
+            Some(asked) if asked.iter().all(|r| allowed.contains(r)) => {}
+            Some(_) => return Err(refuse("a key may only get routes its maker's key has")),
+        }
+    }
+    if let Some(limit) = maker.expires_at {
+        match body.expires_at {
+            None => body.expires_at = Some(limit),
+            Some(at) if at <= limit => {}
+            Some(_) => return Err(refuse("a key may not outlive the key that makes it")),
+        }
+    }
+    Ok(body)
+}
+
 /// A row for a new key of `project` with a fresh secret (`body` checked).
 fn new_key(project: Uuid, body: &NewKey, rotated_from: Option<Uuid>) -> (KeyRow, String) {
     let minted = keys::mint();
@@ -336,6 +360,7 @@ pub async fn create_key(
     ApiJson(body): ApiJson<NewKey>,
 ) -> Result<(StatusCode, Json<KeyCreated>), ApiError> {
     let project = managed(&state, &caller, &project).await?;
+    let body = within_caller(&caller, body)?;
     check_new_key(&state, &body)?;
     let (row, secret) = new_key(project.id, &body, None);
     state.store.create_key(&row).await?;
@@ -438,7 +463,8 @@ pub async fn revoke_key(
 }
 
 /// Sets a project's budget: every call charged to any of its keys (and the sessions they
-/// created) must fit it, besides the key's own.
+/// created) must fit it, besides the key's own. The installation's keys only (the role check
+/// refuses project keys): it caps what the project's admins hand out.
 #[utoipa::path(patch, path = "/v1/projects/{project}", params(("project" = String, Path, description = "Project name or id")), request_body = SetBudget, responses((status = 200, body = ProjectView), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody), (status = 404, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn set_project_budget(
     State(state): State<AppState>,
@@ -446,6 +472,7 @@ pub async fn set_project_budget(
     ApiPath(project): ApiPath<String>,
     ApiJson(body): ApiJson<SetBudget>,
 ) -> Result<Json<ProjectView>, ApiError> {
+    caller.require_installation()?;
     let project = managed(&state, &caller, &project).await?;
     let (usd, period) = budget(body.budget_usd, body.budget_period.as_deref())?;
     let settings = project.settings_with_budget(usd.map(|usd| Budget {

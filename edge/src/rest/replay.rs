@@ -128,7 +128,7 @@ pub async fn fork(
         (r, m) => r.or(m),
     };
     if let Some(route) = &route {
-        if !state.routes.contains(route) {
+        if !state.routes.contains(route) || !caller.may_use_route(route) {
             return Err(ApiError::new(
                 ErrorCode::UnknownRoute,
                 format!("no route is named `{route}`"),

@@ -35,6 +35,40 @@ impl CallReservation {
     }
 }
 
+/// What a call has set aside while it is still reserving in its other budgets: dropped there
+/// (the caller went away between two reservations, or one refused), it hands all of it back.
+struct Reserving<'a> {
+    router: &'a Router,
+    held: Option<CallReservation>,
+}
+
+impl Reserving<'_> {
+    fn held(&mut self) -> &mut CallReservation {
+        self.held.get_or_insert_with(|| CallReservation {
+            global: None,
+            limits: Vec::new(),
+            amount: 0.0,
+        })
+    }
+
+    /// Every budget fitted: the reservation is the call's to settle.
+    fn done(mut self) -> CallReservation {
+        self.held.take().unwrap_or(CallReservation {
+            global: None,
+            limits: Vec::new(),
+            amount: 0.0,
+        })
+    }
+}
+
+impl Drop for Reserving<'_> {
+    fn drop(&mut self) {
+        if let Some(held) = self.held.take() {
+            self.router.settle_budgets(held, 0.0);
+        }
+    }
+}
+
 fn refusal(id: Uuid, code: RouterErrorCode, message: String, retry: Duration) -> RouterError {
     RouterError {
         id,
@@ -96,20 +130,20 @@ impl Router {
         amount: f64,
         limits: Vec<BudgetLimit>,
     ) -> Result<CallReservation, RouterError> {
-        let mut held = CallReservation {
-            global: None,
-            limits: Vec::new(),
-            amount,
+        let mut reserving = Reserving {
+            router: self,
+            held: None,
         };
+        reserving.held().amount = amount;
         if let Some(budgets) = &self.budgets {
             let reservation = budgets
                 .reserve(key, amount)
                 .await
                 .map_err(|r| refusal(id, r.code, r.message, r.retry_after))?;
-            held.global = Some(reservation);
+            reserving.held().global = Some(reservation);
         }
         let Some(directory) = &self.directory else {
-            return Ok(held);
+            return Ok(reserving.done());
         };
         for limit in limits {
             let answer = directory
@@ -118,7 +152,7 @@ impl Router {
                 .await;
             let error = match answer {
                 Ok(SharedReservation::Reserved(reserved)) => {
-                    held.limits.push(reserved);
+                    reserving.held().limits.push(reserved);
                     continue;
                 }
                 Ok(SharedReservation::Refused {
@@ -147,11 +181,10 @@ impl Router {
                     Duration::from_secs(1),
                 ),
             };
-            // What was set aside in the other budgets goes back.
-            self.settle_budgets(held, 0.0);
+            // What was set aside in the other budgets goes back (`reserving` is dropped).
             return Err(error);
         }
-        Ok(held)
+        Ok(reserving.done())
     }
 
     /// Hands a call's reservations back, charging `cost` to each of its budgets.

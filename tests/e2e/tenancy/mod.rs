@@ -14,6 +14,7 @@ use stead_testkit::stead::Stead;
 use stead_testkit::upstream::{Reply, Upstream};
 use stead_testkit::webhook::Webhook;
 
+mod budgets;
 mod sweep;
 
 const ADMIN: &str = "installation-admin-key-0123456789";
@@ -326,97 +327,6 @@ async fn roles(server: &Stead, a: &Project, a_held: &Held, b: &Project) {
     assert_eq!(names, vec!["default", a.name.as_str(), b.name.as_str()]);
 }
 
-/// A key whose budget is spent is refused naming it; raising the budget lets it call; a project
-/// whose budget is spent refuses every key of it, naming the project.
-async fn budgets(server: &Stead, a: &Project) {
-    let chat =
-        json!({"model": "alt", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]});
-    let (status, created) = server
-        .call(
-            "POST",
-            &format!("/v1/projects/{}/keys", a.name),
-            Some(json!({"name": "broke", "role": "inference", "budget_usd": 0.0})),
-        )
-        .await;
-    assert_eq!(status, 201, "{created}");
-    let (id, broke) = (
-        created["id"].as_str().unwrap(),
-        created["key"].as_str().unwrap(),
-    );
-    let completions = "/v1/chat/completions";
-    let (status, refused) = server
-        .call_as("POST", completions, Some(chat.clone()), Some(broke))
-        .await;
-    assert_eq!(
-        (status, refused["error"]["code"].as_str()),
-        (429, Some("budget_exceeded"))
-    );
-    let message = refused["error"]["message"].as_str().unwrap();
-    assert!(message.contains("key `broke`"), "{message}");
-    let budget = format!("/v1/projects/{}/keys/{id}", a.name);
-    let (status, bad) = server
-        .call_as(
-            "PATCH",
-            &budget,
-            Some(json!({"budget_usd": -1})),
-            Some(&a.admin.secret),
-        )
-        .await;
-    assert_eq!(
-        (status, bad["error"]["code"].as_str()),
-        (422, Some("invalid_request"))
-    );
-    let (status, raised) = server
-        .call_as(
-            "PATCH",
-            &budget,
-            Some(json!({"budget_usd": 1.0, "budget_period": "30d"})),
-            Some(&a.admin.secret),
-        )
-        .await;
-    assert_eq!(status, 200, "{raised}");
-    assert_eq!(
-        (
-            raised["budget_usd"].as_f64(),
-            raised["budget_period_secs"].as_i64()
-        ),
-        (Some(1.0), Some(2_592_000))
-    );
-    let (status, body) = server
-        .call_as("POST", completions, Some(chat.clone()), Some(broke))
-        .await;
-    assert_eq!(status, 200, "{body}");
-    // The project's budget holds for every key of it.
-    let project = format!("/v1/projects/{}", a.name);
-    let (status, set) = server
-        .call_as(
-            "PATCH",
-            &project,
-            Some(json!({"budget_usd": 0.0})),
-            Some(&a.admin.secret),
-        )
-        .await;
-    assert_eq!((status, set["budget_usd"].as_f64()), (200, Some(0.0)));
-    let (status, refused) = server
-        .call_as("POST", completions, Some(chat), Some(broke))
-        .await;
-    assert_eq!(status, 429, "{refused}");
-    let message = refused["error"]["message"].as_str().unwrap();
-    assert!(
-        message.contains(&format!("project `{}`", a.name)),
-        "{message}"
-    );
-    let (status, _) = server
-        .call_as(
-            "PATCH",
-            &project,
-            Some(json!({"budget_usd": null})),
-            Some(&a.admin.secret),
-        )
-        .await;
-    assert_eq!(status, 200);
-}
-
 async fn projects_keep_to_themselves(database_url: Option<&str>) {
     let upstream = upstream().await;
     let webhook = Webhook::start().await;
@@ -446,7 +356,7 @@ async fn projects_keep_to_themselves(database_url: Option<&str>) {
     sweep::sweep(&server, &a, &a_held, &b, &b_held).await;
     roles(&server, &a, &a_held, &b).await;
 
-    budgets(&server, &a).await;
+    budgets::budgets(&server, &a).await;
 
     // A session token stays in its session, whatever project.
     let (status, _) = server
@@ -552,43 +462,4 @@ async fn projects_keep_to_themselves_on_sqlite() {
 async fn projects_keep_to_themselves_on_postgres() {
     let scratch = stead_testkit::db::scratch_postgres("stead_tenancy").await;
     projects_keep_to_themselves(Some(scratch.url())).await;
-}
-
-/// The short run of `stead bench tenancy` (the full one's figures are in docs/benchmarks.md):
-/// it authenticates every key it made, reads each key's two budgets, and reports every figure
-/// at both scales.
-#[test]
-fn the_tenancy_bench_runs_short() {
-    let data = tempfile::tempdir().unwrap();
-    let output = std::process::Command::new(stead_testkit::stead::binary())
-        .args(["bench", "tenancy", "--keys", "200", "--projects", "20"])
-        .args(["--samples", "300", "--json", "--data-dir"])
-        .arg(data.path())
-        .env_remove("DATABASE_URL")
-        .env("RUST_LOG", "warn")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let report: Value = serde_json::from_str(stdout.trim()).unwrap();
-    assert_eq!(report["full"]["keys"], 200);
-    assert_eq!(report["small"]["projects"], 1);
-    for scale in ["small", "full"] {
-        for figure in [
-            "config_key_auth",
-            "virtual_key_auth_cached",
-            "virtual_key_auth_cache_miss",
-            "budgets_of_a_key_cached",
-            "ledger_reserve_and_settle",
-            "list_projects",
-            "list_keys_of_a_project",
-        ] {
-            let p99 = report[scale][figure]["p99_us"].as_f64();
-            assert!(p99.is_some_and(|v| v > 0.0), "{scale}.{figure}: {report}");
-        }
-    }
 }

@@ -48,11 +48,13 @@ fn classify(method: &str, path: &str) -> Expect {
         "/v1/collections",
         "/v1/datasets",
         "/v1/evals",
+        "/v1/mcp/servers",
     ];
     if installation.iter().any(|p| path.starts_with(p))
         || path.starts_with("/v1/gateway/")
         || (path.starts_with("/v1/agents/{agent}/schedules"))
         || (method == "post" && path == "/v1/projects")
+        || (method == "patch" && path == "/v1/projects/{project}")
     {
         return Expect::Installation;
     }
@@ -62,7 +64,7 @@ fn classify(method: &str, path: &str) -> Expect {
     match (method, path) {
         ("get", "/v1/sessions" | "/v1/approvals" | "/v1/feedback" | "/v1/schedules")
         | ("get", "/v1/projects") => Expect::List,
-        ("get", "/healthz" | "/readyz" | "/v1/agents" | "/v1/models" | "/v1/mcp/servers")
+        ("get", "/healthz" | "/readyz" | "/v1/agents" | "/v1/models")
         | ("post", "/v1/sessions")
         | ("post", "/v1/chat/completions" | "/v1/embeddings" | "/v1/messages" | "/v1/responses") => {
             Expect::Nothing

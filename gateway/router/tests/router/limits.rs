@@ -226,6 +226,8 @@ async fn tool_calls_come_back_streamed_or_not_and_unknown_routes_are_refused() {
 #[derive(Default)]
 struct MemoryLedger {
     state: std::sync::Mutex<MemoryState>,
+    /// How long a reservation in a project's budget takes.
+    project_delay: Duration,
 }
 
 #[derive(Default)]
@@ -257,6 +259,9 @@ impl SharedLedger for MemoryLedger {
         budget: f64,
         _window: Duration,
     ) -> Result<SharedReservation, LedgerError> {
+        if key.contains("project") {
+            tokio::time::sleep(self.project_delay).await;
+        }
         let mut state = self.state.lock().unwrap();
         let spent = state.spent.get(key).copied().unwrap_or(0.0);
         let reserved: f64 = state
@@ -411,4 +416,57 @@ async fn a_keys_budget_and_its_projects_both_hold_and_name_themselves() {
         )
         .await;
     assert!(free.is_ok());
+}
+
+/// A call dropped while it reserves (its key's budget set aside, its project's still being
+/// asked) hands back what it set aside.
+#[tokio::test]
+async fn a_call_dropped_between_two_reservations_leaves_nothing_reserved() {
+    let up = Upstream::start(vec![], Reply::text("unused")).await;
+    let s = router(
+        &[("a", &up)],
+        json!([{ "name": "r", "targets": [{ "provider": "a", "model": "m", "max_tokens": 10 }] }]),
+        json!({ "prices": { "m": { "input": 0.0, "output": 1000.0 } } }),
+    );
+    let ledger = Arc::new(MemoryLedger {
+        project_delay: Duration::from_secs(5),
+        ..Default::default()
+    });
+    let router = Arc::new(
+        Arc::try_unwrap(s.router)
+            .ok()
+            .unwrap()
+            .with_budget_directory(Arc::new(Directory), ledger.clone()),
+    );
+    let call = tokio::spawn({
+        let router = router.clone();
+        async move {
+            let options = CallOptions {
+                api_key: Some("k1".into()),
+                ..Default::default()
+            };
+            router.call(ask("r", "dropped"), options, None).await
+        }
+    });
+    // The key's budget is reserved at once; the project's takes five seconds.
+    for _ in 0..100 {
+        if ledger.of("budget:key:k1").1 > 0.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        ledger.of("budget:key:k1").1 > 0.0,
+        "the key's budget was reserved"
+    );
+    call.abort();
+    let _ = call.await;
+    for _ in 0..100 {
+        if ledger.of("budget:key:k1") == (0.0, 0.0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(ledger.of("budget:key:k1"), (0.0, 0.0));
+    assert!(up.requests().is_empty());
 }
