@@ -128,8 +128,12 @@ pub trait Tenancy: Send + Sync {
     /// By name; [`Error::NotFound`] when there is none.
     async fn project_by_name(&self, name: &str) -> Result<crate::tenancy::ProjectRow>;
 
-    /// Every project, by name.
-    async fn list_projects(&self) -> Result<Vec<crate::tenancy::ProjectRow>>;
+    /// Up to `limit` projects (clamped to `1..=MAX_PAGE`) by name, after the name `after`.
+    async fn list_projects(
+        &self,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<crate::tenancy::ProjectRow>>;
 
     /// By id; [`Error::NotFound`] when there is none.
     async fn project_by_id(&self, id: Uuid) -> Result<crate::tenancy::ProjectRow>;

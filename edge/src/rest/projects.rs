@@ -38,6 +38,18 @@ impl From<ProjectRow> for ProjectView {
 #[derive(Serialize, ToSchema)]
 pub struct ProjectList {
     pub projects: Vec<ProjectView>,
+    /// The next page's `cursor`; `null` on the last page.
+    pub next_cursor: Option<String>,
+}
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct ProjectsQuery {
+    #[param(minimum = 1, maximum = 500)]
+    limit: Option<u32>,
+    /// `next_cursor` of the previous page.
+    cursor: Option<String>,
 }
 
 /// A virtual key as listed: never its secret, only the characters it starts with.
@@ -244,22 +256,41 @@ pub async fn create_project(
     Ok((StatusCode::CREATED, Json(row.into())))
 }
 
-/// The installation sees every project; a project's admin key its own.
-#[utoipa::path(get, path = "/v1/projects", responses((status = 200, body = ProjectList), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
+/// The installation sees every project, a page at a time by name; a project's admin key its
+/// own.
+#[utoipa::path(get, path = "/v1/projects", params(ProjectsQuery), responses((status = 200, body = ProjectList), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
 pub async fn list_projects(
     State(state): State<AppState>,
     Caller(caller): Caller,
+    ApiQuery(query): ApiQuery<ProjectsQuery>,
 ) -> Result<Json<ProjectList>, ApiError> {
     caller.require_operator()?;
-    let projects = state
-        .store
-        .list_projects()
-        .await?
-        .into_iter()
-        .filter(|p| caller.scope().admits(p.id))
-        .map(Into::into)
-        .collect();
-    Ok(Json(ProjectList { projects }))
+    let limit = page_limit(query.limit, 100, stead_persistence::MAX_PAGE)?;
+    if let Principal::ProjectKey(key) = &caller {
+        let own = state.store.project_by_id(key.project).await?;
+        return Ok(Json(ProjectList {
+            projects: vec![own.into()],
+            next_cursor: None,
+        }));
+    }
+    let cursor = query.cursor.as_deref().filter(|c| !c.is_empty());
+    // A cursor is a project's name: anything else is not one this server issued.
+    if cursor.is_some_and(|c| valid_project_name(c).is_err()) {
+        return Err(ApiError::new(
+            ErrorCode::InvalidQuery,
+            "`cursor` is not one this server issued",
+        ));
+    }
+    let rows = state.store.list_projects(cursor, limit + 1).await?;
+    let next_cursor = (rows.len() > limit as usize).then(|| rows[limit as usize - 1].name.clone());
+    Ok(Json(ProjectList {
+        projects: rows
+            .into_iter()
+            .take(limit as usize)
+            .map(Into::into)
+            .collect(),
+        next_cursor,
+    }))
 }
 
 #[utoipa::path(get, path = "/v1/projects/{project}", params(("project" = String, Path, description = "Project name or id")), responses((status = 200, body = ProjectView), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody), (status = 404, body = ErrorBody)))]

@@ -151,12 +151,14 @@ impl<D: Dialect> Tenancy for SqlStore<D> {
         project(&row)
     }
 
-    async fn list_projects(&self) -> Result<Vec<ProjectRow>> {
-        let rows = Sql::<D>::new(format!(
-            "SELECT {PROJECT_COLUMNS} FROM projects ORDER BY name"
-        ))
-        .fetch_all(self.on_read())
-        .await?;
+    async fn list_projects(&self, after: Option<&str>, limit: u32) -> Result<Vec<ProjectRow>> {
+        let mut sql = Sql::<D>::new(format!("SELECT {PROJECT_COLUMNS} FROM projects"));
+        if let Some(after) = after {
+            sql.push(" WHERE name > ").bind(after);
+        }
+        sql.push(" ORDER BY name LIMIT ")
+            .bind(i64::from(limit.clamp(1, crate::MAX_PAGE)));
+        let rows = sql.fetch_all(self.on_read()).await?;
         rows.iter().map(project).collect()
     }
 

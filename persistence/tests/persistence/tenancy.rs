@@ -54,14 +54,18 @@ async fn projects_own_their_keys_found_by_digest(backend: Backend) {
         store.project_by_name("nope").await,
         Err(Error::NotFound(_))
     ));
-    let names: Vec<String> = store
-        .list_projects()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|p| p.name)
-        .collect();
-    assert_eq!(names, ["default", "team-a", "team-b"]);
+    let names = |after: Option<&'static str>, limit| async move {
+        store
+            .list_projects(after, limit)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|p| p.name)
+            .collect::<Vec<String>>()
+    };
+    assert_eq!(names(None, 10).await, ["default", "team-a", "team-b"]);
+    assert_eq!(names(None, 2).await, ["default", "team-a"]);
+    assert_eq!(names(Some("team-a"), 2).await, ["team-b"]);
 
     let full = KeyRow {
         routes: Some(vec!["default".into(), "fast".into()]),

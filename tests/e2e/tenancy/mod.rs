@@ -325,6 +325,19 @@ async fn roles(server: &Stead, a: &Project, a_held: &Held, b: &Project) {
         .map(|p| p["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, vec!["default", a.name.as_str(), b.name.as_str()]);
+    // A page at a time, by name.
+    let (_, first) = server.call("GET", "/v1/projects?limit=2", None).await;
+    assert_eq!(first["projects"].as_array().unwrap().len(), 2);
+    assert_eq!(first["next_cursor"], a.name.as_str());
+    let (_, rest) = server
+        .call(
+            "GET",
+            &format!("/v1/projects?limit=2&cursor={}", a.name),
+            None,
+        )
+        .await;
+    assert_eq!(rest["projects"][0]["name"], b.name.as_str());
+    assert_eq!(rest["next_cursor"], Value::Null);
 }
 
 async fn projects_keep_to_themselves(database_url: Option<&str>) {
