@@ -81,19 +81,7 @@ pub struct NewDataset {
 
 /// 1–100 letters, digits, `.`, `_` and `-`.
 fn valid_name(name: &str) -> Result<(), ApiError> {
-    let ok = !name.is_empty()
-        && name.len() <= 100
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
-    if ok {
-        Ok(())
-    } else {
-        Err(ApiError::new(
-            ErrorCode::InvalidRequest,
-            "a dataset name is 1 to 100 letters, digits, `.`, `_` and `-`",
-        ))
-    }
+    super::valid_name(name, 100, "dataset")
 }
 
 #[utoipa::path(post, path = "/v1/datasets", request_body = NewDataset, responses((status = 201, body = DatasetView), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, description = "Evaluations are not served here", body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]

@@ -57,6 +57,23 @@ pub(crate) const MAX_EVENTS_PAGE: u32 = 1000;
 /// Largest metadata object of a session (bytes of JSON).
 pub(crate) const MAX_METADATA_BYTES: usize = 16 << 10;
 
+/// A name of a dataset or a project: 1 to `max` letters, digits, `.`, `_` and `-` (else a 422
+/// that says what `what` names may be).
+pub(crate) fn valid_name(name: &str, max: usize, what: &str) -> Result<(), ApiError> {
+    let ok = (1..=max).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            ErrorCode::InvalidRequest,
+            format!("a {what} name is 1 to {max} letters, digits, `.`, `_` and `-`"),
+        ))
+    }
+}
+
 /// `limit` within `1..=max`, or a 400.
 pub(crate) fn page_limit(limit: Option<u32>, default: u32, max: u32) -> Result<u32, ApiError> {
     match limit.unwrap_or(default) {

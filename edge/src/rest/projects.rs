@@ -187,18 +187,7 @@ fn budget(usd: Option<f64>, period: Option<&str>) -> Result<(Option<f64>, Option
 }
 
 fn valid_project_name(name: &str) -> Result<(), ApiError> {
-    let ok = (1..=64).contains(&name.len())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
-    if ok {
-        Ok(())
-    } else {
-        Err(ApiError::new(
-            ErrorCode::InvalidRequest,
-            "a project name is 1 to 64 letters, digits, `.`, `_` and `-`",
-        ))
-    }
+    valid_name(name, 64, "project")
 }
 
 fn project_not_found(name: &str) -> ApiError {
@@ -423,10 +412,9 @@ pub async fn list_keys(
 async fn live_key(state: &AppState, project: Uuid, id: Uuid) -> Result<KeyRow, ApiError> {
     state
         .store
-        .list_keys(project)
+        .key_by_id(id)
         .await?
-        .into_iter()
-        .find(|k| k.id == id && k.revoked_at.is_none())
+        .filter(|k| k.project_id == project && k.revoked_at.is_none())
         .ok_or_else(|| ApiError::new(ErrorCode::KeyNotFound, format!("no live key {id}")))
 }
 

@@ -21,7 +21,7 @@ pub(crate) struct Directory {
 }
 
 /// What one call set aside: in the installation's budget, and in each of the key's others.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) struct CallReservation {
     global: Option<Reservation>,
     limits: Vec<Uuid>,
@@ -39,32 +39,24 @@ impl CallReservation {
 /// (the caller went away between two reservations, or one refused), it hands all of it back.
 struct Reserving<'a> {
     router: &'a Router,
-    held: Option<CallReservation>,
+    held: CallReservation,
+    /// Cleared once every budget fitted and the call owns the reservation.
+    armed: bool,
 }
 
 impl Reserving<'_> {
-    fn held(&mut self) -> &mut CallReservation {
-        self.held.get_or_insert_with(|| CallReservation {
-            global: None,
-            limits: Vec::new(),
-            amount: 0.0,
-        })
-    }
-
     /// Every budget fitted: the reservation is the call's to settle.
     fn done(mut self) -> CallReservation {
-        self.held.take().unwrap_or(CallReservation {
-            global: None,
-            limits: Vec::new(),
-            amount: 0.0,
-        })
+        self.armed = false;
+        std::mem::take(&mut self.held)
     }
 }
 
 impl Drop for Reserving<'_> {
     fn drop(&mut self) {
-        if let Some(held) = self.held.take() {
-            self.router.settle_budgets(held, 0.0);
+        if self.armed {
+            self.router
+                .settle_budgets(std::mem::take(&mut self.held), 0.0);
         }
     }
 }
@@ -132,15 +124,18 @@ impl Router {
     ) -> Result<CallReservation, RouterError> {
         let mut reserving = Reserving {
             router: self,
-            held: None,
+            held: CallReservation {
+                amount,
+                ..Default::default()
+            },
+            armed: true,
         };
-        reserving.held().amount = amount;
         if let Some(budgets) = &self.budgets {
             let reservation = budgets
                 .reserve(key, amount)
                 .await
                 .map_err(|r| refusal(id, r.code, r.message, r.retry_after))?;
-            reserving.held().global = Some(reservation);
+            reserving.held.global = Some(reservation);
         }
         let Some(directory) = &self.directory else {
             return Ok(reserving.done());
@@ -152,7 +147,7 @@ impl Router {
                 .await;
             let error = match answer {
                 Ok(SharedReservation::Reserved(reserved)) => {
-                    reserving.held().limits.push(reserved);
+                    reserving.held.limits.push(reserved);
                     continue;
                 }
                 Ok(SharedReservation::Refused {

@@ -311,6 +311,18 @@ impl BudgetDirectory for Directory {
     }
 }
 
+/// Route `r` on `up` (a call of at most 10 tokens at $1000 per million: $0.01), with the
+/// [`Directory`] double's budgets kept in `ledger`.
+fn budgeted(up: &Upstream, ledger: Arc<MemoryLedger>) -> Arc<Router> {
+    let s = router(
+        &[("a", up)],
+        json!([{ "name": "r", "targets": [{ "provider": "a", "model": "m", "max_tokens": 10 }] }]),
+        json!({ "prices": { "m": { "input": 0.0, "output": 1000.0 } } }),
+    );
+    let router = Arc::try_unwrap(s.router).ok().unwrap();
+    Arc::new(router.with_budget_directory(Arc::new(Directory), ledger))
+}
+
 /// A key's own budget and its project's both hold under concurrent calls: each call sets the
 /// most it may cost aside in both or in neither, a refusal names the budget that did not fit,
 /// and what a refused call set aside in the other budget goes back.
@@ -327,18 +339,8 @@ async fn a_keys_budget_and_its_projects_both_hold_and_name_themselves() {
     )
     .await;
     // Each call may cost and costs $0.01.
-    let s = router(
-        &[("a", &up)],
-        json!([{ "name": "r", "targets": [{ "provider": "a", "model": "m", "max_tokens": 10 }] }]),
-        json!({ "prices": { "m": { "input": 0.0, "output": 1000.0 } } }),
-    );
     let ledger = Arc::new(MemoryLedger::default());
-    let router = Arc::new(
-        Arc::try_unwrap(s.router)
-            .ok()
-            .unwrap()
-            .with_budget_directory(Arc::new(Directory), ledger.clone()),
-    );
+    let router = budgeted(&up, ledger.clone());
     let burst = |key: &'static str| {
         let router = router.clone();
         async move {
@@ -423,21 +425,11 @@ async fn a_keys_budget_and_its_projects_both_hold_and_name_themselves() {
 #[tokio::test]
 async fn a_call_dropped_between_two_reservations_leaves_nothing_reserved() {
     let up = Upstream::start(vec![], Reply::text("unused")).await;
-    let s = router(
-        &[("a", &up)],
-        json!([{ "name": "r", "targets": [{ "provider": "a", "model": "m", "max_tokens": 10 }] }]),
-        json!({ "prices": { "m": { "input": 0.0, "output": 1000.0 } } }),
-    );
     let ledger = Arc::new(MemoryLedger {
         project_delay: Duration::from_secs(5),
         ..Default::default()
     });
-    let router = Arc::new(
-        Arc::try_unwrap(s.router)
-            .ok()
-            .unwrap()
-            .with_budget_directory(Arc::new(Directory), ledger.clone()),
-    );
+    let router = budgeted(&up, ledger.clone());
     let call = tokio::spawn({
         let router = router.clone();
         async move {
