@@ -1,6 +1,7 @@
-//! Journal retention: ended sessions keep their full journal for `sessions.keep_journal_days`
+//! Retention. Journals: ended sessions keep their full journal for `sessions.keep_journal_days`
 //! after their last change, then are compacted to a snapshot plus a summary. Open and parked
 //! sessions are never touched (the store refuses them inside the compaction's transaction).
+//! The audit trail: acts older than `[audit] retention_days` are removed once a day.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,5 +56,35 @@ pub async fn run(store: Arc<dyn JournalStore>, days: u64, every: Duration) {
             Ok(_) => {}
             Err(error) => tracing::warn!(%error, "retention sweep failed"),
         }
+    }
+}
+
+/// The audit trail's retention (docs/audit.md): once a day (and at start), acts older than
+/// `days` are removed.
+pub async fn prune_audit(store: Arc<dyn JournalStore>, days: u64) {
+    let mut ticks = tokio::time::interval(Duration::from_secs(86_400));
+    loop {
+        ticks.tick().await;
+        let cutoff = chrono::Utc::now() - chrono::Duration::days(days.min(100_000) as i64);
+        match store.prune_audit(cutoff).await {
+            Ok(0) => {}
+            Ok(removed) => tracing::info!(removed, "audit acts past their retention removed"),
+            Err(error) => tracing::warn!(%error, "audit retention failed"),
+        }
+    }
+}
+
+/// Starts the server's retention tasks: the journals' sweep (when `sessions.keep_journal_days`
+/// is set) and the audit trail's (unless `audit.retention_days` is 0).
+pub fn start(config: &stead_config::Config, store: &Arc<dyn JournalStore>) {
+    if let Some(days) = config.sessions.keep_journal_days {
+        tokio::spawn(run(
+            store.clone(),
+            days,
+            Duration::from_secs(config.sessions.retention_sweep_secs),
+        ));
+    }
+    if config.audit.retention_days > 0 {
+        tokio::spawn(prune_audit(store.clone(), config.audit.retention_days));
     }
 }

@@ -336,13 +336,7 @@ fn start_background(
     sessions: &Arc<stead_actors::session::SessionRegistry>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(resume_running_sessions(store.clone(), sessions.clone()));
-    if let Some(days) = config.sessions.keep_journal_days {
-        tokio::spawn(crate::retention::run(
-            store.clone(),
-            days,
-            Duration::from_secs(config.sessions.retention_sweep_secs),
-        ));
-    }
+    crate::retention::start(config, store);
     stead_actors::session::Scheduler::new(
         (**sessions).clone(),
         stead_actors::session::SchedulerOptions {

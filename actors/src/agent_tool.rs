@@ -232,6 +232,9 @@ pub fn progress_line(events: &[SessionEvent]) -> Option<String> {
         SessionEvent::ApprovalRequested { tool, .. } => {
             Some(format!("awaiting approval of {tool}"))
         }
+        SessionEvent::BudgetApprovalRequested { budget, .. } => Some(format!(
+            "awaiting a budget approval: the budget of {budget} is spent"
+        )),
         SessionEvent::ToolCallStarted { tool, .. } => Some(format!("calling {tool}")),
         SessionEvent::ToolCallFinished { tool, .. } => Some(format!("{tool} finished")),
         SessionEvent::ToolCallFailed { tool, .. } => Some(format!("{tool} failed")),

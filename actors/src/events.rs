@@ -264,6 +264,27 @@ pub enum SessionEvent {
         decided_by: Decider,
         scope: ApprovalScope,
     },
+    /// A key's or a project's budget refused the model call `call_id` (docs/tenancy.md,
+    /// "Budget approvals"): the turn waits for the project's admin or the installation, with
+    /// the call still the turn's; `needed_usd` is how far over the budget the call would go.
+    BudgetApprovalRequested {
+        call_id: CallId,
+        budget: String,
+        needed_usd: f64,
+        reason: String,
+    },
+    /// A decision on a budget approval: approved, the model call is made again, allowed
+    /// `overspend_usd` past each of its budgets; rejected, it fails with the reason.
+    BudgetApprovalDecided {
+        call_id: CallId,
+        approved: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[ts(optional)]
+        overspend_usd: Option<f64>,
+        reason: Option<String>,
+        #[ts(type = "string")]
+        decided_by: Decider,
+    },
     ToolCallStarted {
         call_id: CallId,
         tool: String,

@@ -39,6 +39,12 @@ pub enum Input {
         call_id: CallId,
         error: String,
     },
+    /// A key's or a project's budget refused the model call in flight: the turn parks on a
+    /// budget approval.
+    ModelBudgetExceeded {
+        call_id: CallId,
+        refusal: BudgetRefusal,
+    },
     ToolFinished {
         call_id: CallId,
         result: Value,
@@ -55,6 +61,12 @@ pub enum Input {
         scope: ApprovalScope,
         /// When given, must match the hash in `approval_requested`.
         args_hash: Option<String>,
+        /// On a budget approval: the overspend allowed (USD; the shortfall it was parked on
+        /// when not given). Refused on a tool call's approval.
+        overspend_usd: Option<f64>,
+        /// Whether the decider may allow spending (the installation, a project's admin): a
+        /// budget approval refuses everyone else's decision.
+        may_spend: bool,
     },
     Cancel {
         reason: String,
@@ -121,6 +133,17 @@ pub enum Input {
     Close {
         reason: String,
     },
+}
+
+/// Why a budget refused a model call, as the model client reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BudgetRefusal {
+    /// The budget's name (``key `ci` ``).
+    pub budget: String,
+    /// How far over the budget the call would go (USD).
+    pub needed_usd: f64,
+    /// The refusal as the router worded it.
+    pub message: String,
 }
 
 /// Work to do after the decision's events are committed.

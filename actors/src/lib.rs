@@ -32,11 +32,14 @@ pub use events::{
     ApprovalOutcome, ApprovalScope, MessageMode, Overrides, RequestedCall, SeenTool, SessionEvent,
     TurnEnd, Usage,
 };
+pub use inputs::BudgetRefusal;
 pub use policy::{args_hash, ApprovalPolicy, Approver, ArgumentSchema, PolicyError};
 pub use rules::{
     Delegation, DEFAULT_MAX_DELEGATION_SESSIONS, DEFAULT_MAX_DELEGATION_STEPS, DEFAULT_MAX_DEPTH,
     DEFAULT_MAX_FANOUT,
 };
 pub use schedules::{CatchUp, ScheduleDef, ScheduleLimits, ScheduleMessage, ScheduleState};
-pub use state::{CallState, CallStatus, SessionState, TranscriptEntry, Turn, LOCAL_PRINCIPAL};
+pub use state::{
+    BudgetWait, CallState, CallStatus, SessionState, TranscriptEntry, Turn, LOCAL_PRINCIPAL,
+};
 pub use stead_model::{CallId, Decider, Epoch};

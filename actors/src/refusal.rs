@@ -17,6 +17,11 @@ pub enum Refusal {
     QueueFull,
     /// An approval by a session token's holder of a tool whose `approver` is `operator`.
     OperatorRequired,
+    /// A decision on a budget approval by someone who may not allow spending (a session
+    /// token, a project key other than `admin`).
+    SpendRequired,
+    /// `overspend_usd` on the approval of a tool call.
+    NotABudgetApproval,
     /// A `drop_if_busy` message while a turn runs.
     Busy,
     /// A schedule definition that cannot be used (the message says why).

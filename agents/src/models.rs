@@ -265,6 +265,7 @@ impl ModelClient for SessionModel {
             session_id: Some(request.session_id),
             api_key: Some(request.principal.clone()),
             metadata: stead_router::log_metadata(&request.metadata),
+            budget_grant_usd: request.budget_grant_usd,
             ..Default::default()
         };
         let call = self
@@ -275,6 +276,14 @@ impl ModelClient for SessionModel {
             biased;
             () = cancel.cancelled() => return Err(ModelError::Cancelled),
             response = call => response.map_err(|e| {
+                // A key's or a project's budget parks the session for a person to decide.
+                if let Some(budget) = &e.budget {
+                    return ModelError::Budget(stead_actors::BudgetRefusal {
+                        budget: budget.name.clone(),
+                        needed_usd: budget.shortfall(),
+                        message: format!("{}: {}", e.code, e.message),
+                    });
+                }
                 // A refusal by a limit or budget names its code: the journal says why. An
                 // upstream's own error text stays in the request log.
                 if e.code.is_limit() {
@@ -421,6 +430,7 @@ mod tests {
             principal: "local".into(),
             metadata: Default::default(),
             repair: false,
+            budget_grant_usd: None,
         };
         let tool_call = |id: &str, city: &str| {
             json!({

@@ -133,6 +133,8 @@ pub fn record(session_id: &str, rules: &AgentRules, min_events: usize) -> Vec<Se
                         decided_by: "operator".into(),
                         scope: ApprovalScope::Once,
                         args_hash: None,
+                        overspend_usd: None,
+                        may_spend: true,
                     },
                 );
             }

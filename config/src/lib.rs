@@ -25,8 +25,8 @@ pub use stead_router::config::{GatewayConfig, RouteConfig, TargetConfig};
 
 pub use mcp::{invalid_server_name, McpServerConfig};
 pub use sections::{
-    AgentConfig, ClusterConfig, DatabaseConfig, EngineConfig, KnowledgeConfig, LogConfig,
-    LogFormat, ProviderConfig, ProviderKind, SchedulesConfig, SearchMode, ServerConfig,
+    AgentConfig, AuditConfig, ClusterConfig, DatabaseConfig, EngineConfig, KnowledgeConfig,
+    LogConfig, LogFormat, ProviderConfig, ProviderKind, SchedulesConfig, SearchMode, ServerConfig,
     SessionsConfig,
 };
 pub use tools::{ToolConfig, ToolKind};
@@ -66,6 +66,8 @@ pub struct Config {
     pub cluster: Option<ClusterConfig>,
     /// Knowledge collections (`[knowledge]`, docs/knowledge.md).
     pub knowledge: KnowledgeConfig,
+    /// The audit trail (`[audit]`, docs/audit.md).
+    pub audit: AuditConfig,
 }
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
@@ -117,6 +119,7 @@ impl Default for Config {
             gateway: GatewayConfig::default(),
             cluster: None,
             knowledge: KnowledgeConfig::default(),
+            audit: AuditConfig::default(),
             mcp_servers: Vec::new(),
             agents: vec![AgentConfig {
                 name: "demo".into(),

@@ -9,6 +9,22 @@ use serde::{Deserialize, Serialize};
 use super::{ToolConfig, DEFAULT_DATA_DIR, DEFAULT_LISTEN};
 
 /// How session actors snapshot, sleep and restart (`[sessions]`).
+/// The audit trail (`[audit]`, docs/audit.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuditConfig {
+    /// Acts older than this many days are removed, once a day (0: kept for good).
+    pub retention_days: u64,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        AuditConfig {
+            retention_days: 400,
+        }
+    }
+}
+
 /// Schedules and timers (`[schedules]`, docs/schedules.md).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]

@@ -173,6 +173,15 @@ pub fn refusal_error(refusal: Refusal) -> ApiError {
             "only an operator may approve this tool's calls (approver = \"operator\"); a session \
              token may reject them",
         ),
+        Refusal::SpendRequired => ApiError::new(
+            ErrorCode::Forbidden,
+            "a budget approval allows spending: only the installation's keys and the project's \
+             admin keys may decide it",
+        ),
+        Refusal::NotABudgetApproval => ApiError::new(
+            ErrorCode::InvalidRequest,
+            "overspend_usd applies to budget approvals only; this is a tool call's approval",
+        ),
         Refusal::Busy => ApiError::new(
             ErrorCode::Busy,
             "a turn is running and the message's mode is drop_if_busy; nothing was journaled",

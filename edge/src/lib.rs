@@ -8,6 +8,7 @@
 //! never links the local engine. A server takes its listener and its shutdown signal as
 //! arguments, so tests bind `127.0.0.1:0`.
 
+pub mod audit;
 pub mod auth;
 mod body_deadline;
 pub mod cluster;
@@ -254,6 +255,13 @@ pub fn router_with(state: AppState, extra: Router<AppState>) -> Router {
         )
         .route("/v1/gateway/logs", get(gateway::logs::logs))
         .route("/v1/gateway/stats", get(gateway::logs::stats))
+        .route("/v1/audit", get(rest::audit::list))
+        .route("/v1/projects/{project}/spend", get(rest::spend::spend))
+        // Inside the cluster's forwarding: an act is recorded once, by the node that did it.
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            audit::record,
+        ))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))

@@ -98,6 +98,8 @@ impl Modify for BearerAuth {
         rest::projects::revoke_key,
         rest::projects::set_project_budget,
         rest::projects::set_key_budget,
+        rest::audit::list,
+        rest::spend::spend,
     ),
     modifiers(&BearerAuth),
     security(("bearer" = [])),

@@ -75,7 +75,7 @@ pub async fn serve(
     let (open_tx, open_rx) = tokio::sync::watch::channel(());
     let mut shutdown = pin!(shutdown);
     loop {
-        let (stream, _remote) = tokio::select! {
+        let (stream, remote) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(error) => {
@@ -105,8 +105,13 @@ pub async fn serve(
         let body_timeout = options.body_timeout;
         let service = TowerToHyperService::new(router.clone().map_request(
             move |request: axum::http::Request<Incoming>| {
+                let mut request = request
+                    .map(|body| crate::body_deadline::with_deadline(Body::new(body), body_timeout));
+                // The peer's address, for the audit trail.
                 request
-                    .map(|body| crate::body_deadline::with_deadline(Body::new(body), body_timeout))
+                    .extensions_mut()
+                    .insert(axum::extract::ConnectInfo(remote));
+                request
             },
         ));
         let mut stop = stop_rx.clone();

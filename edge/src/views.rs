@@ -211,15 +211,37 @@ pub struct ForkedFrom {
     pub at: i64,
 }
 
+/// What an approval decides: a tool call, or a model call past a budget.
+#[derive(Serialize, ToSchema, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalKind {
+    Tool,
+    Budget,
+}
+
+/// A budget approval's budget, and how far over it the parked model call would go.
+#[derive(Serialize, ToSchema)]
+pub struct BudgetNeed {
+    /// The budget's name (``key `ci` ``, ``project `acme` ``).
+    pub name: String,
+    pub needed_usd: f64,
+}
+
 #[derive(Serialize, ToSchema)]
 pub struct PendingApproval {
+    pub kind: ApprovalKind,
+    /// The tool call's id, or (`kind: budget`) the model call's.
     #[schema(value_type = String)]
     pub call_id: CallId,
+    /// The tool (empty for a budget approval).
     pub tool: String,
     #[schema(value_type = Object)]
     pub arguments: serde_json::Value,
     pub args_hash: String,
     pub reason: String,
+    /// Set on a budget approval.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub budget: Option<BudgetNeed>,
 }
 
 /// A session in full.

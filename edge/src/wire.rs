@@ -157,6 +157,10 @@ pub enum ClientFrame {
         #[serde(default)]
         #[ts(optional)]
         args_hash: Option<String>,
+        /// On a budget approval: the overspend allowed, in USD (default: the shortfall).
+        #[serde(default)]
+        #[ts(optional)]
+        overspend_usd: Option<f64>,
     },
     Cancel {},
     /// Every journal event after `after_seq`, then the in-flight stream, then live frames.

@@ -453,6 +453,8 @@ impl Runner {
                         decided_by: Decider::Named(EVAL_PRINCIPAL.into()),
                         scope: ApprovalScope::Once,
                         args_hash: None,
+                        overspend_usd: None,
+                        may_spend: false,
                     };
                     self.registry.send(id, decision).await.map_err(failed)?;
                 }

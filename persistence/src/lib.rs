@@ -16,6 +16,7 @@
 //! It knows nothing of actors, HTTP or models. It does not interpret event kinds or payloads:
 //! lifecycle rules (a closed session takes no new turns) belong to the session actor.
 
+pub mod audit;
 mod error;
 pub mod evals;
 pub mod group_commit;
@@ -43,7 +44,7 @@ pub use knowledge::{
 pub use schedules::{ScheduleOwner, ScheduleQuery, ScheduleRow};
 pub use tenancy::{Scope, DEFAULT_PROJECT};
 pub use traits::{
-    Budgets, Evals, Journal, JournalStore, Knowledge, Kv, Leases, RequestLog, Schedules,
+    Audit, Budgets, Evals, Journal, JournalStore, Knowledge, Kv, Leases, RequestLog, Schedules,
     SessionStore, Sessions, Snapshots, Tenancy,
 };
 pub use types::{

@@ -57,7 +57,8 @@ impl RequestLogQuery {
 
     /// The metadata key, checked: letters, digits, `_`, `-` and `.` only (it becomes part of a
     /// JSON path).
-    pub(crate) fn metadata_key(key: &str) -> Result<&str> {
+    /// `key` when it may name a metadata entry (1 to 64 letters, digits, `_`, `-`, `.`).
+    pub fn metadata_key(key: &str) -> Result<&str> {
         if key.is_empty()
             || key.len() > 64
             || !key
@@ -70,6 +71,20 @@ impl RequestLogQuery {
         }
         Ok(key)
     }
+}
+
+/// One charged call, as a project's spend report reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpendRow {
+    pub at: DateTime<Utc>,
+    pub api_key: Option<String>,
+    pub route: String,
+    pub model: Option<String>,
+    pub session_id: Option<Uuid>,
+    pub cost: f64,
+    pub tokens_in: i64,
+    pub tokens_out: i64,
+    pub metadata: serde_json::Map<String, serde_json::Value>,
 }
 
 /// A page of the log, newest first.

@@ -24,7 +24,7 @@ use crate::{
 /// (`persistence/tests/journal.rs`).
 #[async_trait]
 pub trait JournalStore:
-    SessionStore + RequestLog + Budgets + Knowledge + Evals + Tenancy + Send + Sync + 'static
+    SessionStore + RequestLog + Budgets + Knowledge + Evals + Tenancy + Audit + Send + Sync + 'static
 {
     fn backend(&self) -> Backend;
 
@@ -365,6 +365,30 @@ pub trait RequestLog: Send + Sync {
         query: &request_log::RequestLogQuery,
         group_by: &request_log::StatsGroupBy,
     ) -> Result<Vec<request_log::StatsRow>>;
+
+    /// The calls charged to any of `api_keys` in `[since, until)` that reached a provider (not
+    /// refused by a limit or budget), newest first (at most `MAX_STATS_ROWS`).
+    async fn spend_rows(
+        &self,
+        api_keys: &[String],
+        since: chrono::DateTime<chrono::Utc>,
+        until: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Vec<request_log::SpendRow>>;
+}
+
+/// The audit log (`crate::audit`): appended, listed, pruned by retention; never updated.
+#[async_trait]
+pub trait Audit: Send + Sync {
+    async fn append_audit(&self, entry: &crate::audit::AuditEntry) -> Result<()>;
+
+    /// Acts newest first, filtered (a project's scope sees its project's only).
+    async fn list_audit(
+        &self,
+        query: &crate::audit::AuditQuery,
+    ) -> Result<Vec<crate::audit::AuditEntry>>;
+
+    /// Removes acts older than `before`; how many went.
+    async fn prune_audit(&self, before: chrono::DateTime<chrono::Utc>) -> Result<u64>;
 }
 
 /// Strict budgets shared by the nodes of a cluster (`store::budgets`).
@@ -378,6 +402,13 @@ pub trait Budgets: Send + Sync {
     /// Ends a reservation and books what its call really cost; `false` when it was already
     /// booked in full (its node looked dead to another node).
     async fn settle_budget(&self, reservation: Uuid, cost: f64) -> Result<bool>;
+
+    /// What each of the ledger keys `keys` has spent in its current window, and when that
+    /// window started (keys that never spent are absent).
+    async fn budget_spending(
+        &self,
+        keys: &[String],
+    ) -> Result<Vec<(String, f64, chrono::DateTime<chrono::Utc>)>>;
 }
 
 /// The schedules' due index (`crate::schedules`).

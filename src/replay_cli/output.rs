@@ -109,6 +109,29 @@ pub(super) fn human(event: &Event) -> String {
                 .as_str()
                 .map_or(String::new(), |r| format!(": {r}"))
         ),
+        "budget_approval_requested" => format!(
+            "{} waits: {} is {:.6} USD short — {}",
+            s("call_id"),
+            s("budget"),
+            p["needed_usd"].as_f64().unwrap_or(0.0),
+            clip(&s("reason"), 80)
+        ),
+        "budget_approval_decided" => format!(
+            "{} {} by {}{}{}",
+            s("call_id"),
+            if p["approved"] == true {
+                "overspend approved"
+            } else {
+                "overspend rejected"
+            },
+            s("decided_by"),
+            p["overspend_usd"]
+                .as_f64()
+                .map_or(String::new(), |usd| format!(" (up to {usd:.6} USD)")),
+            p["reason"]
+                .as_str()
+                .map_or(String::new(), |r| format!(": {r}"))
+        ),
         "tool_call_started" => format!("{} {}", s("call_id"), s("tool")),
         "tool_call_finished" => format!(
             "{} {} → {}",

@@ -42,5 +42,6 @@ mod serve_crash;
 mod telemetry;
 mod tenancy;
 mod web_ui;
+mod web_ui_budget;
 mod web_ui_delegation;
 mod web_ui_evals;

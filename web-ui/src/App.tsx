@@ -5,6 +5,8 @@
 import { useEffect, useState } from "react";
 
 import { ApprovalsPage } from "./pages/ApprovalsPage";
+import { AuditPage } from "./pages/AuditPage";
+import { SpendPage } from "./pages/SpendPage";
 import { ComparePage, EvalRunPage } from "./pages/EvalResults";
 import { EvalsPage } from "./pages/EvalsPage";
 import { GatewayPage } from "./pages/GatewayPage";
@@ -40,6 +42,8 @@ export function App() {
   else if (compared) page = <ComparePage a={compared[1]} b={compared[2]} />;
   else if (path === "/evals") page = <EvalsPage />;
   else if (path === "/approvals") page = <ApprovalsPage />;
+  else if (path === "/audit") page = <AuditPage />;
+  else if (path === "/spend") page = <SpendPage />;
   else if (path === "/gateway") page = <GatewayPage />;
   else if (path === "/knowledge" || path.startsWith("/knowledge/"))
     page = <KnowledgePage selected={selectedCollection(path)} />;
@@ -62,6 +66,12 @@ export function App() {
           </a>
           <a href="#/evals" aria-current={path.startsWith("/evals") ? "page" : undefined}>
             Evals
+          </a>
+          <a href="#/spend" aria-current={path === "/spend" ? "page" : undefined}>
+            Spend
+          </a>
+          <a href="#/audit" aria-current={path === "/audit" ? "page" : undefined}>
+            Audit
           </a>
           <a
             href="#/knowledge"

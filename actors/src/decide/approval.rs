@@ -1,4 +1,5 @@
-//! A person's decision on a parked tool call, and an approval that expired undecided.
+//! A person's decision on a parked tool call (or, through `budget.rs`, on a model call a
+//! budget refused), and an approval that expired undecided.
 
 use super::{unknown_approval, Planner, Refusal};
 use stead_model::{CallId, Decider};
@@ -7,20 +8,45 @@ use crate::events::{ApprovalOutcome, ApprovalScope, SessionEvent};
 use crate::policy::Approver;
 use crate::state::CallStatus;
 
+/// What a person decided, and what they may decide.
+pub(super) struct Verdict {
+    pub(super) approved: bool,
+    pub(super) reason: Option<String>,
+    pub(super) decided_by: Decider,
+    /// A budget approval's overspend (USD).
+    pub(super) overspend_usd: Option<f64>,
+    /// Whether the decider may allow spending (a budget approval needs it).
+    pub(super) may_spend: bool,
+}
+
 impl Planner<'_> {
     /// A decision on the parked call `call_id`: checked against the arguments it approved
     /// (`args_hash`) and against who may decide (an operator-only tool refuses a session
-    /// token's approval); a rejection fails the call with its reason.
-    #[allow(clippy::too_many_arguments)]
+    /// token's approval); a rejection fails the call with its reason. A decision on the model
+    /// call a budget parked goes to [`Planner::budget_decided`].
     pub(super) fn approval_decided(
         &mut self,
         call_id: CallId,
-        approved: bool,
-        reason: Option<String>,
-        decided_by: Decider,
+        verdict: Verdict,
         scope: ApprovalScope,
         given_hash: Option<String>,
     ) -> Result<(), Refusal> {
+        if self
+            .state
+            .turn
+            .as_ref()
+            .and_then(|t| t.budget_wait.as_ref())
+            .is_some_and(|wait| wait.call_id == call_id)
+        {
+            return self.budget_decided(call_id, verdict);
+        }
+        let Verdict {
+            approved,
+            reason,
+            decided_by,
+            overspend_usd,
+            ..
+        } = verdict;
         let call = self
             .state
             .turn
@@ -32,6 +58,9 @@ impl Planner<'_> {
         };
         if given_hash.is_some_and(|h| &h != args_hash) {
             return Err(Refusal::ArgsHashMismatch);
+        }
+        if overspend_usd.is_some() {
+            return Err(Refusal::NotABudgetApproval);
         }
         let operator_only = self
             .agent

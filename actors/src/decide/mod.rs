@@ -4,6 +4,7 @@
 //! a tool.
 
 mod approval;
+mod budget;
 mod builtins;
 mod children;
 mod context;
@@ -49,6 +50,9 @@ pub fn decide(
         } => next.user_message(text, client_id, mode)?,
         Input::ModelFinished { call_id, output } => next.model_finished(call_id, output)?,
         Input::ModelFailed { call_id, error } => next.model_failed(call_id, error)?,
+        Input::ModelBudgetExceeded { call_id, refusal } => {
+            next.model_budget_exceeded(call_id, refusal)?
+        }
         Input::ToolFinished { call_id, result } => next.tool_finished(call_id, result)?,
         Input::ToolFailed { call_id, error } => next.tool_failed(call_id, error)?,
         Input::Decision {
@@ -58,7 +62,18 @@ pub fn decide(
             decided_by,
             scope,
             args_hash,
-        } => next.approval_decided(call_id, approved, reason, decided_by, scope, args_hash)?,
+            overspend_usd,
+            may_spend,
+        } => {
+            let verdict = approval::Verdict {
+                approved,
+                reason,
+                decided_by,
+                overspend_usd,
+                may_spend,
+            };
+            next.approval_decided(call_id, verdict, scope, args_hash)?
+        }
         Input::ApprovalExpired { call_id } => next.approval_expired(call_id)?,
         Input::Cancel { reason } => next.cancel(reason)?,
         Input::Recover => next.recover(),
@@ -160,6 +175,9 @@ impl Planner<'_> {
         let Some(turn) = self.state.turn.clone() else {
             return;
         };
+        if turn.budget_wait.is_some() {
+            return; // the model call waits for a decision on its budget, not for a model
+        }
         if let Some(call_id) = &turn.model_call {
             self.decision.actions.push(Action::CallModel {
                 call_id: call_id.clone(),

@@ -121,7 +121,7 @@ impl Planner<'_> {
     }
 
     /// Refuses an outcome for a model call that is not the one in flight (a late answer).
-    fn model_call_in_flight(&self, call_id: &str) -> Result<(), Refusal> {
+    pub(super) fn model_call_in_flight(&self, call_id: &str) -> Result<(), Refusal> {
         let in_flight = self
             .state
             .turn

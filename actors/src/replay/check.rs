@@ -81,6 +81,36 @@ fn recorded_input(event: &SessionEvent) -> Option<Input> {
             },
         },
         SessionEvent::ModelCallFailed { call_id, error } => Input::ModelFailed { call_id, error },
+        SessionEvent::BudgetApprovalRequested {
+            call_id,
+            budget,
+            needed_usd,
+            reason,
+        } => Input::ModelBudgetExceeded {
+            call_id,
+            refusal: crate::inputs::BudgetRefusal {
+                budget,
+                needed_usd,
+                message: reason,
+            },
+        },
+        SessionEvent::BudgetApprovalDecided {
+            call_id,
+            approved,
+            overspend_usd,
+            reason,
+            decided_by,
+        } => Input::Decision {
+            call_id,
+            approved,
+            reason,
+            decided_by,
+            scope: crate::events::ApprovalScope::Once,
+            args_hash: None,
+            overspend_usd,
+            // It was accepted: whoever decided could.
+            may_spend: true,
+        },
         SessionEvent::ToolCallFinished {
             call_id, result, ..
         } => Input::ToolFinished { call_id, result },
@@ -111,6 +141,8 @@ fn recorded_input(event: &SessionEvent) -> Option<Input> {
             decided_by,
             scope,
             args_hash: None,
+            overspend_usd: None,
+            may_spend: true,
         },
         SessionEvent::TurnCancelled { reason } => Input::Cancel { reason },
         SessionEvent::ToolsSeen { digest, tools } => Input::ToolsChanged { digest, tools },

@@ -465,6 +465,7 @@ fn is_task_outcome(input: &Input) -> bool {
         input,
         Input::ModelFinished { .. }
             | Input::ModelFailed { .. }
+            | Input::ModelBudgetExceeded { .. }
             | Input::Compact { .. }
             | Input::ToolFinished { .. }
             | Input::ToolFailed { .. }

@@ -150,6 +150,8 @@ async fn summarise(
         principal: request.principal.clone(),
         metadata: request.metadata.clone(),
         repair: false,
+        // What a person approved was for the call itself, not for its summary.
+        budget_grant_usd: None,
     };
     let (deltas, _stream) = tokio::sync::mpsc::unbounded_channel();
     let output = model.complete(summary_request, deltas, cancel).await?;

@@ -216,7 +216,8 @@ impl Live {
         // A finished call's text is in its event now: a client that attaches later must not
         // be sent it again as a stream.
         if let SessionEvent::ModelCallFinished { call_id, .. }
-        | SessionEvent::ModelCallFailed { call_id, .. } = &event
+        | SessionEvent::ModelCallFailed { call_id, .. }
+        | SessionEvent::BudgetApprovalRequested { call_id, .. } = &event
         {
             if self
                 .streaming

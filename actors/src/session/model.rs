@@ -36,10 +36,12 @@ pub struct ModelRequest {
     /// model is offered no tools, and the transcript is followed by
     /// [`crate::reply::REPAIR_INSTRUCTION`] as a system message.
     pub repair: bool,
+    /// The overspend a person approved for this call (USD), past the budgets that refused it.
+    pub budget_grant_usd: Option<f64>,
 }
 
 /// Why a model call gave no answer. Its text is what `model_call_failed` journals.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ModelError {
     /// The turn was cancelled while the call ran.
     #[error("cancelled")]
@@ -48,6 +50,10 @@ pub enum ModelError {
     /// budget refused the call, no such route); the message says why.
     #[error("{0}")]
     Failed(String),
+    /// A key's or a project's budget refused the call: the session parks on a budget
+    /// approval instead of failing.
+    #[error("{}", .0.message)]
+    Budget(crate::inputs::BudgetRefusal),
     /// The model client panicked.
     #[error("the model client crashed: {0}")]
     Crashed(String),

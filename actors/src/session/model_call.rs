@@ -81,6 +81,7 @@ impl Live {
                 .turn
                 .as_ref()
                 .is_some_and(|t| t.rejected_replies > 0),
+            budget_grant_usd: self.state.turn.as_ref().and_then(|t| t.budget_grant),
             tools: agent
                 .tools
                 .values()
@@ -201,6 +202,7 @@ impl ModelCallTask {
                     .into(),
             },
             Ok(output) => Input::ModelFinished { call_id, output },
+            Err(ModelError::Budget(refusal)) => Input::ModelBudgetExceeded { call_id, refusal },
             Err(error) => Input::ModelFailed {
                 call_id,
                 error: without_nul(error.to_string()),

@@ -46,8 +46,11 @@ impl SessionState {
             SessionEvent::ModelCallFailed { .. } => {
                 if let Some(turn) = &mut self.turn {
                     turn.model_call = None;
+                    turn.budget_grant = None;
                 }
             }
+            SessionEvent::BudgetApprovalRequested { .. }
+            | SessionEvent::BudgetApprovalDecided { .. } => self.budget_approval(event),
             SessionEvent::ToolCallRequested {
                 call_id,
                 tool,
@@ -204,6 +207,40 @@ impl SessionState {
         }
     }
 
+    /// A model call parked on a budget, or its decision (the call then carries the grant).
+    fn budget_approval(&mut self, event: &SessionEvent) {
+        match event {
+            SessionEvent::BudgetApprovalRequested {
+                call_id,
+                budget,
+                needed_usd,
+                reason,
+            } => {
+                if let Some(turn) = &mut self.turn {
+                    turn.budget_wait = Some(super::BudgetWait {
+                        call_id: call_id.clone(),
+                        budget: budget.clone(),
+                        needed_usd: *needed_usd,
+                        reason: reason.clone(),
+                    });
+                }
+            }
+            SessionEvent::BudgetApprovalDecided {
+                call_id,
+                approved,
+                overspend_usd,
+                ..
+            } => {
+                self.decided_approvals.insert(call_id.to_string());
+                if let Some(turn) = &mut self.turn {
+                    turn.budget_wait = None;
+                    turn.budget_grant = approved.then(|| overspend_usd.unwrap_or(0.0));
+                }
+            }
+            _ => {}
+        }
+    }
+
     fn model_call_finished(&mut self, text: &str, tool_calls: &[RequestedCall], usage: &Usage) {
         self.usage.prompt_tokens += usage.prompt_tokens;
         self.usage.completion_tokens += usage.completion_tokens;
@@ -213,6 +250,7 @@ impl SessionState {
         });
         if let Some(turn) = &mut self.turn {
             turn.model_call = None;
+            turn.budget_grant = None;
         }
     }
 

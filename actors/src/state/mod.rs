@@ -82,6 +82,23 @@ pub struct Turn {
     /// sub-agent budget (0 in snapshots from before it).
     #[serde(default)]
     pub started_seq: i64,
+    /// The model call in flight waits for a decision on a budget (`budget_approval_requested`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_wait: Option<BudgetWait>,
+    /// The overspend a person approved for the model call in flight (USD), until it ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_grant: Option<f64>,
+}
+
+/// A model call a budget refused, waiting for a person.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BudgetWait {
+    pub call_id: CallId,
+    /// The budget's name (``key `ci` ``, ``project `acme` ``).
+    pub budget: String,
+    /// How far over the budget the call would go (USD).
+    pub needed_usd: f64,
+    pub reason: String,
 }
 
 impl Turn {
@@ -93,10 +110,13 @@ impl Turn {
         self.calls.iter_mut().find(|c| c.call_id == call_id)
     }
 
+    /// Whether the turn waits for a person: a tool call's approval, or a budget's.
     pub fn awaiting_approval(&self) -> bool {
-        self.calls
-            .iter()
-            .any(|c| matches!(c.status, CallStatus::AwaitingApproval { .. }))
+        self.budget_wait.is_some()
+            || self
+                .calls
+                .iter()
+                .any(|c| matches!(c.status, CallStatus::AwaitingApproval { .. }))
     }
 }
 

@@ -317,6 +317,8 @@ async fn sigkill_while_parked_then_approve_runs_the_tool_once() {
                     decided_by: "ada".into(),
                     scope: stead_actors::ApprovalScope::Once,
                     args_hash: None,
+                    overspend_usd: None,
+                    may_spend: true,
                 },
             )
             .await

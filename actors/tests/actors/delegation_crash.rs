@@ -198,6 +198,8 @@ async fn drive(
                 decided_by: "ada".into(),
                 scope: stead_actors::ApprovalScope::Once,
                 args_hash: None,
+                overspend_usd: None,
+                may_spend: true,
             };
             let _ = registry.send(child.id, decision).await;
         }

@@ -260,7 +260,9 @@ impl ProjectKey {
                  call this endpoint",
             ));
         }
-        let project_admin = path == "/v1/projects" || path.starts_with("/v1/projects/");
+        // A project's keys, its budgets and its audit trail.
+        let project_admin =
+            path == "/v1/projects" || path.starts_with("/v1/projects/") || path == "/v1/audit";
         let allowed = match self.role {
             KeyRole::Admin => true,
             KeyRole::Member => !project_admin,

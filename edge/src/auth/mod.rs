@@ -432,6 +432,9 @@ impl FromRequestParts<AppState> for Caller {
                 Err(error) => return Err(error.into()),
             }
         }
+        if let Some(slot) = parts.extensions.get::<crate::audit::AuditSlot>() {
+            slot.fill(&principal);
+        }
         Ok(Caller(principal))
     }
 }

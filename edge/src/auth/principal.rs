@@ -87,6 +87,17 @@ impl Principal {
         }
     }
 
+    /// Whether the caller may allow a session to spend past a budget (decide a budget
+    /// approval): the installation's keys and loopback callers, and a project's `admin` keys.
+    /// A member or a session token would be granting itself money.
+    pub fn may_spend(&self) -> bool {
+        match self {
+            Principal::Local | Principal::ApiKey(_) => true,
+            Principal::ProjectKey(key) => key.role == stead_persistence::tenancy::KeyRole::Admin,
+            Principal::Session(_) => false,
+        }
+    }
+
     /// Who decided, as journaled in `approval_decided`.
     pub fn name(&self) -> Decider {
         match self {

@@ -100,6 +100,8 @@ pub(crate) fn options(
         } else {
             CacheMode::Use
         },
+        // A caller of the gateway is refused at a spent budget; only sessions park on one.
+        budget_grant_usd: None,
     })
 }
 

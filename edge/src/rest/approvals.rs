@@ -32,24 +32,44 @@ pub struct Decide {
     scope: Option<Scope>,
     #[serde(default)]
     args_hash: Option<String>,
+    /// On a budget approval (`kind: "budget"`): how far past its budgets the parked model call
+    /// may go, in USD (default: the shortfall it parked on). Refused on a tool's approval.
+    #[serde(default)]
+    #[schema(minimum = 0.0)]
+    overspend_usd: Option<f64>,
+}
+
+/// What a person decided on one approval (over REST or the WebSocket).
+pub struct Verdict {
+    pub approved: bool,
+    pub reason: Option<String>,
+    pub scope: Option<ApprovalScope>,
+    pub args_hash: Option<String>,
+    pub overspend_usd: Option<f64>,
+}
+
+/// Refuses an overspend that is no amount of money (negative, not finite).
+pub fn check_overspend(overspend_usd: Option<f64>) -> Result<(), ApiError> {
+    match overspend_usd {
+        Some(usd) if !usd.is_finite() || usd < 0.0 => Err(ApiError::new(
+            ErrorCode::InvalidRequest,
+            "overspend_usd must be a finite amount of USD, 0 or more",
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// The decision input (shared with the WebSocket).
-pub fn decision_input(
-    call_id: CallId,
-    approved: bool,
-    reason: Option<String>,
-    scope: Option<ApprovalScope>,
-    args_hash: Option<String>,
-    caller: &crate::Principal,
-) -> Input {
+pub fn decision_input(call_id: CallId, verdict: Verdict, caller: &crate::Principal) -> Input {
     Input::Decision {
         call_id,
-        approved,
-        reason,
+        approved: verdict.approved,
+        reason: verdict.reason,
         decided_by: caller.name(),
-        scope: scope.unwrap_or(ApprovalScope::Once),
-        args_hash,
+        scope: verdict.scope.unwrap_or(ApprovalScope::Once),
+        args_hash: verdict.args_hash,
+        overspend_usd: verdict.overspend_usd,
+        may_spend: caller.may_spend(),
     }
 }
 
@@ -59,26 +79,38 @@ pub async fn decide_approval(
     Caller(caller): Caller,
     ApiPath((id, call_id)): ApiPath<(Uuid, String)>,
     ApiJson(body): ApiJson<Decide>,
-) -> Result<Json<Decided>, ApiError> {
+) -> Result<crate::audit::Noted<Json<Decided>>, ApiError> {
     let call_id = CallId::from(call_id);
     caller
         .require_session_tree(state.store.as_ref(), id)
         .await?;
-    let input = decision_input(
-        call_id.clone(),
-        body.approved,
-        body.reason,
-        body.scope.map(Into::into),
-        body.args_hash,
-        &caller,
-    );
-    let seq = state.sessions.send(id, input).await?;
-    Ok(Json(Decided {
-        session_id: id,
-        call_id,
+    check_overspend(body.overspend_usd)?;
+    let verdict = Verdict {
         approved: body.approved,
-        seq,
-    }))
+        reason: body.reason,
+        scope: body.scope.map(Into::into),
+        args_hash: body.args_hash,
+        overspend_usd: body.overspend_usd,
+    };
+    let note = crate::audit::AuditNote::new(
+        None,
+        [
+            ("approved", verdict.approved.into()),
+            ("overspend_usd", verdict.overspend_usd.into()),
+            ("reason", verdict.reason.clone().into()),
+        ],
+    );
+    let input = decision_input(call_id.clone(), verdict, &caller);
+    let seq = state.sessions.send(id, input).await?;
+    Ok((
+        note,
+        Json(Decided {
+            session_id: id,
+            call_id,
+            approved: body.approved,
+            seq,
+        }),
+    ))
 }
 
 #[utoipa::path(post, path = "/v1/sessions/{id}/cancel", params(("id" = Uuid, Path, description = "Session id")), responses((status = 200, body = Committed), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]

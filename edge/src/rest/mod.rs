@@ -20,10 +20,10 @@ use uuid::Uuid;
 
 use crate::auth::Caller;
 use crate::views::{
-    AgentList, AgentView, Closed, Committed, Decided, ErrorBody, EventsPage, Forked, ForkedFrom,
-    Inbox, InboxApproval, McpServerList, MessageAccepted, MessageWaited, ModelEntry, ModelList,
-    PendingApproval, PurgedView, SessionCreated, SessionList, SessionView, StateView, Ticket,
-    TokenIssued, ToolView, Usage,
+    AgentList, AgentView, ApprovalKind, BudgetNeed, Closed, Committed, Decided, ErrorBody,
+    EventsPage, Forked, ForkedFrom, Inbox, InboxApproval, McpServerList, MessageAccepted,
+    MessageWaited, ModelEntry, ModelList, PendingApproval, PurgedView, SessionCreated, SessionList,
+    SessionView, StateView, Ticket, TokenIssued, ToolView, Usage,
 };
 use crate::wire::{EventView, SessionRow};
 use crate::{ApiError, ApiJson, ApiPath, ApiQuery, AppState, ErrorCode};
@@ -31,6 +31,7 @@ use crate::{ApiError, ApiJson, ApiPath, ApiQuery, AppState, ErrorCode};
 mod agent_schedules;
 mod agents;
 mod approvals;
+pub mod audit;
 pub mod evals;
 mod feedback;
 mod memory;
@@ -39,6 +40,7 @@ pub mod projects;
 mod replay;
 mod schedules;
 mod sessions;
+pub mod spend;
 
 pub use self::agent_schedules::*;
 pub use self::agents::*;
@@ -143,20 +145,38 @@ pub fn session_view(row: &Session, folded: &SessionState) -> SessionView {
 
 /// The approvals a state is waiting for.
 pub fn pending_view(folded: &SessionState) -> Vec<PendingApproval> {
-    folded
+    let budget = folded
+        .turn
+        .as_ref()
+        .and_then(|t| t.budget_wait.as_ref())
+        .map(|wait| PendingApproval {
+            kind: ApprovalKind::Budget,
+            call_id: wait.call_id.clone(),
+            tool: String::new(),
+            arguments: serde_json::Value::Object(Default::default()),
+            args_hash: String::new(),
+            reason: wait.reason.clone(),
+            budget: Some(BudgetNeed {
+                name: wait.budget.clone(),
+                needed_usd: wait.needed_usd,
+            }),
+        });
+    let tools = folded
         .pending_approvals()
         .into_iter()
         .filter_map(|call| match &call.status {
             CallStatus::AwaitingApproval { args_hash, reason } => Some(PendingApproval {
+                kind: ApprovalKind::Tool,
                 call_id: call.call_id.clone(),
                 tool: call.tool.clone(),
                 arguments: call.arguments.clone(),
                 args_hash: args_hash.clone(),
                 reason: reason.clone(),
+                budget: None,
             }),
             _ => None,
-        })
-        .collect()
+        });
+    budget.into_iter().chain(tools).collect()
 }
 
 /// A journal event as REST and WebSocket clients see it.

@@ -7,6 +7,7 @@ use serde::Serialize;
 use stead_persistence::tenancy::{Budget, KeyRole, KeyRow, ProjectRow};
 
 use super::*;
+use crate::audit::{AuditNote, Noted};
 use crate::auth::keys;
 use crate::Principal;
 
@@ -200,7 +201,11 @@ fn project_not_found(name: &str) -> ApiError {
 /// The project the path names (by name or id), if the caller may manage it: the installation
 /// any, a project's admin key its own (another project is not found, exactly like a missing
 /// one).
-async fn managed(state: &AppState, caller: &Principal, name: &str) -> Result<ProjectRow, ApiError> {
+pub(super) async fn managed(
+    state: &AppState,
+    caller: &Principal,
+    name: &str,
+) -> Result<ProjectRow, ApiError> {
     let found = match Uuid::try_parse(name) {
         Ok(id) => state.store.project_by_id(id).await,
         // No project can have it.
@@ -228,7 +233,7 @@ pub async fn create_project(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiJson(body): ApiJson<NewProject>,
-) -> Result<(StatusCode, Json<ProjectView>), ApiError> {
+) -> Result<(StatusCode, Noted<Json<ProjectView>>), ApiError> {
     caller.require_installation()?;
     valid_project_name(&body.name)?;
     let row = state
@@ -242,7 +247,8 @@ pub async fn create_project(
             other => other.into(),
         })?;
     tracing::info!(project = %row.id, name = %row.name, by = %caller.name(), "project created");
-    Ok((StatusCode::CREATED, Json(row.into())))
+    let note = AuditNote::new(Some(row.id), [("name", row.name.clone().into())]);
+    Ok((StatusCode::CREATED, (note, Json(row.into()))))
 }
 
 /// The installation sees every project, a page at a time by name; a project's admin key its
@@ -378,7 +384,7 @@ pub async fn create_key(
     Caller(caller): Caller,
     ApiPath(project): ApiPath<String>,
     ApiJson(body): ApiJson<NewKey>,
-) -> Result<(StatusCode, Json<KeyCreated>), ApiError> {
+) -> Result<(StatusCode, Noted<Json<KeyCreated>>), ApiError> {
     let project = managed(&state, &caller, &project).await?;
     let body = within_caller(&caller, body)?;
     check_new_key(&state, &body)?;
@@ -386,13 +392,20 @@ pub async fn create_key(
     state.store.create_key(&row).await?;
     tracing::info!(project = %project.id, key = %row.id, prefix = %row.prefix,
         role = row.role.as_str(), by = %caller.name(), "key created");
-    Ok((
-        StatusCode::CREATED,
-        Json(KeyCreated {
-            view: (&row).into(),
-            key: secret,
-        }),
-    ))
+    let note = AuditNote::new(
+        Some(project.id),
+        [
+            ("key_id", row.id.to_string().into()),
+            ("name", row.name.clone().into()),
+            ("role", row.role.as_str().into()),
+            ("budget_usd", row.budget_usd.into()),
+        ],
+    );
+    let created = KeyCreated {
+        view: (&row).into(),
+        key: secret,
+    };
+    Ok((StatusCode::CREATED, (note, Json(created))))
 }
 
 #[utoipa::path(get, path = "/v1/projects/{project}/keys", params(("project" = String, Path, description = "Project name or id")), responses((status = 200, body = KeyList), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody), (status = 404, body = ErrorBody)))]
@@ -425,7 +438,7 @@ pub async fn rotate_key(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiPath((project, id)): ApiPath<(String, Uuid)>,
-) -> Result<(StatusCode, Json<KeyCreated>), ApiError> {
+) -> Result<(StatusCode, Noted<Json<KeyCreated>>), ApiError> {
     let project = managed(&state, &caller, &project).await?;
     let old = live_key(&state, project.id, id).await?;
     let body = NewKey {
@@ -453,13 +466,18 @@ pub async fn rotate_key(
     state.keys.forget(&old);
     tracing::info!(project = %project.id, key = %row.id, replaced = %old.id,
         by = %caller.name(), "key rotated");
-    Ok((
-        StatusCode::CREATED,
-        Json(KeyCreated {
-            view: (&row).into(),
-            key: secret,
-        }),
-    ))
+    let note = AuditNote::new(
+        Some(project.id),
+        [
+            ("key_id", row.id.to_string().into()),
+            ("replaced", old.id.to_string().into()),
+        ],
+    );
+    let created = KeyCreated {
+        view: (&row).into(),
+        key: secret,
+    };
+    Ok((StatusCode::CREATED, (note, Json(created))))
 }
 
 #[utoipa::path(delete, path = "/v1/projects/{project}/keys/{id}", params(("project" = String, Path, description = "Project name or id"), ("id" = Uuid, Path, description = "Key id")), responses((status = 200, body = KeyRevoked), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody), (status = 404, body = ErrorBody)))]
@@ -467,7 +485,7 @@ pub async fn revoke_key(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiPath((project, id)): ApiPath<(String, Uuid)>,
-) -> Result<Json<KeyRevoked>, ApiError> {
+) -> Result<Noted<Json<KeyRevoked>>, ApiError> {
     let project = managed(&state, &caller, &project).await?;
     let old = live_key(&state, project.id, id).await?;
     if !state.store.revoke_key(project.id, id).await? {
@@ -478,7 +496,8 @@ pub async fn revoke_key(
     }
     state.keys.forget(&old);
     tracing::info!(project = %project.id, key = %id, by = %caller.name(), "key revoked");
-    Ok(Json(KeyRevoked { id, revoked: true }))
+    let note = AuditNote::new(Some(project.id), [("key_id", id.to_string().into())]);
+    Ok((note, Json(KeyRevoked { id, revoked: true })))
 }
 
 /// Sets a project's budget: every call charged to any of its keys (and the sessions they
@@ -490,7 +509,7 @@ pub async fn set_project_budget(
     Caller(caller): Caller,
     ApiPath(project): ApiPath<String>,
     ApiJson(body): ApiJson<SetBudget>,
-) -> Result<Json<ProjectView>, ApiError> {
+) -> Result<Noted<Json<ProjectView>>, ApiError> {
     caller.require_installation()?;
     let project = managed(&state, &caller, &project).await?;
     let (usd, period) = budget(body.budget_usd, body.budget_period.as_deref())?;
@@ -505,7 +524,14 @@ pub async fn set_project_budget(
     state.keys.forget_project(project.id);
     tracing::info!(project = %project.id, budget_usd = ?usd, period_secs = ?period,
         by = %caller.name(), "project budget set");
-    Ok(Json(row.into()))
+    let note = AuditNote::new(
+        Some(project.id),
+        [
+            ("budget_usd", usd.into()),
+            ("budget_period_secs", period.into()),
+        ],
+    );
+    Ok((note, Json(row.into())))
 }
 
 /// Sets a key's own budget.
@@ -515,7 +541,7 @@ pub async fn set_key_budget(
     Caller(caller): Caller,
     ApiPath((project, id)): ApiPath<(String, Uuid)>,
     ApiJson(body): ApiJson<SetBudget>,
-) -> Result<Json<KeyView>, ApiError> {
+) -> Result<Noted<Json<KeyView>>, ApiError> {
     let project = managed(&state, &caller, &project).await?;
     let (usd, period) = budget(body.budget_usd, body.budget_period.as_deref())?;
     let old = live_key(&state, project.id, id).await?;
@@ -533,5 +559,13 @@ pub async fn set_key_budget(
     tracing::info!(project = %project.id, key = %id, budget_usd = ?usd, period_secs = ?period,
         by = %caller.name(), "key budget set");
     let row = live_key(&state, project.id, id).await?;
-    Ok(Json((&row).into()))
+    let note = AuditNote::new(
+        Some(project.id),
+        [
+            ("key_id", id.to_string().into()),
+            ("budget_usd", usd.into()),
+            ("budget_period_secs", period.into()),
+        ],
+    );
+    Ok((note, Json((&row).into())))
 }

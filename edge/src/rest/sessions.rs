@@ -68,7 +68,14 @@ pub async fn create_session(
         token,
         token_expires_at,
     };
-    Ok((StatusCode::CREATED, Json(created)).into_response())
+    let note = crate::audit::AuditNote::new(
+        Some(row.project_id),
+        [
+            ("session_id", row.id.to_string().into()),
+            ("agent", body.agent.into()),
+        ],
+    );
+    Ok((StatusCode::CREATED, note, Json(created)).into_response())
 }
 
 #[derive(Deserialize, IntoParams)]
@@ -243,10 +250,14 @@ pub async fn close_session(
     Caller(caller): Caller,
     ApiPath(id): ApiPath<Uuid>,
     ApiQuery(query): ApiQuery<CloseQuery>,
-) -> Result<Json<Closed>, ApiError> {
+) -> Result<crate::audit::Noted<Json<Closed>>, ApiError> {
     caller.require_session(state.store.as_ref(), id).await?;
     if query.purge == Some(true) {
-        return purge(&state, &caller, id).await;
+        // The session's project, read before it is gone.
+        let project = state.store.get_session(id).await?.project_id;
+        let purged = purge(&state, &caller, id).await?;
+        let note = crate::audit::AuditNote::new(Some(project), [("purged", true.into())]);
+        return Ok((note, purged));
     }
     let result = state
         .sessions
@@ -264,7 +275,12 @@ pub async fn close_session(
         {
             let row = state.store.get_session(id).await?;
             let folded = state.sessions.state(id).await?;
-            Ok(Json(Closed::Session(Box::new(session_view(&row, &folded)))))
+            let note =
+                crate::audit::AuditNote::new(Some(row.project_id), [("purged", false.into())]);
+            Ok((
+                note,
+                Json(Closed::Session(Box::new(session_view(&row, &folded)))),
+            ))
         }
         Ok(_) => Err(ApiError::internal("close", "the session did not close")),
         Err(error) => Err(error.into()),

@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use super::frames::parse;
 use super::{REPLAY_PAGE, SEND_TIMEOUT};
-use crate::rest::{check_message, decision_input};
+use crate::rest::{check_message, check_overspend, decision_input, Verdict};
 use crate::wire::{ClientFrame, EventView, ServerFrame};
 use crate::{ApiError, AppState, ErrorCode, Principal};
 use stead_model::CallId;
@@ -44,6 +44,8 @@ pub(super) struct Connection {
     last_heard: Instant,
     /// When this connection last replayed on a client's `resume` (one per [`RESUME_EVERY`]).
     last_resume: Option<Instant>,
+    /// The peer's address, for the audit trail.
+    source: Option<String>,
 }
 
 /// How often one connection may ask to replay the journal again: a 30-byte `resume` with
@@ -62,6 +64,7 @@ impl Connection {
         caller: Principal,
         credential: Option<(i64, Option<i64>)>,
         socket: WebSocket,
+        source: Option<String>,
     ) -> Self {
         Connection {
             state,
@@ -76,6 +79,7 @@ impl Connection {
             progress: Default::default(),
             last_heard: Instant::now(),
             last_resume: None,
+            source,
         }
     }
 
@@ -334,16 +338,40 @@ impl Connection {
                 reason,
                 scope,
                 args_hash,
-            } => decision_input(call_id, approved, reason, scope, args_hash, &self.caller),
+                overspend_usd,
+            } => {
+                if let Err(error) = check_overspend(overspend_usd) {
+                    return self.send_error(&error).await;
+                }
+                let verdict = Verdict {
+                    approved,
+                    reason,
+                    scope,
+                    args_hash,
+                    overspend_usd,
+                };
+                decision_input(call_id, verdict, &self.caller)
+            }
             ClientFrame::Cancel {} => Input::Cancel {
                 reason: format!("cancelled by {}", self.caller.name()),
             },
             ClientFrame::Resume { .. } => unreachable!("handled above"),
         };
+        let act = crate::audit::ws_act(
+            &self.state,
+            self.id,
+            &self.caller,
+            self.source.clone(),
+            &input,
+        )
+        .await;
         // The effect arrives as committed events on this and every other connection; only a
         // refusal is answered here.
         if let Err(error) = self.state.sessions.send(self.id, input).await {
             return self.send_error(&ApiError::from(error)).await;
+        }
+        if let Some(act) = act {
+            crate::audit::append(&self.state, act).await;
         }
         Ok(())
     }

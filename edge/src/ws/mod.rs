@@ -44,6 +44,8 @@ pub struct WsQuery {
     after_seq: Option<i64>,
 }
 
+// An axum handler's arguments are its extractors.
+#[allow(clippy::too_many_arguments)]
 pub async fn upgrade(
     State(state): State<AppState>,
     caller: Result<Caller, ApiError>,
@@ -51,8 +53,10 @@ pub async fn upgrade(
     ApiQuery(query): ApiQuery<WsQuery>,
     headers: axum::http::HeaderMap,
     uri: axum::http::Uri,
+    peer: Option<axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
     upgrade: WebSocketUpgrade,
 ) -> Result<Response, ApiError> {
+    let source = peer.map(|p| p.0 .0.ip().to_string());
     // The session-scoped credential's token generation and expiry, re-checked on every
     // heartbeat: a rotation (or the token's expiry) closes the connection.
     let mut credential: Option<(i64, Option<i64>)> = None;
@@ -166,7 +170,7 @@ pub async fn upgrade(
         .max_message_size(TRANSPORT_MAX)
         .max_frame_size(TRANSPORT_MAX)
         .on_upgrade(move |socket| async move {
-            let mut connection = Connection::new(state, id, caller, credential, socket);
+            let mut connection = Connection::new(state, id, caller, credential, socket, source);
             if let Err(reason) = connection.run(query.after_seq).await {
                 tracing::debug!(session = %id, %reason, "websocket closed");
             }

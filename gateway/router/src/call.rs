@@ -107,6 +107,7 @@ impl Router {
         // The route, then requests per minute: the key's, then the route's.
         let key = options.api_key.as_deref();
         let route = self.admit(id, &request.route, key)?;
+        let grant = options.budget_grant_usd.unwrap_or(0.0).max(0.0);
         // The cache: a hit costs nothing and is not limited by tokens or budgets.
         let cache = match (&self.cache, route.cache, options.cache) {
             (Some(_), true, CacheMode::Bypass) => CacheStatus::Bypass,
@@ -121,7 +122,7 @@ impl Router {
         // Tokens per minute: a call starts while the balance is positive.
         self.check_tokens(id, &request.route, route, key)?;
         // The budget: reserve the most this call can cost.
-        let reservation = self.reserve(id, route, &mut request, key).await?;
+        let reservation = self.reserve(id, route, &mut request, key, grant).await?;
         // From here on the upstream may bill: an abandoned call is charged.
         ledger.admit(reservation);
         let outcome = self
@@ -186,6 +187,7 @@ impl Router {
         route: &Route,
         request: &mut RouterRequest,
         key: Option<&str>,
+        grant: f64,
     ) -> Result<Option<CallReservation>, RouterError> {
         let Some(key) = key else {
             return Ok(None);
@@ -209,7 +211,7 @@ impl Router {
             .max()
             .unwrap_or(BUDGET_MAX_TOKENS) as f64;
         let amount = (most.input * prompt + most.output * completion) / 1e6;
-        self.reserve_budgets(id, key, amount, limits)
+        self.reserve_budgets(id, key, amount, limits, grant)
             .await
             .map(Some)
     }
@@ -420,6 +422,7 @@ impl Router {
                 unquoted: None,
                 retry_after: None,
                 attempts: Vec::new(),
+                budget: None,
             });
         };
         if let (Some(rate), Some(key)) = (&self.key_requests, key) {
@@ -479,5 +482,6 @@ fn rate_limited(
         unquoted: None,
         retry_after: Some(wait),
         attempts: Vec::new(),
+        budget: None,
     }
 }

@@ -201,7 +201,7 @@ impl Router {
             if self.budgeted(&limits) {
                 let bound: usize = request.inputs.iter().map(|t| t.len() + 2).sum();
                 let amount = route.most_expensive().input * bound as f64 / 1e6;
-                held.reservation = Some(self.reserve_budgets(id, key, amount, limits).await?);
+                held.reservation = Some(self.reserve_budgets(id, key, amount, limits, 0.0).await?);
             }
         }
         let mut attempts = Vec::new();

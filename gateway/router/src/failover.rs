@@ -256,6 +256,7 @@ fn all_failed(
         unquoted,
         retry_after: None,
         attempts: attempts.to_vec(),
+        budget: None,
     }
 }
 

@@ -107,6 +107,10 @@ pub struct CallOptions {
     /// Up to 16 string/number/bool entries, kept with the log record.
     pub metadata: Map<String, Value>,
     pub cache: CacheMode,
+    /// A one-off overspend a person approved for this call (USD): each of the key's and its
+    /// project's budgets admits it up to their amount plus this (docs/tenancy.md, "Budget
+    /// approvals"). The installation's own per-key budget takes no grant.
+    pub budget_grant_usd: Option<f64>,
 }
 
 /// A finished call.
@@ -199,6 +203,31 @@ pub struct RouterError {
     pub unquoted: Option<String>,
     pub retry_after: Option<Duration>,
     pub attempts: Vec<AttemptRecord>,
+    /// The budget that refused the call, when a key's or a project's did (`budget_exceeded`).
+    /// Boxed: errors travel in every `Result` of the router, most without one.
+    pub budget: Option<Box<RefusedBudget>>,
+}
+
+/// A key's or a project's budget that did not fit a call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RefusedBudget {
+    /// The ledger's key (`budget:key:{id}`, `budget:project:{id}`).
+    pub key: String,
+    /// How people name it (``key `ci` ``).
+    pub name: String,
+    /// The budget in USD for its window.
+    pub usd: f64,
+    pub spent: f64,
+    pub reserved: f64,
+    /// The most the refused call may cost.
+    pub amount: f64,
+}
+
+impl RefusedBudget {
+    /// How much more the budget would need for the call to fit (USD).
+    pub fn shortfall(&self) -> f64 {
+        (self.spent + self.reserved + self.amount - self.usd).max(0.0)
+    }
 }
 
 impl RouterError {

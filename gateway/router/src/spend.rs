@@ -11,7 +11,7 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use crate::limits::{BudgetDirectory, BudgetLimit, Reservation, SharedLedger, SharedReservation};
-use crate::{Router, RouterError, RouterErrorCode};
+use crate::{RefusedBudget, Router, RouterError, RouterErrorCode};
 
 /// Where the budgets beyond the installation's come from, and the ledger that holds them.
 #[derive(Clone)]
@@ -69,6 +69,7 @@ fn refusal(id: Uuid, code: RouterErrorCode, message: String, retry: Duration) ->
         unquoted: None,
         retry_after: Some(retry.max(Duration::from_secs(1))),
         attempts: Vec::new(),
+        budget: None,
     }
 }
 
@@ -114,13 +115,15 @@ impl Router {
     }
 
     /// Sets `amount` aside for `key` in the installation's budget and in each of `limits`; all
-    /// of them or none.
+    /// of them or none. `grant`: a one-off overspend a person approved for this call, by which
+    /// each of `limits` may be exceeded (not the installation's budget).
     pub(crate) async fn reserve_budgets(
         &self,
         id: Uuid,
         key: &str,
         amount: f64,
         limits: Vec<BudgetLimit>,
+        grant: f64,
     ) -> Result<CallReservation, RouterError> {
         let mut reserving = Reserving {
             router: self,
@@ -143,7 +146,7 @@ impl Router {
         for limit in limits {
             let answer = directory
                 .ledger
-                .reserve(&limit.key, amount, limit.usd, limit.window)
+                .reserve(&limit.key, amount, limit.usd + grant, limit.window)
                 .await;
             let error = match answer {
                 Ok(SharedReservation::Reserved(reserved)) => {
@@ -154,18 +157,29 @@ impl Router {
                     spent,
                     reserved,
                     retry_after,
-                }) => refusal(
-                    id,
-                    RouterErrorCode::BudgetExceeded,
-                    format!(
-                        "the budget of {} ({} USD {}) is spent or reserved (spent {spent:.6}, \
-                         reserved {reserved:.6}; this call may cost up to {amount:.6})",
-                        limit.name,
-                        limit.usd,
-                        period(limit.window)
-                    ),
-                    retry_after,
-                ),
+                }) => RouterError {
+                    budget: Some(Box::new(RefusedBudget {
+                        key: limit.key.clone(),
+                        name: limit.name.clone(),
+                        usd: limit.usd,
+                        spent,
+                        reserved,
+                        amount,
+                    })),
+                    ..refusal(
+                        id,
+                        RouterErrorCode::BudgetExceeded,
+                        format!(
+                            "the budget of {} ({} USD {}) is spent or reserved (spent \
+                             {spent:.6}, reserved {reserved:.6}; this call may cost up to \
+                             {amount:.6})",
+                            limit.name,
+                            limit.usd,
+                            period(limit.window)
+                        ),
+                        retry_after,
+                    )
+                },
                 Err(problem) => refusal(
                     id,
                     RouterErrorCode::Unavailable,

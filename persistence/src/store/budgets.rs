@@ -120,6 +120,35 @@ impl<D: Dialect> SqlStore<D> {
         Ok(BudgetDecision::Reserved(id))
     }
 
+    /// Each of `keys`' spending in its current window, and the window's start.
+    pub(super) async fn spending(
+        &self,
+        keys: &[String],
+    ) -> Result<Vec<(String, f64, chrono::DateTime<chrono::Utc>)>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut sql =
+            Sql::<D>::new("SELECT key, spent, window_start FROM budget_spending WHERE key IN (");
+        for (i, key) in keys.iter().enumerate() {
+            if i > 0 {
+                sql.push(", ");
+            }
+            sql.bind(key.as_str());
+        }
+        sql.push(")");
+        let rows = sql.fetch_all(self.on_read()).await?;
+        rows.iter()
+            .map(|row| {
+                Ok((
+                    row.text("key")?,
+                    row.real("spent")?,
+                    row.time("window_start")?,
+                ))
+            })
+            .collect()
+    }
+
     pub(super) async fn settle(&self, reservation: Uuid, cost: f64) -> Result<bool> {
         let mut tx = self.db.writer().begin().await?;
         let row = Sql::<D>::new("DELETE FROM budget_reservations WHERE id = ")

@@ -4,6 +4,7 @@
 //! migrations, the set-based journal writes, a few expressions — is in `postgres.rs` and
 //! `sqlite.rs`.
 
+mod audit;
 mod budgets;
 mod cluster;
 mod compaction;
@@ -524,6 +525,10 @@ impl<D: Dialect> crate::Budgets for SqlStore<D> {
     async fn settle_budget(&self, reservation: Uuid, cost: f64) -> Result<bool> {
         self.settle(reservation, cost).await
     }
+
+    async fn budget_spending(&self, keys: &[String]) -> Result<Vec<(String, f64, DateTime<Utc>)>> {
+        self.spending(keys).await
+    }
 }
 
 #[async_trait]
@@ -542,5 +547,14 @@ impl<D: Dialect> RequestLog for SqlStore<D> {
         group_by: &StatsGroupBy,
     ) -> Result<Vec<StatsRow>> {
         self.log_stats(query, group_by).await
+    }
+
+    async fn spend_rows(
+        &self,
+        api_keys: &[String],
+        since: chrono::DateTime<chrono::Utc>,
+        until: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Vec<crate::request_log::SpendRow>> {
+        self.log_spend(api_keys, since, until).await
     }
 }

@@ -1,12 +1,14 @@
 //! The request log as stored: batched inserts, filtered newest-first pages and the rows its
 //! statistics are computed from.
 
-use super::dialect::{Arg, Dialect, On, Sql};
+use chrono::{DateTime, Utc};
+
+use super::dialect::{Arg, Columns, Dialect, On, Sql};
 use super::rows::{self, LOG_COLUMNS};
 use super::SqlStore;
 use crate::request_log::{
-    compute_stats, into_log_page, RequestLogEntry, RequestLogPage, RequestLogQuery, StatsGroupBy,
-    StatsRow, LOG_ROWS_PER_STATEMENT, MAX_STATS_ROWS,
+    compute_stats, into_log_page, RequestLogEntry, RequestLogPage, RequestLogQuery, SpendRow,
+    StatsGroupBy, StatsRow, LOG_ROWS_PER_STATEMENT, MAX_STATS_ROWS,
 };
 use crate::Result;
 
@@ -98,6 +100,55 @@ impl<D: Dialect> SqlStore<D> {
             .map(rows::log_entry)
             .collect::<Result<Vec<_>>>()?;
         Ok(into_log_page(entries, limit))
+    }
+
+    /// The calls charged to any of `api_keys` in `[since, until)`, newest first.
+    pub(super) async fn log_spend(
+        &self,
+        api_keys: &[String],
+        since: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<Vec<SpendRow>> {
+        if api_keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut sql = Sql::<D>::new(
+            "SELECT at, api_key, route, model, session_id, cost, tokens_in, tokens_out, metadata \
+             FROM request_log WHERE api_key IN (",
+        );
+        for (i, key) in api_keys.iter().enumerate() {
+            if i > 0 {
+                sql.push(", ");
+            }
+            sql.bind(key.as_str());
+        }
+        // A call refused by a limit or a budget reached no provider: it spent nothing.
+        sql.push(") AND status NOT IN ('rate_limited', 'budget_exceeded') AND at >= ")
+            .bind(since)
+            .push(" AND at < ")
+            .bind(until)
+            .push(" ORDER BY id DESC LIMIT ")
+            .bind(MAX_STATS_ROWS);
+        let rows = sql.fetch_all(self.on_read()).await?;
+        rows.iter()
+            .map(|row| {
+                let metadata = match row.json("metadata")? {
+                    serde_json::Value::Object(map) => map,
+                    _ => Default::default(),
+                };
+                Ok(SpendRow {
+                    at: row.time("at")?,
+                    api_key: row.opt_text("api_key")?,
+                    route: row.text("route")?,
+                    model: row.opt_text("model")?,
+                    session_id: row.opt_id("session_id")?,
+                    cost: row.real("cost")?,
+                    tokens_in: row.int("tokens_in")?,
+                    tokens_out: row.int("tokens_out")?,
+                    metadata,
+                })
+            })
+            .collect()
     }
 
     pub(super) async fn log_stats(

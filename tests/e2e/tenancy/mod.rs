@@ -14,7 +14,9 @@ use stead_testkit::stead::Stead;
 use stead_testkit::upstream::{Reply, Upstream};
 use stead_testkit::webhook::Webhook;
 
+mod audit_trail;
 mod budgets;
+mod parking;
 mod sweep;
 
 const ADMIN: &str = "installation-admin-key-0123456789";
@@ -49,6 +51,7 @@ fn config(upstream: &Upstream, webhook: &Webhook) -> String {
              [[agents]]\nname = \"ops\"\nroute = \"default\"\nsystem_prompt = \"You run operations.\"\n\n\
              [[agents.tools]]\nname = \"delete_rows\"\nkind = \"webhook\"\nurl = \"{}\"\n\
              description = \"Deletes rows of a table\"\napproval = \"always\"\n\n\
+             [[agents]]\nname = \"writer\"\nroute = \"alt\"\nsystem_prompt = \"You write.\"\n\n\
              [gateway.prices.m-alt]\ninput = 0.0\noutput = 1000.0\n",
             webhook.url("/delete_rows")
         ),
@@ -370,6 +373,7 @@ async fn projects_keep_to_themselves(database_url: Option<&str>) {
     roles(&server, &a, &a_held, &b).await;
 
     budgets::budgets(&server, &a).await;
+    parking::a_spent_budget_parks_the_turn(&server, &a, database_url).await;
 
     // A session token stays in its session, whatever project.
     let (status, _) = server
@@ -463,6 +467,7 @@ async fn projects_keep_to_themselves(database_url: Option<&str>) {
         .await,
         200
     );
+    audit_trail::trail(&server, &a, &b).await;
     server.signal(libc::SIGTERM);
 }
 

@@ -63,7 +63,7 @@ fn classify(method: &str, path: &str) -> Expect {
     }
     match (method, path) {
         ("get", "/v1/sessions" | "/v1/approvals" | "/v1/feedback" | "/v1/schedules")
-        | ("get", "/v1/projects") => Expect::List,
+        | ("get", "/v1/projects" | "/v1/audit") => Expect::List,
         ("get", "/healthz" | "/readyz" | "/v1/agents" | "/v1/models")
         | ("post", "/v1/sessions")
         | ("post", "/v1/chat/completions" | "/v1/embeddings" | "/v1/messages" | "/v1/responses") => {

@@ -12,7 +12,7 @@ import type { RequestLogRow } from "@stead/client";
 const COLORS = ["#1f5fbf", "#d9480f", "#2f9e44"];
 
 /** A uPlot chart: lines over time, or bars over categories (`labels` names the x positions). */
-function Chart({
+export function Chart({
   title,
   data,
   series,

@@ -212,6 +212,14 @@ export function SessionPage({ id }: { id: string }) {
           </p>
         )}
       </div>
+      {session.view.budgetWait && (
+        <div className="budget-wait" role="status" data-testid="budget-wait">
+          <strong>Waiting for a budget decision</strong> — the budget of {session.view.budgetWait.budget} is spent;
+          the next model call needs up to ${session.view.budgetWait.neededUsd.toFixed(2)} more. The project's admin
+          (or the installation) decides it in <a href="#/approvals">Approvals</a>; the turn then continues where it
+          stopped.
+        </div>
+      )}
       <ChildApprovals
         id={id}
         creds={creds}

@@ -159,6 +159,8 @@ fn eventful(rules: AgentRules) -> Recorder {
         decided_by: "ada".into(),
         scope: ApprovalScope::Once,
         args_hash: None,
+        overspend_usd: None,
+        may_spend: true,
     });
     r.answer("ok, kept it", vec![]);
     r.say("drop t2");
@@ -189,6 +191,8 @@ fn eventful(rules: AgentRules) -> Recorder {
         decided_by: "ada".into(),
         scope: ApprovalScope::Session,
         args_hash: None,
+        overspend_usd: None,
+        may_spend: true,
     });
     r.input(Input::Recover); // the process restarted while `drop` ran: in doubt
     r.say("loop");

@@ -2,6 +2,7 @@
 //! a session through inputs and checks the journaled events and the actions. By topic: turns,
 //! tools and approvals (`turns`); recovery, refusals and the end of a session (`recovery`).
 
+mod budgets;
 mod children;
 mod context;
 mod dynamic;
@@ -155,6 +156,8 @@ fn decision(call_id: &str, approved: bool, scope: ApprovalScope) -> Input {
         decided_by: "ada".into(),
         scope,
         args_hash: None,
+        overspend_usd: None,
+        may_spend: true,
     }
 }
 

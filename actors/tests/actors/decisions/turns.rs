@@ -106,6 +106,8 @@ fn a_gated_tool_parks_until_approved_and_runs_once() {
         decided_by: "ada".into(),
         scope: ApprovalScope::Once,
         args_hash: Some("0".repeat(64)),
+        overspend_usd: None,
+        may_spend: true,
     };
     assert_eq!(s.send(wrong), Err(Refusal::ArgsHashMismatch));
 
@@ -116,6 +118,8 @@ fn a_gated_tool_parks_until_approved_and_runs_once() {
         decided_by: "ada".into(),
         scope: ApprovalScope::Once,
         args_hash: Some(args_hash),
+        overspend_usd: None,
+        may_spend: true,
     };
     let actions = s.send(approve.clone()).unwrap();
     assert!(
@@ -147,6 +151,8 @@ fn a_rejection_goes_back_to_the_model_as_the_tools_error() {
             decided_by: "ada".into(),
             scope: ApprovalScope::Once,
             args_hash: None,
+            overspend_usd: None,
+            may_spend: true,
         })
         .unwrap();
     assert_eq!(
@@ -387,6 +393,8 @@ fn an_operator_only_tool_cannot_be_approved_with_a_session_token() {
         decided_by: who.into(),
         scope,
         args_hash: None,
+        overspend_usd: None,
+        may_spend: true,
     };
     let parked = s.journal.len();
     for scope in [ApprovalScope::Once, ApprovalScope::Session] {

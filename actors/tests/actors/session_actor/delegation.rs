@@ -98,6 +98,8 @@ async fn two_children_run_at_once_and_a_childs_approval_reaches_the_parent(backe
         decided_by: "ada".into(),
         scope: stead_actors::ApprovalScope::Once,
         args_hash: None,
+        overspend_usd: None,
+        may_spend: true,
     };
     registry.send(writer, decision).await.unwrap();
     let seen = wait_for(&mut frames, "turn_finished").await;
@@ -158,6 +160,8 @@ fn approve(call_id: String) -> Input {
         decided_by: "ada".into(),
         scope: stead_actors::ApprovalScope::Once,
         args_hash: None,
+        overspend_usd: None,
+        may_spend: true,
     }
 }
 

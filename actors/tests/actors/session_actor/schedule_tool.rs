@@ -76,6 +76,8 @@ async fn the_schedule_tool_under_approval_creates_a_schedule_that_fires(backend:
         decided_by: "ada".into(),
         scope: ApprovalScope::Once,
         args_hash: None,
+        overspend_usd: None,
+        may_spend: true,
     };
     registry.send(id, decision).await.unwrap();
     wait_for(&mut frames, "turn_finished").await;

@@ -93,6 +93,8 @@ async fn parked_approval_survives_reactivation_and_the_webhook_runs_once() {
         decided_by: "ada".into(),
         scope: ApprovalScope::Once,
         args_hash: None,
+        overspend_usd: None,
+        may_spend: true,
     };
     registry.send(id, decision.clone()).await.unwrap();
     wait_for(&mut frames, "turn_finished").await;

@@ -46,18 +46,77 @@ export interface TurnOutcome {
   last_seq: number;
 }
 
+/** What an approval decides: a tool call, or a model call a budget refused. */
+export type ApprovalKind = "tool" | "budget";
+
 /** A pending approval as the inbox and a session tree's view list it. */
 export interface PendingApproval {
   session_id: string;
   agent: string;
+  /** `budget`: the model call `call_id` waits because a key's or a project's budget is spent;
+   * only the installation or the project's admin may decide it (docs/tenancy.md). */
+  kind?: ApprovalKind;
   call_id: string;
+  /** The tool (empty for a budget approval). */
   tool: string;
   arguments: unknown;
   args_hash: string;
   reason: string;
+  /** A budget approval's budget and how far over it the call would go. */
+  budget?: { name: string; needed_usd: number };
   /** Set for a child session's approval: the session whose agent call started it. */
   parent_session_id?: string;
   parent_call_id?: string;
+}
+
+/** A project as `/v1/projects` lists it. */
+export interface ProjectView {
+  id: string;
+  name: string;
+  budget_usd: number | null;
+  budget_period_secs: number | null;
+  created_at: string;
+}
+
+/** What one group spent (`name`: a key's name, a route, a model, a metadata value, a session). */
+export interface SpendLine {
+  name: string | null;
+  cost: number;
+  requests: number;
+  tokens_in: number;
+  tokens_out: number;
+}
+
+/** `GET /v1/projects/{project}/spend`. */
+export interface SpendReport {
+  project_id: string;
+  since: string;
+  until: string;
+  bucket_secs: number;
+  total: SpendLine;
+  over_time: { at: string; cost: number; requests: number }[];
+  by_key: SpendLine[];
+  by_route: SpendLine[];
+  by_model: SpendLine[];
+  by_metadata: SpendLine[];
+  top_sessions: SpendLine[];
+  budgets: { name: string; usd: number; period_secs: number | null; spent: number; remaining_share: number | null }[];
+}
+
+/** One act of the audit trail. */
+export interface AuditEntry {
+  id: string;
+  at: string;
+  project_id: string;
+  /** `api_key:{fingerprint}`, `project_key:{id}`, `session_token:{session}` or `local`. */
+  actor: string;
+  /** The operation: `POST /v1/projects/{project}/keys`, `WS approval`, … */
+  action: string;
+  /** The path it named. */
+  target: string;
+  status: number;
+  source: string | null;
+  details: Record<string, unknown>;
 }
 
 export interface Credentials {
@@ -160,22 +219,36 @@ export const api = {
   /** The pending approvals of a session and its descendants (child sessions of agent calls). */
   treeApprovals: (c: Credentials, id: string) =>
     call<{ approvals: PendingApproval[] }>(c, "GET", `/v1/sessions/${id}/approvals`),
-  /** Decides a pending approval; the decision is bound to the arguments the person saw. */
+  /** Decides a pending approval; a tool call's decision is bound to the arguments the person
+   * saw, a budget approval's may allow `overspendUsd` (default: the shortfall). */
   decide: (
     c: Credentials,
-    p: Pick<PendingApproval, "session_id" | "call_id" | "args_hash">,
+    p: Pick<PendingApproval, "session_id" | "call_id" | "args_hash" | "kind">,
     approved: boolean,
     reason: string,
     scope: ApprovalScope = "once",
+    overspendUsd?: number,
   ) =>
-    call<{ session_id: string; seq: number }>(c, "POST", `/v1/sessions/${p.session_id}/approvals/${p.call_id}`, {
-      approved,
-      reason,
-      scope,
-      args_hash: p.args_hash,
-    }),
+    call<{ session_id: string; seq: number }>(
+      c,
+      "POST",
+      `/v1/sessions/${p.session_id}/approvals/${p.call_id}`,
+      p.kind === "budget"
+        ? { approved, reason, ...(overspendUsd === undefined ? {} : { overspend_usd: overspendUsd }) }
+        : { approved, reason, scope, args_hash: p.args_hash },
+    ),
   agents: (c: Credentials) => call<{ agents: { name: string; route: string }[] }>(c, "GET", "/v1/agents"),
   models: (c: Credentials) => call<{ data: { id: string }[] }>(c, "GET", "/v1/models"),
+  /** Projects, a page by name (the installation's keys: all; a project's admin key: its own). */
+  projects: (c: Credentials) =>
+    call<{ projects: ProjectView[]; next_cursor: string | null }>(c, "GET", "/v1/projects?limit=500"),
+  /** A project's spend (docs/tenancy.md, "Spend"): `query`: `days`, `group_by` (`metadata.KEY`). */
+  spend: (c: Credentials, project: string, query: Record<string, string> = {}) =>
+    call<SpendReport>(c, "GET", `/v1/projects/${encodeURIComponent(project)}/spend?${new URLSearchParams(query)}`),
+  /** The audit trail (docs/audit.md), newest first: the installation's keys and a project's
+   * admin keys. `query`: `actor`, `action` (a prefix), `since`, `until`, `before`, `limit`. */
+  audit: (c: Credentials, query: Record<string, string> = {}) =>
+    call<{ entries: AuditEntry[]; next_cursor: string | null }>(c, "GET", `/v1/audit?${new URLSearchParams(query)}`),
   gatewayLogs: (c: Credentials, query: Record<string, string> = {}) =>
     call<{ logs: RequestLogRow[]; next_cursor: string | null }>(
       c,

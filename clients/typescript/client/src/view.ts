@@ -78,6 +78,9 @@ export interface SessionView {
   /** Model calls that finished (late deltas for them are dropped). */
   finishedCalls: string[];
   lastError: { code: string; message: string } | null;
+  /** The model call a key's or a project's budget refused, waiting for the project's admin or
+   * the installation (`budget_approval_requested`). */
+  budgetWait: { callId: string; budget: string; neededUsd: number; reason: string } | null;
 }
 
 export const initialView: SessionView = {
@@ -91,6 +94,7 @@ export const initialView: SessionView = {
   ahead: {},
   finishedCalls: [],
   lastError: null,
+  budgetWait: null,
 };
 
 /** Pending approvals, in request order. */
@@ -196,7 +200,7 @@ function setTool(view: SessionView, callId: string, change: Partial<ToolCard>): 
 }
 
 function turnStatus(view: SessionView): SessionStatus {
-  return pendingApprovals(view).length > 0 ? "awaiting_approval" : "running";
+  return pendingApprovals(view).length > 0 || view.budgetWait ? "awaiting_approval" : "running";
 }
 
 function apply(view: SessionView, event: JournalEvent): SessionView {
@@ -263,6 +267,15 @@ function apply(view: SessionView, event: JournalEvent): SessionView {
       });
       next.status = "awaiting_approval";
       break;
+    case "budget_approval_requested":
+      next.streaming = null;
+      next.budgetWait = { callId: p.call_id, budget: p.budget, neededUsd: p.needed_usd, reason: p.reason };
+      next.status = "awaiting_approval";
+      break;
+    case "budget_approval_decided":
+      next.budgetWait = null;
+      next.status = turnStatus(next);
+      break;
     case "approval_decided":
       next = setTool(next, p.call_id, {
         status: p.approved ? "approved" : "rejected",
@@ -291,6 +304,7 @@ function apply(view: SessionView, event: JournalEvent): SessionView {
     case "turn_finished":
     case "turn_cancelled":
       next.streaming = null;
+      next.budgetWait = null;
       next.status = "idle";
       break;
     case "session_failed":

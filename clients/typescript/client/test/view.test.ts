@@ -233,4 +233,38 @@ describe("MCP tools", () => {
     expect(done.tools.t1.status).toBe("finished");
     expect(done.tools.t1.child?.status).toBe("idle");
   });
+
+  it("waits on a budget approval, and the same model call streams again once approved", () => {
+    seq = 0;
+    const parked = run([
+      { type: "hello", session_id: "s1", last_seq: 0, status: "idle" },
+      ev("session_created", { agent: "writer" }),
+      ev("user_message", { text: "write a haiku", client_id: null }),
+      ev("model_call_started", { call_id: "m1", route: "alt", model: "alt" }),
+      ev("budget_approval_requested", {
+        call_id: "m1",
+        budget: "key `tight`",
+        needed_usd: 3.096,
+        reason: "budget_exceeded: the budget of key `tight` is spent",
+      }),
+    ]);
+    expect(parked.status).toBe("awaiting_approval");
+    expect(parked.budgetWait).toEqual({
+      callId: "m1",
+      budget: "key `tight`",
+      neededUsd: 3.096,
+      reason: "budget_exceeded: the budget of key `tight` is spent",
+    });
+    expect(parked.streaming).toBeNull();
+    const approved = run(
+      [
+        ev("budget_approval_decided", { call_id: "m1", approved: true, overspend_usd: 5, reason: null, decided_by: "local" }),
+        { type: "delta", call_id: "m1", attempt: 1, text: "Autumn", offset: 0 },
+      ],
+      parked,
+    );
+    expect(approved.status).toBe("running");
+    expect(approved.budgetWait).toBeNull();
+    expect(approved.streaming?.text).toBe("Autumn");
+  });
 });

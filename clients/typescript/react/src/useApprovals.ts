@@ -26,9 +26,14 @@ export function useApprovals(options: ApprovalsOptions = {}) {
   );
   const { refresh, setError } = polled;
   const decide = useCallback(
-    async (approval: PendingApproval, approved: boolean, reason = approved ? "approved" : "rejected") => {
+    async (
+      approval: PendingApproval,
+      approved: boolean,
+      reason = approved ? "approved" : "rejected",
+      overspendUsd?: number,
+    ) => {
       try {
-        await api.decide({ baseUrl, bearer }, approval, approved, reason);
+        await api.decide({ baseUrl, bearer }, approval, approved, reason, "once", overspendUsd);
       } catch (e) {
         setError(errorText(e));
       }

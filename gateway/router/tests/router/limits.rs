@@ -462,3 +462,65 @@ async fn a_call_dropped_between_two_reservations_leaves_nothing_reserved() {
     assert_eq!(ledger.of("budget:key:k1"), (0.0, 0.0));
     assert!(up.requests().is_empty());
 }
+
+/// A refusal by a key's budget carries that budget (what a session parks on), and a call
+/// granted a one-off overspend fits that much past the budget, once.
+#[tokio::test]
+async fn a_refusal_names_its_budget_and_a_granted_overspend_admits_one_call() {
+    let up = Upstream::start(
+        vec![],
+        Reply::Text {
+            text: "ten tokens".into(),
+            delay: Duration::ZERO,
+            chunk_delay: Duration::ZERO,
+            completion_tokens: 10,
+        },
+    )
+    .await;
+    let ledger = Arc::new(MemoryLedger::default());
+    let router = budgeted(&up, ledger.clone());
+    let call = |grant: Option<f64>| {
+        let router = router.clone();
+        async move {
+            let options = CallOptions {
+                api_key: Some("k1".into()),
+                budget_grant_usd: grant,
+                ..Default::default()
+            };
+            router.call(ask("r", "spend"), options, None).await
+        }
+    };
+    let settled = |spent: f64| {
+        let ledger = ledger.clone();
+        async move {
+            for _ in 0..100 {
+                let (s, r) = ledger.of("budget:key:k1");
+                if (s - spent).abs() < 1e-9 && r.abs() < 1e-9 {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            panic!("{:?}, wanted {spent} spent", ledger.of("budget:key:k1"));
+        }
+    };
+    // Five calls of $0.01 fill k1's $0.05 (one at a time: each settles before the next).
+    for i in 0..5 {
+        assert!(call(None).await.is_ok(), "call {i}");
+        settled(0.01 * f64::from(i + 1)).await;
+    }
+    let refused = call(None).await.unwrap_err();
+    assert_eq!(refused.code, "budget_exceeded");
+    let budget = refused.budget.expect("the refusing budget");
+    assert_eq!(budget.key, "budget:key:k1");
+    assert_eq!(budget.name, "key `k1`");
+    assert!((budget.amount - 0.01).abs() < 1e-9, "{budget:?}");
+    assert!((budget.shortfall() - 0.01).abs() < 1e-9, "{budget:?}");
+    // A grant smaller than the shortfall does not fit; one as large does, once.
+    let short = call(Some(0.005)).await.unwrap_err();
+    assert_eq!(short.code, "budget_exceeded");
+    assert!(call(Some(0.01)).await.is_ok());
+    settled(0.06).await;
+    let again = call(None).await.unwrap_err();
+    assert!((again.budget.expect("refused").shortfall() - 0.02).abs() < 1e-9);
+    assert_eq!(up.requests().len(), 6);
+}

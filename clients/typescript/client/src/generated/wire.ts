@@ -135,7 +135,7 @@ mode?: MessageMode,
  * The key of the schedule whose firing delivered this message (absent: a person or
  * client sent it).
  */
-schedule?: string, } } | { "kind": "model_call_started", "payload": { call_id: string, route: string, model: string, } } | { "kind": "model_call_finished", "payload": { call_id: string, text: string, tool_calls: Array<RequestedCall>, usage: Usage, provider: string, model: string, latency_ms: number, ttft_ms: number, cost: number, } } | { "kind": "model_call_failed", "payload": { call_id: string, error: string, } } | { "kind": "tool_call_requested", "payload": { call_id: string, tool: string, arguments: unknown, } } | { "kind": "approval_requested", "payload": { call_id: string, tool: string, arguments: unknown, args_hash: string, reason: string, } } | { "kind": "approval_decided", "payload": { call_id: string, approved: boolean, reason: string | null, decided_by: string, scope: ApprovalScope, } } | { "kind": "tool_call_started", "payload": { call_id: string, tool: string, idempotency_key: string, } } | { "kind": "tool_call_finished", "payload": { call_id: string, tool: string, result: unknown, } } | { "kind": "tool_call_failed", "payload": { call_id: string, tool: string, error: string, 
+schedule?: string, } } | { "kind": "model_call_started", "payload": { call_id: string, route: string, model: string, } } | { "kind": "model_call_finished", "payload": { call_id: string, text: string, tool_calls: Array<RequestedCall>, usage: Usage, provider: string, model: string, latency_ms: number, ttft_ms: number, cost: number, } } | { "kind": "model_call_failed", "payload": { call_id: string, error: string, } } | { "kind": "tool_call_requested", "payload": { call_id: string, tool: string, arguments: unknown, } } | { "kind": "approval_requested", "payload": { call_id: string, tool: string, arguments: unknown, args_hash: string, reason: string, } } | { "kind": "approval_decided", "payload": { call_id: string, approved: boolean, reason: string | null, decided_by: string, scope: ApprovalScope, } } | { "kind": "budget_approval_requested", "payload": { call_id: string, budget: string, needed_usd: number, reason: string, } } | { "kind": "budget_approval_decided", "payload": { call_id: string, approved: boolean, overspend_usd?: number, reason: string | null, decided_by: string, } } | { "kind": "tool_call_started", "payload": { call_id: string, tool: string, idempotency_key: string, } } | { "kind": "tool_call_finished", "payload": { call_id: string, tool: string, result: unknown, } } | { "kind": "tool_call_failed", "payload": { call_id: string, tool: string, error: string, 
 /**
  * The call may or may not have taken effect (started, not finished, not idempotent).
  */
@@ -193,7 +193,11 @@ mode?: MessageMode, } | { "type": "approval", call_id: string, approved: boolean
 /**
  * The arguments the decision was made on (refused when they changed).
  */
-args_hash?: string, } | { "type": "cancel", } | { "type": "resume", after_seq: number, };
+args_hash?: string, 
+/**
+ * On a budget approval: the overspend allowed, in USD (default: the shortfall).
+ */
+overspend_usd?: number, } | { "type": "cancel", } | { "type": "resume", after_seq: number, };
 
 /**
  * A session as `GET /v1/sessions` lists it.
