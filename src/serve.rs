@@ -73,6 +73,7 @@ pub async fn migrate(config: Config) -> anyhow::Result<()> {
 /// that they hold across restarts — the cluster's ledger, or on a node alone one whose
 /// reservations carry a fresh id each run (docs/tenancy.md).
 fn key_budgets(
+    config: &Config,
     store: &Arc<dyn JournalStore>,
     shared: Option<Arc<dyn stead_router::SharedLedger>>,
     node: &str,
@@ -80,7 +81,11 @@ fn key_budgets(
     Arc<stead_http::auth::VirtualKeys>,
     stead_agents::models::Directory,
 ) {
-    let keys = Arc::new(stead_http::auth::VirtualKeys::new(store.clone()));
+    let alerts = config.budget_alerts.url.is_some();
+    let keys = Arc::new(
+        stead_http::auth::VirtualKeys::new(store.clone())
+            .alerting_at(alerts.then_some(config.budget_alerts.share)),
+    );
     let ledger = shared.unwrap_or_else(|| {
         Arc::new(crate::cluster::SharedBudgets {
             store: store.clone(),
@@ -127,7 +132,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
             node_ttl: Some(membership.ttl),
         }) as Arc<dyn stead_router::SharedLedger>
     });
-    let (keys, directory) = key_budgets(&store, shared_budgets.clone(), &node);
+    let (keys, directory) = key_budgets(&config, &store, shared_budgets.clone(), &node);
     let Agents {
         model_router,
         mcp,

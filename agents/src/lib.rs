@@ -9,6 +9,7 @@
 //! session actor in `stead-actors`; this crate chooses and configures them.
 
 pub mod agent;
+pub mod budget_alerts;
 pub mod engines;
 pub mod knowledge;
 pub mod mcp;

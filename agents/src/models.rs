@@ -113,10 +113,16 @@ pub fn build(
         Some(ledger) => router.with_shared_budgets(ledger),
         None => router,
     };
-    Ok(Arc::new(match directory {
+    let router = match directory {
         Some((directory, ledger)) => router.with_budget_directory(directory, ledger),
         None => router,
-    }))
+    };
+    Ok(Arc::new(
+        match crate::budget_alerts::WebhookAlerts::from_config(&config.budget_alerts)? {
+            Some(alerts) => router.with_budget_alerts(Arc::new(alerts)),
+            None => router,
+        },
+    ))
 }
 
 /// Writes request-log batches into the database.

@@ -25,9 +25,9 @@ pub use stead_router::config::{GatewayConfig, RouteConfig, TargetConfig};
 
 pub use mcp::{invalid_server_name, McpServerConfig};
 pub use sections::{
-    AgentConfig, AuditConfig, ClusterConfig, DatabaseConfig, EngineConfig, KnowledgeConfig,
-    LogConfig, LogFormat, ProviderConfig, ProviderKind, SchedulesConfig, SearchMode, ServerConfig,
-    SessionsConfig,
+    AgentConfig, AuditConfig, BudgetAlertsConfig, ClusterConfig, DatabaseConfig, EngineConfig,
+    KnowledgeConfig, LogConfig, LogFormat, ProviderConfig, ProviderKind, SchedulesConfig,
+    SearchMode, ServerConfig, SessionsConfig,
 };
 pub use tools::{ToolConfig, ToolKind};
 
@@ -68,6 +68,8 @@ pub struct Config {
     pub knowledge: KnowledgeConfig,
     /// The audit trail (`[audit]`, docs/audit.md).
     pub audit: AuditConfig,
+    /// Where budget alerts go (`[budget_alerts]`, docs/tenancy.md).
+    pub budget_alerts: BudgetAlertsConfig,
 }
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
@@ -120,6 +122,7 @@ impl Default for Config {
             cluster: None,
             knowledge: KnowledgeConfig::default(),
             audit: AuditConfig::default(),
+            budget_alerts: BudgetAlertsConfig::default(),
             mcp_servers: Vec::new(),
             agents: vec![AgentConfig {
                 name: "demo".into(),

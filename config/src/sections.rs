@@ -9,6 +9,35 @@ use serde::{Deserialize, Serialize};
 use super::{ToolConfig, DEFAULT_DATA_DIR, DEFAULT_LISTEN};
 
 /// How session actors snapshot, sleep and restart (`[sessions]`).
+/// Where budget alerts go (`[budget_alerts]`, docs/tenancy.md, "Budget alerts").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BudgetAlertsConfig {
+    /// The webhook alerts are POSTed to (`None`: no alerts).
+    pub url: Option<String>,
+    /// The share of a key's or a project's budget whose spending in a window sends its alert
+    /// (0 < share ≤ 1).
+    pub share: f64,
+    /// Headers sent as given.
+    pub headers: std::collections::BTreeMap<String, String>,
+    /// Headers whose values are read from these environment variables at start.
+    pub headers_env: std::collections::BTreeMap<String, String>,
+    /// How long one delivery may take.
+    pub timeout_secs: f64,
+}
+
+impl Default for BudgetAlertsConfig {
+    fn default() -> Self {
+        BudgetAlertsConfig {
+            url: None,
+            share: 0.8,
+            headers: Default::default(),
+            headers_env: Default::default(),
+            timeout_secs: 5.0,
+        }
+    }
+}
+
 /// The audit trail (`[audit]`, docs/audit.md).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]

@@ -123,12 +123,38 @@ impl Config {
             }
         }
         self.validate_cluster()?;
+        self.validate_budget_alerts()?;
         self.validate_models()?;
         self.validate_knowledge()?;
         self.validate_agents()
     }
 
     /// `[cluster]` needs PostgreSQL, a node id, an http(s) address and sane timings.
+    fn validate_budget_alerts(&self) -> Result<(), ConfigError> {
+        let alerts = &self.budget_alerts;
+        if !(alerts.share > 0.0 && alerts.share <= 1.0) {
+            return Err(bad(
+                "budget_alerts.share",
+                format!("{} is not a share (0 < share ≤ 1)", alerts.share),
+            ));
+        }
+        if !(alerts.timeout_secs > 0.0 && alerts.timeout_secs <= 60.0) {
+            return Err(bad(
+                "budget_alerts.timeout_secs",
+                "must be over 0 and at most 60",
+            ));
+        }
+        if let Some(url) = &alerts.url {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(bad(
+                    "budget_alerts.url",
+                    "must be an http:// or https:// URL",
+                ));
+            }
+        }
+        Ok(())
+    }
+
     fn validate_cluster(&self) -> Result<(), ConfigError> {
         let Some(cluster) = &self.cluster else {
             return Ok(());

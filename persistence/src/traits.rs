@@ -403,6 +403,15 @@ pub trait Budgets: Send + Sync {
     /// booked in full (its node looked dead to another node).
     async fn settle_budget(&self, reservation: Uuid, cost: f64) -> Result<bool>;
 
+    /// Marks `key`'s current window as alerted when it has spent at least `threshold` and was
+    /// not marked yet, in one statement: the one caller that marked it gets what was spent and
+    /// when the window started; every other gets `None`.
+    async fn alert_budget(
+        &self,
+        key: &str,
+        threshold: f64,
+    ) -> Result<Option<(f64, chrono::DateTime<chrono::Utc>)>>;
+
     /// What each of the ledger keys `keys` has spent in its current window, and when that
     /// window started (keys that never spent are absent).
     async fn budget_spending(

@@ -228,4 +228,15 @@ impl SharedLedger for SharedBudgets {
                 "a budget reservation could not be settled; it is booked in full when this node restarts"),
         }
     }
+
+    async fn alert_once(
+        &self,
+        key: &str,
+        threshold: f64,
+    ) -> Result<Option<(f64, chrono::DateTime<chrono::Utc>)>, LedgerError> {
+        self.store
+            .alert_budget(key, threshold)
+            .await
+            .map_err(|error| LedgerError(Box::new(error)))
+    }
 }

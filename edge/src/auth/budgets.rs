@@ -82,6 +82,7 @@ impl BudgetDirectory for VirtualKeys {
                 name: format!("key `{}`", key.name),
                 usd: budget.usd,
                 window: window(&budget),
+                alert_usd: self.alert_share.map(|share| budget.usd * share),
             });
         }
         if let Some(budget) = project.budget() {
@@ -90,6 +91,7 @@ impl BudgetDirectory for VirtualKeys {
                 name: format!("project `{}`", project.name),
                 usd: budget.usd,
                 window: window(&budget),
+                alert_usd: self.alert_share.map(|share| budget.usd * share),
             });
         }
         Ok(limits)

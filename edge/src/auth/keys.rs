@@ -118,6 +118,8 @@ pub struct VirtualKeys {
     by_digest: TtlCache<[u8; 32], Option<Arc<KeyRow>>>,
     pub(crate) by_id: TtlCache<Uuid, Option<Arc<KeyRow>>>,
     pub(crate) projects: TtlCache<Uuid, Arc<stead_persistence::tenancy::ProjectRow>>,
+    /// The share of a budget whose spending sends its alert (`None`: no alerts configured).
+    pub(crate) alert_share: Option<f64>,
 }
 
 impl VirtualKeys {
@@ -127,7 +129,14 @@ impl VirtualKeys {
             by_digest: TtlCache::new(),
             by_id: TtlCache::new(),
             projects: TtlCache::new(),
+            alert_share: None,
         }
+    }
+
+    /// Budgets alert at `share` of their amount (`[budget_alerts]`, docs/tenancy.md).
+    pub fn alerting_at(mut self, share: Option<f64>) -> Self {
+        self.alert_share = share;
+        self
     }
 
     /// The caller a `stk_` secret makes: refused when no key has it, or the key was revoked or

@@ -48,7 +48,8 @@ use self::cache::Answer;
 use self::config::{GatewayConfig, RouteConfig};
 pub use self::embed::{EmbedRequest, EmbedResponse};
 pub use self::limits::{
-    BudgetDirectory, BudgetLimit, LedgerError, SharedLedger, SharedReservation, NO_RESET,
+    BudgetAlert, BudgetAlerts, BudgetDirectory, BudgetLimit, LedgerError, SharedLedger,
+    SharedReservation, NO_RESET,
 };
 use self::limits::{Budgets, RequestRate, TokenRate};
 use self::log::{AttemptRecord, RequestLog, RequestLogSink};
@@ -381,7 +382,18 @@ impl Router {
         self.directory = Some(spend::Directory {
             budgets: directory,
             ledger,
+            alerts: None,
         });
+        self
+    }
+
+    /// Sends the alert of a key's or a project's budget (those with an `alert_usd`) to
+    /// `alerts` when its spending crosses it (docs/tenancy.md, "Budget alerts"); needs
+    /// [`Router::with_budget_directory`] first.
+    pub fn with_budget_alerts(mut self, alerts: Arc<dyn BudgetAlerts>) -> Self {
+        if let Some(directory) = &mut self.directory {
+            directory.alerts = Some(alerts);
+        }
         self
     }
 

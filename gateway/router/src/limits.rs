@@ -122,6 +122,29 @@ pub struct BudgetLimit {
     pub name: String,
     pub usd: f64,
     pub window: Duration,
+    /// Once what is spent in a window reaches this (USD), the budget's alert is sent — once per
+    /// window, by whichever node settles the call that crossed it (`None`: no alert).
+    pub alert_usd: Option<f64>,
+}
+
+/// A budget whose spending reached its alert share in the current window.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BudgetAlert {
+    /// The ledger's key (`budget:key:{id}`, `budget:project:{id}`).
+    pub key: String,
+    /// ``key `ci` ``, ``project `acme` ``.
+    pub name: String,
+    pub usd: f64,
+    pub alert_usd: f64,
+    /// Spent in the window when it was crossed.
+    pub spent: f64,
+    pub window_start: chrono::DateTime<chrono::Utc>,
+}
+
+/// Where budget alerts go (the edge's webhook).
+#[async_trait::async_trait]
+pub trait BudgetAlerts: Send + Sync {
+    async fn crossed(&self, alert: BudgetAlert);
 }
 
 /// The window of a budget that never starts again (one without a period).
@@ -156,6 +179,17 @@ pub trait SharedLedger: Send + Sync {
 
     /// Ends a reservation with what its call really cost.
     async fn settle(&self, id: uuid::Uuid, cost: f64);
+
+    /// Marks `key`'s current window as alerted if it has spent at least `threshold` and was
+    /// not marked yet; answers what it spent and when the window started to the one caller
+    /// that marked it (`None` to everyone else). A ledger without alerts answers `None`.
+    async fn alert_once(
+        &self,
+        _key: &str,
+        _threshold: f64,
+    ) -> Result<Option<(f64, chrono::DateTime<chrono::Utc>)>, LedgerError> {
+        Ok(None)
+    }
 }
 
 /// What a shared reservation came to.

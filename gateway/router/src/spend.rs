@@ -10,7 +10,10 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
-use crate::limits::{BudgetDirectory, BudgetLimit, Reservation, SharedLedger, SharedReservation};
+use crate::limits::{
+    BudgetAlert, BudgetAlerts, BudgetDirectory, BudgetLimit, Reservation, SharedLedger,
+    SharedReservation,
+};
 use crate::{RefusedBudget, Router, RouterError, RouterErrorCode};
 
 /// Where the budgets beyond the installation's come from, and the ledger that holds them.
@@ -18,13 +21,15 @@ use crate::{RefusedBudget, Router, RouterError, RouterErrorCode};
 pub(crate) struct Directory {
     pub(crate) budgets: Arc<dyn BudgetDirectory>,
     pub(crate) ledger: Arc<dyn SharedLedger>,
+    pub(crate) alerts: Option<Arc<dyn BudgetAlerts>>,
 }
 
 /// What one call set aside: in the installation's budget, and in each of the key's others.
 #[derive(Debug, Default)]
 pub(crate) struct CallReservation {
     global: Option<Reservation>,
-    limits: Vec<Uuid>,
+    /// Each reservation in the ledger, with the budget it was made in.
+    limits: Vec<(Uuid, BudgetLimit)>,
     amount: f64,
 }
 
@@ -70,6 +75,33 @@ fn refusal(id: Uuid, code: RouterErrorCode, message: String, retry: Duration) ->
         retry_after: Some(retry.max(Duration::from_secs(1))),
         attempts: Vec::new(),
         budget: None,
+    }
+}
+
+/// Sends `limit`'s alert if this settlement made its spending cross `threshold` first.
+async fn alert(
+    ledger: &dyn SharedLedger,
+    alerts: &dyn BudgetAlerts,
+    limit: BudgetLimit,
+    threshold: f64,
+) {
+    match ledger.alert_once(&limit.key, threshold).await {
+        Ok(Some((spent, window_start))) => {
+            alerts
+                .crossed(BudgetAlert {
+                    key: limit.key,
+                    name: limit.name,
+                    usd: limit.usd,
+                    alert_usd: threshold,
+                    spent,
+                    window_start,
+                })
+                .await
+        }
+        Ok(None) => {}
+        Err(error) => {
+            tracing::warn!(budget = %limit.key, %error, "the budget's alert could not be checked")
+        }
     }
 }
 
@@ -150,7 +182,7 @@ impl Router {
                 .await;
             let error = match answer {
                 Ok(SharedReservation::Reserved(reserved)) => {
-                    reserving.held.limits.push(reserved);
+                    reserving.held.limits.push((reserved, limit));
                     continue;
                 }
                 Ok(SharedReservation::Refused {
@@ -204,11 +236,19 @@ impl Router {
         let Some(directory) = &self.directory else {
             return;
         };
-        for id in reservation.limits {
+        for (id, limit) in reservation.limits {
             let ledger = directory.ledger.clone();
+            let alerts = directory.alerts.clone();
             match tokio::runtime::Handle::try_current() {
                 Ok(runtime) => {
-                    runtime.spawn(async move { ledger.settle(id, cost).await });
+                    runtime.spawn(async move {
+                        ledger.settle(id, cost).await;
+                        if let (Some(alerts), Some(threshold)) = (alerts, limit.alert_usd) {
+                            if cost > 0.0 {
+                                alert(ledger.as_ref(), alerts.as_ref(), limit, threshold).await;
+                            }
+                        }
+                    });
                 }
                 // No runtime (the process is ending): booked in full when the node is judged
                 // dead or starts again.

@@ -120,6 +120,27 @@ impl<D: Dialect> SqlStore<D> {
         Ok(BudgetDecision::Reserved(id))
     }
 
+    /// Marks `key`'s window alerted once it spent `threshold` (see `Budgets::alert_budget`).
+    pub(super) async fn alert(
+        &self,
+        key: &str,
+        threshold: f64,
+    ) -> Result<Option<(f64, chrono::DateTime<chrono::Utc>)>> {
+        let row =
+            Sql::<D>::new("UPDATE budget_spending SET alerted_window = window_start WHERE key = ")
+                .bind(key)
+                .push(" AND spent >= ")
+                .bind(threshold - TOLERANCE)
+                .push(
+                    " AND (alerted_window IS NULL OR alerted_window <> window_start) \
+                 RETURNING spent, window_start",
+                )
+                .fetch_optional(self.on_write())
+                .await?;
+        row.map(|row| Ok((row.real("spent")?, row.time("window_start")?)))
+            .transpose()
+    }
+
     /// Each of `keys`' spending in its current window, and the window's start.
     pub(super) async fn spending(
         &self,

@@ -529,6 +529,14 @@ impl<D: Dialect> crate::Budgets for SqlStore<D> {
     async fn budget_spending(&self, keys: &[String]) -> Result<Vec<(String, f64, DateTime<Utc>)>> {
         self.spending(keys).await
     }
+
+    async fn alert_budget(
+        &self,
+        key: &str,
+        threshold: f64,
+    ) -> Result<Option<(f64, DateTime<Utc>)>> {
+        self.alert(key, threshold).await
+    }
 }
 
 #[async_trait]

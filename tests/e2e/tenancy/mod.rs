@@ -14,6 +14,7 @@ use stead_testkit::stead::Stead;
 use stead_testkit::upstream::{Reply, Upstream};
 use stead_testkit::webhook::Webhook;
 
+mod alerts;
 mod audit_trail;
 mod budgets;
 mod parking;
@@ -52,8 +53,10 @@ fn config(upstream: &Upstream, webhook: &Webhook) -> String {
              [[agents.tools]]\nname = \"delete_rows\"\nkind = \"webhook\"\nurl = \"{}\"\n\
              description = \"Deletes rows of a table\"\napproval = \"always\"\n\n\
              [[agents]]\nname = \"writer\"\nroute = \"alt\"\nsystem_prompt = \"You write.\"\n\n\
-             [gateway.prices.m-alt]\ninput = 0.0\noutput = 1000.0\n",
-            webhook.url("/delete_rows")
+             [gateway.prices.m-alt]\ninput = 0.0\noutput = 1000.0\n\n\
+             [budget_alerts]\nurl = \"{}\"\nshare = 0.5\n",
+            webhook.url("/delete_rows"),
+            webhook.url("/budget-alerts")
         ),
     )
 }
@@ -374,6 +377,7 @@ async fn projects_keep_to_themselves(database_url: Option<&str>) {
 
     budgets::budgets(&server, &a).await;
     parking::a_spent_budget_parks_the_turn(&server, &a, database_url).await;
+    alerts::a_budget_alerts_once_at_its_share(&server, &a, &webhook).await;
 
     // A session token stays in its session, whatever project.
     let (status, _) = server

@@ -23,6 +23,7 @@ use stead_router::{
 use stead_testkit::upstream::{Reply, Upstream};
 
 mod anthropic;
+mod budgets;
 mod embed;
 mod failover;
 mod limits;

@@ -3,7 +3,7 @@
 //! dead node's reservations (and those of a node that started again) are booked as spent in
 //! full, and the window starts again once it has run out. A node outside a cluster names its
 //! reservations by a fresh id each run: the reservations of its earlier runs are booked in
-//! full, its own run's are not.
+//! full, its own run's are not. A budget's alert is marked once per window, whoever asks.
 
 use std::time::Duration;
 
@@ -15,6 +15,7 @@ stead_testkit::both_backends!(
     reservations_from_two_nodes_never_exceed_the_budget,
     a_dead_or_restarted_nodes_reservations_are_booked_in_full,
     a_lone_nodes_earlier_runs_reservations_are_booked_in_full,
+    a_windows_alert_is_marked_once_and_again_in_the_next_window,
 );
 
 fn request(node: &str, amount: f64, window: Duration, node_ttl: Duration) -> BudgetRequest {
@@ -213,4 +214,45 @@ async fn a_lone_nodes_earlier_runs_reservations_are_booked_in_full(backend: Back
     // The earlier run's settlement finds its reservation gone.
     assert!(!store.settle_budget(held, 0.1).await.unwrap());
     assert!(reserved(&store.reserve_budget(&alone("run-2", 0.1)).await.unwrap()).is_some());
+}
+
+async fn a_windows_alert_is_marked_once_and_again_in_the_next_window(backend: Backend) {
+    let t = db::open(backend).await;
+    let store = &t.store;
+    let key = "budget:key:alerted";
+    let lone = |window| BudgetRequest {
+        key: key.into(),
+        node_ttl: None,
+        ..request("n", 0.3, window, HOUR)
+    };
+    // Nothing spent yet: no alert, however many ask.
+    assert_eq!(store.alert_budget(key, 0.5).await.unwrap(), None);
+    for _ in 0..2 {
+        let id = reserved(&store.reserve_budget(&lone(HOUR)).await.unwrap()).unwrap();
+        store.settle_budget(id, 0.3).await.unwrap();
+    }
+    // 0.6 spent of 1.0, alert at 0.5: eight callers at once, one gets it.
+    let asks: Vec<_> = (0..8)
+        .map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move { store.alert_budget(key, 0.5).await })
+        })
+        .collect();
+    let mut marked = Vec::new();
+    for ask in asks {
+        marked.extend(ask.await.unwrap().unwrap());
+    }
+    assert_eq!(marked.len(), 1, "{marked:?}");
+    assert!((marked[0].0 - 0.6).abs() < 1e-9);
+    assert_eq!(store.alert_budget(key, 0.5).await.unwrap(), None);
+    // A window that ran out starts again, and alerts again when it crosses the share.
+    let short = Duration::from_secs(1);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    for _ in 0..2 {
+        let id = reserved(&store.reserve_budget(&lone(short)).await.unwrap()).unwrap();
+        store.settle_budget(id, 0.3).await.unwrap();
+    }
+    let again = store.alert_budget(key, 0.5).await.unwrap();
+    assert!(again.is_some_and(|(spent, start)| (spent - 0.6).abs() < 1e-9 && start > marked[0].1));
+    t.finish().await;
 }
