@@ -167,6 +167,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         sessions: sessions.clone(),
         auth: auth(&config, secret),
         keys,
+        oidc: stead_http::auth::oidc::Oidc::configured(&config.server.oidc, &store)?,
         routes: Arc::new(model_router.route_names()),
         model_router: model_router.clone(),
         limits: stead_http::Limits {

@@ -7,6 +7,7 @@
 //! underscore between levels), e.g. `STEAD_DATABASE__MAX_EVENT_BYTES=2097152`.
 
 mod mcp;
+pub mod oidc;
 pub mod redact;
 mod sections;
 #[cfg(test)]

@@ -202,6 +202,9 @@ pub struct ServerConfig {
     /// Seconds between a WebSocket's pings (and credential re-checks); a client silent for
     /// three of them is gone and its socket closes.
     pub ws_heartbeat_secs: u64,
+    /// Single sign-on (`[server.oidc]`, docs/tenancy.md); absent: none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oidc: Option<crate::oidc::OidcConfig>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -392,6 +395,7 @@ impl Default for ServerConfig {
             max_connections: 10_000,
             max_websockets_per_session: 16,
             ws_heartbeat_secs: 20,
+            oidc: None,
         }
     }
 }

@@ -388,3 +388,44 @@ fn the_embedding_route_is_added_unless_the_file_has_its_own() {
     own.resolve_defaults();
     assert_eq!(names(&own).0, ["local"]);
 }
+
+#[test]
+fn single_sign_on_and_budget_alerts_are_checked() {
+    let oidc = || crate::oidc::OidcConfig {
+        issuer: "https://login.example.com".into(),
+        audience: "stead-api".into(),
+        jwks_url: None,
+        algorithms: vec!["RS256".into(), "ES256".into()],
+        jwks_refetch_secs: 60,
+        leeway_secs: 30,
+        name_claim: "sub".into(),
+        map: vec![crate::oidc::OidcMapping {
+            claim: "groups".into(),
+            value: "team-a".into(),
+            project: Some("team-a".into()),
+            role: Some("member".into()),
+            installation: false,
+        }],
+    };
+    let mut config = Config::default();
+    config.resolve_defaults();
+    config.server.oidc = Some(oidc());
+    config.validate().unwrap();
+    let with = |change: fn(&mut crate::oidc::OidcConfig)| {
+        invalid(move |c| {
+            let mut o = oidc();
+            change(&mut o);
+            c.server.oidc = Some(o);
+        })
+    };
+    assert!(
+        with(|o| o.algorithms = vec!["HS256".into()]).contains("server.oidc: algorithm `HS256`")
+    );
+    assert!(with(|o| o.issuer = "login.example.com".into()).contains("issuer"));
+    assert!(with(|o| o.leeway_secs = 3600).contains("leeway_secs"));
+    assert!(with(|o| o.map.clear()).contains("map is empty"));
+    assert!(with(|o| o.map[0].installation = true).contains("map[0]"));
+    assert!(with(|o| o.map[0].role = Some("owner".into())).contains("map[0].role"));
+    assert!(invalid(|c| c.budget_alerts.share = 1.5).contains("budget_alerts.share"));
+    assert!(invalid(|c| c.budget_alerts.url = Some("ftp://x".into())).contains("budget_alerts.url"));
+}

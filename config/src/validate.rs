@@ -124,6 +124,9 @@ impl Config {
         }
         self.validate_cluster()?;
         self.validate_budget_alerts()?;
+        if let Some(oidc) = &self.server.oidc {
+            oidc.check().map_err(|e| bad("server.oidc", e))?;
+        }
         self.validate_models()?;
         self.validate_knowledge()?;
         self.validate_agents()

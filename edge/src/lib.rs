@@ -84,6 +84,8 @@ pub struct AppState {
     pub auth: Arc<Auth>,
     /// Projects' virtual keys, cached in front of the store.
     pub keys: Arc<auth::VirtualKeys>,
+    /// The identity provider whose tokens the API takes (`[server.oidc]`; `None`: none).
+    pub oidc: Option<Arc<auth::oidc::Oidc>>,
     /// Route names agents and forks may use.
     pub routes: Arc<Vec<String>>,
     pub limits: Limits,

@@ -116,7 +116,8 @@ impl fmt::Display for Epoch {
 /// Who decided an approval, as `approval_decided` journals it (`decided_by`). Serialized as
 /// the string it always was: `stead` (an approval that expired), `local` (a caller of a
 /// loopback server without keys), `api_key:{fingerprint}`, `project_key:{key id}` (a project's
-/// virtual key), `session_token:{session id}`, or any other name (tests, imported journals).
+/// virtual key), `session_token:{session id}`, `user:{name}` (a person signed in with the
+/// identity provider), or any other name (tests, imported journals).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Decider {
     /// Stead itself: nobody decided in time.
@@ -129,6 +130,9 @@ pub enum Decider {
     SessionToken(Uuid),
     /// A project's virtual key, by its id.
     ProjectKey(Uuid),
+    /// A person signed in with the identity provider, by the name its token gives
+    /// (`[server.oidc] name_claim`).
+    User(String),
     /// Any other name.
     Named(String),
 }
@@ -139,6 +143,7 @@ impl Decider {
     const API_KEY: &'static str = "api_key:";
     const SESSION_TOKEN: &'static str = "session_token:";
     const PROJECT_KEY: &'static str = "project_key:";
+    const USER: &'static str = "user:";
 
     /// Reads a journaled `decided_by`. A `session_token:` prefix is a session token's holder
     /// whatever follows it, so that no spelling of it passes for an operator.
@@ -156,6 +161,8 @@ impl Decider {
             .and_then(|id| Uuid::parse_str(id).ok())
         {
             Decider::ProjectKey(id)
+        } else if let Some(user) = name.strip_prefix(Self::USER) {
+            Decider::User(user.to_owned())
         } else {
             Decider::Named(name.to_owned())
         }
@@ -176,6 +183,7 @@ impl fmt::Display for Decider {
             Decider::ApiKey(fingerprint) => write!(f, "{}{fingerprint}", Self::API_KEY),
             Decider::SessionToken(id) => write!(f, "{}{id}", Self::SESSION_TOKEN),
             Decider::ProjectKey(id) => write!(f, "{}{id}", Self::PROJECT_KEY),
+            Decider::User(name) => write!(f, "{}{name}", Self::USER),
             Decider::Named(name) => f.write_str(name),
         }
     }

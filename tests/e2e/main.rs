@@ -39,6 +39,7 @@ mod schedules;
 mod schemathesis;
 mod serve;
 mod serve_crash;
+mod sso;
 mod telemetry;
 mod tenancy;
 mod web_ui;

@@ -78,6 +78,7 @@ fn owner(principal: &stead_http::Principal) -> String {
         stead_http::Principal::ApiKey(fingerprint) => format!("key:{fingerprint}"),
         stead_http::Principal::Session(id) => format!("session:{id}"),
         stead_http::Principal::ProjectKey(key) => format!("project_key:{}", key.id),
+        stead_http::Principal::User(user) => format!("user:{}", user.name),
     }
 }
 

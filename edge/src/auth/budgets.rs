@@ -65,6 +65,25 @@ impl VirtualKeys {
 #[async_trait::async_trait]
 impl BudgetDirectory for VirtualKeys {
     async fn budgets(&self, api_key: &str) -> Result<Vec<BudgetLimit>, LedgerError> {
+        // A project's signed-in people (`user:{project}:{name}`) spend from its budget.
+        if let Some(project) = api_key
+            .strip_prefix("user:")
+            .and_then(|rest| rest.split_once(':'))
+            .and_then(|(id, _)| Uuid::try_parse(id).ok())
+        {
+            let project = self.project(project).await?;
+            return Ok(project
+                .budget()
+                .map(|budget| BudgetLimit {
+                    key: project_budget(project.id),
+                    name: format!("project `{}`", project.name),
+                    usd: budget.usd,
+                    window: window(&budget),
+                    alert_usd: self.alert_share.map(|share| budget.usd * share),
+                })
+                .into_iter()
+                .collect());
+        }
         let Some(id) = api_key
             .strip_prefix("key:")
             .and_then(|id| Uuid::try_parse(id).ok())

@@ -76,7 +76,7 @@ pub(crate) struct TtlCache<K, V> {
 }
 
 impl<K: std::hash::Hash + Eq, V: Clone> TtlCache<K, V> {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         TtlCache {
             map: Mutex::new(HashMap::new()),
         }
@@ -261,38 +261,45 @@ impl ProjectKey {
     /// WebSocket: it sends messages), `inference` the gateway only; no key what is the
     /// installation's alone. Which rows it then sees is its project's scope.
     pub fn require_role(&self, method: &axum::http::Method, path: &str) -> Result<(), ApiError> {
-        use axum::http::Method;
-        if installation_only(method, path) {
-            return Err(ApiError::new(
-                ErrorCode::Forbidden,
-                "only the installation's keys (the configuration's `server.api_keys`) may \
-                 call this endpoint",
-            ));
+        require_role(self.role, method, path)
+    }
+}
+
+/// Whether `role` in a project lets its holder (a key, or a signed-in person) call `method` on
+/// `path` (docs/tenancy.md).
+pub(crate) fn require_role(
+    role: KeyRole,
+    method: &axum::http::Method,
+    path: &str,
+) -> Result<(), ApiError> {
+    use axum::http::Method;
+    if installation_only(method, path) {
+        return Err(ApiError::new(
+            ErrorCode::Forbidden,
+            "only the installation's keys (the configuration's `server.api_keys`) may call \
+             this endpoint",
+        ));
+    }
+    // A project's keys, its budgets and its audit trail.
+    let project_admin =
+        path == "/v1/projects" || path.starts_with("/v1/projects/") || path == "/v1/audit";
+    let allowed = match role {
+        KeyRole::Admin => true,
+        KeyRole::Member => !project_admin,
+        KeyRole::Viewer => {
+            matches!(*method, Method::GET | Method::HEAD)
+                && !project_admin
+                && !path.ends_with("/ws")
         }
-        // A project's keys, its budgets and its audit trail.
-        let project_admin =
-            path == "/v1/projects" || path.starts_with("/v1/projects/") || path == "/v1/audit";
-        let allowed = match self.role {
-            KeyRole::Admin => true,
-            KeyRole::Member => !project_admin,
-            KeyRole::Viewer => {
-                matches!(*method, Method::GET | Method::HEAD)
-                    && !project_admin
-                    && !path.ends_with("/ws")
-            }
-            KeyRole::Inference => GATEWAY_PATHS.contains(&path),
-        };
-        if allowed {
-            Ok(())
-        } else {
-            Err(ApiError::new(
-                ErrorCode::Forbidden,
-                format!(
-                    "a key with the `{}` role may not call this endpoint",
-                    self.role.as_str()
-                ),
-            ))
-        }
+        KeyRole::Inference => GATEWAY_PATHS.contains(&path),
+    };
+    if allowed {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            ErrorCode::Forbidden,
+            format!("the `{}` role may not call this endpoint", role.as_str()),
+        ))
     }
 }
 

@@ -22,6 +22,8 @@ use host::{host_name, is_loopback_name};
 pub mod budgets;
 mod host;
 pub mod keys;
+pub mod oidc;
+pub mod oidc_config;
 mod principal;
 #[cfg(test)]
 mod tests;
@@ -391,6 +393,17 @@ pub async fn authenticate_presented(
             }
             Ok(principal)
         }
+        // An identity provider's access token (`[server.oidc]`).
+        Some(token) if oidc::looks_like_jwt(token) => match &state.oidc {
+            Some(oidc) => {
+                let user = oidc.authenticate(token).await?;
+                if user.project.is_some() {
+                    keys::require_role(user.role, method, path)?;
+                }
+                Ok(Principal::User(user))
+            }
+            None => state.auth.authenticate(credential),
+        },
         _ => state.auth.authenticate(credential),
     }
 }

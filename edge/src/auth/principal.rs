@@ -5,6 +5,7 @@ use stead_model::Decider;
 use stead_persistence::{Scope, DEFAULT_PROJECT};
 use uuid::Uuid;
 
+use super::oidc::User;
 use super::ProjectKey;
 use crate::{ApiError, ErrorCode};
 
@@ -19,6 +20,9 @@ pub enum Principal {
     Session(Uuid),
     /// A project's virtual key: that project's resources, as far as its role allows.
     ProjectKey(ProjectKey),
+    /// A person signed in with the identity provider (`[server.oidc]`): an installation admin,
+    /// or a project's resources as far as the role it maps to allows.
+    User(User),
 }
 
 impl Principal {
@@ -39,16 +43,26 @@ impl Principal {
     pub fn scope(&self) -> Scope {
         match self {
             Principal::ProjectKey(key) => Scope::Project(key.project),
+            Principal::User(User {
+                project: Some(project),
+                ..
+            }) => Scope::Project(*project),
             _ => Scope::Installation,
+        }
+    }
+
+    /// The project the caller is confined to (`None`: the installation's, or a session
+    /// token's own session).
+    pub fn confined_to(&self) -> Option<Uuid> {
+        match self.scope() {
+            Scope::Project(project) => Some(project),
+            Scope::Installation => None,
         }
     }
 
     /// The project what this caller creates belongs to.
     pub fn project(&self) -> Uuid {
-        match self {
-            Principal::ProjectKey(key) => key.project,
-            _ => DEFAULT_PROJECT,
-        }
+        self.confined_to().unwrap_or(DEFAULT_PROJECT)
     }
 
     /// Whether the caller may call the route (a key may be limited to some).
@@ -67,11 +81,14 @@ impl Principal {
     pub fn require_installation(&self) -> Result<(), ApiError> {
         match self {
             Principal::Local | Principal::ApiKey(_) => Ok(()),
-            Principal::ProjectKey(_) | Principal::Session(_) => Err(ApiError::new(
-                ErrorCode::Forbidden,
-                "only the installation's keys (the configuration's `server.api_keys`) may \
+            Principal::User(user) if user.project.is_none() => Ok(()),
+            Principal::ProjectKey(_) | Principal::Session(_) | Principal::User(_) => {
+                Err(ApiError::new(
+                    ErrorCode::Forbidden,
+                    "only the installation's keys (the configuration's `server.api_keys`) may \
                  call this endpoint",
-            )),
+                ))
+            }
         }
     }
 
@@ -83,6 +100,11 @@ impl Principal {
             Principal::Local => Some(stead_actors::LOCAL_PRINCIPAL.into()),
             Principal::ApiKey(name) => Some(name.clone()),
             Principal::ProjectKey(key) => Some(format!("key:{}", key.id)),
+            // A project's people spend from their project's budget (`user:{project}:{name}`).
+            Principal::User(user) => Some(match user.project {
+                Some(project) => format!("user:{project}:{}", user.name),
+                None => format!("user:{}", user.name),
+            }),
             Principal::Session(_) => None,
         }
     }
@@ -94,6 +116,7 @@ impl Principal {
         match self {
             Principal::Local | Principal::ApiKey(_) => true,
             Principal::ProjectKey(key) => key.role == stead_persistence::tenancy::KeyRole::Admin,
+            Principal::User(user) => user.role == stead_persistence::tenancy::KeyRole::Admin,
             Principal::Session(_) => false,
         }
     }
@@ -105,6 +128,7 @@ impl Principal {
             Principal::ApiKey(fingerprint) => Decider::ApiKey(fingerprint.clone()),
             Principal::Session(id) => Decider::SessionToken(*id),
             Principal::ProjectKey(key) => Decider::ProjectKey(key.id),
+            Principal::User(user) => Decider::User(user.name.clone()),
         }
     }
 
@@ -127,8 +151,8 @@ impl Principal {
         store: &dyn stead_persistence::JournalStore,
         session: Uuid,
     ) -> Result<(), ApiError> {
-        if let Principal::ProjectKey(key) = self {
-            return in_project(store, session, key.project).await;
+        if let Some(project) = self.confined_to() {
+            return in_project(store, session, project).await;
         }
         self.require_exact(session)
     }
@@ -159,8 +183,8 @@ impl Principal {
         store: &dyn stead_persistence::JournalStore,
         session: Uuid,
     ) -> Result<(), ApiError> {
-        if let Principal::ProjectKey(key) = self {
-            return in_project(store, session, key.project).await;
+        if let Some(project) = self.confined_to() {
+            return in_project(store, session, project).await;
         }
         let Principal::Session(own) = self else {
             return Ok(());

@@ -80,6 +80,7 @@ fn audit_scope(caller: &Principal) -> Result<Scope, ApiError> {
     match caller {
         Principal::Local | Principal::ApiKey(_) => Ok(Scope::Installation),
         Principal::ProjectKey(key) if key.role == KeyRole::Admin => Ok(Scope::Project(key.project)),
+        Principal::User(user) if user.role == KeyRole::Admin => Ok(caller.scope()),
         _ => Err(ApiError::new(
             ErrorCode::Forbidden,
             "the audit trail is for the installation's keys and a project's admin keys",

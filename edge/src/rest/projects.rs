@@ -219,8 +219,10 @@ pub(super) async fn managed(
     };
     match caller {
         Principal::Local | Principal::ApiKey(_) => Ok(row),
-        Principal::ProjectKey(key) if key.project == row.id => Ok(row),
-        Principal::ProjectKey(_) => Err(project_not_found(name)),
+        Principal::ProjectKey(_) | Principal::User(_) => match caller.confined_to() {
+            Some(project) if project != row.id => Err(project_not_found(name)),
+            _ => Ok(row),
+        },
         Principal::Session(_) => Err(ApiError::new(
             ErrorCode::Forbidden,
             "a session token only grants access to its own session",

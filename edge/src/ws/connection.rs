@@ -84,7 +84,8 @@ impl Connection {
     }
 
     /// Why the credential this connection was opened with no longer holds: a session token
-    /// was rotated (a new generation) or expired; a project's key was revoked or expired.
+    /// was rotated (a new generation) or expired; a project's key was revoked or expired; a
+    /// signed-in person's token expired.
     fn credential_revoked(&self) -> impl std::future::Future<Output = Option<&'static str>> + Send {
         let credential = self.credential;
         let store = self.state.store.clone();
@@ -93,8 +94,16 @@ impl Connection {
             Principal::ProjectKey(key) => Some(key.clone()),
             _ => None,
         };
+        // A signed-in person's connection lasts as long as the token that opened it.
+        let token_expires = match &self.caller {
+            Principal::User(user) => Some(user.expires_at),
+            _ => None,
+        };
         let id = self.id;
         async move {
+            if token_expires.is_some_and(|at| at <= chrono::Utc::now().timestamp()) {
+                return Some("the sign-in token expired");
+            }
             if let Some(key) = key {
                 return keys.no_longer_valid(&key).await;
             }

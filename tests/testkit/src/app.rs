@@ -113,6 +113,7 @@ impl App {
             sessions,
             auth: Arc::new(stead_http::Auth::new(&keys, vec![7; 32])),
             keys: Arc::new(stead_http::auth::VirtualKeys::new(store.clone())),
+            oidc: None,
             routes: Arc::new(vec!["default".into()]),
             limits,
             version: "test",
