@@ -91,6 +91,11 @@ if ! cmp -s tests/fixtures/mcp-servers/package-lock.json tests/fixtures/mcp-serv
   (cd tests/fixtures/mcp-servers && npm ci --no-audit --no-fund --loglevel=error && cp package-lock.json node_modules/.stead-lock)
 fi
 
+step "An OpenID Connect provider from npm for the web UI's sign-in test (tests/fixtures/oidc-provider, npm ci from its lockfile)"
+if ! cmp -s tests/fixtures/oidc-provider/package-lock.json tests/fixtures/oidc-provider/node_modules/.stead-lock 2>/dev/null; then
+  (cd tests/fixtures/oidc-provider && npm ci --no-audit --no-fund --loglevel=error && cp package-lock.json node_modules/.stead-lock)
+fi
+
 step "Chromium for the browser tests (Debian's package; no browser download)"
 if [ -z "${CHROMIUM:-}" ]; then
   if [ ! -x /usr/bin/chromium ]; then

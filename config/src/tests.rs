@@ -406,6 +406,7 @@ fn single_sign_on_and_budget_alerts_are_checked() {
             role: Some("member".into()),
             installation: false,
         }],
+        client_id: None,
     };
     let mut config = Config::default();
     config.resolve_defaults();

@@ -142,6 +142,8 @@ pub fn router_with(state: AppState, extra: Router<AppState>) -> Router {
         .route("/assets/{name}", get(webui::asset))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/v1/auth/oidc", get(sign_in))
+        .route("/v1/auth/oidc/token", post(sign_in_token))
         .route("/openapi.json", get(openapi::openapi_json))
         .route("/metrics", get(metrics::render))
         .route(
@@ -311,6 +313,28 @@ async fn readyz(State(state): State<AppState>) -> Result<Json<views::Ready>, Api
         }
         Err(_) => Err(ApiError::unavailable("the database did not answer in time")),
     }
+}
+
+/// The web UI's sign-in settings (public: the page asks before anyone is signed in).
+#[utoipa::path(get, path = "/v1/auth/oidc", security(()), responses((status = 200, body = auth::oidc::SignIn), (status = 404, description = "Single sign-on is not configured for the web UI", body = views::ErrorBody)))]
+async fn sign_in(State(state): State<AppState>) -> Result<Json<auth::oidc::SignIn>, ApiError> {
+    let not_configured = || ApiError::not_found("single sign-on is not configured for the web UI");
+    let oidc = state.oidc.as_ref().ok_or_else(not_configured)?;
+    oidc.sign_in().await?.map(Json).ok_or_else(not_configured)
+}
+
+/// Exchanges a sign-in's code for its access token (public: the person is not signed in yet;
+/// the PKCE verifier binds the code to the browser that started the sign-in).
+#[utoipa::path(post, path = "/v1/auth/oidc/token", security(()), request_body = auth::oidc::TokenRequest, responses((status = 200, body = auth::oidc::TokenAnswer), (status = 400, body = views::ErrorBody), (status = 404, description = "Single sign-on is not configured for the web UI", body = views::ErrorBody), (status = 413, body = views::ErrorBody), (status = 415, body = views::ErrorBody), (status = 422, body = views::ErrorBody), (status = 503, body = views::ErrorBody)))]
+async fn sign_in_token(
+    State(state): State<AppState>,
+    ApiJson(request): ApiJson<auth::oidc::TokenRequest>,
+) -> Result<Json<auth::oidc::TokenAnswer>, ApiError> {
+    let oidc = state
+        .oidc
+        .as_ref()
+        .ok_or_else(|| ApiError::not_found("single sign-on is not configured for the web UI"))?;
+    oidc.exchange(request).await.map(Json)
 }
 
 async fn not_found() -> ApiError {

@@ -100,6 +100,8 @@ impl Modify for BearerAuth {
         rest::projects::set_key_budget,
         rest::audit::list,
         rest::spend::spend,
+        crate::sign_in,
+        crate::sign_in_token,
     ),
     modifiers(&BearerAuth),
     security(("bearer" = [])),

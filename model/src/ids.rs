@@ -1,7 +1,8 @@
-//! Identifiers that would otherwise be bare strings and integers: a tool call's id, a journal
-//! position, a lease's fencing epoch, and who decided an approval. Each serializes exactly as
-//! the bare value it wraps (journals and wire formats are unchanged); the types keep a seq from
-//! being passed where an epoch is meant, and a decider from being told apart by a string prefix.
+//! Identifiers that would otherwise be bare strings and integers: a tool call's id, a lease's
+//! fencing epoch, and who decided an approval. Each serializes exactly as the bare value it
+//! wraps (journals and wire formats are unchanged); the types keep a seq (a journal position,
+//! a plain `i64` for its arithmetic and SQL binds) from being passed where an epoch is meant,
+//! and a decider from being told apart by a string prefix.
 
 use std::fmt;
 

@@ -46,3 +46,4 @@ mod web_ui;
 mod web_ui_budget;
 mod web_ui_delegation;
 mod web_ui_evals;
+mod web_ui_sso;

@@ -15,6 +15,7 @@ import { ReplayPage } from "./pages/ReplayPage";
 import { SessionPage } from "./pages/SessionPage";
 import { SessionsPage } from "./pages/SessionsPage";
 import { operator, setApiKey } from "./credentials";
+import { signInConfig, startSignIn, type SignInConfig } from "./signin";
 import { selectedCollection } from "./knowledge";
 
 function useHash(): string {
@@ -27,9 +28,16 @@ function useHash(): string {
   return hash;
 }
 
-export function App() {
+export function App({ signInProblem }: { signInProblem: string | null }) {
   const hash = useHash();
   const [key, setKey] = useState(operator().bearer ?? "");
+  // The identity provider's sign-in, when the server offers one.
+  const [signIn, setSignIn] = useState<SignInConfig | null>(null);
+  useEffect(() => {
+    signInConfig()
+      .then(setSignIn)
+      .catch(() => setSignIn(null));
+  }, []);
   const path = hash.slice(1);
   const session = path.match(/^\/sessions\/([0-9a-f-]{36})$/)?.[1];
   const replay = path.match(/^\/replay\/([0-9a-f-]{36})$/)?.[1];
@@ -98,9 +106,21 @@ export function App() {
             />
           </label>
           <button type="submit">Save key</button>
+          {signIn && (
+            <button type="button" onClick={() => void startSignIn(signIn)}>
+              Sign in
+            </button>
+          )}
         </form>
       </header>
-      <main>{page}</main>
+      <main>
+        {signInProblem && (
+          <p role="alert" className="error">
+            {signInProblem}
+          </p>
+        )}
+        {page}
+      </main>
     </div>
   );
 }

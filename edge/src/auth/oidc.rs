@@ -19,6 +19,38 @@ use uuid::Uuid;
 use super::keys::TtlCache;
 use crate::{ApiError, ErrorCode};
 
+/// How the web UI signs people in with the identity provider (authorization code + PKCE).
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct SignIn {
+    /// The provider (its discovery document is `{issuer}/.well-known/openid-configuration`).
+    pub issuer: String,
+    /// The web UI's public client at the provider.
+    pub client_id: String,
+    /// The audience (resource) the access token must be for.
+    pub audience: String,
+    /// Where the browser goes to sign in (from the provider's discovery document).
+    pub authorization_endpoint: String,
+}
+
+/// The code of a finished sign-in, for its access token (`POST /v1/auth/oidc/token`).
+#[derive(serde::Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TokenRequest {
+    pub code: String,
+    /// The PKCE verifier the browser kept.
+    pub code_verifier: String,
+    /// The redirect URI the sign-in was started with.
+    pub redirect_uri: String,
+}
+
+/// The provider's answer: the access token the web UI sends as its Bearer.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct TokenAnswer {
+    pub access_token: String,
+    pub token_type: String,
+    pub expires_in: Option<u64>,
+}
+
 /// A person a token signed in, and what they may do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct User {
@@ -105,6 +137,81 @@ impl Oidc {
             projects: TtlCache::new(),
             store,
         })
+    }
+
+    /// What the web UI needs to sign people in (`client_id` configured), or `None`.
+    pub async fn sign_in(&self) -> Result<Option<SignIn>, ApiError> {
+        let Some(client_id) = self.config.client_id.clone() else {
+            return Ok(None);
+        };
+        let (authorization_endpoint, _) = self.endpoints().await?;
+        Ok(Some(SignIn {
+            issuer: self.config.issuer.clone(),
+            client_id,
+            audience: self.config.audience.clone(),
+            authorization_endpoint,
+        }))
+    }
+
+    /// Exchanges a sign-in's code at the provider's token endpoint, for the web UI (the page
+    /// talks to this server only: its content security policy allows no other origin).
+    pub async fn exchange(&self, request: TokenRequest) -> Result<TokenAnswer, ApiError> {
+        let Some(client_id) = &self.config.client_id else {
+            return Err(ApiError::not_found(
+                "single sign-on is not configured for the web UI",
+            ));
+        };
+        let (_, token_endpoint) = self.endpoints().await?;
+        let form = [
+            ("grant_type", "authorization_code"),
+            ("code", request.code.as_str()),
+            ("code_verifier", request.code_verifier.as_str()),
+            ("redirect_uri", request.redirect_uri.as_str()),
+            ("client_id", client_id.as_str()),
+            ("resource", self.config.audience.as_str()),
+        ];
+        let answer = self
+            .client
+            .post(&token_endpoint)
+            .form(&form)
+            .send()
+            .await
+            .map_err(|_| ApiError::unavailable("the identity provider cannot be reached"))?;
+        let ok = answer.status().is_success();
+        let body: Value = answer.json().await.unwrap_or_default();
+        match body["access_token"].as_str() {
+            Some(token) if ok => Ok(TokenAnswer {
+                access_token: token.to_string(),
+                token_type: body["token_type"].as_str().unwrap_or("Bearer").to_string(),
+                expires_in: body["expires_in"].as_u64(),
+            }),
+            _ => Err(ApiError::new(
+                ErrorCode::InvalidRequest,
+                format!(
+                    "the identity provider refused the code: {}",
+                    body["error"].as_str().unwrap_or("no reason given")
+                ),
+            )),
+        }
+    }
+
+    /// The provider's authorization and token endpoints, from its discovery document.
+    async fn endpoints(&self) -> Result<(String, String), ApiError> {
+        let discovery = format!(
+            "{}/.well-known/openid-configuration",
+            self.config.issuer.trim_end_matches('/')
+        );
+        let document = self
+            .get(&discovery)
+            .await
+            .map_err(|_| ApiError::unavailable("the identity provider cannot be reached"))?;
+        let field = |name: &str| document[name].as_str().map(str::to_string);
+        match (field("authorization_endpoint"), field("token_endpoint")) {
+            (Some(authorization), Some(token)) => Ok((authorization, token)),
+            _ => Err(ApiError::unavailable(
+                "the identity provider's discovery document names no endpoints",
+            )),
+        }
     }
 
     /// The person `token` signs in, or why not.

@@ -35,6 +35,10 @@ pub struct OidcConfig {
     /// matches is refused.
     #[serde(default)]
     pub map: Vec<OidcMapping>,
+    /// The web UI's public client at the provider (authorization code with PKCE, the redirect
+    /// URI being the web UI's own address, `…/`); without it the web UI offers no sign-in.
+    #[serde(default)]
+    pub client_id: Option<String>,
 }
 
 /// One rule of the mapping: when the claim `claim` is `value` (or, for a list, holds it).

@@ -64,8 +64,8 @@ fn classify(method: &str, path: &str) -> Expect {
     match (method, path) {
         ("get", "/v1/sessions" | "/v1/approvals" | "/v1/feedback" | "/v1/schedules")
         | ("get", "/v1/projects" | "/v1/audit") => Expect::List,
-        ("get", "/healthz" | "/readyz" | "/v1/agents" | "/v1/models")
-        | ("post", "/v1/sessions")
+        ("get", "/healthz" | "/readyz" | "/v1/agents" | "/v1/models" | "/v1/auth/oidc")
+        | ("post", "/v1/sessions" | "/v1/auth/oidc/token")
         | ("post", "/v1/chat/completions" | "/v1/embeddings" | "/v1/messages" | "/v1/responses") => {
             Expect::Nothing
         }
