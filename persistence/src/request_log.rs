@@ -73,6 +73,17 @@ impl RequestLogQuery {
     }
 }
 
+/// Whose calls a project's spend holds: those charged to its keys (`key:{id}`), to its
+/// signed-in people (`prefix`: `user:{project}:`), and — for the default project, which is the
+/// installation's — those charged to no virtual key (configured keys, `local`, session actors
+/// of those).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SpendScope {
+    pub api_keys: Vec<String>,
+    pub prefix: Option<String>,
+    pub installation: bool,
+}
+
 /// One charged call, as a project's spend report reads it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SpendRow {

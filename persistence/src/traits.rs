@@ -366,11 +366,11 @@ pub trait RequestLog: Send + Sync {
         group_by: &request_log::StatsGroupBy,
     ) -> Result<Vec<request_log::StatsRow>>;
 
-    /// The calls charged to any of `api_keys` in `[since, until)` that reached a provider (not
+    /// The calls charged within `scope` in `[since, until)` that reached a provider (not
     /// refused by a limit or budget), newest first (at most `MAX_STATS_ROWS`).
     async fn spend_rows(
         &self,
-        api_keys: &[String],
+        scope: &request_log::SpendScope,
         since: chrono::DateTime<chrono::Utc>,
         until: chrono::DateTime<chrono::Utc>,
     ) -> Result<Vec<request_log::SpendRow>>;

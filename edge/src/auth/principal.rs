@@ -100,11 +100,13 @@ impl Principal {
             Principal::Local => Some(stead_actors::LOCAL_PRINCIPAL.into()),
             Principal::ApiKey(name) => Some(name.clone()),
             Principal::ProjectKey(key) => Some(format!("key:{}", key.id)),
-            // A project's people spend from their project's budget (`user:{project}:{name}`).
-            Principal::User(user) => Some(match user.project {
-                Some(project) => format!("user:{project}:{}", user.name),
-                None => format!("user:{}", user.name),
-            }),
+            // A project's people spend from their project's budget (`user:{project}:{name}`);
+            // the installation's admins are the default project's.
+            Principal::User(user) => Some(format!(
+                "user:{}:{}",
+                user.project.unwrap_or(DEFAULT_PROJECT),
+                user.name
+            )),
             Principal::Session(_) => None,
         }
     }

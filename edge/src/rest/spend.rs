@@ -1,14 +1,16 @@
 //! `GET /v1/projects/{project}/spend` (docs/tenancy.md, "Spend"): what a project's keys and
 //! the sessions they created spent — over time, by key, route, model and (optionally) a
 //! metadata entry, its costliest sessions — and its budgets with what is left of them. For the
-//! installation's keys and the project's admins. Read from the request log (calls charged to
-//! the project's keys, revoked ones included) and the budget ledger.
+//! installation's keys and the project's admins. Read from the request log — calls charged to
+//! the project's keys (revoked ones included) and its signed-in people; the default project,
+//! being the installation's, also holds what no virtual key was charged for — and the budget
+//! ledger.
 
 use std::collections::HashMap;
 
 use chrono::{DateTime, Duration, DurationRound, Utc};
 use serde::Serialize;
-use stead_persistence::request_log::{RequestLogQuery, SpendRow};
+use stead_persistence::request_log::{RequestLogQuery, SpendRow, SpendScope};
 use stead_persistence::tenancy::{Budget, KeyRow};
 
 use super::projects::managed;
@@ -209,8 +211,12 @@ pub async fn spend(
         .iter()
         .map(|k| (format!("key:{}", k.id), k.name.clone()))
         .collect();
-    let charged: Vec<String> = names.keys().cloned().collect();
-    let rows = state.store.spend_rows(&charged, since, until).await?;
+    let scope = SpendScope {
+        api_keys: names.keys().cloned().collect(),
+        prefix: Some(format!("user:{}:", project.id)),
+        installation: project.id == stead_persistence::DEFAULT_PROJECT,
+    };
+    let rows = state.store.spend_rows(&scope, since, until).await?;
     let width = if days <= 2 {
         Duration::hours(1)
     } else {
@@ -239,8 +245,12 @@ pub async fn spend(
         bucket_secs: width.num_seconds(),
         total,
         over_time: over_time(&rows, since, until, width),
+        // A virtual key by its name; anything else as charged (`local`, a configured key's
+        // fingerprint, `user:{project}:{name}`).
         by_key: grouped(&rows, |r| {
-            r.api_key.as_ref().and_then(|k| names.get(k).cloned())
+            r.api_key
+                .as_ref()
+                .map(|k| names.get(k).cloned().unwrap_or_else(|| k.clone()))
         }),
         by_route: grouped(&rows, |r| Some(r.route.clone())),
         by_model: grouped(&rows, |r| r.model.clone()),

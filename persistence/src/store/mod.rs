@@ -559,10 +559,10 @@ impl<D: Dialect> RequestLog for SqlStore<D> {
 
     async fn spend_rows(
         &self,
-        api_keys: &[String],
+        scope: &crate::request_log::SpendScope,
         since: chrono::DateTime<chrono::Utc>,
         until: chrono::DateTime<chrono::Utc>,
     ) -> Result<Vec<crate::request_log::SpendRow>> {
-        self.log_spend(api_keys, since, until).await
+        self.log_spend(scope, since, until).await
     }
 }

@@ -8,7 +8,7 @@ use super::rows::{self, LOG_COLUMNS};
 use super::SqlStore;
 use crate::request_log::{
     compute_stats, into_log_page, RequestLogEntry, RequestLogPage, RequestLogQuery, SpendRow,
-    StatsGroupBy, StatsRow, LOG_ROWS_PER_STATEMENT, MAX_STATS_ROWS,
+    SpendScope, StatsGroupBy, StatsRow, LOG_ROWS_PER_STATEMENT, MAX_STATS_ROWS,
 };
 use crate::Result;
 
@@ -102,25 +102,38 @@ impl<D: Dialect> SqlStore<D> {
         Ok(into_log_page(entries, limit))
     }
 
-    /// The calls charged to any of `api_keys` in `[since, until)`, newest first.
+    /// The calls charged within `scope` in `[since, until)`, newest first.
     pub(super) async fn log_spend(
         &self,
-        api_keys: &[String],
+        scope: &SpendScope,
         since: DateTime<Utc>,
         until: DateTime<Utc>,
     ) -> Result<Vec<SpendRow>> {
-        if api_keys.is_empty() {
-            return Ok(Vec::new());
-        }
         let mut sql = Sql::<D>::new(
             "SELECT at, api_key, route, model, session_id, cost, tokens_in, tokens_out, metadata \
-             FROM request_log WHERE api_key IN (",
+             FROM request_log WHERE (FALSE",
         );
-        for (i, key) in api_keys.iter().enumerate() {
-            if i > 0 {
-                sql.push(", ");
+        if !scope.api_keys.is_empty() {
+            sql.push(" OR api_key IN (");
+            for (i, key) in scope.api_keys.iter().enumerate() {
+                if i > 0 {
+                    sql.push(", ");
+                }
+                sql.bind(key.as_str());
             }
-            sql.bind(key.as_str());
+            sql.push(")");
+        }
+        if let Some(prefix) = &scope.prefix {
+            sql.push(" OR ");
+            D::push_starts_with(&mut sql, "api_key", prefix);
+        }
+        if scope.installation {
+            // Charged to no virtual key and to no project's signed-in person.
+            sql.push(" OR api_key IS NULL OR NOT (");
+            D::push_starts_with(&mut sql, "api_key", "key:");
+            sql.push(" OR ");
+            D::push_starts_with(&mut sql, "api_key", "user:");
+            sql.push(")");
         }
         // A call refused by a limit or a budget reached no provider: it spent nothing.
         sql.push(") AND status NOT IN ('rate_limited', 'budget_exceeded') AND at >= ")

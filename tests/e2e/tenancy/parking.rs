@@ -263,6 +263,35 @@ pub(super) async fn a_spent_budget_parks_the_turn(
         (400, Some("invalid_query"))
     );
 
+    // The default project is the installation's: its spend holds the configured key's calls
+    // and none of a project's key.
+    let chat =
+        json!({"model": "alt", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]});
+    let (status, _) = server
+        .call("POST", "/v1/chat/completions", Some(chat))
+        .await;
+    assert_eq!(status, 200);
+    let mut installation = Value::Null;
+    for _ in 0..100 {
+        let (status, read) = server
+            .call("GET", "/v1/projects/default/spend?days=1", None)
+            .await;
+        assert_eq!(status, 200, "{read}");
+        installation = read;
+        if installation["total"]["requests"].as_u64() > Some(0) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let keys = installation["by_key"].as_array().unwrap();
+    assert!(!keys.is_empty(), "{installation}");
+    assert!(
+        keys.iter()
+            .all(|l| l["name"] != "tight"
+                && !l["name"].as_str().unwrap_or_default().starts_with("key:")),
+        "{installation}"
+    );
+
     // The decision check re-decides every step from the journal alone.
     let mut check = stead_testkit::stead::command();
     if let Some(url) = database_url {
