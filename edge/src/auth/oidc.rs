@@ -197,12 +197,8 @@ impl Oidc {
 
     /// The provider's authorization and token endpoints, from its discovery document.
     async fn endpoints(&self) -> Result<(String, String), ApiError> {
-        let discovery = format!(
-            "{}/.well-known/openid-configuration",
-            self.config.issuer.trim_end_matches('/')
-        );
         let document = self
-            .get(&discovery)
+            .discovery()
             .await
             .map_err(|_| ApiError::unavailable("the identity provider cannot be reached"))?;
         let field = |name: &str| document[name].as_str().map(str::to_string);
@@ -347,12 +343,8 @@ impl Oidc {
         let url = match &self.config.jwks_url {
             Some(url) => url.clone(),
             None => {
-                let discovery = format!(
-                    "{}/.well-known/openid-configuration",
-                    self.config.issuer.trim_end_matches('/')
-                );
-                let document: Value = self
-                    .get(&discovery)
+                let document = self
+                    .discovery()
                     .await
                     .map_err(|_| unavailable("discovery"))?;
                 document["jwks_uri"]
@@ -363,6 +355,15 @@ impl Oidc {
         };
         let set: Value = self.get(&url).await.map_err(|_| unavailable("jwks"))?;
         serde_json::from_value(set).map_err(|_| unavailable("jwks is not a key set"))
+    }
+
+    /// The provider's discovery document (`{issuer}/.well-known/openid-configuration`).
+    async fn discovery(&self) -> Result<Value, reqwest::Error> {
+        let url = format!(
+            "{}/.well-known/openid-configuration",
+            self.config.issuer.trim_end_matches('/')
+        );
+        self.get(&url).await
     }
 
     async fn get(&self, url: &str) -> Result<Value, reqwest::Error> {

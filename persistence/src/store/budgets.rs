@@ -149,16 +149,11 @@ impl<D: Dialect> SqlStore<D> {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let mut sql =
-            Sql::<D>::new("SELECT key, spent, window_start FROM budget_spending WHERE key IN (");
-        for (i, key) in keys.iter().enumerate() {
-            if i > 0 {
-                sql.push(", ");
-            }
-            sql.bind(key.as_str());
-        }
-        sql.push(")");
-        let rows = sql.fetch_all(self.on_read()).await?;
+        let rows =
+            Sql::<D>::new("SELECT key, spent, window_start FROM budget_spending WHERE key IN ")
+                .list(keys)
+                .fetch_all(self.on_read())
+                .await?;
         rows.iter()
             .map(|row| {
                 Ok((

@@ -171,6 +171,18 @@ impl<D: Dialect> Sql<D> {
         self
     }
 
+    /// Pushes `(a, b, …)`, each item bound: the right side of an `IN`.
+    pub fn list(&mut self, items: &[String]) -> &mut Self {
+        self.push("(");
+        for (i, item) in items.iter().enumerate() {
+            if i > 0 {
+                self.push(", ");
+            }
+            self.bind(item.as_str());
+        }
+        self.push(")")
+    }
+
     /// Pushes `VALUES (…), (…)`: one tuple per item, of the values `row` gives for it.
     pub fn values<T, R>(&mut self, items: &[T], mut row: impl FnMut(&T) -> R) -> &mut Self
     where

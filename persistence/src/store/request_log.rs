@@ -114,14 +114,7 @@ impl<D: Dialect> SqlStore<D> {
              FROM request_log WHERE (FALSE",
         );
         if !scope.api_keys.is_empty() {
-            sql.push(" OR api_key IN (");
-            for (i, key) in scope.api_keys.iter().enumerate() {
-                if i > 0 {
-                    sql.push(", ");
-                }
-                sql.bind(key.as_str());
-            }
-            sql.push(")");
+            sql.push(" OR api_key IN ").list(&scope.api_keys);
         }
         if let Some(prefix) = &scope.prefix {
             sql.push(" OR ");
