@@ -12,9 +12,9 @@ use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use stead_config::Config;
 use stead_evals::compare::{compare, Comparison, Flip};
-use stead_evals::run::{ApprovalRule, CaseResult, RunSettings, Runner};
+use stead_evals::run::{ApprovalRule, CaseResult, RunSettings, Runner, EVAL_PRINCIPAL};
 use stead_evals::{Case, Expectation, ToolMode};
-use stead_persistence::JournalStore;
+use stead_persistence::{JournalStore, DEFAULT_PROJECT};
 use uuid::Uuid;
 
 /// `stead eval`: the model-quality benches, and evaluation from the journal.
@@ -148,7 +148,7 @@ async fn dataset(
 ) -> anyhow::Result<()> {
     match command {
         DatasetCommand::Create { name } => {
-            store.create_dataset(&name).await?;
+            store.create_dataset(DEFAULT_PROJECT, &name).await?;
             println!("created dataset {name}");
         }
         DatasetCommand::Add(args) => {
@@ -162,7 +162,11 @@ async fn dataset(
             };
             let case = case_from_session(store, args.session, args.at, expect).await?;
             let row = store
-                .add_cases(&args.name, &[(case.id, serde_json::to_value(&case)?)])
+                .add_cases(
+                    DEFAULT_PROJECT,
+                    &args.name,
+                    &[(case.id, serde_json::to_value(&case)?)],
+                )
                 .await?;
             println!(
                 "added case {} ({}) to {}: {} cases, version {}",
@@ -170,7 +174,7 @@ async fn dataset(
             );
         }
         DatasetCommand::List => {
-            for row in store.list_datasets().await? {
+            for row in store.list_datasets(DEFAULT_PROJECT).await? {
                 println!("{}\t{} cases\tversion {}", row.name, row.cases, row.version);
             }
         }
@@ -209,12 +213,12 @@ async fn dataset(
                 .with_context(|| format!("cannot read {}", file.display()))?;
             let (header, cases) = stead_evals::jsonl::read(&text)?;
             let name = name.unwrap_or(header.name);
-            store.create_dataset(&name).await?;
+            store.create_dataset(DEFAULT_PROJECT, &name).await?;
             let rows: Vec<_> = cases
                 .iter()
                 .map(|c| Ok((c.id, serde_json::to_value(c)?)))
                 .collect::<anyhow::Result<_>>()?;
-            let row = store.add_cases(&name, &rows).await?;
+            let row = store.add_cases(DEFAULT_PROJECT, &name, &rows).await?;
             println!(
                 "imported {} cases into {name} (version {})",
                 row.cases, row.version
@@ -243,9 +247,9 @@ async fn cases_of(
     store: &dyn JournalStore,
     name: &str,
 ) -> anyhow::Result<(stead_persistence::evals::DatasetRow, Vec<Case>)> {
-    let row = store.get_dataset(name).await?;
+    let row = store.get_dataset(DEFAULT_PROJECT, name).await?;
     let cases = store
-        .dataset_cases(name)
+        .dataset_cases(DEFAULT_PROJECT, name)
         .await?
         .into_iter()
         .map(|c| serde_json::from_value(c.body).context("a stored case does not read"))
@@ -381,11 +385,13 @@ async fn run_dataset(
     args: &RunArgs,
     settings: &RunSettings,
 ) -> anyhow::Result<(Uuid, Vec<CaseResult>)> {
-    let (run, cases) = runner.create(&args.dataset, settings).await?;
+    let (run, cases) = runner
+        .create(DEFAULT_PROJECT, &args.dataset, settings)
+        .await?;
     let total = cases.len();
     eprintln!("run {} of {} ({total} cases)", run.id, args.dataset);
     let results = runner
-        .execute(&run, cases, settings, |done, passed| {
+        .execute(&run, cases, settings, EVAL_PRINCIPAL, |done, passed| {
             eprint!("\r[{done}/{total}] {passed} passed");
             if done == total {
                 eprintln!();

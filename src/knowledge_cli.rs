@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use clap::{Args, Subcommand};
 use serde_json::json;
+use stead_persistence::{CollectionKey, DEFAULT_PROJECT};
 
 use stead_agents::knowledge::{files, Knowledge};
 use stead_config::Config;
@@ -69,6 +70,12 @@ async fn service(
     Ok((knowledge, store))
 }
 
+/// The command line works on the default project's collections (the installation's); a
+/// project's own are reached over REST with its keys (docs/tenancy.md).
+fn key(name: &str) -> CollectionKey {
+    CollectionKey::new(DEFAULT_PROJECT, name)
+}
+
 fn api(error: stead_http::ApiError) -> anyhow::Error {
     anyhow::anyhow!("{}: {}", error.code.as_str(), error.message)
 }
@@ -83,7 +90,7 @@ pub async fn run(config: Config, command: KnowledgeCommand) -> anyhow::Result<Ex
                 eprintln!("re-embedding {}: {done}/{total} chunks", args.collection);
             };
             let row = knowledge
-                .reembed(&args.collection, args.route.as_deref(), &progress)
+                .reembed(&key(&args.collection), args.route.as_deref(), &progress)
                 .await
                 .map_err(api)?;
             println!(
@@ -98,7 +105,7 @@ pub async fn run(config: Config, command: KnowledgeCommand) -> anyhow::Result<Ex
             let body = json!({ "text": args.text, "top_k": args.top_k, "mode": args.mode });
             let query = knowledge.parse_query(&body).map_err(api)?;
             let hits = knowledge
-                .query(&args.collection, query, &Default::default())
+                .query(&key(&args.collection), query, &Default::default())
                 .await
                 .map_err(api)?;
             for (rank, hit) in hits.iter().enumerate() {
@@ -113,7 +120,7 @@ pub async fn run(config: Config, command: KnowledgeCommand) -> anyhow::Result<Ex
         KnowledgeCommand::List => {
             for row in knowledge
                 .store()
-                .list_collections()
+                .list_collections(DEFAULT_PROJECT)
                 .await
                 .map_err(stead_agents::knowledge::store_error)
                 .map_err(api)?
@@ -129,7 +136,7 @@ pub async fn run(config: Config, command: KnowledgeCommand) -> anyhow::Result<Ex
 /// Adds files one by one, with a progress line per file on stderr and a summary on stdout.
 async fn add(knowledge: &Knowledge, args: AddArgs) -> anyhow::Result<()> {
     knowledge
-        .create_collection(&args.collection, args.route.as_deref())
+        .create_collection(&key(&args.collection), args.route.as_deref())
         .await
         .map_err(api)?;
     let started = Instant::now();
@@ -140,7 +147,7 @@ async fn add(knowledge: &Knowledge, args: AddArgs) -> anyhow::Result<()> {
         let id = path.display().to_string();
         let outcome = knowledge
             .put_document(
-                &args.collection,
+                &key(&args.collection),
                 &id,
                 &text,
                 Some(json!({ "path": id })),

@@ -39,10 +39,19 @@ impl AgentSchedule {
         Due::new(self.schedule.timing().ok()?, self.created_at, 0).ok()
     }
 
-    /// The row for `agent`'s schedule `key`, due at `next_due_at`.
-    pub fn row(&self, agent: &str, key: &str, next_due_at: DateTime<Utc>) -> ScheduleRow {
+    /// The row for `project`'s schedule `key` of `agent`, due at `next_due_at`.
+    pub fn row(
+        &self,
+        project: Uuid,
+        agent: &str,
+        key: &str,
+        next_due_at: DateTime<Utc>,
+    ) -> ScheduleRow {
         ScheduleRow {
-            owner: ScheduleOwner::Agent(agent.to_string()),
+            owner: ScheduleOwner::Agent {
+                project,
+                name: agent.to_string(),
+            },
             key: key.to_string(),
             agent: agent.to_string(),
             definition: serde_json::to_value(self).unwrap_or_default(),
@@ -58,6 +67,7 @@ impl AgentSchedule {
 /// there already).
 #[allow(clippy::too_many_arguments)]
 pub fn plan_create(
+    project: Uuid,
     agent: &str,
     key: &str,
     schedule: ScheduleDef,
@@ -86,21 +96,25 @@ pub fn plan_create(
         created_at: now,
         principal,
     };
-    Ok(record.row(agent, key, next))
+    Ok(record.row(project, agent, key, next))
 }
 
-/// The id of the session an occurrence starts: a UUIDv8 from SHA-256 of the agent, the key,
-/// the schedule's creation instant and the occurrence's due time. Every node and every retry
-/// computes the same id, so the occurrence's session is created once; a schedule redefined
-/// under the same key starts its own sessions.
+/// The id of the session an occurrence starts: a UUIDv8 from SHA-256 of the schedule's owner
+/// (its project, when not the default one, and its agent), the key, the schedule's creation
+/// instant and the occurrence's due time. Every node and every retry computes the same id, so
+/// the occurrence's session is created once; a schedule redefined under the same key starts
+/// its own sessions.
 pub fn occurrence_session(
-    agent: &str,
+    owner: &ScheduleOwner,
     key: &str,
     created_at: DateTime<Utc>,
     due_at: DateTime<Utc>,
 ) -> Uuid {
+    // `agent:{name}` for the default project, as before projects: ids stay what they were.
+    let owner = owner.column();
+    let owner = owner.strip_prefix("agent:").unwrap_or(&owner);
     let name = format!(
-        "stead:agent-schedule\n{agent}\n{key}\n{}\n{}",
+        "stead:agent-schedule\n{owner}\n{key}\n{}\n{}",
         created_at.timestamp_micros(),
         due_at.timestamp_micros()
     );
@@ -179,6 +193,7 @@ mod tests {
         };
         let limits = &limits;
         let row = plan_create(
+            stead_persistence::DEFAULT_PROJECT,
             "ops",
             "hourly",
             every(3600),
@@ -190,12 +205,13 @@ mod tests {
             now,
         )
         .unwrap();
-        assert_eq!(row.owner, ScheduleOwner::Agent("ops".into()));
+        assert_eq!(row.owner, ScheduleOwner::installation_agent("ops"));
         assert_eq!(row.next_due_at, t("2026-12-03T11:00:00Z"));
         let record = AgentSchedule::from_row(&row).unwrap();
         assert_eq!(record.created_at, now);
         let later = t("2026-12-03T10:30:00Z");
         let again = plan_create(
+            stead_persistence::DEFAULT_PROJECT,
             "ops",
             "hourly",
             every(3600),
@@ -208,6 +224,7 @@ mod tests {
         );
         assert_eq!(again, Err(Refusal::ScheduleExists));
         let other = plan_create(
+            stead_persistence::DEFAULT_PROJECT,
             "ops",
             "hourly",
             every(60),
@@ -220,6 +237,7 @@ mod tests {
         );
         assert_eq!(other, Err(Refusal::ScheduleConflict));
         assert!(plan_create(
+            stead_persistence::DEFAULT_PROJECT,
             "ops",
             "hourly",
             every(60),
@@ -231,10 +249,22 @@ mod tests {
             later
         )
         .is_ok());
-        let full = plan_create("ops", "x", every(60), false, None, None, 100, limits, later);
+        let full = plan_create(
+            stead_persistence::DEFAULT_PROJECT,
+            "ops",
+            "x",
+            every(60),
+            false,
+            None,
+            None,
+            100,
+            limits,
+            later,
+        );
         assert_eq!(full, Err(Refusal::TooManySchedules(100)));
         assert!(matches!(
             plan_create(
+                stead_persistence::DEFAULT_PROJECT,
                 "ops",
                 "bad key",
                 every(60),
@@ -249,14 +279,54 @@ mod tests {
         ));
 
         let due = t("2026-12-03T11:00:00Z");
-        let id = occurrence_session("ops", "hourly", now, due);
-        assert_eq!(id, occurrence_session("ops", "hourly", now, due));
+        let id = occurrence_session(
+            &ScheduleOwner::installation_agent("ops"),
+            "hourly",
+            now,
+            due,
+        );
+        assert_eq!(
+            id,
+            occurrence_session(
+                &ScheduleOwner::installation_agent("ops"),
+                "hourly",
+                now,
+                due
+            )
+        );
         assert_ne!(
             id,
-            occurrence_session("ops", "hourly", now, t("2026-12-03T12:00:00Z"))
+            occurrence_session(
+                &ScheduleOwner::installation_agent("ops"),
+                "hourly",
+                now,
+                t("2026-12-03T12:00:00Z")
+            )
         );
-        assert_ne!(id, occurrence_session("ops", "hourly", later, due));
-        assert_ne!(id, occurrence_session("billing", "hourly", now, due));
+        assert_ne!(
+            id,
+            occurrence_session(
+                &ScheduleOwner::installation_agent("ops"),
+                "hourly",
+                later,
+                due
+            )
+        );
+        assert_ne!(
+            id,
+            occurrence_session(
+                &ScheduleOwner::installation_agent("billing"),
+                "hourly",
+                now,
+                due
+            )
+        );
+        // Another project's schedule of the same agent and key starts other sessions.
+        let theirs = ScheduleOwner::Agent {
+            project: Uuid::now_v7(),
+            name: "ops".into(),
+        };
+        assert_ne!(id, occurrence_session(&theirs, "hourly", now, due));
         assert_eq!(id.get_version_num(), 8);
     }
 }

@@ -68,6 +68,8 @@ impl std::fmt::Debug for ProgressSink {
 #[derive(Debug, Clone)]
 pub struct ToolContext {
     pub session_id: Uuid,
+    /// The session's project: the one whose resources (collections) its tools read.
+    pub project: Uuid,
     pub call_id: CallId,
     pub idempotency_key: String,
     /// Cancelled when the call is (`tool_call_cancelled`): a tool that can stop early does
@@ -85,6 +87,7 @@ impl ToolContext {
     pub fn new(session_id: Uuid, call_id: &str) -> Self {
         ToolContext {
             session_id,
+            project: stead_persistence::DEFAULT_PROJECT,
             call_id: CallId::new(call_id.to_string()),
             idempotency_key: format!("{session_id}:{call_id}"),
             cancel: Default::default(),

@@ -146,12 +146,16 @@ async fn measure(
         )?);
         registry.stop(row.id).await;
     }
-    store.create_dataset("bench").await?;
+    store
+        .create_dataset(stead_persistence::DEFAULT_PROJECT, "bench")
+        .await?;
     let rows: Vec<_> = cases
         .iter()
         .map(|c| Ok((c.id, serde_json::to_value(c)?)))
         .collect::<anyhow::Result<_>>()?;
-    store.add_cases("bench", &rows).await?;
+    store
+        .add_cases(stead_persistence::DEFAULT_PROJECT, "bench", &rows)
+        .await?;
     let runner = Runner {
         sessions: store.clone(),
         evals: store.clone(),
@@ -165,10 +169,20 @@ async fn measure(
             concurrency,
             ..Default::default()
         };
-        let (run, cases) = runner.create("bench", &settings).await?;
+        let (run, cases) = runner
+            .create(stead_persistence::DEFAULT_PROJECT, "bench", &settings)
+            .await?;
         eprintln!("running at concurrency {concurrency}…");
         let started = Instant::now();
-        let results = runner.execute(&run, cases, &settings, |_, _| {}).await?;
+        let results = runner
+            .execute(
+                &run,
+                cases,
+                &settings,
+                stead_evals::run::EVAL_PRINCIPAL,
+                |_, _| {},
+            )
+            .await?;
         times.push(started.elapsed());
         passed.push(results.iter().filter(|r| r.passed).count());
         // A case that fails here is a defect of the engine (the model double answers as it

@@ -10,6 +10,7 @@
 use std::collections::HashSet;
 use std::path::Path;
 use std::time::Instant;
+use stead_persistence::{CollectionKey, DEFAULT_PROJECT};
 
 use anyhow::Context;
 use serde_json::{json, Value};
@@ -135,7 +136,7 @@ async fn run(
     let knowledge = Knowledge::new(store.clone(), router, config.knowledge.clone());
     let fail = |e: stead_http::ApiError| anyhow::anyhow!("{}: {}", e.code.as_str(), e.message);
     knowledge
-        .create_collection("docs", None)
+        .create_collection(&CollectionKey::new(DEFAULT_PROJECT, "docs"), None)
         .await
         .map_err(fail)?;
     let started = Instant::now();
@@ -145,7 +146,13 @@ async fn run(
             continue; // a repeated heading: its first section stands
         }
         knowledge
-            .put_document("docs", id, text, None, None)
+            .put_document(
+                &CollectionKey::new(DEFAULT_PROJECT, "docs"),
+                id,
+                text,
+                None,
+                None,
+            )
             .await
             .map_err(fail)?;
         if (n + 1) % 20 == 0 {
@@ -153,7 +160,11 @@ async fn run(
         }
     }
     let ingest_s = started.elapsed().as_secs_f64();
-    let chunks = knowledge.collection("docs").await.map_err(fail)?.chunks;
+    let chunks = knowledge
+        .collection(&CollectionKey::new(DEFAULT_PROJECT, "docs"))
+        .await
+        .map_err(fail)?
+        .chunks;
     let mut report = serde_json::Map::new();
     for mode in [SearchMode::Exact, SearchMode::Ann, SearchMode::Hybrid] {
         let (mut recall, mut mrr) = (0.0, 0.0);
@@ -166,7 +177,11 @@ async fn run(
                 mode,
             };
             let hits = knowledge
-                .query("docs", query, &Default::default())
+                .query(
+                    &CollectionKey::new(DEFAULT_PROJECT, "docs"),
+                    query,
+                    &Default::default(),
+                )
                 .await
                 .map_err(fail)?;
             let mut sections: Vec<&str> = Vec::new();

@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 use std::time::Instant;
+use stead_persistence::{CollectionKey, DEFAULT_PROJECT};
 
 use hdrhistogram::Histogram;
 use serde_json::{json, Value};
@@ -58,7 +59,9 @@ async fn run(
     db: &BenchDatabase,
 ) -> anyhow::Result<Value> {
     let store = stead_persistence::open(StoreOptions::new(db.url.clone())).await?;
-    store.create_collection("bench", "embed").await?;
+    store
+        .create_collection(&CollectionKey::new(DEFAULT_PROJECT, "bench"), "embed")
+        .await?;
     let documents = args.index_chunks / PER_DOCUMENT;
     let mut state = 0x5eed_u64;
     let started = Instant::now();
@@ -73,7 +76,7 @@ async fn run(
     let knowledge = Knowledge::new(store.clone(), router, config.knowledge.clone());
     let started = Instant::now();
     let index = knowledge
-        .index("bench")
+        .index(&CollectionKey::new(DEFAULT_PROJECT, "bench"))
         .await
         .map_err(|e| anyhow::anyhow!(e.message))?;
     let load_s = started.elapsed().as_secs_f64();
@@ -101,7 +104,7 @@ async fn run(
         let t = Instant::now();
         let hits = knowledge
             .query(
-                "bench",
+                &CollectionKey::new(DEFAULT_PROJECT, "bench"),
                 search(SearchMode::Exact, probe, false),
                 &Default::default(),
             )
@@ -112,7 +115,7 @@ async fn run(
         let t = Instant::now();
         knowledge
             .query(
-                "bench",
+                &CollectionKey::new(DEFAULT_PROJECT, "bench"),
                 search(SearchMode::Exact, probe, true),
                 &Default::default(),
             )
@@ -130,7 +133,7 @@ async fn run(
     let t = Instant::now();
     knowledge
         .query(
-            "bench",
+            &CollectionKey::new(DEFAULT_PROJECT, "bench"),
             search(SearchMode::Ann, &probes[0], false),
             &Default::default(),
         )
@@ -144,7 +147,7 @@ async fn run(
         let t = Instant::now();
         let hits = knowledge
             .query(
-                "bench",
+                &CollectionKey::new(DEFAULT_PROJECT, "bench"),
                 search(SearchMode::Ann, probe, false),
                 &Default::default(),
             )
@@ -197,7 +200,7 @@ async fn write_documents(
             .collect();
         store
             .put_document(PutDocument {
-                collection: "bench".into(),
+                collection: CollectionKey::new(DEFAULT_PROJECT, "bench"),
                 id: format!("doc-{d:05}"),
                 text: format!("document {d}"),
                 metadata: json!({ "group": d % 10 }),

@@ -49,9 +49,9 @@ impl Default for AuditNote {
 
 impl AuditNote {
     /// The note as a response part: `project` (when the path does not name it) and the facts.
-    pub fn new<const N: usize>(
+    pub fn new<'a>(
         project: Option<Uuid>,
-        facts: [(&str, Value); N],
+        facts: impl IntoIterator<Item = (&'a str, Value)>,
     ) -> axum::Extension<AuditNote> {
         let details = facts
             .into_iter()

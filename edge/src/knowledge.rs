@@ -1,5 +1,6 @@
 //! Knowledge collections over REST (docs/knowledge.md): collections, their documents and
-//! queries. Operator credentials only. The work is the binary's knowledge service (chunking,
+//! queries. A collection is its project's: the caller's project (the default one for the
+//! installation's keys) decides which collection a name means (docs/tenancy.md). The work is the binary's knowledge service (chunking,
 //! embedding through the router, the store, the search index), reached through
 //! [`KnowledgeApi`]; this module is the HTTP shape of it.
 
@@ -10,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::Value;
+use stead_persistence::CollectionKey;
 
 use crate::auth::Caller;
 use crate::views::{
@@ -24,16 +26,16 @@ pub trait KnowledgeApi: Send + Sync {
     /// `(collection, created)`.
     async fn create_collection(
         &self,
-        name: &str,
+        key: &CollectionKey,
         embedding_route: Option<&str>,
     ) -> Result<(CollectionView, bool), ApiError>;
-    async fn list_collections(&self) -> Result<CollectionList, ApiError>;
-    async fn get_collection(&self, name: &str) -> Result<CollectionView, ApiError>;
-    async fn delete_collection(&self, name: &str) -> Result<(), ApiError>;
+    async fn list_collections(&self, project: uuid::Uuid) -> Result<CollectionList, ApiError>;
+    async fn get_collection(&self, key: &CollectionKey) -> Result<CollectionView, ApiError>;
+    async fn delete_collection(&self, key: &CollectionKey) -> Result<(), ApiError>;
     /// `(document, created)`; `api_key` is whom the embeddings are charged to.
     async fn put_document(
         &self,
-        collection: &str,
+        collection: &CollectionKey,
         id: &str,
         text: &str,
         metadata: Option<Value>,
@@ -41,15 +43,19 @@ pub trait KnowledgeApi: Send + Sync {
     ) -> Result<(StoredDocument, bool), ApiError>;
     async fn list_documents(
         &self,
-        collection: &str,
+        collection: &CollectionKey,
         after: Option<&str>,
         limit: u32,
     ) -> Result<DocumentList, ApiError>;
-    async fn get_document(&self, collection: &str, id: &str) -> Result<DocumentText, ApiError>;
-    async fn delete_document(&self, collection: &str, id: &str) -> Result<(), ApiError>;
+    async fn get_document(
+        &self,
+        collection: &CollectionKey,
+        id: &str,
+    ) -> Result<DocumentText, ApiError>;
+    async fn delete_document(&self, collection: &CollectionKey, id: &str) -> Result<(), ApiError>;
     async fn query(
         &self,
-        collection: &str,
+        collection: &CollectionKey,
         body: Value,
         api_key: Option<String>,
     ) -> Result<QueryAnswer, ApiError>;
@@ -60,6 +66,11 @@ fn service(state: &AppState) -> Result<&dyn KnowledgeApi, ApiError> {
         .knowledge
         .as_deref()
         .ok_or_else(|| ApiError::not_found("knowledge collections are not served here"))
+}
+
+/// The collection `name` means to `caller`: its project's.
+fn key(caller: &crate::auth::Principal, name: String) -> CollectionKey {
+    CollectionKey::new(caller.project(), name)
 }
 
 fn created(created: bool, body: impl serde::Serialize) -> Response {
@@ -79,46 +90,52 @@ pub struct NewCollection {
     embedding_route: Option<String>,
 }
 
-#[utoipa::path(post, path = "/v1/collections", request_body(content = Object, description = "`{\"name\", \"embedding_route\"?}` (docs/knowledge.md)"), responses((status = 201, description = "The collection", body = CollectionView), (status = 200, description = "It exists already with this embedding route", body = CollectionView), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 502, body = ErrorBody), (status = 503, description = "Knowledge is not served, or the embedding route has no available target", body = ErrorBody)))]
+#[utoipa::path(post, path = "/v1/collections", request_body(content = Object, description = "`{\"name\", \"embedding_route\"?}` (docs/knowledge.md)"), responses((status = 201, description = "The collection", body = CollectionView), (status = 200, description = "It exists already with this embedding route", body = CollectionView), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 502, body = ErrorBody), (status = 503, description = "Knowledge is not served, or the embedding route has no available target", body = ErrorBody)))]
 pub async fn create_collection(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiJson(body): ApiJson<NewCollection>,
 ) -> Result<Response, ApiError> {
-    caller.require_installation()?;
+    caller.require_operator()?;
     let (collection, new) = service(&state)?
-        .create_collection(&body.name, body.embedding_route.as_deref())
+        .create_collection(&key(&caller, body.name), body.embedding_route.as_deref())
         .await?;
     Ok(created(new, collection))
 }
 
-#[utoipa::path(get, path = "/v1/collections", responses((status = 200, body = CollectionList), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 502, body = ErrorBody), (status = 503, description = "Knowledge is not served, or the embedding route has no available target", body = ErrorBody)))]
+#[utoipa::path(get, path = "/v1/collections", responses((status = 200, body = CollectionList), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 502, body = ErrorBody), (status = 503, description = "Knowledge is not served, or the embedding route has no available target", body = ErrorBody)))]
 pub async fn list_collections(
     State(state): State<AppState>,
     Caller(caller): Caller,
 ) -> Result<Json<CollectionList>, ApiError> {
-    caller.require_installation()?;
-    Ok(Json(service(&state)?.list_collections().await?))
+    caller.require_operator()?;
+    Ok(Json(
+        service(&state)?.list_collections(caller.project()).await?,
+    ))
 }
 
-#[utoipa::path(get, path = "/v1/collections/{name}", params(("name" = String, Path, description = "Collection name")), responses((status = 200, description = "The collection", body = CollectionView), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 502, body = ErrorBody), (status = 503, description = "Knowledge is not served, or the embedding route has no available target", body = ErrorBody)))]
+#[utoipa::path(get, path = "/v1/collections/{name}", params(("name" = String, Path, description = "Collection name")), responses((status = 200, description = "The collection", body = CollectionView), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 502, body = ErrorBody), (status = 503, description = "Knowledge is not served, or the embedding route has no available target", body = ErrorBody)))]
 pub async fn get_collection(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiPath(name): ApiPath<String>,
 ) -> Result<Json<CollectionView>, ApiError> {
-    caller.require_installation()?;
-    Ok(Json(service(&state)?.get_collection(&name).await?))
+    caller.require_operator()?;
+    Ok(Json(
+        service(&state)?.get_collection(&key(&caller, name)).await?,
+    ))
 }
 
-#[utoipa::path(delete, path = "/v1/collections/{name}", params(("name" = String, Path, description = "Collection name")), responses((status = 204, description = "Deleted with its documents"), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 502, body = ErrorBody), (status = 503, description = "Knowledge is not served, or the embedding route has no available target", body = ErrorBody)))]
+#[utoipa::path(delete, path = "/v1/collections/{name}", params(("name" = String, Path, description = "Collection name")), responses((status = 204, description = "Deleted with its documents"), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 502, body = ErrorBody), (status = 503, description = "Knowledge is not served, or the embedding route has no available target", body = ErrorBody)))]
 pub async fn delete_collection(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiPath(name): ApiPath<String>,
 ) -> Result<StatusCode, ApiError> {
-    caller.require_installation()?;
-    service(&state)?.delete_collection(&name).await?;
+    caller.require_operator()?;
+    service(&state)?
+        .delete_collection(&key(&caller, name))
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -130,17 +147,17 @@ pub struct DocumentBody {
     metadata: Option<Value>,
 }
 
-#[utoipa::path(put, path = "/v1/collections/{name}/documents/{id}", params(("name" = String, Path, description = "Collection name"), ("id" = String, Path, description = "Document id (one path segment, percent-encoded)")), request_body(content = Object, description = "`{\"text\", \"metadata\"?}`: chunked, embedded and stored atomically"), responses((status = 201, description = "Created", body = StoredDocument), (status = 200, description = "Replaced, or unchanged", body = StoredDocument), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 502, body = ErrorBody), (status = 503, description = "Knowledge is not served, or the embedding route has no available target", body = ErrorBody)))]
+#[utoipa::path(put, path = "/v1/collections/{name}/documents/{id}", params(("name" = String, Path, description = "Collection name"), ("id" = String, Path, description = "Document id (one path segment, percent-encoded)")), request_body(content = Object, description = "`{\"text\", \"metadata\"?}`: chunked, embedded and stored atomically"), responses((status = 201, description = "Created", body = StoredDocument), (status = 200, description = "Replaced, or unchanged", body = StoredDocument), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 502, body = ErrorBody), (status = 503, description = "Knowledge is not served, or the embedding route has no available target", body = ErrorBody)))]
 pub async fn put_document(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiPath((collection, id)): ApiPath<(String, String)>,
     ApiJson(body): ApiJson<DocumentBody>,
 ) -> Result<Response, ApiError> {
-    caller.require_installation()?;
+    caller.require_operator()?;
     let (document, new) = service(&state)?
         .put_document(
-            &collection,
+            &key(&caller, collection),
             &id,
             &body.text,
             body.metadata,
@@ -159,14 +176,14 @@ pub struct DocumentPage {
     limit: Option<u32>,
 }
 
-#[utoipa::path(get, path = "/v1/collections/{name}/documents", params(("name" = String, Path, description = "Collection name"), ("after" = Option<String>, Query, description = "The last id of the previous page"), ("limit" = Option<u32>, Query, description = "1 to 500, default 100")), responses((status = 200, body = DocumentList), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 502, body = ErrorBody), (status = 503, description = "Knowledge is not served, or the embedding route has no available target", body = ErrorBody)))]
+#[utoipa::path(get, path = "/v1/collections/{name}/documents", params(("name" = String, Path, description = "Collection name"), ("after" = Option<String>, Query, description = "The last id of the previous page"), ("limit" = Option<u32>, Query, description = "1 to 500, default 100")), responses((status = 200, body = DocumentList), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 502, body = ErrorBody), (status = 503, description = "Knowledge is not served, or the embedding route has no available target", body = ErrorBody)))]
 pub async fn list_documents(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiPath(collection): ApiPath<String>,
     ApiQuery(page): ApiQuery<DocumentPage>,
 ) -> Result<Json<DocumentList>, ApiError> {
-    caller.require_installation()?;
+    caller.require_operator()?;
     let limit = page.limit.unwrap_or(100);
     if !(1..=500).contains(&limit) {
         return Err(ApiError::new(
@@ -176,40 +193,46 @@ pub async fn list_documents(
     }
     Ok(Json(
         service(&state)?
-            .list_documents(&collection, page.after.as_deref(), limit)
+            .list_documents(&key(&caller, collection), page.after.as_deref(), limit)
             .await?,
     ))
 }
 
-#[utoipa::path(get, path = "/v1/collections/{name}/documents/{id}", params(("name" = String, Path, description = "Collection name"), ("id" = String, Path, description = "Document id (one path segment, percent-encoded)")), responses((status = 200, description = "The document with its text and chunks", body = DocumentText), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 502, body = ErrorBody), (status = 503, description = "Knowledge is not served, or the embedding route has no available target", body = ErrorBody)))]
+#[utoipa::path(get, path = "/v1/collections/{name}/documents/{id}", params(("name" = String, Path, description = "Collection name"), ("id" = String, Path, description = "Document id (one path segment, percent-encoded)")), responses((status = 200, description = "The document with its text and chunks", body = DocumentText), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 502, body = ErrorBody), (status = 503, description = "Knowledge is not served, or the embedding route has no available target", body = ErrorBody)))]
 pub async fn get_document(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiPath((collection, id)): ApiPath<(String, String)>,
 ) -> Result<Json<DocumentText>, ApiError> {
-    caller.require_installation()?;
-    Ok(Json(service(&state)?.get_document(&collection, &id).await?))
+    caller.require_operator()?;
+    Ok(Json(
+        service(&state)?
+            .get_document(&key(&caller, collection), &id)
+            .await?,
+    ))
 }
 
-#[utoipa::path(delete, path = "/v1/collections/{name}/documents/{id}", params(("name" = String, Path, description = "Collection name"), ("id" = String, Path, description = "Document id (one path segment, percent-encoded)")), responses((status = 204, description = "Deleted"), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 502, body = ErrorBody), (status = 503, description = "Knowledge is not served, or the embedding route has no available target", body = ErrorBody)))]
+#[utoipa::path(delete, path = "/v1/collections/{name}/documents/{id}", params(("name" = String, Path, description = "Collection name"), ("id" = String, Path, description = "Document id (one path segment, percent-encoded)")), responses((status = 204, description = "Deleted"), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 502, body = ErrorBody), (status = 503, description = "Knowledge is not served, or the embedding route has no available target", body = ErrorBody)))]
 pub async fn delete_document(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiPath((collection, id)): ApiPath<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
-    caller.require_installation()?;
-    service(&state)?.delete_document(&collection, &id).await?;
+    caller.require_operator()?;
+    service(&state)?
+        .delete_document(&key(&caller, collection), &id)
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[utoipa::path(post, path = "/v1/collections/{name}/query", params(("name" = String, Path, description = "Collection name")), request_body(content = Object, description = "`{\"query\", \"top_k\"?, \"mode\"?, \"filter\"?}` (docs/knowledge.md)"), responses((status = 200, body = QueryAnswer), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 502, body = ErrorBody), (status = 503, description = "Knowledge is not served, or the embedding route has no available target", body = ErrorBody)))]
+#[utoipa::path(post, path = "/v1/collections/{name}/query", params(("name" = String, Path, description = "Collection name")), request_body(content = Object, description = "`{\"query\", \"top_k\"?, \"mode\"?, \"filter\"?}` (docs/knowledge.md)"), responses((status = 200, body = QueryAnswer), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 502, body = ErrorBody), (status = 503, description = "Knowledge is not served, or the embedding route has no available target", body = ErrorBody)))]
 pub async fn query(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiPath(collection): ApiPath<String>,
     ApiJson(body): ApiJson<Value>,
 ) -> Result<Json<QueryAnswer>, ApiError> {
-    caller.require_installation()?;
+    caller.require_operator()?;
     if !body.is_object() {
         return Err(ApiError::new(
             ErrorCode::InvalidSearch,
@@ -218,7 +241,7 @@ pub async fn query(
     }
     Ok(Json(
         service(&state)?
-            .query(&collection, body, caller.limits_key())
+            .query(&key(&caller, collection), body, caller.limits_key())
             .await?,
     ))
 }

@@ -243,7 +243,7 @@ pub fn router_with(state: AppState, extra: Router<AppState>) -> Router {
         )
         .route(
             "/v1/projects/{project}",
-            get(rest::projects::get_project).patch(rest::projects::set_project_budget),
+            get(rest::projects::get_project).patch(rest::project_settings::set_project),
         )
         .route(
             "/v1/projects/{project}/keys",

@@ -96,7 +96,7 @@ impl Modify for BearerAuth {
         rest::projects::list_keys,
         rest::projects::rotate_key,
         rest::projects::revoke_key,
-        rest::projects::set_project_budget,
+        rest::project_settings::set_project,
         rest::projects::set_key_budget,
         rest::audit::list,
         rest::spend::spend,

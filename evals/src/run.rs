@@ -148,18 +148,20 @@ pub struct Runner {
 }
 
 impl Runner {
-    /// Records a new run of `dataset` (status `running`) and returns it with its cases.
+    /// Records a new run of `project`'s `dataset` (status `running`) and returns it with its
+    /// cases.
     pub async fn create(
         &self,
+        project: Uuid,
         dataset: &str,
         settings: &RunSettings,
     ) -> Result<(EvalRunRow, Vec<(i64, Case)>), RunError> {
         if settings.concurrency == 0 || settings.concurrency > 64 {
             return Err(RunError::Invalid("concurrency is 1 to 64".into()));
         }
-        let row = self.evals.get_dataset(dataset).await?;
+        let row = self.evals.get_dataset(project, dataset).await?;
         let mut cases = Vec::new();
-        for case in self.evals.dataset_cases(dataset).await? {
+        for case in self.evals.dataset_cases(project, dataset).await? {
             let parsed: Case = serde_json::from_value(case.body)
                 .map_err(|e| RunError::Case(case.id, e.to_string()))?;
             if self.registry.agent(&parsed.agent).is_none() {
@@ -172,6 +174,7 @@ impl Runner {
         }
         let run = EvalRunRow {
             id: Uuid::now_v7(),
+            project_id: project,
             dataset: dataset.to_string(),
             dataset_version: row.version,
             settings: serde_json::to_value(settings).unwrap_or_default(),
@@ -188,12 +191,15 @@ impl Runner {
     }
 
     /// Runs `cases` for `run`, `settings.concurrency` at a time, storing each result as it
-    /// ends and calling `progress(done, passed)`; finishes the run's row.
+    /// ends and calling `progress(done, passed)`; finishes the run's row. The cases' sessions
+    /// are the run's project's, their model calls charged to `payer` (who started the run, as
+    /// the router's limits and budgets name callers; [`EVAL_PRINCIPAL`] from the command line).
     pub async fn execute(
         &self,
         run: &EvalRunRow,
         cases: Vec<(i64, Case)>,
         settings: &RunSettings,
+        payer: &str,
         progress: impl Fn(usize, usize) + Send + Sync,
     ) -> Result<Vec<CaseResult>, RunError> {
         use futures_util::StreamExt;
@@ -204,7 +210,7 @@ impl Runner {
         // no case is left unpolled while it holds a database connection another one waits for.
         let mut stream = futures_util::stream::iter(cases)
             .map(|(position, case)| async move {
-                let result = self.run_case(run.id, &case, settings).await;
+                let result = self.run_case(run, payer, &case, settings).await;
                 let row = EvalResultRow {
                     case_id: result.case_id,
                     position,
@@ -236,7 +242,13 @@ impl Runner {
     }
 
     /// One case, start to end; whatever goes wrong is in the result, never a panic.
-    pub async fn run_case(&self, run_id: Uuid, case: &Case, settings: &RunSettings) -> CaseResult {
+    pub async fn run_case(
+        &self,
+        run: &EvalRunRow,
+        payer: &str,
+        case: &Case,
+        settings: &RunSettings,
+    ) -> CaseResult {
         let mut result = CaseResult {
             case_id: case.id,
             name: case.name.clone(),
@@ -265,7 +277,7 @@ impl Runner {
             recorded,
         });
         let ledger = Arc::new(Ledger::default());
-        let id = match self.seed(run_id, case, settings).await {
+        let id = match self.seed(run, payer, case, settings).await {
             Ok(id) => id,
             Err(error) => {
                 result.error = Some(error);
@@ -328,7 +340,8 @@ impl Runner {
     /// A new session holding the case's history and the run's overrides, tagged with the run.
     async fn seed(
         &self,
-        run_id: Uuid,
+        run: &EvalRunRow,
+        payer: &str,
         case: &Case,
         settings: &RunSettings,
     ) -> Result<Uuid, String> {
@@ -350,14 +363,14 @@ impl Runner {
                 route: settings.route.clone(),
                 system_prompt: settings.system_prompt.clone(),
             },
-            principal: Some(EVAL_PRINCIPAL.into()),
+            principal: Some(payer.to_string()),
         }
         .to_parts();
         rows.push(NewEvent::new(kind, payload));
-        let metadata = json!({ "eval": { "run": run_id, "case": case.id, "name": case.name } });
+        let metadata = json!({ "eval": { "run": run.id, "case": case.id, "name": case.name } });
         let row = stead_actors::replay::create_with_journal(
             self.sessions.as_ref(),
-            stead_persistence::DEFAULT_PROJECT,
+            run.project_id,
             &case.agent,
             metadata,
             rows,
@@ -365,7 +378,7 @@ impl Runner {
         .await
         .map_err(|e| format!("the case's session could not be made: {e}"))?;
         self.evals
-            .tag_eval_session(row.id, run_id)
+            .tag_eval_session(row.id, run.id)
             .await
             .map_err(|e| format!("the case's session could not be tagged: {e}"))?;
         Ok(row.id)

@@ -56,6 +56,8 @@ impl EvalStatus {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct EvalRunRow {
     pub id: Uuid,
+    /// The project whose dataset it ran; its sessions are that project's too.
+    pub project_id: Uuid,
     pub dataset: String,
     pub dataset_version: i64,
     pub settings: Value,

@@ -6,10 +6,29 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use uuid::Uuid;
+
+/// What names a collection: its project and its name, unique within the project
+/// (docs/tenancy.md).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CollectionKey {
+    pub project: Uuid,
+    pub name: String,
+}
+
+impl CollectionKey {
+    pub fn new(project: Uuid, name: impl Into<String>) -> Self {
+        CollectionKey {
+            project,
+            name: name.into(),
+        }
+    }
+}
 
 /// A collection as stored.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CollectionRow {
+    pub project_id: Uuid,
     pub name: String,
     /// The route its texts and queries are embedded through.
     pub embedding_route: String,
@@ -45,7 +64,7 @@ pub struct NewChunk {
 /// A document to write in place of any document of the same id.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PutDocument {
-    pub collection: String,
+    pub collection: CollectionKey,
     pub id: String,
     pub text: String,
     pub metadata: Value,
@@ -94,7 +113,7 @@ pub struct CollectionChunks {
 /// New embeddings for every chunk of a collection (a re-embed with another model).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Reembedding {
-    pub collection: String,
+    pub collection: CollectionKey,
     /// The version the embeddings were computed from; a collection changed since is left
     /// alone ([`crate::Error::Stale`]).
     pub from_version: i64,

@@ -38,8 +38,8 @@ use serde_json::Value;
 pub use error::{Error, Result};
 pub use group_commit::JournalStats;
 pub use knowledge::{
-    ChunkRow, CollectionChunks, CollectionRow, DocumentRow, NewChunk, PutDocument, PutOutcome,
-    Reembedding,
+    ChunkRow, CollectionChunks, CollectionKey, CollectionRow, DocumentRow, NewChunk, PutDocument,
+    PutOutcome, Reembedding,
 };
 pub use schedules::{ScheduleOwner, ScheduleQuery, ScheduleRow};
 pub use tenancy::{Scope, DEFAULT_PROJECT};

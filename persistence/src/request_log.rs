@@ -23,6 +23,8 @@ pub struct RequestLogQuery {
     pub until: Option<DateTime<Utc>>,
     /// `(key, value)`: the metadata entry `key`, as text, equals `value`.
     pub metadata: Option<(String, String)>,
+    /// Only the calls charged within a project (`None`: every row, the installation's view).
+    pub scope: Option<SpendScope>,
     /// Page size; clamped to `1..=MAX_LOG_PAGE` (default 100).
     pub limit: u32,
     /// The previous page's `next_cursor`.

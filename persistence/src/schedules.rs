@@ -14,23 +14,45 @@ use uuid::Uuid;
 pub enum ScheduleOwner {
     /// Delivers its message to this session.
     Session(Uuid),
-    /// Each occurrence starts a new session of this agent.
-    Agent(String),
+    /// Each occurrence starts a new session of this agent in this project: a project's
+    /// schedule keys are its own (docs/tenancy.md).
+    Agent { project: Uuid, name: String },
 }
 
 impl ScheduleOwner {
-    /// The `owner` column: the session's id, or `agent:{name}`.
+    /// The default project's (the installation's) schedule of agent `name`.
+    pub fn installation_agent(name: impl Into<String>) -> Self {
+        ScheduleOwner::Agent {
+            project: crate::DEFAULT_PROJECT,
+            name: name.into(),
+        }
+    }
+
+    /// The `owner` column, which with the key names the row: the session's id;
+    /// `agent:{name}` for the default project's agents (as before projects);
+    /// `agent:{project id}:{name}` for another project's.
     pub fn column(&self) -> String {
         match self {
             ScheduleOwner::Session(id) => id.to_string(),
-            ScheduleOwner::Agent(name) => format!("agent:{name}"),
+            ScheduleOwner::Agent { project, name } if *project == crate::DEFAULT_PROJECT => {
+                format!("agent:{name}")
+            }
+            ScheduleOwner::Agent { project, name } => format!("agent:{project}:{name}"),
         }
     }
 
     pub fn session_id(&self) -> Option<Uuid> {
         match self {
             ScheduleOwner::Session(id) => Some(*id),
-            ScheduleOwner::Agent(_) => None,
+            ScheduleOwner::Agent { .. } => None,
+        }
+    }
+
+    /// An agent's schedule's project (a session's follows its session).
+    pub fn project(&self) -> Option<Uuid> {
+        match self {
+            ScheduleOwner::Session(_) => None,
+            ScheduleOwner::Agent { project, .. } => Some(*project),
         }
     }
 }
@@ -56,7 +78,7 @@ pub struct ScheduleQuery {
     /// Only rows due at or before this instant.
     pub due_before: Option<DateTime<Utc>>,
     pub session_id: Option<Uuid>,
-    /// Only an agent's own schedules (not its sessions').
+    /// Only an agent's own schedules (not its sessions'), of every project in scope.
     pub agent: Option<String>,
     /// Page size, clamped to `1..=MAX_PAGE`.
     pub limit: u32,

@@ -82,6 +82,39 @@ impl ProjectRow {
                 .and_then(Value::as_i64),
         })
     }
+
+    /// The installation's agents the project may use (`None`: all of them), from its settings.
+    pub fn allowed_agents(&self) -> Option<Vec<String>> {
+        self.list("agents")
+    }
+
+    /// The installation's routes the project may use (`None`: all of them).
+    pub fn allowed_routes(&self) -> Option<Vec<String>> {
+        self.list("routes")
+    }
+
+    fn list(&self, name: &str) -> Option<Vec<String>> {
+        let items = self.settings.get(name)?.as_array()?;
+        Some(
+            items
+                .iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect(),
+        )
+    }
+
+    /// Its settings with the list `name` (`agents`, `routes`) set (`None`: everything allowed).
+    pub fn settings_with_list(&self, name: &str, list: Option<&[String]>) -> Value {
+        let mut settings = match &self.settings {
+            Value::Object(map) => map.clone(),
+            _ => serde_json::Map::new(),
+        };
+        settings.insert(
+            name.into(),
+            list.map_or(Value::Null, |items| Value::from(items.to_vec())),
+        );
+        Value::Object(settings)
+    }
 }
 
 /// What a virtual key may do in its project.

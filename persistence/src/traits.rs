@@ -54,26 +54,34 @@ impl<T> SessionStore for T where
 /// Evaluation datasets, their cases, runs and results (docs/evals.md).
 #[async_trait]
 pub trait Evals: Send + Sync {
-    /// A new, empty dataset; [`Error::Exists`] when the name is taken.
-    async fn create_dataset(&self, name: &str) -> Result<crate::evals::DatasetRow>;
+    /// A new, empty dataset of `project` (names are unique within a project);
+    /// [`Error::Exists`] when the name is taken there.
+    async fn create_dataset(&self, project: Uuid, name: &str) -> Result<crate::evals::DatasetRow>;
 
-    async fn get_dataset(&self, name: &str) -> Result<crate::evals::DatasetRow>;
+    /// [`Error::NotFound`] when the project has no such dataset.
+    async fn get_dataset(&self, project: Uuid, name: &str) -> Result<crate::evals::DatasetRow>;
 
-    async fn list_datasets(&self) -> Result<Vec<crate::evals::DatasetRow>>;
+    /// The project's datasets, by name.
+    async fn list_datasets(&self, project: Uuid) -> Result<Vec<crate::evals::DatasetRow>>;
 
     /// Removes the dataset and its cases (runs and their results stay); whether it existed.
-    async fn delete_dataset(&self, name: &str) -> Result<bool>;
+    async fn delete_dataset(&self, project: Uuid, name: &str) -> Result<bool>;
 
     /// Appends cases (id, body) after the dataset's last, in one transaction, and moves its
     /// version.
     async fn add_cases(
         &self,
+        project: Uuid,
         dataset: &str,
         cases: &[(Uuid, Value)],
     ) -> Result<crate::evals::DatasetRow>;
 
     /// The dataset's cases in order.
-    async fn dataset_cases(&self, dataset: &str) -> Result<Vec<crate::evals::CaseRow>>;
+    async fn dataset_cases(
+        &self,
+        project: Uuid,
+        dataset: &str,
+    ) -> Result<Vec<crate::evals::CaseRow>>;
 
     async fn create_eval_run(&self, run: &crate::evals::EvalRunRow) -> Result<()>;
 
@@ -89,9 +97,10 @@ pub trait Evals: Send + Sync {
 
     async fn get_eval_run(&self, run: Uuid) -> Result<crate::evals::EvalRunRow>;
 
-    /// Runs, newest first, of one dataset or all.
+    /// The project's runs, newest first, of one dataset or all.
     async fn list_eval_runs(
         &self,
+        project: Uuid,
         dataset: Option<&str>,
         limit: u32,
     ) -> Result<Vec<crate::evals::EvalRunRow>>;
@@ -462,18 +471,18 @@ pub trait Knowledge: Send + Sync {
     /// One with another route is [`crate::Error::Exists`].
     async fn create_collection(
         &self,
-        name: &str,
+        key: &crate::CollectionKey,
         embedding_route: &str,
     ) -> Result<(crate::CollectionRow, bool)>;
 
-    /// [`crate::Error::NotFound`] when there is none.
-    async fn get_collection(&self, name: &str) -> Result<crate::CollectionRow>;
+    /// [`crate::Error::NotFound`] when there is none (in that project).
+    async fn get_collection(&self, key: &crate::CollectionKey) -> Result<crate::CollectionRow>;
 
-    /// Every collection, by name.
-    async fn list_collections(&self) -> Result<Vec<crate::CollectionRow>>;
+    /// Every collection of the project, by name.
+    async fn list_collections(&self, project: Uuid) -> Result<Vec<crate::CollectionRow>>;
 
     /// Removes the collection with its documents and chunks; whether there was one.
-    async fn delete_collection(&self, name: &str) -> Result<bool>;
+    async fn delete_collection(&self, key: &crate::CollectionKey) -> Result<bool>;
 
     /// Writes the document in place of any of the same id, in one transaction: the
     /// collection's model is set by its first document, and a document of another model is
@@ -482,12 +491,12 @@ pub trait Knowledge: Send + Sync {
     async fn put_document(&self, put: crate::PutDocument) -> Result<crate::PutOutcome>;
 
     /// Removes a document and its chunks; whether there was one.
-    async fn delete_document(&self, collection: &str, id: &str) -> Result<bool>;
+    async fn delete_document(&self, collection: &crate::CollectionKey, id: &str) -> Result<bool>;
 
     /// Documents by id, after `after`, at most `limit`.
     async fn list_documents(
         &self,
-        collection: &str,
+        collection: &crate::CollectionKey,
         after: Option<&str>,
         limit: u32,
     ) -> Result<Vec<crate::DocumentRow>>;
@@ -495,12 +504,15 @@ pub trait Knowledge: Send + Sync {
     /// A document with its text and its chunks' texts, in order.
     async fn get_document(
         &self,
-        collection: &str,
+        collection: &crate::CollectionKey,
         id: &str,
     ) -> Result<(crate::DocumentRow, String, Vec<String>)>;
 
     /// Every chunk of the collection with its embedding, as of one version.
-    async fn collection_chunks(&self, collection: &str) -> Result<crate::CollectionChunks>;
+    async fn collection_chunks(
+        &self,
+        collection: &crate::CollectionKey,
+    ) -> Result<crate::CollectionChunks>;
 
     /// Replaces every chunk's embedding and the collection's model, in one transaction, when
     /// the collection is still at `from_version` (else [`crate::Error::Stale`]).

@@ -113,6 +113,9 @@ impl Caller {
 
 pub struct SessionDeps {
     pub session_id: Uuid,
+    /// The project the session belongs to: what its tools may reach (a knowledge tool reads
+    /// this project's collections).
+    pub project: Uuid,
     /// The lease this activation holds: every journal write is fenced by its epoch.
     pub lease: stead_persistence::Lease,
     pub agent: Arc<Agent>,

@@ -152,6 +152,7 @@ impl Shared {
         let deps = SessionDeps {
             lease: lease.clone(),
             session_id: id,
+            project: row.project_id,
             agent,
             store: self.store.clone(),
             model: self.model.clone(),

@@ -160,7 +160,7 @@ impl Scheduler {
         for row in rows {
             match row.owner {
                 ScheduleOwner::Session(id) => sessions.entry(id).or_default().push(row),
-                ScheduleOwner::Agent(_) => agents.push(row),
+                ScheduleOwner::Agent { .. } => agents.push(row),
             }
         }
         {
@@ -394,14 +394,16 @@ async fn start_occurrence(
             return Err(Woken::Nothing);
         }
     };
-    let id = occurrence_session(&row.agent, &row.key, record.created_at, firing.due_at);
+    let id = occurrence_session(&row.owner, &row.key, record.created_at, firing.due_at);
     let metadata = serde_json::json!({
         "schedule": { "key": row.key, "due_at": firing.due_at, "missed": firing.missed }
     });
     let new = NewSession {
-        // Agents' schedules are the installation's (the default project) until projects own
-        // them (docs/tenancy.md).
-        project_id: stead_persistence::DEFAULT_PROJECT,
+        // The schedule's project: whoever made it there reads the sessions it starts.
+        project_id: row
+            .owner
+            .project()
+            .unwrap_or(stead_persistence::DEFAULT_PROJECT),
         id: Some(id),
         agent: row.agent.clone(),
         metadata,

@@ -61,6 +61,7 @@ impl Live {
         };
         let context = ToolContext {
             session_id: self.deps.session_id,
+            project: self.deps.project,
             call_id: call_id.clone(),
             idempotency_key,
             cancel: cancel.clone(),

@@ -8,7 +8,7 @@ use stead_http::views::{
     QueryHit, StoredDocument,
 };
 use stead_http::ApiError;
-use stead_persistence::PutOutcome;
+use stead_persistence::{CollectionKey, PutOutcome};
 
 use super::{store_error, Knowledge};
 
@@ -16,42 +16,47 @@ use super::{store_error, Knowledge};
 impl KnowledgeApi for Knowledge {
     async fn create_collection(
         &self,
-        name: &str,
+        key: &CollectionKey,
         embedding_route: Option<&str>,
     ) -> Result<(CollectionView, bool), ApiError> {
-        let (row, created) = Knowledge::create_collection(self, name, embedding_route).await?;
+        let (row, created) = Knowledge::create_collection(self, key, embedding_route).await?;
         Ok(((&row).into(), created))
     }
 
-    async fn list_collections(&self) -> Result<CollectionList, ApiError> {
-        let rows = self.store().list_collections().await.map_err(store_error)?;
+    async fn list_collections(&self, project: uuid::Uuid) -> Result<CollectionList, ApiError> {
+        let rows = self
+            .store()
+            .list_collections(project)
+            .await
+            .map_err(store_error)?;
         Ok(CollectionList {
             collections: rows.iter().map(CollectionView::from).collect(),
         })
     }
 
-    async fn get_collection(&self, name: &str) -> Result<CollectionView, ApiError> {
-        Ok((&self.collection(name).await?).into())
+    async fn get_collection(&self, key: &CollectionKey) -> Result<CollectionView, ApiError> {
+        Ok((&self.collection(key).await?).into())
     }
 
-    async fn delete_collection(&self, name: &str) -> Result<(), ApiError> {
+    async fn delete_collection(&self, key: &CollectionKey) -> Result<(), ApiError> {
         if self
             .store()
-            .delete_collection(name)
+            .delete_collection(key)
             .await
             .map_err(store_error)?
         {
             Ok(())
         } else {
             Err(store_error(stead_persistence::Error::NotFound(format!(
-                "collection `{name}`"
+                "collection `{}`",
+                key.name
             ))))
         }
     }
 
     async fn put_document(
         &self,
-        collection: &str,
+        collection: &CollectionKey,
         id: &str,
         text: &str,
         metadata: Option<Value>,
@@ -74,7 +79,7 @@ impl KnowledgeApi for Knowledge {
 
     async fn list_documents(
         &self,
-        collection: &str,
+        collection: &CollectionKey,
         after: Option<&str>,
         limit: u32,
     ) -> Result<DocumentList, ApiError> {
@@ -92,7 +97,11 @@ impl KnowledgeApi for Knowledge {
         })
     }
 
-    async fn get_document(&self, collection: &str, id: &str) -> Result<DocumentText, ApiError> {
+    async fn get_document(
+        &self,
+        collection: &CollectionKey,
+        id: &str,
+    ) -> Result<DocumentText, ApiError> {
         let (row, text, chunk_texts) = self
             .store()
             .get_document(collection, id)
@@ -105,7 +114,7 @@ impl KnowledgeApi for Knowledge {
         })
     }
 
-    async fn delete_document(&self, collection: &str, id: &str) -> Result<(), ApiError> {
+    async fn delete_document(&self, collection: &CollectionKey, id: &str) -> Result<(), ApiError> {
         if self
             .store()
             .delete_document(collection, id)
@@ -115,14 +124,15 @@ impl KnowledgeApi for Knowledge {
             Ok(())
         } else {
             Err(store_error(stead_persistence::Error::NotFound(format!(
-                "document `{id}` in collection `{collection}`"
+                "document `{id}` in collection `{}`",
+                collection.name
             ))))
         }
     }
 
     async fn query(
         &self,
-        collection: &str,
+        collection: &CollectionKey,
         body: Value,
         api_key: Option<String>,
     ) -> Result<QueryAnswer, ApiError> {
@@ -139,7 +149,7 @@ impl KnowledgeApi for Knowledge {
         )
         .await?;
         Ok(QueryAnswer {
-            collection: collection.to_string(),
+            collection: collection.name.clone(),
             mode: mode.as_str().to_string(),
             results: hits
                 .into_iter()

@@ -282,6 +282,7 @@ mod tests {
     fn index(rows: &[(&str, &str, [f32; 2], Value)]) -> Index {
         Index::build(CollectionChunks {
             collection: CollectionRow {
+                project_id: stead_persistence::DEFAULT_PROJECT,
                 name: "c".into(),
                 embedding_route: "embed".into(),
                 model: Some("m".into()),

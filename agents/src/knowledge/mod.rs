@@ -20,7 +20,9 @@ use serde_json::{json, Value};
 use sha2::Digest;
 use stead_config::KnowledgeConfig;
 use stead_http::{ApiError, ErrorCode};
-use stead_persistence::{CollectionRow, NewChunk, PutDocument, PutOutcome, Reembedding};
+use stead_persistence::{
+    CollectionKey, CollectionRow, NewChunk, PutDocument, PutOutcome, Reembedding,
+};
 use stead_router::{CallOptions, EmbedRequest, Router};
 
 use index::{Index, Ranked};
@@ -47,7 +49,7 @@ pub struct Knowledge {
     store: Arc<dyn stead_persistence::Knowledge>,
     router: Arc<Router>,
     config: KnowledgeConfig,
-    indexes: Mutex<HashMap<String, Arc<Index>>>,
+    indexes: Mutex<HashMap<CollectionKey, Arc<Index>>>,
     /// Held while an index is (re)built, so that concurrent queries build it once.
     building: tokio::sync::Mutex<()>,
 }
@@ -157,10 +159,10 @@ impl Knowledge {
 
     pub async fn create_collection(
         &self,
-        name: &str,
+        key: &CollectionKey,
         route: Option<&str>,
     ) -> Result<(CollectionRow, bool), ApiError> {
-        check_name(name)?;
+        check_name(&key.name)?;
         let route = route.unwrap_or(&self.config.embedding_route);
         if !self.router.route_names().iter().any(|r| r == route) {
             return Err(invalid(
@@ -169,13 +171,13 @@ impl Knowledge {
             ));
         }
         self.store
-            .create_collection(name, route)
+            .create_collection(key, route)
             .await
             .map_err(store_error)
     }
 
-    pub async fn collection(&self, name: &str) -> Result<CollectionRow, ApiError> {
-        self.store.get_collection(name).await.map_err(store_error)
+    pub async fn collection(&self, key: &CollectionKey) -> Result<CollectionRow, ApiError> {
+        self.store.get_collection(key).await.map_err(store_error)
     }
 
     /// Embeds `texts` through `route`, in calls of [`EMBED_BATCH`] charged as `charge` says
@@ -222,7 +224,7 @@ impl Knowledge {
     /// write nothing and embed nothing.
     pub async fn put_document(
         &self,
-        collection: &str,
+        collection: &CollectionKey,
         id: &str,
         text: &str,
         metadata: Option<Value>,
@@ -271,7 +273,7 @@ impl Knowledge {
             )
             .await?;
         let put = PutDocument {
-            collection: collection.to_string(),
+            collection: collection.clone(),
             id: id.to_string(),
             text: text.to_string(),
             metadata,
@@ -287,7 +289,7 @@ impl Knowledge {
     }
 
     /// The collection's index at its stored version (built again when that moved).
-    pub async fn index(&self, collection: &str) -> Result<Arc<Index>, ApiError> {
+    pub async fn index(&self, collection: &CollectionKey) -> Result<Arc<Index>, ApiError> {
         let row = self.collection(collection).await?;
         if let Some(index) = self.cached(collection, row.version) {
             return Ok(index);
@@ -309,11 +311,11 @@ impl Knowledge {
         self.indexes
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(collection.to_string(), index.clone());
+            .insert(collection.clone(), index.clone());
         Ok(index)
     }
 
-    fn cached(&self, collection: &str, version: i64) -> Option<Arc<Index>> {
+    fn cached(&self, collection: &CollectionKey, version: i64) -> Option<Arc<Index>> {
         let indexes = self.indexes.lock().unwrap_or_else(PoisonError::into_inner);
         indexes
             .get(collection)
@@ -330,7 +332,7 @@ impl Knowledge {
     /// says.
     pub async fn query(
         &self,
-        collection: &str,
+        collection: &CollectionKey,
         query: Query,
         charge: &CallOptions,
     ) -> Result<Vec<Hit>, ApiError> {
@@ -339,7 +341,8 @@ impl Knowledge {
             return Err(invalid(
                 ErrorCode::UnknownFilterField,
                 format!(
-                    "no document of collection `{collection}` has the metadata field `{field}`"
+                    "no document of collection `{}` has the metadata field `{field}`",
+                    collection.name
                 ),
             ));
         }
@@ -352,8 +355,9 @@ impl Knowledge {
                     return Err(invalid(
                         ErrorCode::WrongDimension,
                         format!(
-                            "the vector has {} dimensions; collection `{collection}` holds {}",
+                            "the vector has {} dimensions; collection `{}` holds {}",
                             vector.len(),
+                            collection.name,
                             index.dimension
                         ),
                     ));
@@ -420,7 +424,7 @@ impl Knowledge {
     /// (`embedding_mismatch`: run it again).
     pub async fn reembed(
         &self,
-        collection: &str,
+        collection: &CollectionKey,
         route: Option<&str>,
         progress: &(dyn Fn(usize, usize) + Send + Sync),
     ) -> Result<CollectionRow, ApiError> {
@@ -459,7 +463,7 @@ impl Knowledge {
         }
         self.store
             .reembed_collection(Reembedding {
-                collection: collection.to_string(),
+                collection: collection.clone(),
                 from_version: loaded.collection.version,
                 embedding_route: route,
                 model,

@@ -94,8 +94,10 @@ impl Tool for KnowledgeTool {
                 filter: Default::default(),
                 mode: self.mode,
             };
+            // The session's project decides which collection the configured name means.
+            let key = stead_persistence::CollectionKey::new(context.project, collection.clone());
             let found = service
-                .query(collection, query, &charge)
+                .query(&key, query, &charge)
                 .await
                 .map_err(|e| ToolError(format!("{collection}: {}", e.message)))?;
             hits.extend(found.into_iter().map(|h| (collection.clone(), h)));

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use stead_persistence::tenancy::{Budget, KeyRow, ProjectRow};
-use stead_router::{BudgetDirectory, BudgetLimit, LedgerError, NO_RESET};
+use stead_router::{BudgetDirectory, BudgetLimit, KeyRates, LedgerError, NO_RESET};
 use uuid::Uuid;
 
 use super::VirtualKeys;
@@ -64,6 +64,23 @@ impl VirtualKeys {
 
 #[async_trait::async_trait]
 impl BudgetDirectory for VirtualKeys {
+    /// A virtual key's own `rpm` and `tpm` (through the node's key cache).
+    async fn rates(&self, api_key: &str) -> Result<KeyRates, LedgerError> {
+        let Some(id) = api_key
+            .strip_prefix("key:")
+            .and_then(|id| Uuid::try_parse(id).ok())
+        else {
+            return Ok(KeyRates::default());
+        };
+        Ok(match self.key(id).await? {
+            Some(key) => KeyRates {
+                requests_per_min: key.rpm.and_then(|n| u32::try_from(n).ok()),
+                tokens_per_min: key.tpm.and_then(|n| u64::try_from(n).ok()),
+            },
+            None => KeyRates::default(),
+        })
+    }
+
     async fn budgets(&self, api_key: &str) -> Result<Vec<BudgetLimit>, LedgerError> {
         // A project's signed-in people (`user:{project}:{name}`) spend from its budget.
         if let Some(project) = api_key

@@ -38,8 +38,10 @@ pub struct ProjectKey {
     pub id: Uuid,
     pub project: Uuid,
     pub role: KeyRole,
-    /// The routes it may call (`None`: all that its project may).
+    /// The routes it may call: its own list narrowed by its project's (`None`: every route).
     pub routes: Option<Vec<String>>,
+    /// The agents its project allows (`None`: every configured agent).
+    pub agents: Option<Vec<String>>,
     /// When it stops working (a key it makes may not outlive it).
     pub expires_at: Option<chrono::DateTime<chrono::Utc>>,
     /// Its secret's SHA-256, to look it up again while a WebSocket it opened stays open.
@@ -163,6 +165,7 @@ impl VirtualKeys {
             project: row.project_id,
             role: row.role,
             routes: row.routes.clone(),
+            agents: None,
             expires_at: row.expires_at,
             digest,
         }))
@@ -228,9 +231,8 @@ const GATEWAY_PATHS: [&str; 5] = [
     "/v1/models",
 ];
 
-/// What no project's key may call: what spans projects (the cluster, making projects) and what
-/// projects do not own yet (knowledge collections, evaluation datasets and runs, agents'
-/// schedules, the gateway's request log: docs/tenancy.md). Checked before the request's body is
+/// What no project's key may call: what spans projects (the cluster, the metrics, the MCP
+/// servers' state, making projects and setting their budgets: docs/tenancy.md). Checked before the request's body is
 /// read; each handler checks again.
 fn installation_only(method: &axum::http::Method, path: &str) -> bool {
     let under = |prefix: &str| path == prefix || path.starts_with(&format!("{prefix}/"));
@@ -241,18 +243,9 @@ fn installation_only(method: &axum::http::Method, path: &str) -> bool {
         && method == axum::http::Method::PATCH;
     project_budget
         || (path == "/v1/projects" && method == axum::http::Method::POST)
-        || [
-            "/metrics",
-            "/v1/cluster",
-            "/v1/collections",
-            "/v1/datasets",
-            "/v1/evals",
-            "/v1/gateway",
-            "/v1/mcp/servers",
-        ]
-        .iter()
-        .any(|prefix| under(prefix))
-        || (path.starts_with("/v1/agents/") && path.contains("/schedules"))
+        || ["/metrics", "/v1/cluster", "/v1/mcp/servers"]
+            .iter()
+            .any(|prefix| under(prefix))
 }
 
 impl ProjectKey {
@@ -326,6 +319,7 @@ mod tests {
             project: Uuid::now_v7(),
             role,
             routes: None,
+            agents: None,
             expires_at: None,
             digest: [0; 32],
         }
@@ -346,13 +340,20 @@ mod tests {
             ("POST", "/v1/chat/completions", [true, true, false, true]),
             ("GET", "/v1/models", [true, true, true, true]),
             ("POST", "/v1/projects", [false, false, false, false]),
-            ("GET", "/v1/collections/docs", [false, false, false, false]),
-            ("GET", "/v1/gateway/logs", [false, false, false, false]),
+            ("GET", "/v1/collections/docs", [true, true, true, false]),
+            (
+                "PUT",
+                "/v1/collections/docs/documents/a",
+                [true, true, false, false],
+            ),
+            ("GET", "/v1/gateway/logs", [true, true, true, false]),
+            ("POST", "/v1/evals", [true, true, false, false]),
+            ("GET", "/v1/datasets/d", [true, true, true, false]),
             ("GET", "/metrics", [false, false, false, false]),
             (
                 "POST",
                 "/v1/agents/ops/schedules",
-                [false, false, false, false],
+                [true, true, false, false],
             ),
             ("GET", "/v1/agents", [true, true, true, false]),
             ("PATCH", "/v1/projects/p", [false, false, false, false]),

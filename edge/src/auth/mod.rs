@@ -19,6 +19,7 @@ use uuid::Uuid;
 use crate::{ApiError, AppState, ErrorCode};
 use host::{host_name, is_loopback_name};
 
+mod allowed;
 pub mod budgets;
 mod host;
 pub mod keys;
@@ -391,7 +392,7 @@ pub async fn authenticate_presented(
             if let Principal::ProjectKey(key) = &principal {
                 key.require_role(method, path)?;
             }
-            Ok(principal)
+            state.keys.narrowed(principal).await
         }
         // An identity provider's access token (`[server.oidc]`).
         Some(token) if oidc::looks_like_jwt(token) => match &state.oidc {
@@ -400,7 +401,7 @@ pub async fn authenticate_presented(
                 if user.project.is_some() {
                     keys::require_role(user.role, method, path)?;
                 }
-                Ok(Principal::User(user))
+                state.keys.narrowed(Principal::User(user)).await
             }
             None => state.auth.authenticate(credential),
         },

@@ -61,6 +61,10 @@ pub struct User {
     pub role: KeyRole,
     /// When the token stops being valid (Unix seconds).
     pub expires_at: i64,
+    /// The routes and agents their project allows (`None`: all; set when the request is
+    /// authenticated, docs/tenancy.md).
+    pub routes: Option<Vec<String>>,
+    pub agents: Option<Vec<String>>,
 }
 
 /// The provider's keys, as last fetched.
@@ -236,6 +240,8 @@ impl Oidc {
                 project: None,
                 role: KeyRole::Admin,
                 expires_at,
+                routes: None,
+                agents: None,
             });
         }
         let project_name = rule.project.clone().unwrap_or_default();
@@ -254,6 +260,8 @@ impl Oidc {
                 .and_then(KeyRole::parse)
                 .unwrap_or(KeyRole::Member),
             expires_at,
+            routes: None,
+            agents: None,
         })
     }
 

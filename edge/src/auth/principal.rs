@@ -65,13 +65,33 @@ impl Principal {
         self.confined_to().unwrap_or(DEFAULT_PROJECT)
     }
 
-    /// Whether the caller may call the route (a key may be limited to some).
+    /// Whether the caller may call the route (a key may be limited to some, and a project to
+    /// some: docs/tenancy.md).
     pub fn may_use_route(&self, route: &str) -> bool {
         match self {
             Principal::ProjectKey(ProjectKey {
                 routes: Some(routes),
                 ..
+            })
+            | Principal::User(User {
+                routes: Some(routes),
+                ..
             }) => routes.iter().any(|r| r == route),
+            _ => true,
+        }
+    }
+
+    /// Whether the caller may start sessions of the agent (a project may be limited to some).
+    pub fn may_use_agent(&self, agent: &str) -> bool {
+        match self {
+            Principal::ProjectKey(ProjectKey {
+                agents: Some(agents),
+                ..
+            })
+            | Principal::User(User {
+                agents: Some(agents),
+                ..
+            }) => agents.iter().any(|a| a == agent),
             _ => true,
         }
     }

@@ -8,7 +8,7 @@ use axum::Json;
 use stead_persistence::request_log::{RequestLogQuery, StatsGroupBy, MAX_LOG_PAGE};
 use uuid::Uuid;
 
-use crate::auth::Caller;
+use crate::auth::{Caller, Principal};
 use crate::views::{ErrorBody, LogPage, LogStats};
 use crate::{ApiError, ApiQuery, AppState, ErrorCode};
 
@@ -92,7 +92,23 @@ fn log_query(params: &HashMap<String, String>) -> Result<RequestLogQuery, ApiErr
                 })?,
         },
         cursor: params.get("cursor").cloned(),
+        scope: None,
     })
+}
+
+/// The filters of the query string, narrowed to the caller's project: a project's keys and
+/// people read the calls charged within it (docs/tenancy.md), the installation every call.
+async fn scoped_query(
+    state: &AppState,
+    caller: &Principal,
+    params: &HashMap<String, String>,
+) -> Result<RequestLogQuery, ApiError> {
+    caller.require_operator()?;
+    let mut query = log_query(params)?;
+    if let Some(project) = caller.confined_to() {
+        query.scope = Some(crate::rest::spend::spend_scope(state, project).await?.0);
+    }
+    Ok(query)
 }
 
 /// The request log, newest first. Filters: `route`, `provider`, `model`, `status`,
@@ -103,8 +119,7 @@ pub async fn logs(
     Caller(caller): Caller,
     ApiQuery(params): ApiQuery<HashMap<String, String>>,
 ) -> Result<Json<LogPage>, ApiError> {
-    caller.require_installation()?;
-    let query = log_query(&params)?;
+    let query = scoped_query(&state, &caller, &params).await?;
     let page = state
         .store
         .list_request_log(&query)
@@ -124,10 +139,9 @@ pub async fn stats(
     Caller(caller): Caller,
     ApiQuery(params): ApiQuery<HashMap<String, String>>,
 ) -> Result<Json<LogStats>, ApiError> {
-    caller.require_installation()?;
     let group_by = params.get("group_by").map_or("route", String::as_str);
     let grouping: StatsGroupBy = group_by.parse().map_err(query_error)?;
-    let query = log_query(&params)?;
+    let query = scoped_query(&state, &caller, &params).await?;
     let groups = state
         .store
         .request_log_stats(&query, &grouping)

@@ -48,26 +48,18 @@ pub(crate) fn set(headers: &mut HeaderMap, name: &'static str, value: &str) {
 }
 
 /// The call's options from the caller and the request headers, for a call of `route`: a key
-/// limited to some routes finds no other (the same 404 as a route that does not exist).
+/// or a project limited to some routes finds no other (the same 404 as a route that does not
+/// exist).
 pub(crate) fn options(
     principal: &Principal,
     headers: &HeaderMap,
     route: &str,
 ) -> Result<CallOptions, ApiError> {
-    if let Principal::ProjectKey(key) = principal {
-        if let Some(routes) = key
-            .routes
-            .as_ref()
-            .filter(|r| !r.iter().any(|r| r == route))
-        {
-            return Err(ApiError::new(
-                ErrorCode::ModelNotFound,
-                format!(
-                    "no route is named `{route}` (the routes: {})",
-                    routes.join(", ")
-                ),
-            ));
-        }
+    if !principal.may_use_route(route) {
+        return Err(ApiError::new(
+            ErrorCode::ModelNotFound,
+            format!("no route is named `{route}` (GET /v1/models lists yours)"),
+        ));
     }
     let metadata = match headers.get("x-stead-metadata") {
         None => Default::default(),

@@ -1,6 +1,8 @@
 //! `/v1/agents/{agent}/schedules`: schedules that start a new session of an agent at each
-//! occurrence (operators). The due-index row is their record; the scheduler starts the
-//! occurrences (docs/schedules.md, "Schedules that start sessions").
+//! occurrence. A schedule is its caller's project's (the installation's keys: the default
+//! project's), and so are the sessions it starts (docs/tenancy.md). The due-index row is their
+//! record; the scheduler starts the occurrences (docs/schedules.md, "Schedules that start
+//! sessions").
 
 use stead_actors::agent_schedules::{plan_create, AgentSchedule};
 use stead_actors::session::SessionError;
@@ -23,29 +25,31 @@ fn view(row: &ScheduleRow, record: &AgentSchedule) -> AgentScheduleView {
     }
 }
 
-/// The agent, or 422 `unknown_agent`.
+/// The agent, or 422 `unknown_agent` (also for one the caller's project does not allow).
 fn known_agent(
     state: &AppState,
+    caller: &crate::Principal,
     agent: &str,
 ) -> Result<std::sync::Arc<stead_actors::session::Agent>, ApiError> {
     match state.sessions.agent(agent) {
-        Some(found) => Ok(found),
-        None => Err(ApiError::new(
+        Some(found) if caller.may_use_agent(agent) => Ok(found),
+        _ => Err(ApiError::new(
             ErrorCode::UnknownAgent,
             format!("no agent is named `{agent}` (see GET /v1/agents)"),
         )),
     }
 }
 
-/// The agent's own schedules (not its sessions'), by key.
+/// The agent's own schedules in `project` (not its sessions'), by key.
 async fn rows(
     state: &AppState,
+    project: uuid::Uuid,
     agent: &str,
 ) -> Result<Vec<(ScheduleRow, AgentSchedule)>, ApiError> {
     let rows = state
         .store
         .list_schedules(&ScheduleQuery {
-            scope: stead_persistence::Scope::Installation,
+            scope: stead_persistence::Scope::Project(project),
             agent: Some(agent.to_string()),
             limit: stead_persistence::MAX_PAGE,
             ..Default::default()
@@ -67,13 +71,14 @@ pub async fn create_agent_schedule(
     ApiPath(agent): ApiPath<String>,
     ApiJson(body): ApiJson<PostSchedule>,
 ) -> Result<Response, ApiError> {
-    caller.require_installation()?;
-    let found = known_agent(&state, &agent)?;
+    caller.require_operator()?;
+    let found = known_agent(&state, &caller, &agent)?;
     let (key, def, replace) = body.into_parts()?;
-    let held = rows(&state, &agent).await?;
+    let held = rows(&state, caller.project(), &agent).await?;
     let existing = held.iter().find(|(row, _)| row.key == key);
     let others = held.iter().filter(|(row, _)| row.key != key).count();
     let planned = plan_create(
+        caller.project(),
         &agent,
         &key,
         def,
@@ -110,9 +115,9 @@ pub async fn list_agent_schedules(
     Caller(caller): Caller,
     ApiPath(agent): ApiPath<String>,
 ) -> Result<Json<AgentScheduleList>, ApiError> {
-    caller.require_installation()?;
-    known_agent(&state, &agent)?;
-    let schedules = rows(&state, &agent)
+    caller.require_operator()?;
+    known_agent(&state, &caller, &agent)?;
+    let schedules = rows(&state, caller.project(), &agent)
         .await?
         .iter()
         .map(|(row, record)| view(row, record))
@@ -126,9 +131,12 @@ pub async fn cancel_agent_schedule(
     Caller(caller): Caller,
     ApiPath((agent, key)): ApiPath<(String, String)>,
 ) -> Result<Json<AgentScheduleCancelled>, ApiError> {
-    caller.require_installation()?;
-    known_agent(&state, &agent)?;
-    let owner = ScheduleOwner::Agent(agent.clone());
+    caller.require_operator()?;
+    known_agent(&state, &caller, &agent)?;
+    let owner = ScheduleOwner::Agent {
+        project: caller.project(),
+        name: agent.clone(),
+    };
     if !state.store.delete_schedule(&owner, &key).await? {
         return Err(ApiError::new(
             ErrorCode::ScheduleNotFound,

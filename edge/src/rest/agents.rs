@@ -12,6 +12,7 @@ pub async fn agents(
         .sessions
         .agents()
         .iter()
+        .filter(|agent| caller.may_use_agent(&agent.name))
         .map(|agent| AgentView {
             name: agent.name.clone(),
             route: agent.rules.route.clone(),

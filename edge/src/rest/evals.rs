@@ -1,5 +1,7 @@
 //! Evaluations over REST (docs/evals.md): datasets, cases from recorded sessions, runs and
-//! comparisons — the same engine as `stead eval` (`stead_evals::Runner`). Operators only.
+//! comparisons — the same engine as `stead eval` (`stead_evals::Runner`). Datasets and runs
+//! are their caller's project's (the installation's keys: the default project's); another
+//! project's answer 404 as missing ones do (docs/tenancy.md).
 //! A run answers 202 with its id at once and goes on in the background; `GET /v1/evals/{id}`
 //! shows its progress and each case's result as it ends.
 
@@ -84,51 +86,51 @@ fn valid_name(name: &str) -> Result<(), ApiError> {
     super::valid_name(name, 100, "dataset")
 }
 
-#[utoipa::path(post, path = "/v1/datasets", request_body = NewDataset, responses((status = 201, body = DatasetView), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, description = "Evaluations are not served here", body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
+#[utoipa::path(post, path = "/v1/datasets", request_body = NewDataset, responses((status = 201, body = DatasetView), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody), (status = 404, description = "Evaluations are not served here", body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn create_dataset(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiJson(body): ApiJson<NewDataset>,
 ) -> Result<(StatusCode, Json<DatasetView>), ApiError> {
-    caller.require_installation()?;
+    caller.require_operator()?;
     runner(&state)?;
     valid_name(&body.name)?;
     let row = state
         .store
-        .create_dataset(&body.name)
+        .create_dataset(caller.project(), &body.name)
         .await
         .map_err(|e| store_error(e, ErrorCode::DatasetNotFound))?;
     Ok((StatusCode::CREATED, Json(row.into())))
 }
 
-#[utoipa::path(get, path = "/v1/datasets", responses((status = 200, body = DatasetList), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, description = "Evaluations are not served here", body = ErrorBody)))]
+#[utoipa::path(get, path = "/v1/datasets", responses((status = 200, body = DatasetList), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody), (status = 404, description = "Evaluations are not served here", body = ErrorBody)))]
 pub async fn list_datasets(
     State(state): State<AppState>,
     Caller(caller): Caller,
 ) -> Result<Json<DatasetList>, ApiError> {
-    caller.require_installation()?;
+    caller.require_operator()?;
     runner(&state)?;
-    let rows = state.store.list_datasets().await?;
+    let rows = state.store.list_datasets(caller.project()).await?;
     Ok(Json(DatasetList {
         datasets: rows.into_iter().map(Into::into).collect(),
     }))
 }
 
-#[utoipa::path(get, path = "/v1/datasets/{name}", params(("name" = String, Path, description = "Dataset name")), responses((status = 200, body = DatasetCases), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, body = ErrorBody)))]
+#[utoipa::path(get, path = "/v1/datasets/{name}", params(("name" = String, Path, description = "Dataset name")), responses((status = 200, body = DatasetCases), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn get_dataset(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiPath(name): ApiPath<String>,
 ) -> Result<Json<DatasetCases>, ApiError> {
-    caller.require_installation()?;
+    caller.require_operator()?;
     runner(&state)?;
     let row = state
         .store
-        .get_dataset(&name)
+        .get_dataset(caller.project(), &name)
         .await
         .map_err(|e| store_error(e, ErrorCode::DatasetNotFound))?;
     let mut items = Vec::new();
-    for case in state.store.dataset_cases(&name).await? {
+    for case in state.store.dataset_cases(caller.project(), &name).await? {
         items.push(
             serde_json::from_value(case.body)
                 .map_err(|e| ApiError::internal("a stored case does not read", e))?,
@@ -224,18 +226,18 @@ fn unknown_reference(what: &str, id: Uuid) -> ApiError {
     ApiError::new(ErrorCode::InvalidRequest, format!("no {what} {id}"))
 }
 
-#[utoipa::path(post, path = "/v1/datasets/{name}/cases", params(("name" = String, Path, description = "Dataset name")), request_body = NewCase, responses((status = 201, body = CaseAdded), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
+#[utoipa::path(post, path = "/v1/datasets/{name}/cases", params(("name" = String, Path, description = "Dataset name")), request_body = NewCase, responses((status = 201, body = CaseAdded), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody), (status = 404, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn add_case(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiPath(name): ApiPath<String>,
     ApiJson(body): ApiJson<NewCase>,
 ) -> Result<(StatusCode, Json<CaseAdded>), ApiError> {
-    caller.require_installation()?;
+    caller.require_operator()?;
     runner(&state)?;
     state
         .store
-        .get_dataset(&name)
+        .get_dataset(caller.project(), &name)
         .await
         .map_err(|e| store_error(e, ErrorCode::DatasetNotFound))?;
     let (session_id, feedback) = match (body.session_id, body.feedback_id) {
@@ -270,6 +272,16 @@ pub async fn add_case(
             }
             other => other.into(),
         })?;
+    // Another project's session (or rating) reads exactly as a missing one.
+    if caller
+        .confined_to()
+        .is_some_and(|project| project != session.project_id)
+    {
+        return Err(match &feedback {
+            Some(row) => unknown_reference("feedback", row.id),
+            None => unknown_reference("session", session_id),
+        });
+    }
     let events = stead_actors::replay::read_all(state.store.as_ref(), session.id, 0).await?;
     let (at_seq, expect) = match &feedback {
         Some(row) => {
@@ -282,7 +294,10 @@ pub async fn add_case(
         .map_err(|e| ApiError::new(ErrorCode::InvalidRequest, e.to_string()))?;
     let value = serde_json::to_value(&case)
         .map_err(|e| ApiError::internal("the case does not serialize", e))?;
-    let row = state.store.add_cases(&name, &[(case.id, value)]).await?;
+    let row = state
+        .store
+        .add_cases(caller.project(), &name, &[(case.id, value)])
+        .await?;
     Ok((
         StatusCode::CREATED,
         Json(CaseAdded {
@@ -325,16 +340,16 @@ pub struct RunStarted {
     pub id: Uuid,
 }
 
-#[utoipa::path(post, path = "/v1/evals", request_body = NewRun, responses((status = 202, description = "The run goes on in this process", body = RunStarted), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
+#[utoipa::path(post, path = "/v1/evals", request_body = NewRun, responses((status = 202, description = "The run goes on in this process", body = RunStarted), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody), (status = 404, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn start_run(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiJson(body): ApiJson<NewRun>,
 ) -> Result<(StatusCode, Json<RunStarted>), ApiError> {
-    caller.require_installation()?;
+    caller.require_operator()?;
     let runner = runner(&state)?.clone();
     for route in [&body.route, &body.judge_route].into_iter().flatten() {
-        if !state.routes.contains(route) {
+        if !state.routes.contains(route) || !caller.may_use_route(route) {
             return Err(ApiError::new(
                 ErrorCode::InvalidRequest,
                 format!("no route is named `{route}`"),
@@ -353,15 +368,20 @@ pub async fn start_run(
         ..Default::default()
     };
     let (run, cases) = runner
-        .create(&body.dataset, &settings)
+        .create(caller.project(), &body.dataset, &settings)
         .await
         .map_err(|e| match e {
             stead_evals::RunError::Store(e) => store_error(e, ErrorCode::DatasetNotFound),
             other => ApiError::new(ErrorCode::InvalidRequest, other.to_string()),
         })?;
     let id = run.id;
+    // The run's sessions are charged to whoever started it, as their own sessions would be.
+    let payer = super::billed(&caller);
     tokio::spawn(async move {
-        if let Err(error) = runner.execute(&run, cases, &settings, |_, _| {}).await {
+        if let Err(error) = runner
+            .execute(&run, cases, &settings, &payer, |_, _| {})
+            .await
+        {
             tracing::warn!(run = %run.id, %error, "an evaluation run failed");
         }
     });
@@ -433,28 +453,39 @@ pub struct RunQuery {
     dataset: Option<String>,
 }
 
-#[utoipa::path(get, path = "/v1/evals", params(RunQuery), responses((status = 200, body = RunList), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, description = "Evaluations are not served here", body = ErrorBody)))]
+#[utoipa::path(get, path = "/v1/evals", params(RunQuery), responses((status = 200, body = RunList), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody), (status = 404, description = "Evaluations are not served here", body = ErrorBody)))]
 pub async fn list_runs(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiQuery(query): ApiQuery<RunQuery>,
 ) -> Result<Json<RunList>, ApiError> {
-    caller.require_installation()?;
+    caller.require_operator()?;
     runner(&state)?;
     let rows = state
         .store
-        .list_eval_runs(query.dataset.as_deref(), 100)
+        .list_eval_runs(caller.project(), query.dataset.as_deref(), 100)
         .await?;
     Ok(Json(RunList {
         runs: rows.into_iter().map(|r| RunView::of(r, None)).collect(),
     }))
 }
 
-async fn results(state: &AppState, id: Uuid) -> Result<(EvalRunRow, Vec<CaseResult>), ApiError> {
+/// A run with its results; another project's run answers exactly as a missing one.
+async fn results(
+    state: &AppState,
+    caller: &crate::Principal,
+    id: Uuid,
+) -> Result<(EvalRunRow, Vec<CaseResult>), ApiError> {
     let row = state
         .store
         .get_eval_run(id)
         .await
+        .and_then(|row| match caller.confined_to() {
+            Some(project) if project != row.project_id => Err(stead_persistence::Error::NotFound(
+                format!("no evaluation run {id}"),
+            )),
+            _ => Ok(row),
+        })
         .map_err(|e| store_error(e, ErrorCode::EvalNotFound))?;
     let mut cases = Vec::new();
     for result in state.store.eval_results(id).await? {
@@ -466,27 +497,27 @@ async fn results(state: &AppState, id: Uuid) -> Result<(EvalRunRow, Vec<CaseResu
     Ok((row, cases))
 }
 
-#[utoipa::path(get, path = "/v1/evals/{id}", params(("id" = Uuid, Path, description = "Run id")), responses((status = 200, body = RunView), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, body = ErrorBody)))]
+#[utoipa::path(get, path = "/v1/evals/{id}", params(("id" = Uuid, Path, description = "Run id")), responses((status = 200, body = RunView), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn get_run(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiPath(id): ApiPath<Uuid>,
 ) -> Result<Json<RunView>, ApiError> {
-    caller.require_installation()?;
+    caller.require_operator()?;
     runner(&state)?;
-    let (row, cases) = results(&state, id).await?;
+    let (row, cases) = results(&state, &caller, id).await?;
     Ok(Json(RunView::of(row, Some(cases))))
 }
 
-#[utoipa::path(get, path = "/v1/evals/{a}/compare/{b}", params(("a" = Uuid, Path, description = "Run A"), ("b" = Uuid, Path, description = "Run B")), responses((status = 200, description = "Both runs' figures and every case with how it flipped, regressions first (docs/evals.md)", body = Object), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Operators only", body = ErrorBody), (status = 404, body = ErrorBody)))]
+#[utoipa::path(get, path = "/v1/evals/{a}/compare/{b}", params(("a" = Uuid, Path, description = "Run A"), ("b" = Uuid, Path, description = "Run B")), responses((status = 200, description = "Both runs' figures and every case with how it flipped, regressions first (docs/evals.md)", body = Object), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn compare_runs(
     State(state): State<AppState>,
     Caller(caller): Caller,
     ApiPath((a, b)): ApiPath<(Uuid, Uuid)>,
 ) -> Result<Json<Comparison>, ApiError> {
-    caller.require_installation()?;
+    caller.require_operator()?;
     runner(&state)?;
-    let (_, first) = results(&state, a).await?;
-    let (_, second) = results(&state, b).await?;
+    let (_, first) = results(&state, &caller, a).await?;
+    let (_, second) = results(&state, &caller, b).await?;
     Ok(Json(compare((a, &first), (b, &second))))
 }

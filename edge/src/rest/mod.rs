@@ -36,6 +36,7 @@ pub mod evals;
 mod feedback;
 mod memory;
 mod messages;
+pub mod project_settings;
 pub mod projects;
 mod replay;
 mod schedules;

@@ -4,7 +4,7 @@
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use stead_persistence::tenancy::{Budget, KeyRole, KeyRow, ProjectRow};
+use stead_persistence::tenancy::{KeyRole, KeyRow, ProjectRow};
 
 use super::*;
 use crate::audit::{AuditNote, Noted};
@@ -20,17 +20,24 @@ pub struct ProjectView {
     pub budget_usd: Option<f64>,
     /// The budget's period (`null`: it never starts again).
     pub budget_period_secs: Option<i64>,
+    /// The installation's agents the project may use (`null`: all of them).
+    pub agents: Option<Vec<String>>,
+    /// The installation's routes the project may use (`null`: all of them).
+    pub routes: Option<Vec<String>>,
     pub created_at: DateTime<Utc>,
 }
 
 impl From<ProjectRow> for ProjectView {
     fn from(row: ProjectRow) -> Self {
         let budget = row.budget();
+        let (agents, routes) = (row.allowed_agents(), row.allowed_routes());
         ProjectView {
             id: row.id,
             name: row.name,
             budget_usd: budget.map(|b| b.usd),
             budget_period_secs: budget.and_then(|b| b.period_secs),
+            agents,
+            routes,
             created_at: row.created_at,
         }
     }
@@ -68,6 +75,9 @@ pub struct KeyView {
     /// USD it may spend per `budget_period_secs` (`null`: no budget of its own).
     pub budget_usd: Option<f64>,
     pub budget_period_secs: Option<i64>,
+    /// Requests and tokens per minute it may use on each node (`null`: no limit of its own).
+    pub rpm: Option<i64>,
+    pub tpm: Option<i64>,
     pub expires_at: Option<DateTime<Utc>>,
     pub revoked_at: Option<DateTime<Utc>>,
     /// The key this one replaced.
@@ -86,6 +96,8 @@ impl From<&KeyRow> for KeyView {
             routes: row.routes.clone(),
             budget_usd: row.budget_usd,
             budget_period_secs: row.budget_period_secs,
+            rpm: row.rpm,
+            tpm: row.tpm,
             expires_at: row.expires_at,
             revoked_at: row.revoked_at,
             rotated_from: row.rotated_from,
@@ -142,6 +154,12 @@ pub struct NewKey {
     /// it the budget never starts again.
     #[serde(default)]
     budget_period: Option<String>,
+    /// Requests per minute it may make (on each node; at least 1).
+    #[serde(default)]
+    rpm: Option<u32>,
+    /// Tokens per minute it may use (on each node; at least 1).
+    #[serde(default)]
+    tpm: Option<u64>,
 }
 
 /// A budget to set: `budget_usd: null` removes it.
@@ -155,7 +173,10 @@ pub struct SetBudget {
 }
 
 /// The budget checked: a finite amount ≥ 0 and a period of `N` `s`/`m`/`h`/`d` (in seconds).
-fn budget(usd: Option<f64>, period: Option<&str>) -> Result<(Option<f64>, Option<i64>), ApiError> {
+pub(super) fn budget(
+    usd: Option<f64>,
+    period: Option<&str>,
+) -> Result<(Option<f64>, Option<i64>), ApiError> {
     let invalid = |message: &str| ApiError::new(ErrorCode::InvalidRequest, message.to_string());
     if usd.is_some_and(|usd| !(usd.is_finite() && usd >= 0.0)) {
         return Err(invalid("`budget_usd` must be a number ≥ 0"));
@@ -327,6 +348,12 @@ fn check_new_key(state: &AppState, body: &NewKey) -> Result<(), ApiError> {
         ));
     }
     budget(body.budget_usd, body.budget_period.as_deref())?;
+    if body.rpm == Some(0) || body.tpm == Some(0) {
+        return Err(ApiError::new(
+            ErrorCode::InvalidRequest,
+            "`rpm` and `tpm` are at least 1 (leave them out for no limit)",
+        ));
+    }
     Ok(())
 }
 
@@ -369,8 +396,8 @@ fn new_key(project: Uuid, body: &NewKey, rotated_from: Option<Uuid>) -> (KeyRow,
         routes: body.routes.clone(),
         budget_usd,
         budget_period_secs,
-        rpm: None,
-        tpm: None,
+        rpm: body.rpm.map(i64::from),
+        tpm: body.tpm.and_then(|n| i64::try_from(n).ok()),
         expires_at: body.expires_at,
         revoked_at: None,
         rotated_from,
@@ -450,11 +477,15 @@ pub async fn rotate_key(
         expires_at: old.expires_at,
         budget_usd: None,
         budget_period: None,
+        rpm: None,
+        tpm: None,
     };
     let (mut row, secret) = new_key(project.id, &body, Some(old.id));
-    // The new key keeps the old one's budget (its spending starts afresh under the new id).
+    // The new key keeps the old one's budget (its spending starts afresh under the new id)
+    // and its rates.
     row.budget_usd = old.budget_usd;
     row.budget_period_secs = old.budget_period_secs;
+    (row.rpm, row.tpm) = (old.rpm, old.tpm);
     let row = state
         .store
         .rotate_key(project.id, old.id, &row)
@@ -500,40 +531,6 @@ pub async fn revoke_key(
     tracing::info!(project = %project.id, key = %id, by = %caller.name(), "key revoked");
     let note = AuditNote::new(Some(project.id), [("key_id", id.to_string().into())]);
     Ok((note, Json(KeyRevoked { id, revoked: true })))
-}
-
-/// Sets a project's budget: every call charged to any of its keys (and the sessions they
-/// created) must fit it, besides the key's own. The installation's keys only (the role check
-/// refuses project keys): it caps what the project's admins hand out.
-#[utoipa::path(patch, path = "/v1/projects/{project}", params(("project" = String, Path, description = "Project name or id")), request_body = SetBudget, responses((status = 200, body = ProjectView), (status = 400, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody), (status = 404, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
-pub async fn set_project_budget(
-    State(state): State<AppState>,
-    Caller(caller): Caller,
-    ApiPath(project): ApiPath<String>,
-    ApiJson(body): ApiJson<SetBudget>,
-) -> Result<Noted<Json<ProjectView>>, ApiError> {
-    caller.require_installation()?;
-    let project = managed(&state, &caller, &project).await?;
-    let (usd, period) = budget(body.budget_usd, body.budget_period.as_deref())?;
-    let settings = project.settings_with_budget(usd.map(|usd| Budget {
-        usd,
-        period_secs: period,
-    }));
-    let row = state
-        .store
-        .set_project_settings(project.id, &settings)
-        .await?;
-    state.keys.forget_project(project.id);
-    tracing::info!(project = %project.id, budget_usd = ?usd, period_secs = ?period,
-        by = %caller.name(), "project budget set");
-    let note = AuditNote::new(
-        Some(project.id),
-        [
-            ("budget_usd", usd.into()),
-            ("budget_period_secs", period.into()),
-        ],
-    );
-    Ok((note, Json(row.into())))
 }
 
 /// Sets a key's own budget.

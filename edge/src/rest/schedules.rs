@@ -217,7 +217,7 @@ pub async fn due_schedules(
             DueSchedule {
                 session_id: match &row.owner {
                     ScheduleOwner::Session(id) => Some(*id),
-                    ScheduleOwner::Agent(_) => None,
+                    ScheduleOwner::Agent { .. } => None,
                 },
                 agent: row.agent,
                 key: row.key,

@@ -20,7 +20,8 @@ pub async fn create_session(
     ApiJson(body): ApiJson<CreateSession>,
 ) -> Result<Response, ApiError> {
     caller.require_operator()?;
-    if state.sessions.agent(&body.agent).is_none() {
+    // An agent the caller's project does not allow reads as one that does not exist.
+    if state.sessions.agent(&body.agent).is_none() || !caller.may_use_agent(&body.agent) {
         return Err(ApiError::new(
             ErrorCode::UnknownAgent,
             format!("no agent is named `{}` (see GET /v1/agents)", body.agent),

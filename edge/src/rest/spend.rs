@@ -206,16 +206,11 @@ pub async fn spend(
     };
     let until = Utc::now();
     let since = until - Duration::days(i64::from(days));
-    let keys = state.store.list_keys(project.id).await?;
+    let (scope, keys) = spend_scope(&state, project.id).await?;
     let names: HashMap<String, String> = keys
         .iter()
         .map(|k| (format!("key:{}", k.id), k.name.clone()))
         .collect();
-    let scope = SpendScope {
-        api_keys: names.keys().cloned().collect(),
-        prefix: Some(format!("user:{}:", project.id)),
-        installation: project.id == stead_persistence::DEFAULT_PROJECT,
-    };
     let rows = state.store.spend_rows(&scope, since, until).await?;
     let width = if days <= 2 {
         Duration::hours(1)
@@ -258,4 +253,19 @@ pub async fn spend(
         top_sessions,
         budgets: budgets(&state, &project, &keys).await?,
     }))
+}
+
+/// Whose calls are `project`'s (its keys, its signed-in people; the installation's project also
+/// what no virtual key was charged), with its keys (revoked ones too).
+pub(crate) async fn spend_scope(
+    state: &AppState,
+    project: Uuid,
+) -> Result<(SpendScope, Vec<KeyRow>), ApiError> {
+    let keys = state.store.list_keys(project).await?;
+    let scope = SpendScope {
+        api_keys: keys.iter().map(|k| format!("key:{}", k.id)).collect(),
+        prefix: Some(format!("user:{project}:")),
+        installation: project == stead_persistence::DEFAULT_PROJECT,
+    };
+    Ok((scope, keys))
 }

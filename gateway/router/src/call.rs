@@ -107,6 +107,8 @@ impl Router {
         // The route, then requests per minute: the key's, then the route's.
         let key = options.api_key.as_deref();
         let route = self.admit(id, &request.route, key)?;
+        // The key's own rates (a virtual key's `rpm`, `tpm`), beside the installation's.
+        self.check_key_limits(id, key).await?;
         let grant = options.budget_grant_usd.unwrap_or(0.0).max(0.0);
         // The cache: a hit costs nothing and is not limited by tokens or budgets.
         let cache = match (&self.cache, route.cache, options.cache) {
@@ -135,9 +137,7 @@ impl Router {
                 if !coalesced {
                     let tokens =
                         (answer.usage.prompt_tokens + answer.usage.completion_tokens) as u64;
-                    if let (Some(rate), Some(key)) = (&self.key_tokens, key) {
-                        rate.consume(key, tokens);
-                    }
+                    self.consume_key_tokens(key, tokens);
                     if let Some(rate) = &route.tokens {
                         rate.consume("", tokens);
                     }

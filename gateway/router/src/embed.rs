@@ -165,6 +165,7 @@ impl Router {
         // The route, then requests per minute: the key's, then the route's.
         let key = options.api_key.as_deref();
         let route = self.admit(id, &request.route, key)?;
+        self.check_key_limits(id, key).await?;
         let cache = match (&self.embed_cache, route.cache, options.cache) {
             (Some(_), true, CacheMode::Bypass) => CacheStatus::Bypass,
             (Some(store), true, CacheMode::Use) => {
@@ -209,9 +210,7 @@ impl Router {
         match outcome {
             Ok((embedded, cost)) => {
                 let tokens = embedded.prompt_tokens as u64;
-                if let (Some(rate), Some(key)) = (&self.key_tokens, key) {
-                    rate.consume(key, tokens);
-                }
+                self.consume_key_tokens(key, tokens);
                 if let Some(rate) = &route.tokens {
                     rate.consume("", tokens);
                 }

@@ -27,6 +27,7 @@ pub mod completions;
 pub mod config;
 mod embed;
 mod failover;
+mod key_limits;
 mod limits;
 pub mod log;
 mod metrics;
@@ -48,7 +49,7 @@ use self::cache::Answer;
 use self::config::{GatewayConfig, RouteConfig};
 pub use self::embed::{EmbedRequest, EmbedResponse};
 pub use self::limits::{
-    BudgetAlert, BudgetAlerts, BudgetDirectory, BudgetLimit, LedgerError, SharedLedger,
+    BudgetAlert, BudgetAlerts, BudgetDirectory, BudgetLimit, KeyRates, LedgerError, SharedLedger,
     SharedReservation, NO_RESET,
 };
 use self::limits::{Budgets, RequestRate, TokenRate};
@@ -253,6 +254,8 @@ pub struct Router {
     embed_cache: Option<moka::future::Cache<[u8; 32], Arc<embed::Embedded>>>,
     key_requests: Option<RequestRate>,
     key_tokens: Option<TokenRate>,
+    /// Virtual keys' own rates, from the directory.
+    key_limits: key_limits::KeyLimits,
     budgets: Option<Budgets>,
     /// Budgets beyond the installation's: a virtual key's and its project's.
     directory: Option<spend::Directory>,
@@ -343,6 +346,7 @@ impl Router {
             embed_cache,
             key_requests: limits.requests_per_min.map(RequestRate::keyed),
             key_tokens: limits.tokens_per_min.map(TokenRate::new),
+            key_limits: Default::default(),
             budgets: limits
                 .budget_usd
                 .map(|budget| Budgets::new(budget, limits.budget_window())),

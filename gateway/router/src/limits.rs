@@ -150,12 +150,24 @@ pub trait BudgetAlerts: Send + Sync {
 /// The window of a budget that never starts again (one without a period).
 pub const NO_RESET: Duration = Duration::from_secs(100 * 365 * 86_400);
 
-/// Who says which budgets a key has beyond the installation's.
+/// A key's own requests and tokens per minute (a virtual key's `rpm` and `tpm`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KeyRates {
+    pub requests_per_min: Option<u32>,
+    pub tokens_per_min: Option<u64>,
+}
+
+/// Who says which budgets and rates a key has beyond the installation's.
 #[async_trait::async_trait]
 pub trait BudgetDirectory: Send + Sync {
     /// The budgets a call charged to `api_key` (the router's limits key) must fit; empty when
     /// it has none.
     async fn budgets(&self, api_key: &str) -> Result<Vec<BudgetLimit>, LedgerError>;
+
+    /// The key's own requests and tokens per minute (none by default).
+    async fn rates(&self, _api_key: &str) -> Result<KeyRates, LedgerError> {
+        Ok(KeyRates::default())
+    }
 }
 
 /// Why the shared budget ledger could not answer (its store's own error, kept as the source).

@@ -200,9 +200,7 @@ impl Drop for Abandonment<'_> {
         }
         if admitted {
             let key = self.options.api_key.as_deref();
-            if let (Some(rate), Some(key)) = (&router.key_tokens, key) {
-                rate.consume(key, tokens_in + tokens_out);
-            }
+            router.consume_key_tokens(key, tokens_in + tokens_out);
             if let Some(rate) = route.and_then(|r| r.tokens.as_ref()) {
                 rate.consume("", tokens_in + tokens_out);
             }

@@ -171,6 +171,15 @@ impl<D: Dialect> Sql<D> {
         self
     }
 
+    /// Pushes `project_id = … AND {column} = …`: a resource named within its project
+    /// (collection and dataset names are unique per project).
+    pub fn named(&mut self, column: &str, project: uuid::Uuid, name: &str) -> &mut Self {
+        self.push("project_id = ")
+            .bind(project)
+            .push(format!(" AND {column} = "))
+            .bind(name)
+    }
+
     /// Pushes `(a, b, …)`, each item bound: the right side of an `IN`.
     pub fn list(&mut self, items: &[String]) -> &mut Self {
         self.push("(");

@@ -13,10 +13,10 @@ use crate::types::now_micros;
 use crate::{Error, Evals, Result};
 
 const DATASET_COLUMNS: &str = "name, version, cases, created_at, updated_at";
-const RUN_COLUMNS: &str = "id, dataset, dataset_version, settings, status, total, done, passed, \
-                           error, created_at, finished_at";
-const NEW_RUN_COLUMNS: &str =
-    "id, dataset, dataset_version, settings, status, total, done, passed, error, created_at";
+const RUN_COLUMNS: &str = "id, project_id, dataset, dataset_version, settings, status, total, \
+                           done, passed, error, created_at, finished_at";
+const NEW_RUN_COLUMNS: &str = "id, project_id, dataset, dataset_version, settings, status, total, \
+                               done, passed, error, created_at";
 
 fn dataset(row: &impl Columns) -> Result<DatasetRow> {
     Ok(DatasetRow {
@@ -32,6 +32,7 @@ fn run(row: &impl Columns) -> Result<EvalRunRow> {
     let status = row.text("status")?;
     Ok(EvalRunRow {
         id: row.id("id")?,
+        project_id: row.id("project_id")?,
         dataset: row.text("dataset")?,
         dataset_version: row.int("dataset_version")?,
         settings: row.json("settings")?,
@@ -65,11 +66,16 @@ fn feedback(row: &impl Columns) -> Result<FeedbackRow> {
 }
 
 impl<D: Dialect> SqlStore<D> {
-    async fn dataset_row(&self, name: &str, on: On<'_, D::Db>) -> Result<DatasetRow> {
+    async fn dataset_row(
+        &self,
+        project: Uuid,
+        name: &str,
+        on: On<'_, D::Db>,
+    ) -> Result<DatasetRow> {
         let row = Sql::<D>::new(format!(
-            "SELECT {DATASET_COLUMNS} FROM eval_datasets WHERE name = "
+            "SELECT {DATASET_COLUMNS} FROM eval_datasets WHERE "
         ))
-        .bind(name)
+        .named("name", project, name)
         .fetch_optional(on)
         .await?
         .ok_or_else(|| Error::NotFound(format!("no dataset is named `{name}`")))?;
@@ -79,53 +85,66 @@ impl<D: Dialect> SqlStore<D> {
 
 #[async_trait]
 impl<D: Dialect> Evals for SqlStore<D> {
-    async fn create_dataset(&self, name: &str) -> Result<DatasetRow> {
+    async fn create_dataset(&self, project: Uuid, name: &str) -> Result<DatasetRow> {
         let now = now_micros();
-        let inserted =
-            Sql::<D>::new("INSERT INTO eval_datasets (name, created_at, updated_at) VALUES (")
-                .bind(name)
-                .push(", ")
-                .bind(now)
-                .push(", ")
-                .bind(now)
-                .push(") ON CONFLICT (name) DO NOTHING")
-                .execute(self.on_write())
-                .await?;
+        let inserted = Sql::<D>::new(
+            "INSERT INTO eval_datasets (project_id, name, created_at, updated_at) VALUES (",
+        )
+        .bind(project)
+        .push(", ")
+        .bind(name)
+        .push(", ")
+        .bind(now)
+        .push(", ")
+        .bind(now)
+        .push(") ON CONFLICT (project_id, name) DO NOTHING")
+        .execute(self.on_write())
+        .await?;
         if inserted == 0 {
             return Err(Error::Exists(format!("dataset `{name}` exists")));
         }
-        self.dataset_row(name, self.on_write()).await
+        self.dataset_row(project, name, self.on_write()).await
     }
 
-    async fn get_dataset(&self, name: &str) -> Result<DatasetRow> {
-        self.dataset_row(name, self.on_read()).await
+    async fn get_dataset(&self, project: Uuid, name: &str) -> Result<DatasetRow> {
+        self.dataset_row(project, name, self.on_read()).await
     }
 
-    async fn list_datasets(&self) -> Result<Vec<DatasetRow>> {
+    async fn list_datasets(&self, project: Uuid) -> Result<Vec<DatasetRow>> {
         let rows = Sql::<D>::new(format!(
-            "SELECT {DATASET_COLUMNS} FROM eval_datasets ORDER BY name"
+            "SELECT {DATASET_COLUMNS} FROM eval_datasets WHERE project_id = "
         ))
+        .bind(project)
+        .push(" ORDER BY name")
         .fetch_all(self.on_read())
         .await?;
         rows.iter().map(dataset).collect()
     }
 
-    async fn delete_dataset(&self, name: &str) -> Result<bool> {
-        let deleted = Sql::<D>::new("DELETE FROM eval_datasets WHERE name = ")
-            .bind(name)
+    async fn delete_dataset(&self, project: Uuid, name: &str) -> Result<bool> {
+        let deleted = Sql::<D>::new("DELETE FROM eval_datasets WHERE ")
+            .named("name", project, name)
             .execute(self.on_write())
             .await?;
         Ok(deleted > 0)
     }
 
-    async fn add_cases(&self, name: &str, cases: &[(Uuid, Value)]) -> Result<DatasetRow> {
+    async fn add_cases(
+        &self,
+        project: Uuid,
+        name: &str,
+        cases: &[(Uuid, Value)],
+    ) -> Result<DatasetRow> {
         let mut tx = self.db.writer().begin().await?;
-        let row = self.dataset_row(name, On::Tx(&mut tx)).await?;
+        let row = self.dataset_row(project, name, On::Tx(&mut tx)).await?;
         let now = now_micros();
         for (i, (id, body)) in cases.iter().enumerate() {
             Sql::<D>::new(
-                "INSERT INTO eval_cases (dataset, id, position, body, created_at) VALUES (",
+                "INSERT INTO eval_cases (project_id, dataset, id, position, body, created_at) \
+                 VALUES (",
             )
+            .bind(project)
+            .push(", ")
             .bind(name)
             .push(", ")
             .bind(*id)
@@ -143,18 +162,18 @@ impl<D: Dialect> Evals for SqlStore<D> {
             .bind(cases.len() as i64)
             .push(", version = version + 1, updated_at = ")
             .bind(now)
-            .push(" WHERE name = ")
-            .bind(name)
+            .push(" WHERE ")
+            .named("name", project, name)
             .execute(On::Tx(&mut tx))
             .await?;
-        let row = self.dataset_row(name, On::Tx(&mut tx)).await?;
+        let row = self.dataset_row(project, name, On::Tx(&mut tx)).await?;
         tx.commit().await?;
         Ok(row)
     }
 
-    async fn dataset_cases(&self, name: &str) -> Result<Vec<CaseRow>> {
-        let rows = Sql::<D>::new("SELECT id, position, body FROM eval_cases WHERE dataset = ")
-            .bind(name)
+    async fn dataset_cases(&self, project: Uuid, name: &str) -> Result<Vec<CaseRow>> {
+        let rows = Sql::<D>::new("SELECT id, position, body FROM eval_cases WHERE ")
+            .named("dataset", project, name)
             .push(" ORDER BY position, id")
             .fetch_all(self.on_read())
             .await?;
@@ -174,6 +193,8 @@ impl<D: Dialect> Evals for SqlStore<D> {
             "INSERT INTO eval_runs ({NEW_RUN_COLUMNS}) VALUES ("
         ))
         .bind(run.id)
+        .push(", ")
+        .bind(run.project_id)
         .push(", ")
         .bind(run.dataset.as_str())
         .push(", ")
@@ -255,8 +276,16 @@ impl<D: Dialect> Evals for SqlStore<D> {
         run(&row)
     }
 
-    async fn list_eval_runs(&self, dataset: Option<&str>, limit: u32) -> Result<Vec<EvalRunRow>> {
-        let mut sql = Sql::<D>::new(format!("SELECT {RUN_COLUMNS} FROM eval_runs WHERE TRUE"));
+    async fn list_eval_runs(
+        &self,
+        project: Uuid,
+        dataset: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<EvalRunRow>> {
+        let mut sql = Sql::<D>::new(format!(
+            "SELECT {RUN_COLUMNS} FROM eval_runs WHERE project_id = "
+        ));
+        sql.bind(project);
         if let Some(dataset) = dataset {
             sql.push(" AND dataset = ").bind(dataset);
         }

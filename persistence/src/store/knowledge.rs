@@ -7,18 +7,19 @@ use super::SqlStore;
 use crate::knowledge::{decode_embedding, encode_embedding};
 use crate::types::now_micros;
 use crate::{
-    ChunkRow, CollectionChunks, CollectionRow, DocumentRow, Error, Knowledge, PutDocument,
-    PutOutcome, Reembedding, Result,
+    ChunkRow, CollectionChunks, CollectionKey, CollectionRow, DocumentRow, Error, Knowledge,
+    PutDocument, PutOutcome, Reembedding, Result,
 };
 
 const COLLECTION_COLUMNS: &str =
-    "name, embedding_route, model, dimension, documents, chunks, version, created_at, updated_at";
+    "project_id, name, embedding_route, model, dimension, documents, chunks, version, created_at, updated_at";
 const DOCUMENT_COLUMNS: &str = "id, metadata, sha256, chunks, bytes, created_at, updated_at";
 /// Chunk rows per `INSERT` (5 values each, far under either backend's bound on parameters).
 const CHUNKS_PER_INSERT: usize = 400;
 
 fn collection(row: &impl Columns) -> Result<CollectionRow> {
     Ok(CollectionRow {
+        project_id: row.id("project_id")?,
         name: row.text("name")?,
         embedding_route: row.text("embedding_route")?,
         model: row.opt_text("model")?,
@@ -43,34 +44,38 @@ fn document(row: &impl Columns) -> Result<DocumentRow> {
     })
 }
 
-fn collection_missing(name: &str) -> Error {
-    Error::NotFound(format!("collection `{name}`"))
+fn collection_missing(key: &CollectionKey) -> Error {
+    Error::NotFound(format!("collection `{}`", key.name))
 }
 
 impl<D: Dialect> SqlStore<D> {
-    async fn collection_row(&self, name: &str, on: On<'_, D::Db>) -> Result<CollectionRow> {
+    async fn collection_row(
+        &self,
+        key: &CollectionKey,
+        on: On<'_, D::Db>,
+    ) -> Result<CollectionRow> {
         let row = Sql::<D>::new(format!(
-            "SELECT {COLLECTION_COLUMNS} FROM knowledge_collections WHERE name = "
+            "SELECT {COLLECTION_COLUMNS} FROM knowledge_collections WHERE "
         ))
-        .bind(name)
+        .named("name", key.project, &key.name)
         .fetch_optional(on)
         .await?;
         match row {
             Some(row) => collection(&row),
-            None => Err(collection_missing(name)),
+            None => Err(collection_missing(key)),
         }
     }
 
     async fn document_row(
         &self,
-        collection: &str,
+        collection: &CollectionKey,
         id: &str,
         on: On<'_, D::Db>,
     ) -> Result<Option<DocumentRow>> {
         let row = Sql::<D>::new(format!(
-            "SELECT {DOCUMENT_COLUMNS} FROM knowledge_documents WHERE collection = "
+            "SELECT {DOCUMENT_COLUMNS} FROM knowledge_documents WHERE "
         ))
-        .bind(collection)
+        .named("collection", collection.project, &collection.name)
         .push(" AND id = ")
         .bind(id)
         .fetch_optional(on)
@@ -83,60 +88,64 @@ impl<D: Dialect> SqlStore<D> {
 impl<D: Dialect> Knowledge for SqlStore<D> {
     async fn create_collection(
         &self,
-        name: &str,
+        key: &CollectionKey,
         embedding_route: &str,
     ) -> Result<(CollectionRow, bool)> {
         let now = now_micros();
         let inserted = Sql::<D>::new(
-            "INSERT INTO knowledge_collections (name, embedding_route, created_at, updated_at) \
-             VALUES (",
+            "INSERT INTO knowledge_collections \
+             (project_id, name, embedding_route, created_at, updated_at) VALUES (",
         )
-        .bind(name)
+        .bind(key.project)
+        .push(", ")
+        .bind(key.name.as_str())
         .push(", ")
         .bind(embedding_route)
         .push(", ")
         .bind(now)
         .push(", ")
         .bind(now)
-        .push(") ON CONFLICT (name) DO NOTHING")
+        .push(") ON CONFLICT (project_id, name) DO NOTHING")
         .execute(self.on_write())
         .await?;
-        let row = self.collection_row(name, self.on_write()).await?;
+        let row = self.collection_row(key, self.on_write()).await?;
         if inserted == 0 && row.embedding_route != embedding_route {
             return Err(Error::Exists(format!(
-                "collection `{name}` exists with embedding route `{}`",
-                row.embedding_route
+                "collection `{}` exists with embedding route `{}`",
+                key.name, row.embedding_route
             )));
         }
         Ok((row, inserted > 0))
     }
 
-    async fn get_collection(&self, name: &str) -> Result<CollectionRow> {
-        self.collection_row(name, self.on_read()).await
+    async fn get_collection(&self, key: &CollectionKey) -> Result<CollectionRow> {
+        self.collection_row(key, self.on_read()).await
     }
 
-    async fn list_collections(&self) -> Result<Vec<CollectionRow>> {
+    async fn list_collections(&self, project: uuid::Uuid) -> Result<Vec<CollectionRow>> {
         let rows = Sql::<D>::new(format!(
-            "SELECT {COLLECTION_COLUMNS} FROM knowledge_collections ORDER BY name"
+            "SELECT {COLLECTION_COLUMNS} FROM knowledge_collections WHERE project_id = "
         ))
+        .bind(project)
+        .push(" ORDER BY name")
         .fetch_all(self.on_read())
         .await?;
         rows.iter().map(collection).collect()
     }
 
-    async fn delete_collection(&self, name: &str) -> Result<bool> {
+    async fn delete_collection(&self, key: &CollectionKey) -> Result<bool> {
         let mut tx = self.db.writer().begin().await?;
         // Chunks first: their foreign key names the document, not the collection.
-        Sql::<D>::new("DELETE FROM knowledge_chunks WHERE collection = ")
-            .bind(name)
+        Sql::<D>::new("DELETE FROM knowledge_chunks WHERE ")
+            .named("collection", key.project, &key.name)
             .execute(On::Tx(&mut tx))
             .await?;
-        Sql::<D>::new("DELETE FROM knowledge_documents WHERE collection = ")
-            .bind(name)
+        Sql::<D>::new("DELETE FROM knowledge_documents WHERE ")
+            .named("collection", key.project, &key.name)
             .execute(On::Tx(&mut tx))
             .await?;
-        let deleted = Sql::<D>::new("DELETE FROM knowledge_collections WHERE name = ")
-            .bind(name)
+        let deleted = Sql::<D>::new("DELETE FROM knowledge_collections WHERE ")
+            .named("name", key.project, &key.name)
             .execute(On::Tx(&mut tx))
             .await?;
         tx.commit().await?;
@@ -149,8 +158,8 @@ impl<D: Dialect> Knowledge for SqlStore<D> {
         // whole write: two puts of one collection are serialised.
         let now = now_micros();
         let touched = Sql::<D>::new("UPDATE knowledge_collections SET version = version + 1 ")
-            .push("WHERE name = ")
-            .bind(put.collection.as_str())
+            .push("WHERE ")
+            .named("name", put.collection.project, &put.collection.name)
             .execute(On::Tx(&mut tx))
             .await?;
         if touched == 0 {
@@ -174,7 +183,7 @@ impl<D: Dialect> Knowledge for SqlStore<D> {
                 return Err(Error::Mismatch(format!(
                     "collection `{}` holds embeddings of `{model}` ({stored} dimensions), \
                      not of `{}` ({dimension}): re-embed it first",
-                    put.collection, put.model
+                    put.collection.name, put.model
                 )));
             }
         }
@@ -188,8 +197,8 @@ impl<D: Dialect> Knowledge for SqlStore<D> {
             }
         }
         let old_chunks = existing.as_ref().map_or(0, |d| d.chunks);
-        Sql::<D>::new("DELETE FROM knowledge_chunks WHERE collection = ")
-            .bind(put.collection.as_str())
+        Sql::<D>::new("DELETE FROM knowledge_chunks WHERE ")
+            .named("collection", put.collection.project, &put.collection.name)
             .push(" AND document_id = ")
             .bind(put.id.as_str())
             .execute(On::Tx(&mut tx))
@@ -197,10 +206,13 @@ impl<D: Dialect> Knowledge for SqlStore<D> {
         let created_at = existing.as_ref().map_or(now, |d| d.created_at);
         let mut upsert = Sql::<D>::new(
             "INSERT INTO knowledge_documents \
-             (collection, id, body, metadata, sha256, bytes, chunks, created_at, updated_at) VALUES (",
+             (project_id, collection, id, body, metadata, sha256, bytes, chunks, created_at, \
+             updated_at) VALUES (",
         );
         upsert
-            .bind(put.collection.as_str())
+            .bind(put.collection.project)
+            .push(", ")
+            .bind(put.collection.name.as_str())
             .push(", ")
             .bind(put.id.as_str())
             .push(", ")
@@ -218,7 +230,7 @@ impl<D: Dialect> Knowledge for SqlStore<D> {
             .push(", ")
             .bind(now)
             .push(
-                ") ON CONFLICT (collection, id) DO UPDATE SET body = excluded.body, \
+                ") ON CONFLICT (project_id, collection, id) DO UPDATE SET body = excluded.body, \
                  metadata = excluded.metadata, sha256 = excluded.sha256, bytes = excluded.bytes, \
                  chunks = excluded.chunks, updated_at = excluded.updated_at",
             );
@@ -227,11 +239,12 @@ impl<D: Dialect> Knowledge for SqlStore<D> {
         for batch in indexed.chunks(CHUNKS_PER_INSERT) {
             let mut insert = Sql::<D>::new(
                 "INSERT INTO knowledge_chunks \
-                 (collection, document_id, chunk_index, body, embedding) ",
+                 (project_id, collection, document_id, chunk_index, body, embedding) ",
             );
             insert.values(batch, |(index, chunk)| {
                 [
-                    put.collection.clone().into(),
+                    put.collection.project.into(),
+                    put.collection.name.clone().into(),
                     put.id.clone().into(),
                     (*index as i64).into(),
                     chunk.text.clone().into(),
@@ -256,8 +269,8 @@ impl<D: Dialect> Knowledge for SqlStore<D> {
                 .bind(dimension);
         }
         update
-            .push(" WHERE name = ")
-            .bind(put.collection.as_str())
+            .push(" WHERE ")
+            .named("name", put.collection.project, &put.collection.name)
             .execute(On::Tx(&mut tx))
             .await?;
         let stored = self
@@ -271,21 +284,21 @@ impl<D: Dialect> Knowledge for SqlStore<D> {
         })
     }
 
-    async fn delete_document(&self, collection: &str, id: &str) -> Result<bool> {
+    async fn delete_document(&self, collection: &CollectionKey, id: &str) -> Result<bool> {
         let mut tx = self.db.writer().begin().await?;
         let Some(existing) = self.document_row(collection, id, On::Tx(&mut tx)).await? else {
             // Tells an unknown collection from an unknown document.
             self.collection_row(collection, On::Tx(&mut tx)).await?;
             return Ok(false);
         };
-        Sql::<D>::new("DELETE FROM knowledge_chunks WHERE collection = ")
-            .bind(collection)
+        Sql::<D>::new("DELETE FROM knowledge_chunks WHERE ")
+            .named("collection", collection.project, &collection.name)
             .push(" AND document_id = ")
             .bind(id)
             .execute(On::Tx(&mut tx))
             .await?;
-        Sql::<D>::new("DELETE FROM knowledge_documents WHERE collection = ")
-            .bind(collection)
+        Sql::<D>::new("DELETE FROM knowledge_documents WHERE ")
+            .named("collection", collection.project, &collection.name)
             .push(" AND id = ")
             .bind(id)
             .execute(On::Tx(&mut tx))
@@ -297,8 +310,8 @@ impl<D: Dialect> Knowledge for SqlStore<D> {
         .bind(existing.chunks)
         .push(", updated_at = ")
         .bind(now_micros())
-        .push(" WHERE name = ")
-        .bind(collection)
+        .push(" WHERE ")
+        .named("name", collection.project, &collection.name)
         .execute(On::Tx(&mut tx))
         .await?;
         tx.commit().await?;
@@ -307,15 +320,15 @@ impl<D: Dialect> Knowledge for SqlStore<D> {
 
     async fn list_documents(
         &self,
-        collection: &str,
+        collection: &CollectionKey,
         after: Option<&str>,
         limit: u32,
     ) -> Result<Vec<DocumentRow>> {
         self.collection_row(collection, self.on_read()).await?;
         let mut sql = Sql::<D>::new(format!(
-            "SELECT {DOCUMENT_COLUMNS} FROM knowledge_documents WHERE collection = "
+            "SELECT {DOCUMENT_COLUMNS} FROM knowledge_documents WHERE "
         ));
-        sql.bind(collection);
+        sql.named("collection", collection.project, &collection.name);
         if let Some(after) = after {
             sql.push(" AND id > ").bind(after);
         }
@@ -327,14 +340,14 @@ impl<D: Dialect> Knowledge for SqlStore<D> {
 
     async fn get_document(
         &self,
-        collection: &str,
+        collection: &CollectionKey,
         id: &str,
     ) -> Result<(DocumentRow, String, Vec<String>)> {
         let mut tx = self.db.reader().begin().await?;
         let row = Sql::<D>::new(format!(
-            "SELECT {DOCUMENT_COLUMNS}, body FROM knowledge_documents WHERE collection = "
+            "SELECT {DOCUMENT_COLUMNS}, body FROM knowledge_documents WHERE "
         ))
-        .bind(collection)
+        .named("collection", collection.project, &collection.name)
         .push(" AND id = ")
         .bind(id)
         .fetch_optional(On::Tx(&mut tx))
@@ -342,11 +355,12 @@ impl<D: Dialect> Knowledge for SqlStore<D> {
         let Some(row) = row else {
             self.collection_row(collection, On::Tx(&mut tx)).await?;
             return Err(Error::NotFound(format!(
-                "document `{id}` in collection `{collection}`"
+                "document `{id}` in collection `{}`",
+                collection.name
             )));
         };
-        let chunks = Sql::<D>::new("SELECT body FROM knowledge_chunks WHERE collection = ")
-            .bind(collection)
+        let chunks = Sql::<D>::new("SELECT body FROM knowledge_chunks WHERE ")
+            .named("collection", collection.project, &collection.name)
             .push(" AND document_id = ")
             .bind(id)
             .push(" ORDER BY chunk_index")
@@ -359,22 +373,24 @@ impl<D: Dialect> Knowledge for SqlStore<D> {
         Ok((document(&row)?, row.text("body")?, chunks))
     }
 
-    async fn collection_chunks(&self, name: &str) -> Result<CollectionChunks> {
+    async fn collection_chunks(&self, key: &CollectionKey) -> Result<CollectionChunks> {
         // The collection's version before and after the read must agree: a write in between
         // (which moves it) means the rows may mix two versions, and the read is done again.
         loop {
-            let before = self.collection_row(name, self.on_read()).await?;
+            let before = self.collection_row(key, self.on_read()).await?;
             let rows = Sql::<D>::new(
                 "SELECT c.document_id, c.chunk_index, c.body, c.embedding, d.metadata \
                  FROM knowledge_chunks c JOIN knowledge_documents d \
-                 ON d.collection = c.collection AND d.id = c.document_id \
-                 WHERE c.collection = ",
+                 ON d.project_id = c.project_id AND d.collection = c.collection \
+                 AND d.id = c.document_id WHERE c.project_id = ",
             )
-            .bind(name)
+            .bind(key.project)
+            .push(" AND c.collection = ")
+            .bind(key.name.as_str())
             .push(" ORDER BY c.document_id, c.chunk_index")
             .fetch_all(self.on_read())
             .await?;
-            let after = self.collection_row(name, self.on_read()).await?;
+            let after = self.collection_row(key, self.on_read()).await?;
             if after.version != before.version {
                 continue;
             }
@@ -400,8 +416,12 @@ impl<D: Dialect> Knowledge for SqlStore<D> {
     async fn reembed_collection(&self, reembedding: Reembedding) -> Result<()> {
         let mut tx = self.db.writer().begin().await?;
         let moved = Sql::<D>::new("UPDATE knowledge_collections SET version = version + 1 ")
-            .push("WHERE name = ")
-            .bind(reembedding.collection.as_str())
+            .push("WHERE ")
+            .named(
+                "name",
+                reembedding.collection.project,
+                &reembedding.collection.name,
+            )
             .push(" AND version = ")
             .bind(reembedding.from_version)
             .execute(On::Tx(&mut tx))
@@ -412,7 +432,7 @@ impl<D: Dialect> Knowledge for SqlStore<D> {
                 .await?;
             return Err(Error::Stale(format!(
                 "collection `{}` changed while it was re-embedded (version {} → {})",
-                reembedding.collection, reembedding.from_version, row.version
+                reembedding.collection.name, reembedding.from_version, row.version
             )));
         }
         let dimension = reembedding
@@ -428,8 +448,12 @@ impl<D: Dialect> Knowledge for SqlStore<D> {
             }
             updated += Sql::<D>::new("UPDATE knowledge_chunks SET embedding = ")
                 .bind(encode_embedding(embedding))
-                .push(" WHERE collection = ")
-                .bind(reembedding.collection.as_str())
+                .push(" WHERE ")
+                .named(
+                    "collection",
+                    reembedding.collection.project,
+                    &reembedding.collection.name,
+                )
                 .push(" AND document_id = ")
                 .bind(document_id.as_str())
                 .push(" AND chunk_index = ")
@@ -458,8 +482,12 @@ impl<D: Dialect> Knowledge for SqlStore<D> {
             })
             .push(", updated_at = ")
             .bind(now_micros())
-            .push(" WHERE name = ")
-            .bind(reembedding.collection.as_str())
+            .push(" WHERE ")
+            .named(
+                "name",
+                reembedding.collection.project,
+                &reembedding.collection.name,
+            )
             .execute(On::Tx(&mut tx))
             .await?;
         tx.commit().await?;

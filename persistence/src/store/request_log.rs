@@ -67,7 +67,33 @@ fn push_log_filters<D: Dialect>(sql: &mut Sql<D>, query: &RequestLogQuery) -> Re
         D::push_json_text(sql, "metadata", RequestLogQuery::metadata_key(key)?);
         sql.push(" = ").bind(value.as_str());
     }
+    if let Some(scope) = &query.scope {
+        sql.push(" AND ");
+        push_scope(sql, scope);
+    }
     Ok(())
+}
+
+/// `(…)`: the row was charged within `scope` (a project's keys, its signed-in people, and for
+/// the installation's project whatever no virtual key or project's person was charged).
+fn push_scope<D: Dialect>(sql: &mut Sql<D>, scope: &SpendScope) {
+    sql.push("(FALSE");
+    if !scope.api_keys.is_empty() {
+        sql.push(" OR api_key IN ").list(&scope.api_keys);
+    }
+    if let Some(prefix) = &scope.prefix {
+        sql.push(" OR ");
+        D::push_starts_with(sql, "api_key", prefix);
+    }
+    if scope.installation {
+        // Charged to no virtual key and to no project's signed-in person.
+        sql.push(" OR api_key IS NULL OR NOT (");
+        D::push_starts_with(sql, "api_key", "key:");
+        sql.push(" OR ");
+        D::push_starts_with(sql, "api_key", "user:");
+        sql.push(")");
+    }
+    sql.push(")");
 }
 
 impl<D: Dialect> SqlStore<D> {
@@ -111,25 +137,11 @@ impl<D: Dialect> SqlStore<D> {
     ) -> Result<Vec<SpendRow>> {
         let mut sql = Sql::<D>::new(
             "SELECT at, api_key, route, model, session_id, cost, tokens_in, tokens_out, metadata \
-             FROM request_log WHERE (FALSE",
+             FROM request_log WHERE ",
         );
-        if !scope.api_keys.is_empty() {
-            sql.push(" OR api_key IN ").list(&scope.api_keys);
-        }
-        if let Some(prefix) = &scope.prefix {
-            sql.push(" OR ");
-            D::push_starts_with(&mut sql, "api_key", prefix);
-        }
-        if scope.installation {
-            // Charged to no virtual key and to no project's signed-in person.
-            sql.push(" OR api_key IS NULL OR NOT (");
-            D::push_starts_with(&mut sql, "api_key", "key:");
-            sql.push(" OR ");
-            D::push_starts_with(&mut sql, "api_key", "user:");
-            sql.push(")");
-        }
+        push_scope(&mut sql, scope);
         // A call refused by a limit or a budget reached no provider: it spent nothing.
-        sql.push(") AND status NOT IN ('rate_limited', 'budget_exceeded') AND at >= ")
+        sql.push(" AND status NOT IN ('rate_limited', 'budget_exceeded') AND at >= ")
             .bind(since)
             .push(" AND at < ")
             .bind(until)

@@ -8,25 +8,22 @@ use super::SqlStore;
 use crate::types::now_micros;
 use crate::{Result, ScheduleOwner, ScheduleQuery, ScheduleRow, Schedules};
 
-const COLUMNS: &str = "owner, key, session_id, agent, definition, next_due_at, updated_at";
+const COLUMNS: &str =
+    "owner, key, session_id, agent, definition, next_due_at, updated_at, project_id";
 
 fn decode(row: &impl Columns) -> Result<ScheduleRow> {
+    let agent = row.text("agent")?;
     let owner = match row.opt_id("session_id")? {
         Some(id) => ScheduleOwner::Session(id),
-        None => {
-            let column = row.text("owner")?;
-            ScheduleOwner::Agent(
-                column
-                    .strip_prefix("agent:")
-                    .unwrap_or(column.as_str())
-                    .to_string(),
-            )
-        }
+        None => ScheduleOwner::Agent {
+            project: row.id("project_id")?,
+            name: agent.clone(),
+        },
     };
     Ok(ScheduleRow {
         owner,
         key: row.text("key")?,
-        agent: row.text("agent")?,
+        agent,
         definition: row.json("definition")?,
         next_due_at: row.time("next_due_at")?,
         updated_at: row.time("updated_at")?,
@@ -50,6 +47,8 @@ impl<D: Dialect> Schedules for SqlStore<D> {
                 row.definition.clone().into(),
                 row.next_due_at.into(),
                 now.into(),
+                // A session's rows follow their session's project when read.
+                row.owner.project().unwrap_or(crate::DEFAULT_PROJECT).into(),
             ]
         })
         .push(
@@ -106,8 +105,8 @@ impl<D: Dialect> Schedules for SqlStore<D> {
             sql.push(" AND session_id = ").bind(id);
         }
         if let Some(agent) = &query.agent {
-            sql.push(" AND owner = ")
-                .bind(ScheduleOwner::Agent(agent.clone()).column());
+            sql.push(" AND session_id IS NULL AND agent = ")
+                .bind(agent.as_str());
         }
         let limit = query.limit.clamp(1, crate::MAX_PAGE);
         sql.push(" ORDER BY next_due_at, owner, key LIMIT ")

@@ -12,25 +12,30 @@ use uuid::Uuid;
 
 stead_testkit::both_backends!(
     datasets_runs_and_results_round_trip,
+    one_name_in_two_projects_is_two_datasets,
     feedback_is_listed_by_session_and_rating_and_purged_with_its_session,
 );
+
+/// The project the round trip works in.
+const P: Uuid = stead_persistence::DEFAULT_PROJECT;
 
 async fn datasets_runs_and_results_round_trip(backend: Backend) {
     let t = db::open(backend).await;
     let store = &t.store;
-    let created = store.create_dataset("suite").await.unwrap();
+    let created = store.create_dataset(P, "suite").await.unwrap();
     assert_eq!((created.version, created.cases), (0, 0));
     assert!(matches!(
-        store.create_dataset("suite").await,
+        store.create_dataset(P, "suite").await,
         Err(Error::Exists(_))
     ));
     assert!(matches!(
-        store.get_dataset("nope").await,
+        store.get_dataset(P, "nope").await,
         Err(Error::NotFound(_))
     ));
     let ids: Vec<Uuid> = (0..3).map(|_| Uuid::now_v7()).collect();
     let first = store
         .add_cases(
+            P,
             "suite",
             &[(ids[0], json!({"n": 0})), (ids[1], json!({"n": 1}))],
         )
@@ -38,11 +43,11 @@ async fn datasets_runs_and_results_round_trip(backend: Backend) {
         .unwrap();
     assert_eq!((first.version, first.cases), (1, 2));
     let second = store
-        .add_cases("suite", &[(ids[2], json!({"n": 2, "text": "ünïcode"}))])
+        .add_cases(P, "suite", &[(ids[2], json!({"n": 2, "text": "ünïcode"}))])
         .await
         .unwrap();
     assert_eq!((second.version, second.cases), (2, 3));
-    let cases = store.dataset_cases("suite").await.unwrap();
+    let cases = store.dataset_cases(P, "suite").await.unwrap();
     assert_eq!(
         cases.iter().map(|c| (c.id, c.position)).collect::<Vec<_>>(),
         vec![(ids[0], 0), (ids[1], 1), (ids[2], 2)]
@@ -50,13 +55,14 @@ async fn datasets_runs_and_results_round_trip(backend: Backend) {
     assert_eq!(cases[2].body, json!({"n": 2, "text": "ünïcode"}));
     assert!(matches!(
         store
-            .add_cases("nope", &[(Uuid::now_v7(), json!({}))])
+            .add_cases(P, "nope", &[(Uuid::now_v7(), json!({}))])
             .await,
         Err(Error::NotFound(_))
     ));
 
     let run = EvalRunRow {
         id: Uuid::now_v7(),
+        project_id: P,
         dataset: "suite".into(),
         dataset_version: second.version,
         settings: json!({"route": "fast"}),
@@ -97,11 +103,15 @@ async fn datasets_runs_and_results_round_trip(backend: Backend) {
         [true, false, true]
     );
     assert_eq!(
-        store.list_eval_runs(Some("suite"), 10).await.unwrap().len(),
+        store
+            .list_eval_runs(P, Some("suite"), 10)
+            .await
+            .unwrap()
+            .len(),
         1
     );
     assert!(store
-        .list_eval_runs(Some("other"), 10)
+        .list_eval_runs(P, Some("other"), 10)
         .await
         .unwrap()
         .is_empty());
@@ -145,8 +155,8 @@ async fn datasets_runs_and_results_round_trip(backend: Backend) {
     let mut want = vec![eval.id, eval_child.id];
     want.sort();
     assert_eq!(listed(store.list_sessions(&of_run).await.unwrap()), want);
-    assert!(store.delete_dataset("suite").await.unwrap());
-    assert!(store.dataset_cases("suite").await.unwrap().is_empty());
+    assert!(store.delete_dataset(P, "suite").await.unwrap());
+    assert!(store.dataset_cases(P, "suite").await.unwrap().is_empty());
     // Runs outlive their dataset.
     assert_eq!(store.eval_results(run.id).await.unwrap().len(), 3);
 }
@@ -229,4 +239,73 @@ async fn feedback_is_listed_by_session_and_rating_and_purged_with_its_session(ba
             .unwrap()),
         [elsewhere.id]
     );
+}
+
+/// Dataset names are unique within a project: two projects' `suite` are two datasets with their
+/// own cases and versions; each project lists its own runs; deleting one leaves the other.
+async fn one_name_in_two_projects_is_two_datasets(backend: Backend) {
+    let t = db::open(backend).await;
+    let store = &t.store;
+    let other = Uuid::now_v7();
+    store.create_dataset(P, "suite").await.unwrap();
+    store.create_dataset(other, "suite").await.unwrap();
+    let (a, b, c) = (Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7());
+    store
+        .add_cases(P, "suite", &[(a, json!({"n": 0}))])
+        .await
+        .unwrap();
+    let theirs = store
+        .add_cases(
+            other,
+            "suite",
+            &[(b, json!({"n": 1})), (c, json!({"n": 2}))],
+        )
+        .await
+        .unwrap();
+    assert_eq!((theirs.cases, theirs.version), (2, 1));
+    let ids = |rows: Vec<stead_persistence::evals::CaseRow>| {
+        rows.into_iter().map(|r| r.id).collect::<Vec<_>>()
+    };
+    assert_eq!(ids(store.dataset_cases(P, "suite").await.unwrap()), vec![a]);
+    assert_eq!(
+        ids(store.dataset_cases(other, "suite").await.unwrap()),
+        vec![b, c]
+    );
+    assert_eq!(store.get_dataset(P, "suite").await.unwrap().cases, 1);
+    assert_eq!(store.list_datasets(other).await.unwrap().len(), 1);
+
+    let run = EvalRunRow {
+        id: Uuid::now_v7(),
+        project_id: other,
+        dataset: "suite".into(),
+        dataset_version: theirs.version,
+        settings: json!({}),
+        status: EvalStatus::Running,
+        total: 2,
+        done: 0,
+        passed: 0,
+        error: None,
+        created_at: chrono::Utc::now().trunc_subsecs(6),
+        finished_at: None,
+    };
+    store.create_eval_run(&run).await.unwrap();
+    assert_eq!(store.get_eval_run(run.id).await.unwrap().project_id, other);
+    let listed = |project| async move {
+        store
+            .list_eval_runs(project, None, 10)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.id)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(listed(other).await, vec![run.id]);
+    assert!(listed(P).await.is_empty());
+
+    assert!(store.delete_dataset(other, "suite").await.unwrap());
+    assert!(matches!(
+        store.get_dataset(other, "suite").await,
+        Err(Error::NotFound(_))
+    ));
+    assert_eq!(ids(store.dataset_cases(P, "suite").await.unwrap()), vec![a]);
 }

@@ -3,7 +3,7 @@
 use chrono::{DateTime, Utc};
 use serde_json::json;
 use stead_persistence::request_log::{
-    AttemptRecord, LogStatus, RequestLogEntry, RequestLogQuery, StatsGroupBy,
+    AttemptRecord, LogStatus, RequestLogEntry, RequestLogQuery, SpendScope, StatsGroupBy,
 };
 use stead_persistence::{Backend, Error, JournalStore, NewSession};
 use stead_testkit::db;
@@ -175,6 +175,40 @@ async fn request_log_round_trips_filters_and_pages(backend: Backend) {
             expect(&|e| e.api_key.as_deref() == Some("key-2")),
         ),
         (
+            // A project's view: the calls charged to its keys.
+            RequestLogQuery {
+                scope: Some(SpendScope {
+                    api_keys: vec!["key-2".into(), "key-4".into()],
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            expect(&|e| matches!(e.api_key.as_deref(), Some("key-2" | "key-4"))),
+        ),
+        (
+            // ... and to its people, by prefix; with another filter.
+            RequestLogQuery {
+                scope: Some(SpendScope {
+                    prefix: Some("key-".into()),
+                    ..Default::default()
+                }),
+                route: Some("chat".into()),
+                ..Default::default()
+            },
+            expect(&|e| e.api_key.is_some() && e.route == "chat"),
+        ),
+        (
+            // The default project's: what no virtual key or project's person was charged.
+            RequestLogQuery {
+                scope: Some(SpendScope {
+                    installation: true,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            newest_first.iter().map(|e| e.id).collect(),
+        ),
+        (
             RequestLogQuery {
                 session_id: Some(session),
                 ..Default::default()
@@ -224,6 +258,12 @@ async fn request_log_round_trips_filters_and_pages(backend: Backend) {
         assert!(!want.is_empty() || query.status.is_some(), "{query:?}");
         assert_eq!(ids(list(&*t.store, query.clone()).await), want, "{query:?}");
     }
+    // A project no call was charged within sees none.
+    let nobody = RequestLogQuery {
+        scope: Some(SpendScope::default()),
+        ..Default::default()
+    };
+    assert!(list(&*t.store, nobody).await.is_empty());
 
     for bad in [
         RequestLogQuery {

@@ -47,7 +47,7 @@ async fn the_due_index_orders_filters_and_replaces(backend: Backend) {
             row(ScheduleOwner::Session(s1), "late", at(30)),
             row(ScheduleOwner::Session(s1), "soon", at(10)),
             row(ScheduleOwner::Session(s2), "mid", at(20)),
-            row(ScheduleOwner::Agent("a".into()), "nightly", at(40)),
+            row(ScheduleOwner::installation_agent("a"), "nightly", at(40)),
         ])
         .await
         .unwrap();
@@ -90,7 +90,7 @@ async fn the_due_index_orders_filters_and_replaces(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(agents.len(), 1);
-    assert_eq!(agents[0].owner, ScheduleOwner::Agent("a".into()));
+    assert_eq!(agents[0].owner, ScheduleOwner::installation_agent("a"));
     let due_by_35 = t
         .store
         .list_schedules(&ScheduleQuery {
@@ -131,7 +131,7 @@ async fn the_due_index_orders_filters_and_replaces(backend: Backend) {
 
 async fn an_agent_schedule_occurrence_is_claimed_once(backend: Backend) {
     let t = db::open(backend).await;
-    let owner = ScheduleOwner::Agent("a".into());
+    let owner = ScheduleOwner::installation_agent("a");
     t.store
         .put_schedules(&[row(owner.clone(), "hourly", at(0))])
         .await

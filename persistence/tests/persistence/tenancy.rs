@@ -241,7 +241,12 @@ async fn a_project_scope_sees_only_its_own_rows(backend: Backend) {
         .put_schedules(&[
             schedule(ScheduleOwner::Session(child.id)),
             schedule(ScheduleOwner::Session(in_default.id)),
-            schedule(ScheduleOwner::Agent("helper".into())),
+            schedule(ScheduleOwner::installation_agent("helper")),
+            // The same agent and key in project A: a schedule of its own.
+            schedule(ScheduleOwner::Agent {
+                project: a,
+                name: "helper".into(),
+            }),
         ])
         .await
         .unwrap();
@@ -260,9 +265,32 @@ async fn a_project_scope_sees_only_its_own_rows(backend: Backend) {
     };
     assert_eq!(
         scheduled(Scope::Project(a)).await,
-        vec![ScheduleOwner::Session(child.id)]
+        vec![
+            ScheduleOwner::Session(child.id),
+            ScheduleOwner::Agent {
+                project: a,
+                name: "helper".into()
+            }
+        ]
     );
-    // Agents' schedules are the default project's until projects own them.
-    assert_eq!(scheduled(Scope::Project(DEFAULT_PROJECT)).await.len(), 2);
+    assert_eq!(
+        scheduled(Scope::Project(DEFAULT_PROJECT)).await,
+        vec![
+            ScheduleOwner::Session(in_default.id),
+            ScheduleOwner::installation_agent("helper")
+        ]
+    );
+    assert_eq!(scheduled(Scope::Installation).await.len(), 4);
+    // Deleting one project's schedule leaves the other's.
+    assert!(store
+        .delete_schedule(
+            &ScheduleOwner::Agent {
+                project: a,
+                name: "helper".into()
+            },
+            "daily"
+        )
+        .await
+        .unwrap());
     assert_eq!(scheduled(Scope::Installation).await.len(), 3);
 }

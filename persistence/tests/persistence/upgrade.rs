@@ -9,8 +9,8 @@ use std::borrow::Cow;
 
 use serde_json::json;
 use stead_persistence::{
-    open, Backend, DatabaseUrl, JournalStore, NewEvent, SessionQuery, SessionStatus, StoreOptions,
-    DEFAULT_PROJECT,
+    open, Backend, CollectionKey, DatabaseUrl, JournalStore, NewEvent, SessionQuery, SessionStatus,
+    StoreOptions, DEFAULT_PROJECT,
 };
 use stead_testkit::db;
 use uuid::Uuid;
@@ -134,8 +134,59 @@ async fn a_database_from_before_projects_moves_into_the_default_project(backend:
         old.append(id, 0, events).await.unwrap();
         sessions.push(id);
     }
-    old.create_collection("handbook", "embed").await.unwrap();
-    old.create_dataset("suite").await.unwrap();
+    // A collection with a document of two chunks, as the knowledge schema before projects
+    // held it (its statements now name the project).
+    let (lite, pg) = at(created(0));
+    let collection = |time: &str| {
+        format!(
+            "INSERT INTO knowledge_collections (name, embedding_route, model, dimension, \
+             documents, chunks, version, created_at, updated_at) \
+             VALUES ('handbook', 'embed', 'm', 2, 1, 2, 1, {time}, {time})"
+        )
+    };
+    exec(&url, &collection(&lite), &collection(&pg)).await;
+    let document = |time: &str| {
+        format!(
+            "INSERT INTO knowledge_documents (collection, id, body, metadata, sha256, bytes, \
+             chunks, created_at, updated_at) \
+             VALUES ('handbook', 'guide', 'one two', '{{\"team\":\"ops\"}}', 'abc', 7, 2, \
+             {time}, {time})"
+        )
+    };
+    exec(&url, &document(&lite), &document(&pg)).await;
+    for (index, text, hex) in [
+        (0, "one", "0000803F00000000"),
+        (1, "two", "000000000000803F"),
+    ] {
+        let chunk = |blob: String| {
+            format!(
+                "INSERT INTO knowledge_chunks (collection, document_id, chunk_index, body, \
+                 embedding) VALUES ('handbook', 'guide', {index}, '{text}', {blob})"
+            )
+        };
+        exec(
+            &url,
+            &chunk(format!("X'{hex}'")),
+            &chunk(format!("decode('{hex}', 'hex')")),
+        )
+        .await;
+    }
+    // A dataset with one case, as the evaluation schema before projects held it.
+    let suite = |time: &str| {
+        format!(
+            "INSERT INTO eval_datasets (name, version, cases, created_at, updated_at) \
+             VALUES ('suite', 1, 1, {time}, {time})"
+        )
+    };
+    exec(&url, &suite(&lite), &suite(&pg)).await;
+    let case_id = Uuid::now_v7();
+    let case = |time: &str| {
+        format!(
+            "INSERT INTO eval_cases (dataset, id, position, body, created_at) \
+             VALUES ('suite', '{case_id}', 0, '{{\"name\":\"first\"}}', {time})"
+        )
+    };
+    exec(&url, &case(&lite), &case(&pg)).await;
     let rated = |time: &str| {
         format!(
             "INSERT INTO feedback (id, session_id, seq, rating, note, correction, created_by, \
@@ -175,7 +226,44 @@ async fn a_database_from_before_projects_moves_into_the_default_project(backend:
     }
     let listed = new.list_sessions(&SessionQuery::default()).await.unwrap();
     assert_eq!(listed.sessions.len(), 3);
-    assert_eq!(new.list_datasets().await.unwrap().len(), 1);
+    let datasets = new.list_datasets(DEFAULT_PROJECT).await.unwrap();
+    assert_eq!(
+        datasets
+            .iter()
+            .map(|d| (d.name.as_str(), d.version, d.cases))
+            .collect::<Vec<_>>(),
+        vec![("suite", 1, 1)]
+    );
+    let cases = new.dataset_cases(DEFAULT_PROJECT, "suite").await.unwrap();
+    assert_eq!(
+        cases
+            .iter()
+            .map(|c| (c.id, c.position, c.body.clone()))
+            .collect::<Vec<_>>(),
+        vec![(case_id, 0, json!({"name": "first"}))]
+    );
+    let handbook = CollectionKey::new(DEFAULT_PROJECT, "handbook");
+    let row = new.get_collection(&handbook).await.unwrap();
+    assert_eq!(
+        (row.project_id, row.documents, row.chunks, row.version),
+        (DEFAULT_PROJECT, 1, 2, 1)
+    );
+    let chunks = new.collection_chunks(&handbook).await.unwrap().chunks;
+    let read: Vec<(&str, &[f32], serde_json::Value)> = chunks
+        .iter()
+        .map(|c| (c.text.as_str(), c.embedding.as_slice(), c.metadata.clone()))
+        .collect();
+    assert_eq!(
+        read,
+        vec![
+            ("one", &[1.0f32, 0.0][..], json!({"team": "ops"})),
+            ("two", &[0.0f32, 1.0][..], json!({"team": "ops"})),
+        ]
+    );
+    assert_eq!(
+        new.get_document(&handbook, "guide").await.unwrap().1,
+        "one two"
+    );
     assert_eq!(
         new.list_feedback(stead_persistence::Scope::Installation, None, None, 10)
             .await
@@ -187,7 +275,10 @@ async fn a_database_from_before_projects_moves_into_the_default_project(backend:
     for (table, rows) in [
         ("sessions", 3),
         ("knowledge_collections", 1),
+        ("knowledge_documents", 1),
+        ("knowledge_chunks", 2),
         ("eval_datasets", 1),
+        ("eval_cases", 1),
         ("feedback", 1),
         ("request_log", 1),
     ] {

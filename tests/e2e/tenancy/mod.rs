@@ -15,9 +15,11 @@ use stead_testkit::upstream::{Reply, Upstream};
 use stead_testkit::webhook::Webhook;
 
 mod alerts;
+mod allowed;
 mod audit_trail;
 mod budgets;
 mod parking;
+mod rates;
 mod sweep;
 
 const ADMIN: &str = "installation-admin-key-0123456789";
@@ -110,12 +112,18 @@ async fn project(server: &Stead, name: &str) -> Project {
 }
 
 /// What a project holds for the sweep: a session parked on an approval, one that answered
-/// (rated, with a schedule), and their ids.
+/// (rated, with a schedule), their ids, and a knowledge collection.
 struct Held {
     parked: String,
     parked_token: String,
     call_id: String,
     answered: String,
+    collection: String,
+    /// The key of the project's schedule of agent `ops`.
+    agent_schedule: String,
+    /// A dataset with a case from the answered session, and a run of it.
+    dataset: String,
+    run: String,
 }
 
 async fn hold(server: &Stead, project: &Project) -> Held {
@@ -186,11 +194,56 @@ async fn hold(server: &Stead, project: &Project) -> Held {
         )
         .await;
     assert_eq!(status, 201, "{body}");
+    let collection = format!("{}-docs", project.name);
+    let (status, body) = server
+        .call_as(
+            "POST",
+            "/v1/collections",
+            Some(json!({"name": collection, "embedding_route": "alt"})),
+            as_member,
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let agent_schedule = format!("{}-nightly", project.name);
+    let (status, body) = server
+        .call_as(
+            "POST",
+            "/v1/agents/ops/schedules",
+            Some(json!({"key": agent_schedule, "delay_secs": 3600, "message": {"text": "ping"}})),
+            as_member,
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let dataset = format!("{}-suite", project.name);
+    let as_admin = Some(project.admin.secret.as_str());
+    for (path, body) in [
+        ("/v1/datasets".to_string(), json!({"name": dataset})),
+        (
+            format!("/v1/datasets/{dataset}/cases"),
+            json!({"session_id": answered}),
+        ),
+    ] {
+        let (status, body) = server.call_as("POST", &path, Some(body), as_admin).await;
+        assert_eq!(status, 201, "{path}: {body}");
+    }
+    let (status, started) = server
+        .call_as(
+            "POST",
+            "/v1/evals",
+            Some(json!({"dataset": dataset})),
+            as_admin,
+        )
+        .await;
+    assert_eq!(status, 202, "{started}");
     Held {
         parked,
         parked_token,
         call_id,
         answered,
+        collection,
+        agent_schedule,
+        dataset,
+        run: started["id"].as_str().unwrap().to_string(),
     }
 }
 
@@ -308,6 +361,8 @@ async fn roles(server: &Stead, a: &Project, a_held: &Held, b: &Project) {
             "name": a.name,
             "budget_usd": null,
             "budget_period_secs": null,
+            "agents": null,
+            "routes": null,
             "created_at": projects["projects"][0]["created_at"],
         }])
     );
@@ -373,7 +428,12 @@ async fn projects_keep_to_themselves(database_url: Option<&str>) {
     let a_held = hold(&server, &a).await;
     let b_held = hold(&server, &b).await;
     sweep::sweep(&server, &a, &a_held, &b, &b_held).await;
+    sweep::request_log_is_scoped(&server, &a, &a_held, &b_held).await;
+    sweep::collection_names_are_per_project(&server, &a, &b).await;
+    sweep::an_agent_schedule_starts_sessions_in_its_project(&server, &a, &b).await;
     roles(&server, &a, &a_held, &b).await;
+    let c = allowed::a_project_uses_the_agents_and_routes_it_is_allowed(&server).await;
+    rates::a_keys_own_rate_limit_holds(&server, &c).await;
 
     budgets::budgets(&server, &a).await;
     parking::a_spent_budget_parks_the_turn(&server, &a, database_url).await;

@@ -20,6 +20,8 @@ fn body_for(method: &str, path: &str) -> Option<Value> {
             json!({"key": "k", "delay_secs": 60, "message": {"text": "x"}})
         }
         ("post", "/v1/projects/{project}/keys") => json!({"name": "k", "role": "member"}),
+        ("put", "/v1/collections/{name}/documents/{id}") => json!({"text": "words"}),
+        ("post", "/v1/collections/{name}/query") => json!({"text": "words"}),
         ("post", "/v1/chat/completions") => {
             json!({"model": "default", "messages": [{"role": "user", "content": "hi"}]})
         }
@@ -43,29 +45,31 @@ enum Expect {
 }
 
 fn classify(method: &str, path: &str) -> Expect {
-    let installation = [
-        "/v1/cluster",
-        "/v1/collections",
-        "/v1/datasets",
-        "/v1/evals",
-        "/v1/mcp/servers",
-    ];
+    let installation = ["/v1/cluster", "/v1/mcp/servers"];
     if installation.iter().any(|p| path.starts_with(p))
-        || path.starts_with("/v1/gateway/")
-        || (path.starts_with("/v1/agents/{agent}/schedules"))
         || (method == "post" && path == "/v1/projects")
         || (method == "patch" && path == "/v1/projects/{project}")
     {
         return Expect::Installation;
     }
-    if path.starts_with("/v1/sessions/{id}") || path.starts_with("/v1/projects/{project}") {
+    if path.starts_with("/v1/sessions/{id}")
+        || path.starts_with("/v1/projects/{project}")
+        || path.starts_with("/v1/collections/{name}")
+        || path.starts_with("/v1/agents/{agent}/schedules/{key}")
+        || path.starts_with("/v1/datasets/{name}")
+        || path.starts_with("/v1/evals/{")
+    {
         return Expect::NotFound;
     }
     match (method, path) {
         ("get", "/v1/sessions" | "/v1/approvals" | "/v1/feedback" | "/v1/schedules")
-        | ("get", "/v1/projects" | "/v1/audit") => Expect::List,
+        | ("get", "/v1/projects" | "/v1/audit" | "/v1/gateway/logs" | "/v1/collections")
+        | ("get", "/v1/agents/{agent}/schedules" | "/v1/datasets" | "/v1/evals") => Expect::List,
+        // Figures without ids: checked against the log A sees, after the sweep.
+        ("get", "/v1/gateway/stats") => Expect::Nothing,
         ("get", "/healthz" | "/readyz" | "/v1/agents" | "/v1/models" | "/v1/auth/oidc")
-        | ("post", "/v1/sessions" | "/v1/auth/oidc/token")
+        | ("post", "/v1/sessions" | "/v1/auth/oidc/token" | "/v1/collections")
+        | ("post", "/v1/agents/{agent}/schedules" | "/v1/datasets" | "/v1/evals")
         | ("post", "/v1/chat/completions" | "/v1/embeddings" | "/v1/messages" | "/v1/responses") => {
             Expect::Nothing
         }
@@ -93,7 +97,26 @@ fn fill(path: &str, b: &Project, held: &Held, missing: bool) -> String {
         &format!("/v1/sessions/{}", pick(&held.parked)),
     )
     .replace("{call_id}", &held.call_id)
-    .replace("{key}", "later")
+    .replace("{agent}", "ops")
+    .replace(
+        "/schedules/{key}",
+        &match (path.starts_with("/v1/agents/"), missing) {
+            (true, false) => format!("/schedules/{}", held.agent_schedule),
+            (true, true) => "/schedules/no-such-schedule".to_string(),
+            (false, _) => "/schedules/later".to_string(),
+        },
+    )
+    .replace(
+        "{name}",
+        match (path.starts_with("/v1/datasets/"), missing) {
+            (_, true) => "no-such-name",
+            (true, false) => &held.dataset,
+            (false, false) => &held.collection,
+        },
+    )
+    .replace("/v1/evals/{id}", &format!("/v1/evals/{}", pick(&held.run)))
+    .replace("{a}", &pick(&held.run))
+    .replace("{b}", &pick(&held.run))
     .replace("{project}", project_name)
     .replace("{id}", &pick(&b.member.id))
     .replace(['{', '}'], "")
@@ -116,10 +139,21 @@ pub(super) async fn ws_status(server: &Stead, path: &str, secret: &str) -> u16 {
 
 pub(super) async fn sweep(server: &Stead, a: &Project, a_held: &Held, b: &Project, b_held: &Held) {
     let (_, doc) = server.call("GET", "/openapi.json", None).await;
-    let ours = [&a_held.parked, &a_held.answered];
+    let ours = [
+        &a_held.parked,
+        &a_held.answered,
+        &a_held.collection,
+        &a_held.agent_schedule,
+        &a_held.dataset,
+        &a_held.run,
+    ];
     let theirs = [
         b_held.parked.as_str(),
         b_held.answered.as_str(),
+        b_held.collection.as_str(),
+        b_held.agent_schedule.as_str(),
+        b_held.dataset.as_str(),
+        b_held.run.as_str(),
         b.id.as_str(),
         b.member.id.as_str(),
         b.admin.id.as_str(),
@@ -191,4 +225,178 @@ pub(super) async fn sweep(server: &Stead, a: &Project, a_held: &Held, b: &Projec
         }
     }
     assert!(checked >= 60, "the sweep asked only {checked} operations");
+}
+
+/// The request log as project A's keys read it: A's calls only, and its statistics count the
+/// same rows; the installation reads both projects' calls.
+pub(super) async fn request_log_is_scoped(
+    server: &Stead,
+    a: &Project,
+    a_held: &Held,
+    b_held: &Held,
+) {
+    let read = |path: &'static str, secret: Option<String>| async move {
+        let (status, body) = server.call_as("GET", path, None, secret.as_deref()).await;
+        assert_eq!(status, 200, "{path}: {body}");
+        body
+    };
+    let sessions = |page: &Value| -> Vec<String> {
+        page["logs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|row| row["session_id"].as_str().map(String::from))
+            .collect()
+    };
+    let ours = read("/v1/gateway/logs?limit=1000", Some(a.admin.secret.clone())).await;
+    let ours_sessions = sessions(&ours);
+    assert!(ours_sessions.contains(&a_held.answered), "{ours}");
+    assert!(!ours_sessions.contains(&b_held.answered), "{ours}");
+    let stats = read("/v1/gateway/stats", Some(a.viewer.secret.clone())).await;
+    let counted: u64 = stats["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        counted,
+        ours["logs"].as_array().unwrap().len() as u64,
+        "{stats}"
+    );
+    let all = read(
+        "/v1/gateway/logs?limit=1000",
+        Some(super::ADMIN.to_string()),
+    )
+    .await;
+    let all_sessions = sessions(&all);
+    assert!(
+        all_sessions.contains(&a_held.answered) && all_sessions.contains(&b_held.answered),
+        "{all}"
+    );
+}
+
+/// Collection names are unique within a project, not across: both projects make `handbook`
+/// (each a new collection), and one's deletion leaves the other's.
+pub(super) async fn collection_names_are_per_project(server: &Stead, a: &Project, b: &Project) {
+    for project in [a, b] {
+        let (status, body) = server
+            .call_as(
+                "POST",
+                "/v1/collections",
+                Some(json!({"name": "handbook", "embedding_route": "alt"})),
+                Some(&project.member.secret),
+            )
+            .await;
+        assert_eq!(status, 201, "{}: {body}", project.name);
+    }
+    let (status, _) = server
+        .call_as(
+            "DELETE",
+            "/v1/collections/handbook",
+            None,
+            Some(&a.member.secret),
+        )
+        .await;
+    assert_eq!(status, 204);
+    let (status, body) = server
+        .call_as(
+            "GET",
+            "/v1/collections/handbook",
+            None,
+            Some(&b.viewer.secret),
+        )
+        .await;
+    assert_eq!(
+        (status, body["name"].as_str()),
+        (200, Some("handbook")),
+        "{body}"
+    );
+    let (status, body) = server
+        .call_as(
+            "GET",
+            "/v1/collections/handbook",
+            None,
+            Some(&a.viewer.secret),
+        )
+        .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (404, Some("collection_not_found")),
+        "{body}"
+    );
+    // A viewer reads, and does not write.
+    let (status, _) = server
+        .call_as(
+            "DELETE",
+            "/v1/collections/handbook",
+            None,
+            Some(&b.viewer.secret),
+        )
+        .await;
+    assert_eq!(status, 403);
+}
+
+/// A project's schedule of an installation's agent starts its sessions in that project: A's
+/// member schedules `ops` a second from now under a key B also uses; the session it starts is
+/// listed to A (made by A's member's key), not to B.
+pub(super) async fn an_agent_schedule_starts_sessions_in_its_project(
+    server: &Stead,
+    a: &Project,
+    b: &Project,
+) {
+    for (project, delay) in [(a, 1), (b, 3600)] {
+        let (status, body) = server
+            .call_as(
+                "POST",
+                "/v1/agents/ops/schedules",
+                Some(json!({"key": "soon", "delay_secs": delay, "message": {"text": "hello"}})),
+                Some(&project.member.secret),
+            )
+            .await;
+        assert_eq!(status, 201, "{}: {body}", project.name);
+    }
+    let started = |listed: &Value| -> Vec<Value> {
+        listed["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["metadata"]["schedule"]["key"] == "soon")
+            .cloned()
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let session = loop {
+        let (_, listed) = server
+            .call_as("GET", "/v1/sessions?limit=100", None, Some(&a.admin.secret))
+            .await;
+        if let Some(found) = started(&listed).pop() {
+            break found;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "A's schedule started no session in A: {listed}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    let id = session["id"].as_str().unwrap();
+    let journal = server.journal(id).await;
+    assert_eq!(
+        journal[0]["payload"]["principal"],
+        format!("key:{}", a.member.id),
+        "{journal:?}"
+    );
+    let (_, theirs) = server
+        .call_as("GET", "/v1/sessions?limit=100", None, Some(&b.admin.secret))
+        .await;
+    assert!(started(&theirs).is_empty(), "{theirs}");
+    let (status, _) = server
+        .call_as(
+            "GET",
+            &format!("/v1/sessions/{id}"),
+            None,
+            Some(&b.admin.secret),
+        )
+        .await;
+    assert_eq!(status, 404);
 }

@@ -77,6 +77,7 @@ async fn an_agents_schedule_starts_one_session_per_occurrence(backend: Backend) 
         ..schedule("Send the report")
     };
     let row = plan_create(
+        stead_persistence::DEFAULT_PROJECT,
         "ops",
         "report",
         def,
@@ -104,7 +105,14 @@ async fn an_agents_schedule_starts_one_session_per_occurrence(backend: Backend) 
     ids.sort();
     let mut want: Vec<uuid::Uuid> = [60, 120]
         .iter()
-        .map(|s| occurrence_session("ops", "report", t0, t0 + Span::seconds(*s)))
+        .map(|s| {
+            occurrence_session(
+                &ScheduleOwner::installation_agent("ops"),
+                "report",
+                t0,
+                t0 + Span::seconds(*s),
+            )
+        })
         .collect();
     want.sort();
     assert_eq!(ids, want);
@@ -133,7 +141,7 @@ async fn an_agents_schedule_starts_one_session_per_occurrence(backend: Backend) 
         }
         assert!(answered, "the occurrence's turn runs to its end");
     }
-    let owner = ScheduleOwner::Agent("ops".into());
+    let owner = ScheduleOwner::installation_agent("ops");
     let rows = ops_schedules(&store).await;
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].next_due_at, t0 + Span::seconds(180));
@@ -146,7 +154,12 @@ async fn an_agents_schedule_starts_one_session_per_occurrence(backend: Backend) 
     store.put_schedules(&[lost]).await.unwrap();
     let pass = on_b.run_due().await.unwrap();
     assert_eq!(pass.due, 1);
-    let again = occurrence_session("ops", "report", t0, t0 + Span::seconds(120));
+    let again = occurrence_session(
+        &ScheduleOwner::installation_agent("ops"),
+        "report",
+        t0,
+        t0 + Span::seconds(120),
+    );
     assert_eq!(messages(&store, again).await.len(), 1);
     let total = ops_sessions(&store).await.len();
     assert_eq!(total, 2);

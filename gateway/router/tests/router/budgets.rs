@@ -1,11 +1,12 @@
 //! The budgets of keys and projects beyond the installation's (a directory of them, a shared
 //! ledger): both hold under concurrent calls and name themselves when they refuse, a call
 //! dropped between reservations leaves nothing reserved, a granted overspend admits one call,
-//! and a budget alerts once when its spending crosses the share.
+//! and a budget alerts once when its spending crosses the share; a key's own requests and
+//! tokens per minute hold beside them.
 
 use super::*;
 use stead_router::{
-    BudgetDirectory, BudgetLimit, LedgerError, SharedLedger, SharedReservation, NO_RESET,
+    BudgetDirectory, BudgetLimit, KeyRates, LedgerError, SharedLedger, SharedReservation, NO_RESET,
 };
 
 /// A shared ledger kept in memory (a test double of the database's).
@@ -121,6 +122,20 @@ impl BudgetDirectory for Directory {
             "k1" => vec![limit("budget:key:k1", "key `k1`", 0.05), project],
             "k2" => vec![limit("budget:key:k2", "key `k2`", 1.0), project],
             _ => Vec::new(),
+        })
+    }
+
+    async fn rates(&self, api_key: &str) -> Result<KeyRates, LedgerError> {
+        Ok(match api_key {
+            "k3" => KeyRates {
+                requests_per_min: Some(2),
+                tokens_per_min: None,
+            },
+            "k4" => KeyRates {
+                requests_per_min: None,
+                tokens_per_min: Some(5),
+            },
+            _ => KeyRates::default(),
         })
     }
 }
@@ -392,4 +407,59 @@ async fn a_budget_alerts_once_when_its_spending_crosses_the_share() {
             }
         }
     }
+}
+
+/// A key's own rates from the directory: `k3` may make two calls a minute (the third is
+/// refused naming the key, and another key is not held back); `k4`'s ten tokens take its
+/// balance of five below zero, so its next call waits.
+#[tokio::test]
+async fn a_keys_own_requests_and_tokens_per_minute_hold() {
+    let up = Upstream::start(
+        vec![],
+        Reply::Text {
+            text: "ten tokens".into(),
+            delay: Duration::ZERO,
+            chunk_delay: Duration::ZERO,
+            completion_tokens: 10,
+        },
+    )
+    .await;
+    let router = budgeted(&up, Arc::new(MemoryLedger::default()));
+    let call = |key: &'static str, n: usize| {
+        let router = router.clone();
+        async move {
+            let options = CallOptions {
+                api_key: Some(key.into()),
+                ..Default::default()
+            };
+            router
+                .call(ask("r", &format!("{key} {n}")), options, None)
+                .await
+        }
+    };
+    for n in 0..2 {
+        call("k3", n).await.unwrap();
+    }
+    let refused = call("k3", 2).await.unwrap_err();
+    assert_eq!(refused.code, "rate_limited");
+    assert!(
+        refused.message.contains("`k3`") && refused.message.contains("requests per minute"),
+        "{}",
+        refused.message
+    );
+    assert!(refused
+        .retry_after
+        .is_some_and(|wait| wait > Duration::ZERO));
+    // Another key (with no rates of its own) is not held back.
+    for n in 0..3 {
+        call("k2", n).await.unwrap();
+    }
+    call("k4", 0).await.unwrap();
+    let refused = call("k4", 1).await.unwrap_err();
+    assert_eq!(refused.code, "rate_limited");
+    assert!(
+        refused.message.contains("tokens per minute"),
+        "{}",
+        refused.message
+    );
 }

@@ -3,7 +3,9 @@
 //! put writes nothing, counts and versions follow every write, a model mismatch and a stale
 //! re-embed are refused with nothing written, and deleting a collection takes its documents.
 
-use stead_persistence::{NewChunk, PutDocument, PutOutcome, Reembedding};
+use stead_persistence::{
+    CollectionKey, NewChunk, PutDocument, PutOutcome, Reembedding, DEFAULT_PROJECT,
+};
 
 use super::*;
 
@@ -11,12 +13,18 @@ stead_testkit::both_backends!(
     collections_documents_and_chunks_round_trip,
     a_replaced_document_is_never_seen_half_written,
     model_mismatch_and_stale_reembeds_are_refused,
+    one_name_in_two_projects_is_two_collections,
 );
+
+/// The default project's collection `name`.
+fn k(name: &str) -> CollectionKey {
+    CollectionKey::new(DEFAULT_PROJECT, name)
+}
 
 fn put(collection: &str, id: &str, texts: &[&str], model: &str, dim: usize) -> PutDocument {
     let text = texts.join(" ");
     PutDocument {
-        collection: collection.into(),
+        collection: k(collection),
         id: id.into(),
         sha256: format!("sha-of-{text}"),
         text,
@@ -36,17 +44,17 @@ fn put(collection: &str, id: &str, texts: &[&str], model: &str, dim: usize) -> P
 async fn collections_documents_and_chunks_round_trip(backend: Backend) {
     let t = db::open(backend).await;
     let store = &t.store;
-    let (created, new) = store.create_collection("docs", "embed").await.unwrap();
+    let (created, new) = store.create_collection(&k("docs"), "embed").await.unwrap();
     assert!(new);
     assert_eq!(
         (created.model.clone(), created.dimension, created.documents),
         (None, None, 0)
     );
-    let (again, new) = store.create_collection("docs", "embed").await.unwrap();
+    let (again, new) = store.create_collection(&k("docs"), "embed").await.unwrap();
     assert!(!new);
     assert_eq!(again, created);
     assert!(matches!(
-        store.create_collection("docs", "other").await,
+        store.create_collection(&k("docs"), "other").await,
         Err(Error::Exists(_))
     ));
 
@@ -58,13 +66,13 @@ async fn collections_documents_and_chunks_round_trip(backend: Backend) {
     assert_eq!(first.document().chunks, 2);
     assert_eq!(first.document().bytes, "one two".len() as i64);
     // The same text and metadata: nothing written, the version stays.
-    let before = store.get_collection("docs").await.unwrap();
+    let before = store.get_collection(&k("docs")).await.unwrap();
     let same = store
         .put_document(put("docs", "a", &["one", "two"], "minilm", 3))
         .await
         .unwrap();
     assert!(matches!(same, PutOutcome::Unchanged(_)), "{same:?}");
-    assert_eq!(store.get_collection("docs").await.unwrap(), before);
+    assert_eq!(store.get_collection(&k("docs")).await.unwrap(), before);
     // Replaced by a document of three chunks; another document beside it.
     let replaced = store
         .put_document(put("docs", "a", &["x", "y", "z"], "minilm", 3))
@@ -76,7 +84,7 @@ async fn collections_documents_and_chunks_round_trip(backend: Backend) {
         .put_document(put("docs", "b", &["bee"], "minilm", 3))
         .await
         .unwrap();
-    let row = store.get_collection("docs").await.unwrap();
+    let row = store.get_collection(&k("docs")).await.unwrap();
     assert_eq!(
         (
             row.model.as_deref(),
@@ -88,13 +96,13 @@ async fn collections_documents_and_chunks_round_trip(backend: Backend) {
     );
     assert!(row.version > before.version);
 
-    let (doc, text, chunks) = store.get_document("docs", "a").await.unwrap();
+    let (doc, text, chunks) = store.get_document(&k("docs"), "a").await.unwrap();
     assert_eq!(
         (doc.id.as_str(), text.as_str(), chunks),
         ("a", "x y z", vec!["x".to_string(), "y".into(), "z".into()])
     );
     assert_eq!(doc.metadata, json!({ "source": "a" }));
-    let all = store.collection_chunks("docs").await.unwrap();
+    let all = store.collection_chunks(&k("docs")).await.unwrap();
     let seen: Vec<(String, i64, String, Vec<f32>)> = all
         .chunks
         .iter()
@@ -119,46 +127,56 @@ async fn collections_documents_and_chunks_round_trip(backend: Backend) {
     assert_eq!(all.collection.version, row.version);
 
     // Paging by id.
-    let page = store.list_documents("docs", None, 1).await.unwrap();
+    let page = store.list_documents(&k("docs"), None, 1).await.unwrap();
     assert_eq!(
         page.iter().map(|d| d.id.as_str()).collect::<Vec<_>>(),
         ["a"]
     );
-    let page = store.list_documents("docs", Some("a"), 10).await.unwrap();
+    let page = store
+        .list_documents(&k("docs"), Some("a"), 10)
+        .await
+        .unwrap();
     assert_eq!(
         page.iter().map(|d| d.id.as_str()).collect::<Vec<_>>(),
         ["b"]
     );
 
     // Deleting a document, then the collection with the rest.
-    assert!(store.delete_document("docs", "a").await.unwrap());
-    assert!(!store.delete_document("docs", "a").await.unwrap());
-    let row = store.get_collection("docs").await.unwrap();
+    assert!(store.delete_document(&k("docs"), "a").await.unwrap());
+    assert!(!store.delete_document(&k("docs"), "a").await.unwrap());
+    let row = store.get_collection(&k("docs")).await.unwrap();
     assert_eq!((row.documents, row.chunks), (1, 1));
     assert!(matches!(
-        store.get_document("docs", "a").await,
+        store.get_document(&k("docs"), "a").await,
         Err(Error::NotFound(_))
     ));
     assert!(matches!(
-        store.delete_document("nope", "a").await,
+        store.delete_document(&k("nope"), "a").await,
         Err(Error::NotFound(_))
     ));
     assert!(matches!(
         store.put_document(put("nope", "a", &["x"], "m", 3)).await,
         Err(Error::NotFound(_))
     ));
-    assert_eq!(store.list_collections().await.unwrap().len(), 1);
-    assert!(store.delete_collection("docs").await.unwrap());
-    assert!(!store.delete_collection("docs").await.unwrap());
-    assert!(store.list_collections().await.unwrap().is_empty());
+    assert_eq!(
+        store.list_collections(DEFAULT_PROJECT).await.unwrap().len(),
+        1
+    );
+    assert!(store.delete_collection(&k("docs")).await.unwrap());
+    assert!(!store.delete_collection(&k("docs")).await.unwrap());
+    assert!(store
+        .list_collections(DEFAULT_PROJECT)
+        .await
+        .unwrap()
+        .is_empty());
     assert!(matches!(
-        store.get_collection("docs").await,
+        store.get_collection(&k("docs")).await,
         Err(Error::NotFound(_))
     ));
     // Its documents went with it: a new collection of that name is empty.
-    store.create_collection("docs", "embed").await.unwrap();
+    store.create_collection(&k("docs"), "embed").await.unwrap();
     assert!(store
-        .collection_chunks("docs")
+        .collection_chunks(&k("docs"))
         .await
         .unwrap()
         .chunks
@@ -168,7 +186,7 @@ async fn collections_documents_and_chunks_round_trip(backend: Backend) {
 async fn a_replaced_document_is_never_seen_half_written(backend: Backend) {
     let t = db::open(backend).await;
     let store = t.store.clone();
-    store.create_collection("c", "embed").await.unwrap();
+    store.create_collection(&k("c"), "embed").await.unwrap();
     // A writer flips one document between two versions of 50 chunks each ("old i" / "new i");
     // a reader must always see 50 chunks, all of one version.
     let old: Vec<String> = (0..50).map(|i| format!("old {i}")).collect();
@@ -196,7 +214,7 @@ async fn a_replaced_document_is_never_seen_half_written(backend: Backend) {
     };
     let mut reads = 0;
     while !writer.is_finished() || reads < 5 {
-        let chunks = store.collection_chunks("c").await.unwrap().chunks;
+        let chunks = store.collection_chunks(&k("c")).await.unwrap().chunks;
         assert_eq!(chunks.len(), 50);
         let prefix = chunks[0].text.split(' ').next().unwrap().to_string();
         assert!(
@@ -204,24 +222,24 @@ async fn a_replaced_document_is_never_seen_half_written(backend: Backend) {
             "a mix of versions: {:?}",
             chunks.iter().map(|c| &c.text).collect::<Vec<_>>()
         );
-        let (_, _, texts) = store.get_document("c", "doc").await.unwrap();
+        let (_, _, texts) = store.get_document(&k("c"), "doc").await.unwrap();
         assert_eq!(texts.len(), 50);
         reads += 1;
     }
     writer.await.unwrap();
-    let row = store.get_collection("c").await.unwrap();
+    let row = store.get_collection(&k("c")).await.unwrap();
     assert_eq!((row.documents, row.chunks), (1, 50));
 }
 
 async fn model_mismatch_and_stale_reembeds_are_refused(backend: Backend) {
     let t = db::open(backend).await;
     let store = &t.store;
-    store.create_collection("c", "embed").await.unwrap();
+    store.create_collection(&k("c"), "embed").await.unwrap();
     store
         .put_document(put("c", "a", &["one", "two"], "m1", 3))
         .await
         .unwrap();
-    let before = store.get_collection("c").await.unwrap();
+    let before = store.get_collection(&k("c")).await.unwrap();
     // Another model, or another dimension: refused, nothing written.
     for (model, dim) in [("m2", 3), ("m1", 4)] {
         assert!(matches!(
@@ -231,7 +249,7 @@ async fn model_mismatch_and_stale_reembeds_are_refused(backend: Backend) {
             Err(Error::Mismatch(_))
         ));
     }
-    assert_eq!(store.get_collection("c").await.unwrap(), before);
+    assert_eq!(store.get_collection(&k("c")).await.unwrap(), before);
 
     // A re-embed from a stale version is refused; from the current one it replaces every
     // vector and the model.
@@ -240,7 +258,7 @@ async fn model_mismatch_and_stale_reembeds_are_refused(backend: Backend) {
         ("a".to_string(), 1, vec![0.0, 1.0]),
     ];
     let stale = Reembedding {
-        collection: "c".into(),
+        collection: k("c"),
         from_version: before.version - 1,
         embedding_route: "embed2".into(),
         model: "m2".into(),
@@ -252,7 +270,7 @@ async fn model_mismatch_and_stale_reembeds_are_refused(backend: Backend) {
     ));
     // Missing a chunk: refused too.
     let partial = Reembedding {
-        collection: "c".into(),
+        collection: k("c"),
         from_version: before.version,
         embedding_route: "embed2".into(),
         model: "m2".into(),
@@ -262,10 +280,10 @@ async fn model_mismatch_and_stale_reembeds_are_refused(backend: Backend) {
         store.reembed_collection(partial).await,
         Err(Error::Stale(_))
     ));
-    assert_eq!(store.get_collection("c").await.unwrap(), before);
+    assert_eq!(store.get_collection(&k("c")).await.unwrap(), before);
     store
         .reembed_collection(Reembedding {
-            collection: "c".into(),
+            collection: k("c"),
             from_version: before.version,
             embedding_route: "embed2".into(),
             model: "m2".into(),
@@ -273,7 +291,7 @@ async fn model_mismatch_and_stale_reembeds_are_refused(backend: Backend) {
         })
         .await
         .unwrap();
-    let after = store.collection_chunks("c").await.unwrap();
+    let after = store.collection_chunks(&k("c")).await.unwrap();
     assert_eq!(
         (
             after.collection.model.as_deref(),
@@ -295,4 +313,72 @@ async fn model_mismatch_and_stale_reembeds_are_refused(backend: Backend) {
         .put_document(put("c", "b", &["bee"], "m2", 2))
         .await
         .unwrap();
+}
+
+/// Names are unique within a project: two projects' `docs` are two collections, each with its
+/// own documents, counts and version; one's deletion leaves the other.
+async fn one_name_in_two_projects_is_two_collections(backend: Backend) {
+    let t = db::open(backend).await;
+    let store = &t.store;
+    let other = uuid::Uuid::now_v7();
+    let theirs = CollectionKey::new(other, "docs");
+    assert!(
+        store
+            .create_collection(&k("docs"), "embed")
+            .await
+            .unwrap()
+            .1
+    );
+    assert!(store.create_collection(&theirs, "other").await.unwrap().1);
+    store
+        .put_document(put("docs", "a", &["ours"], "minilm", 3))
+        .await
+        .unwrap();
+    let mut their_put = put("docs", "a", &["theirs", "too"], "e5", 2);
+    their_put.collection = theirs.clone();
+    store.put_document(their_put).await.unwrap();
+
+    let ours = store.collection_chunks(&k("docs")).await.unwrap();
+    assert_eq!(
+        ours.chunks
+            .iter()
+            .map(|c| c.text.as_str())
+            .collect::<Vec<_>>(),
+        vec!["ours"]
+    );
+    assert_eq!(
+        (ours.collection.project_id, ours.collection.chunks),
+        (DEFAULT_PROJECT, 1)
+    );
+    let their_row = store.get_collection(&theirs).await.unwrap();
+    assert_eq!(
+        (
+            their_row.project_id,
+            their_row.embedding_route.as_str(),
+            their_row.chunks
+        ),
+        (other, "other", 2)
+    );
+    assert_eq!(
+        store
+            .list_collections(other)
+            .await
+            .unwrap()
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect::<Vec<_>>(),
+        vec!["docs"]
+    );
+    assert_eq!(
+        store.get_document(&theirs, "a").await.unwrap().1,
+        "theirs too"
+    );
+
+    assert!(store.delete_collection(&theirs).await.unwrap());
+    assert!(matches!(
+        store.get_collection(&theirs).await,
+        Err(Error::NotFound(_))
+    ));
+    assert_eq!(store.get_collection(&k("docs")).await.unwrap().documents, 1);
+    assert_eq!(store.get_document(&k("docs"), "a").await.unwrap().1, "ours");
 }
