@@ -43,6 +43,15 @@ async fn the_web_ui_decides_a_budget_approval() {
         .call("POST", "/v1/projects", Some(json!({"name": "acme"})))
         .await;
     assert_eq!(status, 201);
+    // The project may use the agent `writer` only (the spend page says so).
+    let (status, granted) = server
+        .call(
+            "PATCH",
+            "/v1/projects/acme",
+            Some(json!({"agents": ["writer"]})),
+        )
+        .await;
+    assert_eq!(status, 200, "{granted}");
     let key = |body: serde_json::Value| {
         let server = &server;
         async move {

@@ -83,8 +83,10 @@ try {
   const budget = await page.getByTestId("budget-left").filter({ hasText: "key `tight`" }).innerText();
   if (!budget.includes("of $1.00") || !budget.includes("% left")) throw new Error(`the budget: ${budget}`);
   await page.locator(".chart canvas").first().waitFor();
+  const grants = await page.getByTestId("project-grants").innerText();
+  if (grants !== "Allowed agents: writer · routes: all") throw new Error(`the grants: ${grants}`);
   await shot(page, "34-spend");
-  step("the spend page shows the call and the key's budget");
+  step("the spend page shows the call, the key's budget and what the project may use");
   console.log(JSON.stringify({ done: true }));
 } catch (error) {
   if (page) {

@@ -6,7 +6,7 @@
 import { useEffect, useState } from "react";
 import type uPlot from "uplot";
 
-import { api, ApiError, type SpendLine, type SpendReport } from "@stead/client";
+import { api, ApiError, type ProjectView, type SpendLine, type SpendReport } from "@stead/client";
 
 import { operator } from "../credentials";
 import { Chart } from "./GatewayPage";
@@ -47,8 +47,18 @@ function Lines({ title, lines, link }: { title: string; lines: SpendLine[]; link
   );
 }
 
+/** What the installation allows the project: its agents and routes (docs/tenancy.md). */
+function Grants({ project }: { project: ProjectView }) {
+  const list = (items: string[] | null) => (items === null ? "all" : items.length ? items.join(", ") : "none");
+  return (
+    <p data-testid="project-grants" className="hint">
+      Allowed agents: {list(project.agents)} · routes: {list(project.routes)}
+    </p>
+  );
+}
+
 export function SpendPage() {
-  const [projects, setProjects] = useState<string[]>([]);
+  const [projects, setProjects] = useState<ProjectView[]>([]);
   const [project, setProject] = useState("");
   const [days, setDays] = useState("30");
   const [group, setGroup] = useState("");
@@ -60,7 +70,7 @@ export function SpendPage() {
       .projects(operator())
       .then((page) => {
         const names = page.projects.map((p) => p.name);
-        setProjects(names);
+        setProjects(page.projects);
         // A project's own key sees one project; the installation starts at its first named one.
         setProject((current) => current || names.find((n) => n !== "default") || names[0] || "");
       })
@@ -97,7 +107,7 @@ export function SpendPage() {
           Project
           <select value={project} onChange={(e) => setProject(e.target.value)}>
             {projects.map((p) => (
-              <option key={p}>{p}</option>
+              <option key={p.name}>{p.name}</option>
             ))}
           </select>
         </label>
@@ -112,6 +122,11 @@ export function SpendPage() {
         <button type="submit">Show</button>
       </form>
       {error && <p role="alert" className="error">{error}</p>}
+      {projects
+        .filter((p) => p.name === project)
+        .map((p) => (
+          <Grants key={p.id} project={p} />
+        ))}
       {report && (
         <>
           <p data-testid="spend-total">

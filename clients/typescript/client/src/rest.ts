@@ -75,6 +75,9 @@ export interface ProjectView {
   name: string;
   budget_usd: number | null;
   budget_period_secs: number | null;
+  /** The installation's agents and routes the project may use (`null`: all of them). */
+  agents: string[] | null;
+  routes: string[] | null;
   created_at: string;
 }
 
