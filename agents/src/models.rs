@@ -107,7 +107,11 @@ pub fn build(
         providers.insert(provider.name.clone(), built);
     }
     let sink = store.map(|store| Arc::new(StoreSink { store }) as Arc<dyn RequestLogSink>);
+    let guardrails = stead_guardrails::Guardrails::build(&config.guardrails)
+        .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
     let router = Router::new(&config.routes, config.gateway.clone(), &providers, sink)
+        .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?
+        .with_guardrails(guardrails)
         .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
     let router = match budgets {
         Some(ledger) => router.with_shared_budgets(ledger),

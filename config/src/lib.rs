@@ -6,6 +6,7 @@
 //! `server.data_dir` and `database.url`; any other key is `STEAD_<SECTION>__<KEY>` (double
 //! underscore between levels), e.g. `STEAD_DATABASE__MAX_EVENT_BYTES=2097152`.
 
+mod guardrails;
 mod mcp;
 pub mod oidc;
 pub mod redact;
@@ -71,6 +72,8 @@ pub struct Config {
     pub audit: AuditConfig,
     /// Where budget alerts go (`[budget_alerts]`, docs/tenancy.md).
     pub budget_alerts: BudgetAlertsConfig,
+    /// Checks routes run on the text they send (`[[guardrails]]`, docs/guardrails.md).
+    pub guardrails: Vec<stead_guardrails::GuardrailConfig>,
 }
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
@@ -118,12 +121,14 @@ impl Default for Config {
                 requests_per_min: None,
                 tokens_per_min: None,
                 cache: true,
+                guardrails: Vec::new(),
             }],
             gateway: GatewayConfig::default(),
             cluster: None,
             knowledge: KnowledgeConfig::default(),
             audit: AuditConfig::default(),
             budget_alerts: BudgetAlertsConfig::default(),
+            guardrails: Vec::new(),
             mcp_servers: Vec::new(),
             agents: vec![AgentConfig {
                 name: "demo".into(),
@@ -219,6 +224,7 @@ fn local_embedding_route() -> RouteConfig {
         requests_per_min: None,
         tokens_per_min: None,
         cache: true,
+        guardrails: Vec::new(),
     }
 }
 

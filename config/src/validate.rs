@@ -124,6 +124,7 @@ impl Config {
         }
         self.validate_cluster()?;
         self.validate_budget_alerts()?;
+        crate::guardrails::check(self).map_err(|(key, problem)| bad(&key, problem))?;
         if let Some(oidc) = &self.server.oidc {
             oidc.check().map_err(|e| bad("server.oidc", e))?;
         }

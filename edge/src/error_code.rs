@@ -160,6 +160,8 @@ error_codes! {
     WrongDimension = (UNPROCESSABLE_ENTITY, "wrong_dimension"),
     /// A filter on a metadata field no document of the collection has.
     UnknownFilterField = (UNPROCESSABLE_ENTITY, "unknown_filter_field"),
+    /// A `block` guardrail of the route found what it looks for (docs/guardrails.md).
+    GuardrailBlocked = (UNPROCESSABLE_ENTITY, "guardrail_blocked"),
     /// A per-key or per-route rate limit.
     RateLimited = (TOO_MANY_REQUESTS, "rate_limited"),
     /// The key's budget is spent.
@@ -213,6 +215,7 @@ impl From<stead_router::RouterErrorCode> for ErrorCode {
             Router::UpstreamRejected => ErrorCode::UpstreamRejected,
             Router::Unavailable => ErrorCode::Unavailable,
             Router::UpstreamFailed => ErrorCode::UpstreamFailed,
+            Router::GuardrailBlocked => ErrorCode::GuardrailBlocked,
         }
     }
 }

@@ -31,6 +31,7 @@ mod evals;
 mod gateway;
 mod gateway_apis;
 mod gateway_router;
+mod guardrails;
 mod knowledge;
 mod knowledge_checks;
 mod mcp;

@@ -38,7 +38,7 @@ impl Router {
     /// [`Abandonment`]) with a log record of status `abandoned`.
     pub async fn call(
         &self,
-        request: RouterRequest,
+        mut request: RouterRequest,
         options: CallOptions,
         deltas: Option<UnboundedSender<String>>,
     ) -> Result<RouterResponse, RouterError> {
@@ -46,6 +46,16 @@ impl Router {
         let started = Instant::now();
         let at = chrono::Utc::now();
         let stream = deltas.is_some();
+        // The route's guardrails first: what they redact, nothing after them sees.
+        if let Err(error) = self.guard_request(id, &mut request) {
+            let latency = started.elapsed();
+            let base = self.base_record(id, at, &options, &request.route, latency, stream);
+            if let Some(log) = &self.log {
+                // Without the request's bodies: they hold what the guardrail refused.
+                log.record(self.failed_record(base, &error, latency));
+            }
+            return Err(error);
+        }
         let span = chat_span(id, &request, &options);
         let ledger = Ledger::default();
         let mut abandonment = Abandonment {

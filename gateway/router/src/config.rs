@@ -22,6 +22,9 @@ pub struct RouteConfig {
     /// Whether answers of this route are cached when `[gateway.cache]` is enabled.
     #[serde(default = "yes")]
     pub cache: bool,
+    /// The `[[guardrails]]` its requests pass, in order (docs/guardrails.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub guardrails: Vec<String>,
 }
 
 /// One provider's model within a route.

@@ -27,6 +27,7 @@ pub mod completions;
 pub mod config;
 mod embed;
 mod failover;
+mod guard;
 mod key_limits;
 mod limits;
 pub mod log;
@@ -151,6 +152,8 @@ pub enum RouterErrorCode {
     UpstreamRejected,
     /// No target is available (none configured and ready, or all cooling down).
     Unavailable,
+    /// A `block` guardrail of the route found what it looks for (docs/guardrails.md).
+    GuardrailBlocked,
 }
 
 impl RouterErrorCode {
@@ -163,6 +166,7 @@ impl RouterErrorCode {
             RouterErrorCode::UpstreamFailed => "upstream_failed",
             RouterErrorCode::UpstreamRejected => "upstream_rejected",
             RouterErrorCode::Unavailable => "unavailable",
+            RouterErrorCode::GuardrailBlocked => "guardrail_blocked",
         }
     }
 
@@ -256,6 +260,8 @@ pub struct Router {
     key_tokens: Option<TokenRate>,
     /// Virtual keys' own rates, from the directory.
     key_limits: key_limits::KeyLimits,
+    /// The configured guardrails the routes name (`[[guardrails]]`).
+    guardrails: stead_guardrails::Guardrails,
     budgets: Option<Budgets>,
     /// Budgets beyond the installation's: a virtual key's and its project's.
     directory: Option<spend::Directory>,
@@ -324,6 +330,7 @@ impl Router {
                     cache: route.cache,
                     requests: route.requests_per_min.map(RequestRate::direct),
                     tokens: route.tokens_per_min.map(TokenRate::new),
+                    guardrails: route.guardrails.clone(),
                 },
             );
         }
@@ -347,6 +354,7 @@ impl Router {
             key_requests: limits.requests_per_min.map(RequestRate::keyed),
             key_tokens: limits.tokens_per_min.map(TokenRate::new),
             key_limits: Default::default(),
+            guardrails: Default::default(),
             budgets: limits
                 .budget_usd
                 .map(|budget| Budgets::new(budget, limits.budget_window())),

@@ -27,6 +27,8 @@ pub(crate) struct Route {
     pub(crate) cache: bool,
     pub(crate) requests: Option<RequestRate>,
     pub(crate) tokens: Option<TokenRate>,
+    /// The guardrails its requests pass, in order (`[[routes]] guardrails`).
+    pub(crate) guardrails: Vec<String>,
 }
 
 impl Route {

@@ -1,0 +1,208 @@
+//! Guardrails on a route through the real binary, with the upstream double as the provider
+//! (docs/guardrails.md): a `pii` redact guardrail — the double receives typed placeholders, the
+//! same one for a value repeated across messages, and neither the request log (with full
+//! bodies) nor the answer holds the raw values; a `deny_terms` block — 422 `guardrail_blocked`
+//! naming the guardrail, the double never called, the log row without bodies; a route without
+//! guardrails passes text as it is; a session whose model call is blocked fails its turn naming
+//! the guardrail and goes on serving; a configuration naming a missing guardrail is refused.
+
+use serde_json::{json, Value};
+use stead_testkit::client::Api;
+use stead_testkit::stead::Stead;
+use stead_testkit::upstream::{Reply, Upstream};
+
+const SECRET: &str = "sk-proj-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789";
+
+fn config(up: &Upstream) -> String {
+    up.config(
+        "guarded",
+        "model = \"m\"",
+        "[[routes]]\nname = \"open\"\ntargets = [{ provider = \"up\", model = \"m\" }]\n\n\
+         [[routes]]\nname = \"strict\"\ntargets = [{ provider = \"up\", model = \"m\" }]\n\
+         guardrails = [\"secrets-out\", \"codenames\"]\n\n\
+         [[guardrails]]\nname = \"secrets-out\"\nkind = \"pii\"\naction = \"redact\"\n\n\
+         [[guardrails]]\nname = \"codenames\"\nkind = \"deny_terms\"\naction = \"block\"\n\
+         terms = [\"Project Falcon\"]\n\n\
+         [gateway.log]\nbodies = \"full\"\nflush_ms = 20\n\n\
+         [[agents]]\nname = \"helper\"\nroute = \"strict\"\nsystem_prompt = \"You help.\"\n",
+    )
+    .replace(
+        "[[routes]]\nname = \"guarded\"\ntargets = [{ provider = \"up\", model = \"m\" }]",
+        "[[routes]]\nname = \"guarded\"\ntargets = [{ provider = \"up\", model = \"m\" }]\n\
+         guardrails = [\"secrets-out\"]",
+    )
+}
+
+fn chat(model: &str, messages: Value) -> Value {
+    json!({ "model": model, "messages": messages })
+}
+
+/// Every text the double has received, joined.
+fn received(up: &Upstream) -> String {
+    up.requests()
+        .iter()
+        .map(|r| r["messages"].to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[tokio::test]
+async fn a_routes_guardrails_redact_and_block_before_the_provider_sees_anything() {
+    let up = Upstream::respond(|request: &Value| {
+        // Echo what arrived, so the answer shows what the provider saw.
+        let last = request["messages"]
+            .as_array()
+            .unwrap()
+            .last()
+            .unwrap()
+            .clone();
+        Reply::text(&format!(
+            "you said: {}",
+            last["content"].as_str().unwrap_or_default()
+        ))
+    })
+    .await;
+    let server = Stead::start(&config(&up), None);
+
+    // Redacted: typed placeholders, consistent across the call's messages.
+    let messages = json!([
+        {"role": "system", "content": "The user is ann@example.com."},
+        {"role": "user", "content": format!("Mail ann@example.com the key {SECRET}, card 4111 1111 1111 1111.")}
+    ]);
+    let (status, answer) = server
+        .call(
+            "POST",
+            "/v1/chat/completions",
+            Some(chat("guarded", messages)),
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let seen = received(&up);
+    assert!(seen.contains("The user is [EMAIL_1]."), "{seen}");
+    assert!(
+        seen.contains("Mail [EMAIL_1] the key [SECRET_1], card [CARD_1]."),
+        "{seen}"
+    );
+    for raw in ["ann@example.com", SECRET, "4111 1111 1111 1111"] {
+        assert!(!seen.contains(raw), "the provider saw {raw}");
+        assert!(!answer.to_string().contains(raw), "the answer holds {raw}");
+    }
+
+    // Not on a route without guardrails.
+    let (status, _) = server
+        .call(
+            "POST",
+            "/v1/chat/completions",
+            Some(chat(
+                "open",
+                json!([{"role": "user", "content": "I am bob@example.com"}]),
+            )),
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert!(received(&up).contains("I am bob@example.com"));
+
+    // Blocked: a clear 422 naming the guardrail; the provider is never called.
+    let before = up.requests().len();
+    let (status, refused) = server
+        .call(
+            "POST",
+            "/v1/chat/completions",
+            Some(chat(
+                "strict",
+                json!([{"role": "user", "content": "Status of project falcon?"}]),
+            )),
+        )
+        .await;
+    assert_eq!(
+        (status, refused["error"]["code"].as_str()),
+        (422, Some("guardrail_blocked")),
+        "{refused}"
+    );
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("`codenames`") && message.contains("TERM"),
+        "{message}"
+    );
+    assert!(!message.to_lowercase().contains("falcon"), "{message}");
+    assert_eq!(up.requests().len(), before, "the provider was called");
+
+    // The request log: rows for all three calls; no raw value in any, the blocked one's status.
+    let logs = loop {
+        let (_, page) = server.call("GET", "/v1/gateway/logs?limit=10", None).await;
+        if page["logs"].as_array().map_or(0, Vec::len) >= 3 {
+            break page;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    let text = logs.to_string();
+    for raw in ["ann@example.com", SECRET, "4111 1111 1111 1111", "falcon"] {
+        assert!(!text.contains(raw), "the request log holds {raw}: {text}");
+    }
+    assert!(text.contains("[EMAIL_1]"), "{text}");
+    let blocked: Vec<&Value> = logs["logs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|row| row["route"] == "strict")
+        .collect();
+    assert_eq!(blocked.len(), 1, "{logs}");
+    assert_eq!(blocked[0]["status"], "error", "{}", blocked[0]);
+    assert!(
+        blocked[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("`codenames`"),
+        "{}",
+        blocked[0]
+    );
+
+    // A session's model call refused by a guardrail fails its turn, naming it; the server
+    // goes on.
+    let (id, _) = server.create("helper").await;
+    server.say(&id, "Any news on Project Falcon?").await;
+    server.wait_for_status(&id, "idle").await;
+    let journal = server.journal(&id).await;
+    let failed = journal
+        .iter()
+        .find(|e| e["kind"] == "model_call_failed")
+        .unwrap_or_else(|| panic!("{journal:#?}"));
+    assert!(
+        failed["payload"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("guardrail `codenames` blocked"),
+        "{failed}"
+    );
+    let (status, _) = server.call("GET", "/healthz", None).await;
+    assert_eq!(status, 200);
+}
+
+#[test]
+fn a_route_naming_a_missing_guardrail_is_refused_at_start() {
+    let config =
+        "[[providers]]\nname = \"up\"\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:9\"\n\n\
+                  [[routes]]\nname = \"r\"\ntargets = [{ provider = \"up\", model = \"m\" }]\n\
+                  guardrails = [\"nope\"]\n";
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("stead.toml"), config).unwrap();
+    let output = stead_testkit::stead::command()
+        .current_dir(dir.path())
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--config",
+            "stead.toml",
+            "--data-dir",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("routes.r.guardrails") && stderr.contains("`nope`"),
+        "{stderr}"
+    );
+}
