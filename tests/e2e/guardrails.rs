@@ -206,3 +206,91 @@ fn a_route_naming_a_missing_guardrail_is_refused_at_start() {
         "{stderr}"
     );
 }
+
+/// An answer goes through the route's guardrails too, streamed or not: the SSE stream a client
+/// reads, the whole answer, a session's journal and the request log hold the same redacted
+/// text, with the request's placeholder for a value the request held.
+#[tokio::test]
+async fn an_answer_is_redacted_before_any_byte_of_a_secret_reaches_a_client() {
+    let answer = format!(
+        "Here it is: {SECRET} for ann@example.com, and the phone +44 20 7946 0958 works too."
+    );
+    let reply = answer.clone();
+    let up = Upstream::respond(move |_: &Value| {
+        Reply::paced(&reply, std::time::Duration::from_millis(2))
+    })
+    .await;
+    let config = config(&up).replace(
+        "[[agents]]\nname = \"helper\"\nroute = \"strict\"",
+        "[[agents]]\nname = \"helper\"\nroute = \"guarded\"",
+    );
+    let server = Stead::start(&config, None);
+    let ask = json!([{"role": "user", "content": "What is the key of ann@example.com?"}]);
+    let expected =
+        "Here it is: [SECRET_1] for [EMAIL_1], and the phone [PHONE_1] works too.".to_string();
+
+    // Streamed: the raw SSE bytes a client reads.
+    let mut body = chat("guarded", ask.clone());
+    body["stream"] = json!(true);
+    let response = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", server.base))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let sse = response.text().await.unwrap();
+    for raw in [SECRET, "sk-proj", "ann@example.com", "7946 0958"] {
+        assert!(!sse.contains(raw), "the stream carried {raw}: {sse}");
+    }
+    let streamed: String = sse
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter_map(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(String::from)
+        })
+        .collect();
+    assert_eq!(streamed, expected);
+
+    // Whole.
+    let (status, whole) = server
+        .call("POST", "/v1/chat/completions", Some(chat("guarded", ask)))
+        .await;
+    assert_eq!(status, 200, "{whole}");
+    assert_eq!(whole["choices"][0]["message"]["content"], expected.as_str());
+
+    // A session: its journal holds the redacted reply.
+    let (id, _) = server.create("helper").await;
+    server.say(&id, "the key please").await;
+    server.wait_for_status(&id, "idle").await;
+    let journal = server.journal(&id).await;
+    let reply = journal
+        .iter()
+        .find(|e| e["kind"] == "assistant_message")
+        .unwrap_or_else(|| panic!("{journal:#?}"));
+    assert_eq!(reply["payload"]["text"], expected.as_str(), "{reply}");
+    let text = serde_json::to_string(&journal).unwrap();
+    assert!(
+        !text.contains(SECRET) && !text.contains("7946 0958"),
+        "{text}"
+    );
+
+    // The request log, with full bodies: three answers, none raw.
+    let logs = loop {
+        let (_, page) = server.call("GET", "/v1/gateway/logs?limit=10", None).await;
+        if page["logs"].as_array().map_or(0, Vec::len) >= 3 {
+            break page;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    let text = logs.to_string();
+    assert!(
+        !text.contains(SECRET) && !text.contains("7946 0958"),
+        "{text}"
+    );
+    assert!(text.contains("[SECRET_1]"), "{text}");
+}

@@ -8,6 +8,7 @@
 //! it, and what they journal or log is the redacted text.
 
 mod config;
+mod holdback;
 mod pii;
 mod redact;
 
@@ -15,6 +16,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 pub use config::{GuardrailAction, GuardrailConfig, GuardrailKind};
+pub use holdback::{Holdback, MAX_HOLD, WINDOW};
 pub use redact::Placeholders;
 
 /// A finding: bytes `start..end` of a text are an `entity` (`EMAIL`, `CARD`, `SECRET`, the

@@ -239,3 +239,78 @@ fn bad_configurations_are_refused_by_name() {
         Err(GuardrailError::Duplicate(_))
     ));
 }
+
+/// Feeds `text` to a hold-back in pieces of `size` bytes (at char boundaries); the pieces it
+/// released, and the joined text.
+fn streamed(text: &str, size: usize, guardrails: Vec<Arc<Guardrail>>) -> (Vec<String>, String) {
+    let mut holdback = Holdback::new(guardrails, Placeholders::default());
+    let mut pieces = Vec::new();
+    let mut at = 0;
+    while at < text.len() {
+        let mut end = (at + size).min(text.len());
+        while !text.is_char_boundary(end) {
+            end += 1;
+        }
+        if let Some(out) = holdback.push(&text[at..end]) {
+            pieces.push(out);
+        }
+        at = end;
+    }
+    pieces.extend(holdback.finish());
+    (pieces, holdback.released().to_string())
+}
+
+#[test]
+fn a_streamed_secret_never_reaches_the_reader_whatever_the_pieces() {
+    let pem = "-----BEGIN PRIVATE KEY-----\nMIIBVQIBADANBgkqhkiG9w0BAQEFAASCAT8wggE7\nAgEAAkEAq7BFUpkGp3+LQmlQ\n-----END PRIVATE KEY-----";
+    let text = format!(
+        "Sure — the key is sk-proj-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789 and the café's phone \
+         is +44 20 7946 0958; mail ann@example.com. The private key:\n{pem}\nDone."
+    );
+    let guardrails = vec![pii(None)];
+    let mut whole = vec![text.clone()];
+    apply(&guardrails, &mut whole, &mut Placeholders::default()).unwrap();
+    assert!(
+        whole[0].contains("[SECRET_1]") && whole[0].contains("[SECRET_2]"),
+        "{}",
+        whole[0]
+    );
+    for size in [1, 2, 3, 5, 7, 16, 64, 1000] {
+        let (pieces, joined) = streamed(&text, size, guardrails.clone());
+        assert_eq!(pieces.concat(), joined);
+        assert_eq!(joined, whole[0], "pieces of {size}");
+        for raw in ["sk-proj", "7946", "ann@", "MIIBVQ", "AgEAAkEA"] {
+            assert!(
+                !joined.contains(raw),
+                "pieces of {size}: {raw} reached the reader"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_stream_holds_back_little_and_a_block_stops_it() {
+    // Plain text goes out as it comes, less the window and the word being written.
+    let mut holdback = Holdback::new(vec![pii(None)], Placeholders::default());
+    let text = "word ".repeat(40);
+    let out = holdback.push(&text).unwrap();
+    assert!(
+        out.len() >= text.len() - WINDOW && text.starts_with(&out),
+        "{out}"
+    );
+    // A block guardrail stops the text at its finding: nothing of it or after is released.
+    let mut words = guardrail("words", GuardrailKind::DenyTerms, GuardrailAction::Block);
+    words.terms = vec!["Project Falcon".into()];
+    let set = Guardrails::build(&[words]).unwrap();
+    let (pieces, joined) = streamed(
+        &format!(
+            "{} then Project Falcon details follow here and more",
+            "ok ".repeat(30)
+        ),
+        4,
+        vec![set.get("words").unwrap()],
+    );
+    assert!(!joined.contains("Falcon"), "{joined}");
+    assert!(joined.starts_with("ok ok"), "{joined}");
+    assert_eq!(pieces.concat(), joined);
+}

@@ -47,15 +47,19 @@ impl Router {
         let at = chrono::Utc::now();
         let stream = deltas.is_some();
         // The route's guardrails first: what they redact, nothing after them sees.
-        if let Err(error) = self.guard_request(id, &mut request) {
-            let latency = started.elapsed();
-            let base = self.base_record(id, at, &options, &request.route, latency, stream);
-            if let Some(log) = &self.log {
-                // Without the request's bodies: they hold what the guardrail refused.
-                log.record(self.failed_record(base, &error, latency));
+        let guard = match self.guard_request(id, &mut request) {
+            Ok(guard) => guard,
+            Err(error) => {
+                let latency = started.elapsed();
+                let base = self.base_record(id, at, &options, &request.route, latency, stream);
+                if let Some(log) = &self.log {
+                    // Without the request's bodies: they hold what the guardrail refused.
+                    log.record(self.failed_record(base, &error, latency));
+                }
+                return Err(error);
             }
-            return Err(error);
-        }
+        };
+        let mut holdback = guard.as_ref().map(crate::guard::Guard::holdback);
         let span = chat_span(id, &request, &options);
         let ledger = Ledger::default();
         let mut abandonment = Abandonment {
@@ -81,9 +85,17 @@ impl Router {
             )
             .instrument(span.clone());
         let result = match deltas {
-            // The text passes through here, so that an abandoned call knows what it streamed.
-            Some(outer) => relay(run, &ledger, outer, &mut abandonment.streamed_bytes).await,
+            // The text passes through here, so that an abandoned call knows what it streamed
+            // (and, with guardrails, is held back until it may be released).
+            Some(outer) => {
+                let streamed = &mut abandonment.streamed_bytes;
+                relay(run, &ledger, outer, streamed, holdback.as_mut()).await
+            }
             None => run.await,
+        };
+        let result = match (result, holdback) {
+            (Ok(response), Some(holdback)) => self.guard_answer(id, response, holdback, stream),
+            (result, _) => result,
         };
         abandonment.armed = false;
         let latency = started.elapsed();
@@ -326,23 +338,35 @@ async fn relay<T>(
     ledger: &Ledger,
     outer: UnboundedSender<String>,
     streamed_bytes: &mut usize,
+    mut holdback: Option<&mut stead_guardrails::Holdback>,
 ) -> T {
     let (inner, mut texts) = tokio::sync::mpsc::unbounded_channel();
     ledger.set_deltas(inner);
+    let mut send = |text: Option<String>| {
+        if let Some(text) = text.filter(|t| !t.is_empty()) {
+            *streamed_bytes += text.len();
+            let _ = outer.send(text);
+        }
+    };
     tokio::pin!(run);
     let result = loop {
         tokio::select! {
             biased;
-            Some(text) = texts.recv() => {
-                *streamed_bytes += text.len();
-                let _ = outer.send(text);
-            }
+            Some(text) = texts.recv() => match holdback.as_deref_mut() {
+                Some(holdback) => send(holdback.push(&text)),
+                None => send(Some(text)),
+            },
             result = &mut run => break result,
         }
     };
     while let Ok(text) = texts.try_recv() {
-        *streamed_bytes += text.len();
-        let _ = outer.send(text);
+        match holdback.as_deref_mut() {
+            Some(holdback) => send(holdback.push(&text)),
+            None => send(Some(text)),
+        }
+    }
+    if let Some(holdback) = holdback {
+        send(holdback.finish());
     }
     result
 }

@@ -1,9 +1,43 @@
 //! A route's guardrails over the requests it takes (docs/guardrails.md): they run first, so a
 //! `redact` rewrites the messages before anything else — the cache key, the providers, the
 //! request log, the span — sees them, and a `block` refuses the call before any limit, budget
-//! or provider is touched.
+//! or provider is touched. The answer goes through them too, streamed or not, through a
+//! [`Holdback`]: what the client is sent, the answer the caller gets (a session journals it)
+//! and the request log hold the same redacted text.
 
-use stead_guardrails::{Guardrails, Placeholders, Verdict};
+/// A call's guardrails, kept for its answer: the route's list, and the placeholders its
+/// request was given (an answer that repeats a value shows the same placeholder).
+pub(crate) struct Guard {
+    list: Vec<Arc<Guardrail>>,
+    placeholders: Placeholders,
+}
+
+impl Guard {
+    pub(crate) fn holdback(&self) -> Holdback {
+        Holdback::new(self.list.clone(), self.placeholders.clone())
+    }
+}
+
+/// The refusal of a `block` guardrail, of the request or of the answer.
+fn blocked_error(id: Uuid, blocked: &Blocked, what: &str) -> RouterError {
+    RouterError {
+        id,
+        code: RouterErrorCode::GuardrailBlocked,
+        message: format!(
+            "guardrail `{}` blocked the {what}: it holds {}",
+            blocked.guardrail,
+            blocked.entities.join(", ")
+        ),
+        unquoted: None,
+        retry_after: None,
+        attempts: Vec::new(),
+        budget: None,
+    }
+}
+
+use std::sync::Arc;
+
+use stead_guardrails::{Blocked, Guardrail, Guardrails, Holdback, Placeholders};
 use uuid::Uuid;
 
 use crate::provider::RouterRequest;
@@ -38,18 +72,18 @@ impl Router {
 
     /// Runs the route's guardrails over the request's messages, in order: `redact` replaces
     /// each finding with its placeholder in place, `block` refuses the call naming the
-    /// guardrail and what it found (never the text), `flag` lets it pass. The verdicts of
-    /// those that found something.
+    /// guardrail and what it found (never the text), `flag` lets it pass. The call's guard for
+    /// its answer (`None`: the route has no guardrails).
     pub(crate) fn guard_request(
         &self,
         id: Uuid,
         request: &mut RouterRequest,
-    ) -> Result<Vec<Verdict>, RouterError> {
+    ) -> Result<Option<Guard>, RouterError> {
         let Some(route) = self.routes.get(&request.route) else {
-            return Ok(Vec::new());
+            return Ok(None);
         };
         if route.guardrails.is_empty() {
-            return Ok(Vec::new());
+            return Ok(None);
         }
         let list: Vec<_> = route
             .guardrails
@@ -57,7 +91,8 @@ impl Router {
             .filter_map(|name| self.guardrails.get(name))
             .collect();
         let mut texts: Vec<String> = request.messages.iter().map(|m| m.content.clone()).collect();
-        match stead_guardrails::apply(&list, &mut texts, &mut Placeholders::default()) {
+        let mut placeholders = Placeholders::default();
+        match stead_guardrails::apply(&list, &mut texts, &mut placeholders) {
             Ok(verdicts) => {
                 for (message, text) in request.messages.iter_mut().zip(texts) {
                     message.content = text;
@@ -67,21 +102,34 @@ impl Router {
                         guardrail = %verdict.guardrail, action = verdict.action.as_str(),
                         found = ?verdict.found, "guardrail");
                 }
-                Ok(verdicts)
+                Ok(Some(Guard { list, placeholders }))
             }
-            Err(blocked) => Err(RouterError {
-                id,
-                code: RouterErrorCode::GuardrailBlocked,
-                message: format!(
-                    "guardrail `{}` blocked the request: it holds {}",
-                    blocked.guardrail,
-                    blocked.entities.join(", ")
-                ),
-                unquoted: None,
-                retry_after: None,
-                attempts: Vec::new(),
-                budget: None,
-            }),
+            Err(blocked) => Err(blocked_error(id, &blocked, "request")),
         }
+    }
+
+    /// The answer as its guardrails leave it: with `holdback` the streamed text already went
+    /// through it (the answer becomes exactly what was sent); else the whole text goes through
+    /// now. A `block` finding fails the call.
+    pub(crate) fn guard_answer(
+        &self,
+        id: Uuid,
+        mut response: crate::RouterResponse,
+        mut holdback: Holdback,
+        streamed: bool,
+    ) -> Result<crate::RouterResponse, RouterError> {
+        if !streamed {
+            holdback.push(&response.text);
+            holdback.finish();
+        }
+        if let Some(blocked) = holdback.blocked() {
+            return Err(blocked_error(id, blocked, "answer"));
+        }
+        for verdict in holdback.verdicts() {
+            tracing::info!(request = %id, guardrail = %verdict.guardrail,
+                action = verdict.action.as_str(), found = ?verdict.found, "guardrail (answer)");
+        }
+        response.text = holdback.released().to_string();
+        Ok(response)
     }
 }
