@@ -294,3 +294,67 @@ async fn an_answer_is_redacted_before_any_byte_of_a_secret_reaches_a_client() {
     );
     assert!(text.contains("[SECRET_1]"), "{text}");
 }
+
+/// With `restore_for_tools`, a placeholder the model writes into a tool call stands for its
+/// value: the tool gets the address, while the provider — in this request and in the next one,
+/// whose history holds the call and its result — sees only the placeholder.
+#[tokio::test]
+async fn a_tool_gets_the_value_of_a_placeholder_the_provider_never_sees() {
+    let up = Upstream::respond(|request: &Value| {
+        let last = request["messages"]
+            .as_array()
+            .unwrap()
+            .last()
+            .unwrap()
+            .clone();
+        if last["role"] == "tool" {
+            Reply::text("Sent.")
+        } else {
+            Reply::tool("send_mail", json!({"to": "[EMAIL_1]", "body": "hello"}))
+        }
+    })
+    .await;
+    let hook = stead_testkit::webhook::Webhook::start().await;
+    let config = up.config(
+        "mailer",
+        "model = \"m\"",
+        &format!(
+            "guardrails = [\"addresses\"]\n\n\
+             [[guardrails]]\nname = \"addresses\"\nkind = \"pii\"\naction = \"redact\"\n\
+             entities = [\"EMAIL\"]\nrestore_for_tools = true\n\n\
+             [[agents]]\nname = \"mailer\"\nroute = \"mailer\"\nsystem_prompt = \"You send mail.\"\n\n\
+             [[agents.tools]]\nname = \"send_mail\"\nkind = \"webhook\"\nurl = \"{}\"\n\
+             description = \"Sends a mail\"\napproval = \"never\"\n",
+            hook.url("/send")
+        ),
+    );
+    // `guardrails` belongs to the route the double's config opens.
+    let config = config.replacen(
+        "targets = [{ provider = \"up\", model = \"m\" }]\n\nguardrails",
+        "targets = [{ provider = \"up\", model = \"m\" }]\nguardrails",
+        1,
+    );
+    let server = Stead::start(&config, None);
+    let (id, _) = server.create("mailer").await;
+    server.say(&id, "Mail ann@example.com a hello.").await;
+    server.wait_for_status(&id, "idle").await;
+
+    let sent = hook.bodies();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(sent[0]["arguments"]["to"], "ann@example.com", "{}", sent[0]);
+    let seen = received(&up);
+    assert!(
+        !seen.contains("ann@example.com"),
+        "the provider saw the address: {seen}"
+    );
+    let requests = up.requests();
+    assert_eq!(requests.len(), 2);
+    let history = requests[1]["messages"].to_string();
+    assert!(history.contains("[EMAIL_1]"), "{history}");
+    let journal = server.journal(&id).await;
+    let reply = journal
+        .iter()
+        .rfind(|e| e["kind"] == "assistant_message")
+        .unwrap();
+    assert_eq!(reply["payload"]["text"], "Sent.");
+}

@@ -56,6 +56,10 @@ pub struct GuardrailConfig {
     /// `deny_terms`: the words and phrases.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub terms: Vec<String>,
+    /// `redact`: a tool call the model writes with one of its placeholders gets the value
+    /// back, so a redacted address can still be written to (docs/guardrails.md, "Tools").
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub restore_for_tools: bool,
 }
 
 /// A labelled pattern of a `regex` guardrail.
@@ -121,9 +125,15 @@ impl GuardrailConfig {
                 Checker::Patterns(vec![("TERM".into(), re)])
             }
         };
+        if self.restore_for_tools && self.action != GuardrailAction::Redact {
+            return Err(invalid(
+                "`restore_for_tools` needs `action = \"redact\"`".into(),
+            ));
+        }
         Ok(Guardrail {
             name: self.name.clone(),
             action: self.action,
+            restore_for_tools: self.restore_for_tools,
             checker,
         })
     }

@@ -47,6 +47,9 @@ enum Checker {
 pub struct Guardrail {
     pub name: String,
     pub action: GuardrailAction,
+    /// Its placeholders in a tool call's arguments are turned back into their values before
+    /// the tool runs (docs/guardrails.md, "Tools").
+    pub restore_for_tools: bool,
     checker: Checker,
 }
 
@@ -160,7 +163,7 @@ pub fn apply(
             GuardrailAction::Redact => {
                 for (text, spans) in texts.iter_mut().zip(&spans_of) {
                     if !spans.is_empty() {
-                        *text = placeholders.redact(text, spans);
+                        *text = placeholders.redact(text, spans, guardrail.restore_for_tools);
                     }
                 }
             }

@@ -13,6 +13,9 @@ use crate::Span;
 pub struct Placeholders {
     given: HashMap<String, String>,
     counts: HashMap<String, usize>,
+    /// Placeholders a tool call may have turned back into their values (their guardrail sets
+    /// `restore_for_tools`): placeholder → value.
+    restorable: HashMap<String, String>,
 }
 
 impl Placeholders {
@@ -28,16 +31,40 @@ impl Placeholders {
         placeholder
     }
 
-    /// `text` with each of `spans` (sorted, disjoint) replaced by its placeholder.
-    pub fn redact(&mut self, text: &str, spans: &[Span]) -> String {
+    /// `text` with each of `spans` (sorted, disjoint) replaced by its placeholder;
+    /// `restorable`: a tool call may turn them back ([`Placeholders::restore`]).
+    pub fn redact(&mut self, text: &str, spans: &[Span], restorable: bool) -> String {
         let mut out = String::with_capacity(text.len());
         let mut at = 0;
         for span in spans {
+            let value = &text[span.start..span.end];
+            let placeholder = self.of(&span.entity, value);
+            if restorable {
+                self.restorable
+                    .insert(placeholder.clone(), value.to_string());
+            }
             out.push_str(&text[at..span.start]);
-            out.push_str(&self.of(&span.entity, &text[span.start..span.end]));
+            out.push_str(&placeholder);
             at = span.end;
         }
         out.push_str(&text[at..]);
         out
+    }
+
+    /// `text` with each restorable placeholder in it replaced by the value it stands for (the
+    /// others stay placeholders).
+    pub fn restore(&self, text: &str) -> String {
+        let mut out = text.to_string();
+        for (placeholder, value) in &self.restorable {
+            if out.contains(placeholder.as_str()) {
+                out = out.replace(placeholder.as_str(), value);
+            }
+        }
+        out
+    }
+
+    /// Whether any placeholder may be restored.
+    pub fn any_restorable(&self) -> bool {
+        !self.restorable.is_empty()
     }
 }

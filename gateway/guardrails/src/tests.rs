@@ -12,6 +12,7 @@ fn pii(entities: Option<&[&str]>) -> Arc<Guardrail> {
             entities: entities.map(|e| e.iter().map(|s| s.to_string()).collect()),
             patterns: Vec::new(),
             terms: Vec::new(),
+            restore_for_tools: false,
         }
         .build()
         .unwrap(),
@@ -131,6 +132,7 @@ fn entities_narrow_a_pii_guardrail_and_unknown_ones_are_refused() {
         entities: Some(vec!["PASSPORT".into()]),
         patterns: Vec::new(),
         terms: Vec::new(),
+        restore_for_tools: false,
     };
     let error = Guardrails::build(&[bad]).err().unwrap().to_string();
     assert!(error.contains("PASSPORT"), "{error}");
@@ -144,6 +146,7 @@ fn guardrail(name: &str, kind: GuardrailKind, action: GuardrailAction) -> Guardr
         entities: None,
         patterns: Vec::new(),
         terms: Vec::new(),
+        restore_for_tools: false,
     }
 }
 
@@ -313,4 +316,26 @@ fn a_stream_holds_back_little_and_a_block_stops_it() {
     assert!(!joined.contains("Falcon"), "{joined}");
     assert!(joined.starts_with("ok ok"), "{joined}");
     assert_eq!(pieces.concat(), joined);
+}
+
+#[test]
+fn a_restorable_placeholder_turns_back_into_its_value_and_only_it() {
+    let mut restoring = guardrail("pii", GuardrailKind::Pii, GuardrailAction::Redact);
+    restoring.restore_for_tools = true;
+    restoring.entities = Some(vec!["EMAIL".into()]);
+    let mut keeping = guardrail("cards", GuardrailKind::Pii, GuardrailAction::Redact);
+    keeping.entities = Some(vec!["CARD".into()]);
+    let set = Guardrails::build(&[restoring, keeping]).unwrap();
+    let list = [set.get("pii").unwrap(), set.get("cards").unwrap()];
+    let mut texts = vec!["mail ann@example.com, card 4111111111111111".to_string()];
+    let mut placeholders = Placeholders::default();
+    apply(&list, &mut texts, &mut placeholders).unwrap();
+    assert_eq!(texts[0], "mail [EMAIL_1], card [CARD_1]");
+    assert_eq!(
+        placeholders.restore(r#"{"to": "[EMAIL_1]", "card": "[CARD_1]", "cc": "[EMAIL_2]"}"#),
+        r#"{"to": "ann@example.com", "card": "[CARD_1]", "cc": "[EMAIL_2]"}"#
+    );
+    let mut flagging = guardrail("f", GuardrailKind::Pii, GuardrailAction::Flag);
+    flagging.restore_for_tools = true;
+    assert!(Guardrails::build(&[flagging]).is_err());
 }

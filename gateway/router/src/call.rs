@@ -93,9 +93,11 @@ impl Router {
             }
             None => run.await,
         };
-        let result = match (result, holdback) {
-            (Ok(response), Some(holdback)) => self.guard_answer(id, response, holdback, stream),
-            (result, _) => result,
+        let result = match (result, holdback, &guard) {
+            (Ok(response), Some(holdback), Some(guard)) => {
+                self.guard_answer(id, response, guard, holdback, stream)
+            }
+            (result, _, _) => result,
         };
         abandonment.armed = false;
         let latency = started.elapsed();

@@ -90,12 +90,22 @@ impl Router {
             .iter()
             .filter_map(|name| self.guardrails.get(name))
             .collect();
-        let mut texts: Vec<String> = request.messages.iter().map(|m| m.content.clone()).collect();
+        // Each message's text, then its tool calls' arguments, in order: values are numbered
+        // by where they first appear.
+        let mut texts: Vec<String> = Vec::new();
+        for message in &request.messages {
+            texts.push(message.content.clone());
+            texts.extend(message.tool_calls.iter().map(|c| c.arguments.clone()));
+        }
         let mut placeholders = Placeholders::default();
         match stead_guardrails::apply(&list, &mut texts, &mut placeholders) {
             Ok(verdicts) => {
-                for (message, text) in request.messages.iter_mut().zip(texts) {
-                    message.content = text;
+                let mut texts = texts.into_iter();
+                for message in &mut request.messages {
+                    message.content = texts.next().unwrap_or_default();
+                    for call in &mut message.tool_calls {
+                        call.arguments = texts.next().unwrap_or_default();
+                    }
                 }
                 for verdict in &verdicts {
                     tracing::info!(request = %id, route = %request.route,
@@ -115,6 +125,7 @@ impl Router {
         &self,
         id: Uuid,
         mut response: crate::RouterResponse,
+        guard: &Guard,
         mut holdback: Holdback,
         streamed: bool,
     ) -> Result<crate::RouterResponse, RouterError> {
@@ -130,6 +141,33 @@ impl Router {
                 action = verdict.action.as_str(), found = ?verdict.found, "guardrail (answer)");
         }
         response.text = holdback.released().to_string();
+        // A placeholder the model wrote into a tool call stands for its value, when its
+        // guardrail allows it: the tool gets the value (docs/guardrails.md, "Tools").
+        if guard.placeholders.any_restorable() {
+            for call in &mut response.tool_calls {
+                call.arguments = restore_json(&guard.placeholders, &call.arguments);
+            }
+        }
         Ok(response)
+    }
+}
+
+/// Tool-call arguments (JSON) with the restorable placeholders in their strings turned back
+/// into values (as text when they are not JSON).
+fn restore_json(placeholders: &Placeholders, arguments: &str) -> String {
+    fn walk(placeholders: &Placeholders, value: &mut serde_json::Value) {
+        match value {
+            serde_json::Value::String(text) => *text = placeholders.restore(text),
+            serde_json::Value::Array(items) => items.iter_mut().for_each(|v| walk(placeholders, v)),
+            serde_json::Value::Object(map) => map.values_mut().for_each(|v| walk(placeholders, v)),
+            _ => {}
+        }
+    }
+    match serde_json::from_str::<serde_json::Value>(arguments) {
+        Ok(mut value) => {
+            walk(placeholders, &mut value);
+            value.to_string()
+        }
+        Err(_) => placeholders.restore(arguments),
     }
 }
