@@ -80,6 +80,22 @@ pub enum BenchCommand {
     /// Projects' virtual keys: authentication through the cache beside a configuration key,
     /// a cache miss, a key's budgets and the ledger, listing — at 1/100 of the scale and full.
     Tenancy(TenancyBenchArgs),
+    /// Guardrails: the `pii` check and redaction on a 2 KB message, and a streamed answer
+    /// through the hold-back, against the 1 ms p99 target.
+    Guardrails(GuardrailsBenchArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct GuardrailsBenchArgs {
+    /// Timed runs per figure (a tenth of them for the streamed answer).
+    #[arg(long, default_value_t = 20_000)]
+    pub samples: usize,
+    /// The message's size.
+    #[arg(long, default_value_t = 2048)]
+    pub bytes: usize,
+    /// Print the figures as one JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -358,3 +358,28 @@ async fn a_tool_gets_the_value_of_a_placeholder_the_provider_never_sees() {
         .unwrap();
     assert_eq!(reply["payload"]["text"], "Sent.");
 }
+
+/// The short run of `stead bench guardrails`: it runs, and prints every figure.
+#[test]
+fn the_guardrails_bench_runs_short() {
+    let output = stead_testkit::stead::command()
+        .args(["bench", "guardrails", "--samples", "200", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let figures: Value = serde_json::from_slice(&output.stdout).unwrap();
+    for figure in [
+        "check_with_pii",
+        "check_without_pii",
+        "redact",
+        "streamed_answer_16_byte_pieces",
+    ] {
+        let p99 = figures[figure]["p99_us"].as_f64().unwrap_or(-1.0);
+        assert!(p99 > 0.0, "{figure}: {figures}");
+    }
+    assert_eq!(figures["target_p99_us"], 1000.0);
+}
