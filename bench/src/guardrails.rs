@@ -1,8 +1,8 @@
 //! `stead bench guardrails` (docs/benchmarks.md): what the `pii` check adds to a call — p50 and
 //! p99 of checking a 2 KB message (one with personal data and a secret in it, one without),
 //! of redacting it, and of a 2 KB answer streamed through the hold-back in 16-byte pieces —
-//! against the target of 1 ms p99. No peer runs here yet (Microsoft Presidio's analyzer needs a
-//! spaCy model that no registry here serves); the ratio is to the target.
+//! against the target of 1 ms p99. No peer runs here yet (Microsoft Presidio's analyzer loads a
+//! spaCy model by default, which the registries here do not carry); the ratio is to the target.
 
 use std::time::Instant;
 
