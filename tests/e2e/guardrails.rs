@@ -46,16 +46,31 @@ fn received(up: &Upstream) -> String {
         .join("\n")
 }
 
+/// The last message of a request the double received.
+fn last_message(request: &Value) -> Value {
+    request["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// The request log once it holds at least `rows` rows (it is written in batches).
+async fn logged(server: &Stead, rows: usize) -> Value {
+    loop {
+        let (_, page) = server.call("GET", "/v1/gateway/logs?limit=10", None).await;
+        if page["logs"].as_array().map_or(0, Vec::len) >= rows {
+            return page;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test]
 async fn a_routes_guardrails_redact_and_block_before_the_provider_sees_anything() {
     let up = Upstream::respond(|request: &Value| {
         // Echo what arrived, so the answer shows what the provider saw.
-        let last = request["messages"]
-            .as_array()
-            .unwrap()
-            .last()
-            .unwrap()
-            .clone();
+        let last = last_message(request);
         Reply::text(&format!(
             "you said: {}",
             last["content"].as_str().unwrap_or_default()
@@ -128,13 +143,7 @@ async fn a_routes_guardrails_redact_and_block_before_the_provider_sees_anything(
     assert_eq!(up.requests().len(), before, "the provider was called");
 
     // The request log: rows for all three calls; no raw value in any, the blocked one's status.
-    let logs = loop {
-        let (_, page) = server.call("GET", "/v1/gateway/logs?limit=10", None).await;
-        if page["logs"].as_array().map_or(0, Vec::len) >= 3 {
-            break page;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    };
+    let logs = logged(&server, 3).await;
     let text = logs.to_string();
     for raw in ["ann@example.com", SECRET, "4111 1111 1111 1111", "falcon"] {
         assert!(!text.contains(raw), "the request log holds {raw}: {text}");
@@ -186,19 +195,7 @@ fn a_route_naming_a_missing_guardrail_is_refused_at_start() {
                   guardrails = [\"nope\"]\n";
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("stead.toml"), config).unwrap();
-    let output = stead_testkit::stead::command()
-        .current_dir(dir.path())
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--config",
-            "stead.toml",
-            "--data-dir",
-        ])
-        .arg(dir.path())
-        .output()
-        .unwrap();
+    let output = stead_testkit::stead::serve_in(dir.path()).output().unwrap();
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
@@ -280,13 +277,7 @@ async fn an_answer_is_redacted_before_any_byte_of_a_secret_reaches_a_client() {
     );
 
     // The request log, with full bodies: three answers, none raw.
-    let logs = loop {
-        let (_, page) = server.call("GET", "/v1/gateway/logs?limit=10", None).await;
-        if page["logs"].as_array().map_or(0, Vec::len) >= 3 {
-            break page;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    };
+    let logs = logged(&server, 3).await;
     let text = logs.to_string();
     assert!(
         !text.contains(SECRET) && !text.contains("7946 0958"),
@@ -301,12 +292,7 @@ async fn an_answer_is_redacted_before_any_byte_of_a_secret_reaches_a_client() {
 #[tokio::test]
 async fn a_tool_gets_the_value_of_a_placeholder_the_provider_never_sees() {
     let up = Upstream::respond(|request: &Value| {
-        let last = request["messages"]
-            .as_array()
-            .unwrap()
-            .last()
-            .unwrap()
-            .clone();
+        let last = last_message(request);
         if last["role"] == "tool" {
             Reply::text("Sent.")
         } else {

@@ -168,18 +168,8 @@ headers_env = {{ "Authorization" = "TEST_HOOK_TOKEN" }}
     assert!(!dumped.contains("hook-secret-4242"), "{dumped}");
 
     // Without the variable, the start fails naming it.
-    let output = stead_testkit::stead::command()
-        .current_dir(dir.path())
+    let output = stead_testkit::stead::serve_in(dir.path())
         .env_remove("TEST_HOOK_TOKEN")
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--config",
-            "stead.toml",
-            "--data-dir",
-        ])
-        .arg(dir.path())
         .output()
         .unwrap();
     assert!(!output.status.success());

@@ -5,6 +5,14 @@
 //! [`Holdback`]: what the client is sent, the answer the caller gets (a session journals it)
 //! and the request log hold the same redacted text.
 
+use std::sync::Arc;
+
+use stead_guardrails::{Blocked, Guardrail, Guardrails, Holdback, Placeholders};
+use uuid::Uuid;
+
+use crate::provider::RouterRequest;
+use crate::{Router, RouterError, RouterErrorCode};
+
 /// A call's guardrails, kept for its answer: the route's list, and the placeholders its
 /// request was given (an answer that repeats a value shows the same placeholder).
 pub(crate) struct Guard {
@@ -34,14 +42,6 @@ fn blocked_error(id: Uuid, blocked: &Blocked, what: &str) -> RouterError {
         budget: None,
     }
 }
-
-use std::sync::Arc;
-
-use stead_guardrails::{Blocked, Guardrail, Guardrails, Holdback, Placeholders};
-use uuid::Uuid;
-
-use crate::provider::RouterRequest;
-use crate::{Router, RouterError, RouterErrorCode};
 
 /// A route that names a guardrail that is not configured.
 #[derive(Debug, thiserror::Error)]

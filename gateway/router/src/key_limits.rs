@@ -76,19 +76,14 @@ impl Router {
         let (Some(directory), Some(key)) = (&self.directory, key) else {
             return Ok(());
         };
-        let rates = directory
-            .budgets
-            .rates(key)
-            .await
-            .map_err(|problem| RouterError {
+        let rates = directory.budgets.rates(key).await.map_err(|problem| {
+            crate::spend::refusal(
                 id,
-                code: RouterErrorCode::Unavailable,
-                message: format!("the key's limits cannot be read ({problem})"),
-                unquoted: None,
-                retry_after: Some(Duration::from_secs(1)),
-                attempts: Vec::new(),
-                budget: None,
-            })?;
+                RouterErrorCode::Unavailable,
+                format!("the key's limits cannot be read ({problem})"),
+                Duration::from_secs(1),
+            )
+        })?;
         let Some(limit) = self.key_limits.at(key, rates) else {
             return Ok(());
         };

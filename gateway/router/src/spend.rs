@@ -66,7 +66,12 @@ impl Drop for Reserving<'_> {
     }
 }
 
-fn refusal(id: Uuid, code: RouterErrorCode, message: String, retry: Duration) -> RouterError {
+pub(crate) fn refusal(
+    id: Uuid,
+    code: RouterErrorCode,
+    message: String,
+    retry: Duration,
+) -> RouterError {
     RouterError {
         id,
         code,

@@ -53,6 +53,23 @@ pub fn command() -> Command {
     cmd
 }
 
+/// `stead serve` on a free port with `dir/stead.toml` and `dir` as its data directory (for a
+/// start that is expected to be refused: the caller runs it and reads its exit and stderr).
+pub fn serve_in(dir: &std::path::Path) -> Command {
+    let mut cmd = command();
+    cmd.current_dir(dir)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--config",
+            "stead.toml",
+            "--data-dir",
+        ])
+        .arg(dir);
+    cmd
+}
+
 /// A fresh data directory with the model and ONNX Runtime that `stead setup` prepared in
 /// `$STEAD_DATA_DIR` linked in (for tests on the real local model).
 pub fn prepared_data_dir() -> tempfile::TempDir {

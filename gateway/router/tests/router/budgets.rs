@@ -103,6 +103,17 @@ impl stead_router::BudgetAlerts for Alerts {
     }
 }
 
+/// An upstream double whose every answer is ten completion tokens, after `delay`.
+async fn ten_tokens(delay: Duration) -> Upstream {
+    let reply = Reply::Text {
+        text: "ten tokens".into(),
+        delay,
+        chunk_delay: Duration::ZERO,
+        completion_tokens: 10,
+    };
+    Upstream::start(vec![], reply).await
+}
+
 /// Keys `k1` and `k2` of project `p` (a test double of the projects' directory).
 struct Directory;
 
@@ -157,16 +168,7 @@ fn budgeted(up: &Upstream, ledger: Arc<MemoryLedger>) -> Arc<Router> {
 /// and what a refused call set aside in the other budget goes back.
 #[tokio::test]
 async fn a_keys_budget_and_its_projects_both_hold_and_name_themselves() {
-    let up = Upstream::start(
-        vec![],
-        Reply::Text {
-            text: "ten tokens".into(),
-            delay: Duration::from_millis(200),
-            chunk_delay: Duration::ZERO,
-            completion_tokens: 10,
-        },
-    )
-    .await;
+    let up = ten_tokens(Duration::from_millis(200)).await;
     // Each call may cost and costs $0.01.
     let ledger = Arc::new(MemoryLedger::default());
     let router = budgeted(&up, ledger.clone());
@@ -296,16 +298,7 @@ async fn a_call_dropped_between_two_reservations_leaves_nothing_reserved() {
 /// granted a one-off overspend fits that much past the budget, once.
 #[tokio::test]
 async fn a_refusal_names_its_budget_and_a_granted_overspend_admits_one_call() {
-    let up = Upstream::start(
-        vec![],
-        Reply::Text {
-            text: "ten tokens".into(),
-            delay: Duration::ZERO,
-            chunk_delay: Duration::ZERO,
-            completion_tokens: 10,
-        },
-    )
-    .await;
+    let up = ten_tokens(Duration::ZERO).await;
     let ledger = Arc::new(MemoryLedger::default());
     let router = budgeted(&up, ledger.clone());
     let call = |grant: Option<f64>| {
@@ -358,16 +351,7 @@ async fn a_refusal_names_its_budget_and_a_granted_overspend_admits_one_call() {
 /// ($0.05, alert at $0.03) crosses it at its third $0.01 call, and later calls send nothing.
 #[tokio::test]
 async fn a_budget_alerts_once_when_its_spending_crosses_the_share() {
-    let up = Upstream::start(
-        vec![],
-        Reply::Text {
-            text: "ten tokens".into(),
-            delay: Duration::ZERO,
-            chunk_delay: Duration::ZERO,
-            completion_tokens: 10,
-        },
-    )
-    .await;
+    let up = ten_tokens(Duration::ZERO).await;
     let ledger = Arc::new(MemoryLedger::default());
     let alerts = Arc::new(Alerts::default());
     let router = budgeted(&up, ledger.clone());
@@ -414,16 +398,7 @@ async fn a_budget_alerts_once_when_its_spending_crosses_the_share() {
 /// balance of five below zero, so its next call waits.
 #[tokio::test]
 async fn a_keys_own_requests_and_tokens_per_minute_hold() {
-    let up = Upstream::start(
-        vec![],
-        Reply::Text {
-            text: "ten tokens".into(),
-            delay: Duration::ZERO,
-            chunk_delay: Duration::ZERO,
-            completion_tokens: 10,
-        },
-    )
-    .await;
+    let up = ten_tokens(Duration::ZERO).await;
     let router = budgeted(&up, Arc::new(MemoryLedger::default()));
     let call = |key: &'static str, n: usize| {
         let router = router.clone();
