@@ -287,10 +287,9 @@ pub(crate) fn agents(
         config.knowledge.clone(),
     ));
     let notes: Arc<dyn Kv> = store.clone();
-    let agents = stead_agents::build(config, &notes, Some(&mcp), Some(&knowledge))?;
-    let session_model = Arc::new(stead_agents::models::SessionModel {
-        router: model_router.clone(),
-    });
+    let mut agents = stead_agents::build(config, &notes, Some(&mcp), Some(&knowledge))?;
+    stead_agents::agent::guard_results(&mut agents, config, &model_router)?;
+    let session_model = stead_agents::models::SessionModel::shared(model_router.clone());
     let sessions = Arc::new(
         stead_actors::session::SessionRegistry::new(store.clone(), session_model, agents)
             .with_lifecycle(config.sessions.lifecycle())

@@ -232,6 +232,11 @@ pub fn progress_line(events: &[SessionEvent]) -> Option<String> {
         SessionEvent::ApprovalRequested { tool, .. } => {
             Some(format!("awaiting approval of {tool}"))
         }
+        SessionEvent::GuardrailChecked {
+            tool,
+            held: Some(_),
+            ..
+        } => Some(format!("awaiting approval of {tool}'s result")),
         SessionEvent::BudgetApprovalRequested { budget, .. } => Some(format!(
             "awaiting a budget approval: the budget of {budget} is spent"
         )),

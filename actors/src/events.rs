@@ -296,6 +296,20 @@ pub enum SessionEvent {
         #[ts(type = "unknown")]
         result: Value,
     },
+    /// The agent's guardrails checked the result of `call_id` before the model saw it
+    /// (docs/guardrails.md, "Tool results"): each one's verdict, in order. The outcome follows:
+    /// `tool_call_finished` with the result as they left it, `tool_call_failed` naming a
+    /// guardrail that blocked it, or — `held` set — nothing until a person decides on the
+    /// held result (`approval_decided`).
+    GuardrailChecked {
+        call_id: CallId,
+        tool: String,
+        checks: Vec<stead_guardrails::results::GuardrailCheck>,
+        /// The result an `approve` guardrail holds for a person.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[ts(optional, type = "unknown")]
+        held: Option<Value>,
+    },
     ToolCallFailed {
         call_id: CallId,
         tool: String,

@@ -53,6 +53,13 @@ pub enum Input {
         call_id: CallId,
         error: String,
     },
+    /// A tool's result after the agent's guardrails (docs/guardrails.md, "Tool results"):
+    /// `result` as they left it (redacted), `checks` their verdicts, in order.
+    ToolChecked {
+        call_id: CallId,
+        result: Value,
+        checks: Vec<stead_guardrails::results::GuardrailCheck>,
+    },
     Decision {
         call_id: CallId,
         approved: bool,

@@ -105,7 +105,43 @@ pub fn build_agent(
         rules,
         tools,
         dynamic: None,
+        guardrails: None,
     })
+}
+
+/// Gives each agent with `guardrails` its [`ResultGuard`](stead_actors::session::ResultGuard):
+/// the configured guardrails it names, in order, asking models through `router`.
+pub fn guard_results(
+    agents: &mut [Agent],
+    config: &Config,
+    router: &Arc<stead_router::Router>,
+) -> anyhow::Result<()> {
+    let built = stead_guardrails::Guardrails::build(&config.guardrails)?;
+    let judge: Arc<dyn stead_guardrails::judge::Judge> = Arc::new(crate::models::GuardrailJudge {
+        router: router.clone(),
+    });
+    for agent in agents.iter_mut() {
+        let Some(configured) = config.agents.iter().find(|a| a.name == agent.name) else {
+            continue;
+        };
+        if configured.guardrails.is_empty() {
+            continue;
+        }
+        let guardrails = configured
+            .guardrails
+            .iter()
+            .map(|name| {
+                built
+                    .get(name)
+                    .with_context(|| format!("agent `{}`: no guardrail `{name}`", agent.name))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        agent.guardrails = Some(Arc::new(stead_actors::session::ResultGuard {
+            guardrails,
+            judge: Some(judge.clone()),
+        }));
+    }
+    Ok(())
 }
 
 /// The HTTP client webhook tools call through ([`stead_actors::tools::webhook_client`]: no

@@ -9,6 +9,7 @@ use std::time::Instant;
 use serde_json::json;
 use stead_guardrails::{
     apply, GuardrailAction, GuardrailConfig, GuardrailKind, Guardrails, Holdback, Placeholders,
+    DEFAULT_TIMEOUT_MS,
 };
 
 use crate::cli::GuardrailsBenchArgs;
@@ -73,6 +74,10 @@ pub async fn guardrails(args: GuardrailsBenchArgs) -> anyhow::Result<()> {
         patterns: Vec::new(),
         terms: Vec::new(),
         restore_for_tools: false,
+        route: None,
+        rubric: None,
+        timeout_ms: DEFAULT_TIMEOUT_MS,
+        on_error: Default::default(),
     }])?;
     let pii = set.get("pii").expect("built above");
     let list = vec![pii.clone()];

@@ -65,6 +65,7 @@ pub(crate) fn agent() -> Agent {
         },
         tools: Default::default(),
         dynamic: None,
+        guardrails: None,
     }
 }
 

@@ -1,18 +1,58 @@
 //! `[[guardrails]]` checked (docs/guardrails.md): each one builds (unique names, known kinds and
-//! entities, patterns that compile), and every route names configured ones.
+//! entities, patterns that compile, a `judge` with its route and rubric), every route and
+//! agent names configured ones, the routes a model check asks exist, and a route's guardrails
+//! are ones a route can run (no `approve`, no model check).
 
 use crate::Config;
+use stead_guardrails::{GuardrailAction, GuardrailConfig};
 
 /// The first problem, as `(key, problem)`.
 pub(crate) fn check(config: &Config) -> Result<(), (String, String)> {
     stead_guardrails::Guardrails::build(&config.guardrails)
         .map_err(|e| ("guardrails".to_string(), e.to_string()))?;
+    let named = |key: String, name: &String| -> Result<&GuardrailConfig, (String, String)> {
+        config
+            .guardrails
+            .iter()
+            .find(|g| &g.name == name)
+            .ok_or_else(|| (key, format!("no [[guardrails]] entry is named `{name}`")))
+    };
     for route in &config.routes {
+        let key = format!("routes.{}.guardrails", route.name);
         for name in &route.guardrails {
-            if !config.guardrails.iter().any(|g| &g.name == name) {
+            let guardrail = named(key.clone(), name)?;
+            if guardrail.action == GuardrailAction::Approve {
                 return Err((
-                    format!("routes.{}.guardrails", route.name),
-                    format!("no [[guardrails]] entry is named `{name}`"),
+                    key,
+                    format!(
+                        "guardrail `{name}` holds text for a person (`approve`), which only an \
+                         agent's tool results can wait for: attach it to agents"
+                    ),
+                ));
+            }
+            if guardrail.route.is_some() {
+                return Err((
+                    key,
+                    format!(
+                        "guardrail `{name}` asks a model (`route`), which routes do not do yet: \
+                         attach it to agents"
+                    ),
+                ));
+            }
+        }
+    }
+    for agent in &config.agents {
+        let key = format!("agents.{}.guardrails", agent.name);
+        for name in &agent.guardrails {
+            named(key.clone(), name)?;
+        }
+    }
+    for guardrail in &config.guardrails {
+        if let Some(route) = &guardrail.route {
+            if !config.routes.iter().any(|r| &r.name == route) {
+                return Err((
+                    format!("guardrails.{}.route", guardrail.name),
+                    format!("no [[routes]] entry is named `{route}`"),
                 ));
             }
         }

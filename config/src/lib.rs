@@ -146,6 +146,7 @@ impl Default for Config {
                 message_mode: Default::default(),
                 callbacks: Default::default(),
                 context: Default::default(),
+                guardrails: Vec::new(),
                 tools: vec![
                     ToolConfig {
                         name: "clock".into(),

@@ -338,6 +338,10 @@ pub struct AgentConfig {
     /// management").
     #[serde(default)]
     pub context: ContextConfig,
+    /// `[[guardrails]]` names run, in order, over each of its tools' results before the model
+    /// sees them (docs/guardrails.md, "Tool results").
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub guardrails: Vec<String>,
 }
 
 /// `[agents.context]`.

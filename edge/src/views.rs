@@ -8,6 +8,9 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use stead_actors::{CatchUp, ScheduleDef, ScheduleMessage, ScheduleState};
+
+mod approvals;
+pub use approvals::{ApprovalKind, BudgetNeed, HeldResult, PendingApproval};
 use stead_persistence::SessionStatus;
 
 use crate::wire::{EventView, SessionRow};
@@ -209,39 +212,6 @@ pub struct Usage {
 pub struct ForkedFrom {
     pub session_id: String,
     pub at: i64,
-}
-
-/// What an approval decides: a tool call, or a model call past a budget.
-#[derive(Serialize, ToSchema, Clone, Copy, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum ApprovalKind {
-    Tool,
-    Budget,
-}
-
-/// A budget approval's budget, and how far over it the parked model call would go.
-#[derive(Serialize, ToSchema)]
-pub struct BudgetNeed {
-    /// The budget's name (``key `ci` ``, ``project `acme` ``).
-    pub name: String,
-    pub needed_usd: f64,
-}
-
-#[derive(Serialize, ToSchema)]
-pub struct PendingApproval {
-    pub kind: ApprovalKind,
-    /// The tool call's id, or (`kind: budget`) the model call's.
-    #[schema(value_type = String)]
-    pub call_id: CallId,
-    /// The tool (empty for a budget approval).
-    pub tool: String,
-    #[schema(value_type = Object)]
-    pub arguments: serde_json::Value,
-    pub args_hash: String,
-    pub reason: String,
-    /// Set on a budget approval.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub budget: Option<BudgetNeed>,
 }
 
 /// A session in full.

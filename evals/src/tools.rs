@@ -91,6 +91,7 @@ pub fn evaluation_agent(agent: &Agent, serving: Arc<Serving>, ledger: Arc<Ledger
                 ledger: ledger.clone(),
             }) as Arc<dyn DynamicTools>
         }),
+        guardrails: agent.guardrails.clone(),
     }
 }
 

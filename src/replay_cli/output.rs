@@ -95,6 +95,7 @@ pub(super) fn human(event: &Event) -> String {
                 clip(&p["arguments"].to_string(), 80)
             )
         }
+        "guardrail_checked" => checked(p),
         "approval_decided" => format!(
             "{} {} by {} ({}){}",
             s("call_id"),
@@ -176,5 +177,29 @@ pub(super) fn human(event: &Event) -> String {
         event.seq,
         event.created_at.format("%H:%M:%S%.3f"),
         event.kind
+    )
+}
+
+/// A `guardrail_checked` line: each guardrail and what it did, and whether a person decides.
+fn checked(p: &serde_json::Value) -> String {
+    let verdicts: Vec<String> = p["checks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            let effect = c["effect"].as_str().unwrap_or_default();
+            format!("{} {effect}", c["guardrail"].as_str().unwrap_or_default())
+        })
+        .collect();
+    let held = if p["held"].is_null() {
+        ""
+    } else {
+        " — held for a person"
+    };
+    format!(
+        "{} {}: {}{held}",
+        p["call_id"].as_str().unwrap_or_default(),
+        p["tool"].as_str().unwrap_or_default(),
+        verdicts.join(", ")
     )
 }

@@ -141,6 +141,14 @@ async fn a_routes_guardrails_redact_and_block_before_the_provider_sees_anything(
     );
     assert!(!message.to_lowercase().contains("falcon"), "{message}");
     assert_eq!(up.requests().len(), before, "the provider was called");
+    // `/metrics` counts each guardrail's acts by place.
+    let metrics = server.metrics().await;
+    for line in [
+        r#"stead_guardrail_verdicts_total{guardrail="secrets-out",place="request",effect="redact"} 1"#,
+        r#"stead_guardrail_verdicts_total{guardrail="codenames",place="request",effect="block"} 1"#,
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in\n{metrics}");
+    }
 
     // The request log: rows for all three calls; no raw value in any, the blocked one's status.
     let logs = logged(&server, 3).await;
@@ -185,6 +193,36 @@ async fn a_routes_guardrails_redact_and_block_before_the_provider_sees_anything(
     );
     let (status, _) = server.call("GET", "/healthz", None).await;
     assert_eq!(status, 200);
+
+    // Embedding inputs pass the route's guardrails too: the provider embeds the placeholder,
+    // and a `block` refuses the call before any provider.
+    let (status, body) = server
+        .call(
+            "POST",
+            "/v1/embeddings",
+            Some(json!({"model": "guarded", "input": ["mail ann@example.com today"]})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let embedded = up.requests().last().unwrap()["input"].to_string();
+    assert!(
+        embedded.contains("mail [EMAIL_1] today") && !embedded.contains("ann@"),
+        "{embedded}"
+    );
+    let before = up.requests().len();
+    let (status, refused) = server
+        .call(
+            "POST",
+            "/v1/embeddings",
+            Some(json!({"model": "strict", "input": "Project Falcon notes"})),
+        )
+        .await;
+    assert_eq!(
+        (status, refused["error"]["code"].as_str()),
+        (422, Some("guardrail_blocked")),
+        "{refused}"
+    );
+    assert_eq!(up.requests().len(), before, "the provider was called");
 }
 
 #[test]
@@ -205,10 +243,21 @@ fn a_route_naming_a_missing_guardrail_is_refused_at_start() {
 }
 
 /// An answer goes through the route's guardrails too, streamed or not: the SSE stream a client
-/// reads, the whole answer, a session's journal and the request log hold the same redacted
-/// text, with the request's placeholder for a value the request held.
-#[tokio::test]
-async fn an_answer_is_redacted_before_any_byte_of_a_secret_reaches_a_client() {
+/// reads, a session's WebSocket deltas, the whole answer, a session's journal and the request
+/// log hold the same redacted text, with the request's placeholder for a value the request
+/// held — on SQLite and on PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_is_redacted_before_any_byte_of_a_secret_reaches_a_client_on_sqlite() {
+    answer_is_redacted(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_is_redacted_before_any_byte_of_a_secret_reaches_a_client_on_postgres() {
+    let scratch = stead_testkit::db::scratch_postgres("stead_guardrails").await;
+    answer_is_redacted(Some(scratch.url())).await;
+}
+
+async fn answer_is_redacted(database: Option<&str>) {
     let answer = format!(
         "Here it is: {SECRET} for ann@example.com, and the phone +44 20 7946 0958 works too."
     );
@@ -221,7 +270,7 @@ async fn an_answer_is_redacted_before_any_byte_of_a_secret_reaches_a_client() {
         "[[agents]]\nname = \"helper\"\nroute = \"strict\"",
         "[[agents]]\nname = \"helper\"\nroute = \"guarded\"",
     );
-    let server = Stead::start(&config, None);
+    let server = Stead::start(&config, database);
     let ask = json!([{"role": "user", "content": "What is the key of ann@example.com?"}]);
     let expected =
         "Here it is: [SECRET_1] for [EMAIL_1], and the phone [PHONE_1] works too.".to_string();
@@ -260,9 +309,21 @@ async fn an_answer_is_redacted_before_any_byte_of_a_secret_reaches_a_client() {
     assert_eq!(status, 200, "{whole}");
     assert_eq!(whole["choices"][0]["message"]["content"], expected.as_str());
 
-    // A session: its journal holds the redacted reply.
-    let (id, _) = server.create("helper").await;
+    // A session: a WebSocket client's deltas and the journal hold the redacted reply.
+    let (id, token) = server.create("helper").await;
+    let mut ws = server.ws(&id, &token, "").await;
     server.say(&id, "the key please").await;
+    let frames = ws.until_event("assistant_message").await;
+    let deltas: String = frames
+        .iter()
+        .filter(|f| f["type"] == "delta")
+        .filter_map(|f| f["text"].as_str())
+        .collect();
+    assert_eq!(deltas, expected, "{frames:?}");
+    let sent = Value::Array(frames).to_string();
+    for raw in [SECRET, "sk-proj", "ann@example.com", "7946 0958"] {
+        assert!(!sent.contains(raw), "the WebSocket carried {raw}: {sent}");
+    }
     server.wait_for_status(&id, "idle").await;
     let journal = server.journal(&id).await;
     let reply = journal

@@ -45,6 +45,7 @@ async fn a_session_answers_with_the_real_model() {
         },
         tools: Default::default(),
         dynamic: None,
+        guardrails: None,
     };
     // The session's calls go through the model router, as `stead serve` wires them.
     let routes: Vec<stead_router::config::RouteConfig> =

@@ -5,7 +5,7 @@ use super::{unknown_approval, Planner, Refusal};
 use stead_model::{CallId, Decider};
 
 use crate::events::{ApprovalOutcome, ApprovalScope, SessionEvent};
-use crate::policy::Approver;
+use crate::policy::{args_hash, Approver};
 use crate::state::CallStatus;
 
 /// What a person decided, and what they may decide.
@@ -53,6 +53,17 @@ impl Planner<'_> {
             .as_ref()
             .and_then(|t| t.call(&call_id))
             .ok_or_else(|| unknown_approval(&self.state, &call_id))?;
+        if let CallStatus::Held { result, .. } = &call.status {
+            if given_hash.is_some_and(|h| h != args_hash(result)) {
+                return Err(Refusal::ArgsHashMismatch);
+            }
+            if overspend_usd.is_some() {
+                return Err(Refusal::NotABudgetApproval);
+            }
+            let (tool, result) = (call.tool.clone(), result.clone());
+            self.held_result_decided(call_id, tool, result, (approved, reason, decided_by));
+            return Ok(());
+        }
         let CallStatus::AwaitingApproval { args_hash, .. } = &call.status else {
             return Err(Refusal::AlreadyDecided);
         };
@@ -97,6 +108,12 @@ impl Planner<'_> {
             .as_ref()
             .and_then(|t| t.call(&call_id))
             .ok_or_else(|| unknown_approval(&self.state, &call_id))?;
+        if let CallStatus::Held { result, .. } = &call.status {
+            let (tool, result) = (call.tool.clone(), result.clone());
+            let expired = Some(ApprovalOutcome::EXPIRED_REASON.to_string());
+            self.held_result_decided(call_id, tool, result, (false, expired, Decider::System));
+            return Ok(());
+        }
         if !matches!(call.status, CallStatus::AwaitingApproval { .. }) {
             return Err(Refusal::AlreadyDecided);
         }

@@ -8,6 +8,7 @@ mod budget;
 mod builtins;
 mod children;
 mod context;
+mod guarded;
 mod lifecycle;
 mod memory;
 mod reply;
@@ -55,6 +56,11 @@ pub fn decide(
         }
         Input::ToolFinished { call_id, result } => next.tool_finished(call_id, result)?,
         Input::ToolFailed { call_id, error } => next.tool_failed(call_id, error)?,
+        Input::ToolChecked {
+            call_id,
+            result,
+            checks,
+        } => next.tool_checked(call_id, result, checks)?,
         Input::Decision {
             call_id,
             approved,

@@ -38,10 +38,17 @@ fn parts(event: &SessionEvent) -> Value {
     json!({ "kind": kind, "payload": payload })
 }
 
-/// What happened from outside at a decision boundary, read from the recorded event there.
-/// `None`: a structural event folded as is (`session_created`, `session_forked`).
-fn recorded_input(event: &SessionEvent) -> Option<Input> {
+/// What happened from outside at a decision boundary, read from the recorded event there (and,
+/// for a checked tool result, the outcome after it, which holds the result the guardrails
+/// left). `None`: a structural event folded as is (`session_created`, `session_forked`).
+fn recorded_input(event: &SessionEvent, next: Option<&SessionEvent>) -> Option<Input> {
     Some(match event.clone() {
+        SessionEvent::GuardrailChecked {
+            call_id,
+            checks,
+            held,
+            ..
+        } => checked_input(call_id, checks, held, next),
         SessionEvent::SessionCreated { .. } | SessionEvent::SessionForked { .. } => return None,
         SessionEvent::UserMessage {
             text,
@@ -178,6 +185,27 @@ fn recorded_input(event: &SessionEvent) -> Option<Input> {
     })
 }
 
+/// A checked tool result as its decision took it: the verdicts are what was recorded (no
+/// checker runs again), the result the held one or the one the outcome after it records.
+fn checked_input(
+    call_id: stead_model::CallId,
+    checks: Vec<stead_guardrails::results::GuardrailCheck>,
+    held: Option<Value>,
+    next: Option<&SessionEvent>,
+) -> Input {
+    let result = match (held, next) {
+        (Some(held), _) => held,
+        (None, Some(SessionEvent::ToolCallFinished { result, .. })) => result.clone(),
+        // Blocked: the result never reached the journal, nor the decision.
+        _ => Value::Null,
+    };
+    Input::ToolChecked {
+        call_id,
+        result,
+        checks,
+    }
+}
+
 /// A recorded event this Stead cannot read (a kind from a newer version, or a damaged payload):
 /// the journal cannot be checked.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -265,12 +293,13 @@ pub fn check(
         let (seq, event) = &typed_events[i];
         // A cancel, close or failure that stopped running tools journals their
         // `tool_call_cancelled` first: the input is what the event after them records.
-        let cause = typed_events[i..]
+        let at = typed_events[i..]
             .iter()
-            .map(|(_, e)| e)
-            .find(|e| !matches!(e, SessionEvent::ToolCallCancelled { .. }))
-            .unwrap_or(event);
-        let Some(input) = recorded_input(cause) else {
+            .position(|(_, e)| !matches!(e, SessionEvent::ToolCallCancelled { .. }))
+            .map_or(i, |k| i + k);
+        let cause = &typed_events[at].1;
+        let next = typed_events.get(at + 1).map(|(_, e)| e);
+        let Some(input) = recorded_input(cause, next) else {
             state.apply(*seq, event);
             i += 1;
             continue;

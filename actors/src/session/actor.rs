@@ -144,6 +144,9 @@ pub struct Live {
     pub(super) last_snapshot: i64,
     /// The model call in flight.
     pub(super) streaming: Option<StreamingCall>,
+    /// The placeholders the agent's guardrails gave in this activation's tool results, numbered
+    /// on from the journal's (docs/guardrails.md, "Tool results").
+    pub(super) placeholders: Arc<std::sync::Mutex<stead_guardrails::Placeholders>>,
     /// The status last written to the session's row (for listing and filtering).
     pub(super) synced_status: SessionStatus,
     /// The session's metadata, for its model calls' request-log rows.
@@ -224,7 +227,14 @@ impl Actor for SessionActor {
                 }
             }
         });
+        let placeholders = stead_guardrails::Placeholders::continuing(
+            state
+                .placeholders
+                .iter()
+                .map(|(entity, n)| (entity.clone(), *n)),
+        );
         let mut live = Live {
+            placeholders: Arc::new(std::sync::Mutex::new(placeholders)),
             deps,
             state,
             subscribers: Vec::new(),
@@ -379,7 +389,9 @@ impl Live {
         }
         let retry = match &input {
             Input::ModelFinished { call_id, .. } => Some((call_id.clone(), true)),
-            Input::ToolFinished { call_id, .. } => Some((call_id.clone(), false)),
+            Input::ToolFinished { call_id, .. } | Input::ToolChecked { call_id, .. } => {
+                Some((call_id.clone(), false))
+            }
             _ => None,
         };
         // The actor's own inputs (a task's outcome, a timer) have no caller to retry
@@ -471,6 +483,7 @@ fn is_task_outcome(input: &Input) -> bool {
             | Input::ModelBudgetExceeded { .. }
             | Input::Compact { .. }
             | Input::ToolFinished { .. }
+            | Input::ToolChecked { .. }
             | Input::ToolFailed { .. }
             | Input::RunBuiltin { .. }
             | Input::ChildStarted { .. }

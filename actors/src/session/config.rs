@@ -19,6 +19,16 @@ pub struct Agent {
     pub tools: AgentTools,
     /// Tools from sources whose lists change (MCP servers), when the agent has any.
     pub dynamic: Option<Arc<dyn DynamicTools>>,
+    /// Checks on its tools' results before the model sees them (`[[agents]] guardrails`).
+    pub guardrails: Option<Arc<ResultGuard>>,
+}
+
+/// An agent's guardrails over its tools' results (docs/guardrails.md, "Tool results").
+pub struct ResultGuard {
+    /// In the order the agent lists them.
+    pub guardrails: Vec<Arc<stead_guardrails::Guardrail>>,
+    /// The model that checks asking one go through (the router, in `stead serve`).
+    pub judge: Option<Arc<dyn stead_guardrails::judge::Judge>>,
 }
 
 impl Agent {

@@ -73,7 +73,12 @@ impl Live {
                 | SessionEvent::ScheduleCancelled { key, .. } => {
                     touched.keys.insert(key.clone());
                 }
-                SessionEvent::ApprovalRequested { call_id, .. } => {
+                SessionEvent::ApprovalRequested { call_id, .. }
+                | SessionEvent::GuardrailChecked {
+                    call_id,
+                    held: Some(_),
+                    ..
+                } => {
                     if let Some(timeout) = self.deps.agent.rules.approval_timeout {
                         let due = chrono::Utc::now()
                             + chrono::Duration::from_std(timeout).unwrap_or(chrono::Duration::MAX);

@@ -20,7 +20,7 @@ mod tool_call;
 
 use actor::StreamingCall;
 pub use actor::{Caller, Live, SessionActor, SessionDeps, SessionError, SessionMsg};
-pub use config::{Agent, AgentTools, Lifecycle};
+pub use config::{Agent, AgentTools, Lifecycle, ResultGuard};
 pub use due_index::{approval_call, APPROVAL_KEY_PREFIX};
 pub use frames::{Attached, Frame, Subscriber, Subscription};
 pub use model::{

@@ -81,8 +81,37 @@ impl Live {
             "stead.tool.server" = tracing::field::Empty,
         );
         let me = myself.clone();
+        let guard = self.deps.agent.guardrails.clone();
+        let placeholders = self.placeholders.clone();
+        let principal = context.principal.clone();
         tokio::spawn(async move {
-            let input = run_contained(tool, arguments, context, cancel, span).await;
+            let input = match (
+                run_contained(tool, arguments, context, cancel, span).await,
+                guard,
+            ) {
+                (
+                    Input::ToolFinished {
+                        call_id,
+                        mut result,
+                    },
+                    Some(guard),
+                ) => {
+                    let checks = stead_guardrails::results::check_value(
+                        &guard.guardrails,
+                        &mut result,
+                        &placeholders,
+                        guard.judge.as_deref(),
+                        &principal,
+                    )
+                    .await;
+                    Input::ToolChecked {
+                        call_id,
+                        result,
+                        checks,
+                    }
+                }
+                (input, _) => input,
+            };
             let _ = me.cast(SessionMsg::Input(input, None));
         });
     }

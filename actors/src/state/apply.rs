@@ -61,13 +61,7 @@ impl SessionState {
                 args_hash,
                 reason,
                 ..
-            } => self.set_status(
-                call_id,
-                CallStatus::AwaitingApproval {
-                    args_hash: args_hash.clone(),
-                    reason: reason.clone(),
-                },
-            ),
+            } => self.approval_requested(call_id, args_hash, reason),
             SessionEvent::ApprovalDecided {
                 call_id,
                 approved,
@@ -84,6 +78,12 @@ impl SessionState {
                     idempotency_key: idempotency_key.clone(),
                 },
             ),
+            SessionEvent::GuardrailChecked {
+                call_id,
+                checks,
+                held,
+                ..
+            } => self.guardrail_checked(call_id, checks, held.as_ref()),
             SessionEvent::ToolCallFinished {
                 call_id,
                 tool,
@@ -268,6 +268,42 @@ impl SessionState {
 
     /// An approval: the call may start (and with the session scope, its tool needs no more
     /// approvals); a rejection is followed by the call's `tool_call_failed`.
+    fn approval_requested(&mut self, call_id: &str, args_hash: &str, reason: &str) {
+        let waiting = CallStatus::AwaitingApproval {
+            args_hash: args_hash.to_string(),
+            reason: reason.to_string(),
+        };
+        self.set_status(call_id, waiting);
+    }
+
+    /// A checked tool result: the placeholders it gave; a held result parks its call.
+    fn guardrail_checked(
+        &mut self,
+        call_id: &str,
+        checks: &[stead_guardrails::results::GuardrailCheck],
+        held: Option<&Value>,
+    ) {
+        self.placeholders_given(checks);
+        if let Some(result) = held {
+            let held = CallStatus::Held {
+                result: result.clone(),
+                checks: checks.to_vec(),
+            };
+            self.set_status(call_id, held);
+        }
+    }
+
+    /// The placeholders a `guardrail_checked` gave: later ones number on from them.
+    fn placeholders_given(&mut self, checks: &[stead_guardrails::results::GuardrailCheck]) {
+        let given = checks.iter().flat_map(|c| &c.findings);
+        for placeholder in given.filter_map(|f| f.placeholder.as_deref()) {
+            if let Some((entity, n)) = stead_guardrails::Placeholders::parse(placeholder) {
+                let highest = self.placeholders.entry(entity.to_string()).or_default();
+                *highest = (*highest).max(n);
+            }
+        }
+    }
+
     fn approval_decided(&mut self, call_id: &str, approved: bool, scope: ApprovalScope) {
         self.decided_approvals.insert(call_id.to_string());
         if approved {

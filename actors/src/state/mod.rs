@@ -42,6 +42,12 @@ pub enum CallStatus {
     },
     /// Cleared to run (by policy or by a decision).
     Approved,
+    /// It ran, and an `approve` guardrail holds its result for a person (`guardrail_checked`
+    /// with `held`): approved, the model sees `result`; rejected, the call fails.
+    Held {
+        result: Value,
+        checks: Vec<stead_guardrails::results::GuardrailCheck>,
+    },
     Started {
         idempotency_key: String,
     },
@@ -51,6 +57,16 @@ pub enum CallStatus {
     },
     /// Stopped by a cancel while it ran (`tool_call_cancelled`).
     Cancelled,
+}
+
+impl CallStatus {
+    /// Waiting for a person: an approval of the call, or of its held result.
+    pub fn awaits_person(&self) -> bool {
+        matches!(
+            self,
+            CallStatus::AwaitingApproval { .. } | CallStatus::Held { .. }
+        )
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -110,13 +126,10 @@ impl Turn {
         self.calls.iter_mut().find(|c| c.call_id == call_id)
     }
 
-    /// Whether the turn waits for a person: a tool call's approval, or a budget's.
+    /// Whether the turn waits for a person: a tool call's approval, a held result's, or a
+    /// budget's.
     pub fn awaiting_approval(&self) -> bool {
-        self.budget_wait.is_some()
-            || self
-                .calls
-                .iter()
-                .any(|c| matches!(c.status, CallStatus::AwaitingApproval { .. }))
+        self.budget_wait.is_some() || self.calls.iter().any(|c| c.status.awaits_person())
     }
 }
 
@@ -173,6 +186,9 @@ pub struct SessionState {
     /// The pinned memory block (`memory_updated`): shown after the system prompt, never
     /// compacted.
     pub memory: String,
+    /// The highest placeholder number the agent's guardrails gave each entity in this
+    /// session's tool results (`guardrail_checked`): later ones number on from here.
+    pub placeholders: std::collections::BTreeMap<String, usize>,
 }
 
 /// The principal of sessions whose journal names none.
@@ -236,12 +252,12 @@ impl SessionState {
         pending
     }
 
-    /// Approvals waiting for a decision in the current turn.
+    /// Approvals waiting for a decision in the current turn: calls, and held results.
     pub fn pending_approvals(&self) -> Vec<&CallState> {
         self.turn
             .iter()
             .flat_map(|t| t.calls.iter())
-            .filter(|c| matches!(c.status, CallStatus::AwaitingApproval { .. }))
+            .filter(|c| c.status.awaits_person())
             .collect()
     }
 

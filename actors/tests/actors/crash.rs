@@ -108,6 +108,7 @@ fn agent(endpoint: &str) -> Agent {
         rules,
         tools,
         dynamic: None,
+        guardrails: None,
     }
 }
 

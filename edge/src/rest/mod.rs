@@ -161,6 +161,7 @@ pub fn pending_view(folded: &SessionState) -> Vec<PendingApproval> {
                 name: wait.budget.clone(),
                 needed_usd: wait.needed_usd,
             }),
+            held: None,
         });
     let tools = folded
         .pending_approvals()
@@ -174,6 +175,25 @@ pub fn pending_view(folded: &SessionState) -> Vec<PendingApproval> {
                 args_hash: args_hash.clone(),
                 reason: reason.clone(),
                 budget: None,
+                held: None,
+            }),
+            CallStatus::Held { result, checks } => Some(PendingApproval {
+                kind: ApprovalKind::Guardrail,
+                call_id: call.call_id.clone(),
+                tool: call.tool.clone(),
+                arguments: call.arguments.clone(),
+                args_hash: stead_actors::args_hash(result),
+                reason: checks
+                    .iter()
+                    .filter(|c| c.effect == stead_guardrails::results::Effect::Approve)
+                    .map(|c| c.summary())
+                    .collect::<Vec<_>>()
+                    .join("; "),
+                budget: None,
+                held: Some(crate::views::HeldResult {
+                    result: result.clone(),
+                    checks: checks.clone(),
+                }),
             }),
             _ => None,
         });

@@ -15,6 +15,12 @@ pub enum GuardrailKind {
     Regex,
     /// The operator's words and phrases (`terms`), whole words, any case.
     DenyTerms,
+    /// Instructions hidden in text: overrides of earlier instructions, role-play jailbreaks,
+    /// forged system turns, exfiltration links, invisible characters — by pattern, and also
+    /// asked of a model when `route` is set.
+    Injection,
+    /// A model (`route`) asked whether the text meets `rubric`, its verdict parsed strictly.
+    Judge,
 }
 
 /// What a finding does.
@@ -27,6 +33,20 @@ pub enum GuardrailAction {
     Block,
     /// Lets the text pass and records the finding.
     Flag,
+    /// Holds the text (a tool result) for a person: the session parks until they approve
+    /// (the model sees it) or reject it (the call fails). Agents' guardrails only.
+    Approve,
+}
+
+/// What a checker that fails or misses its deadline does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnError {
+    /// Blocks the text, as a finding of a `block` guardrail would (fail-closed; the default).
+    #[default]
+    Block,
+    /// Lets the text pass and records the error.
+    Allow,
 }
 
 impl GuardrailAction {
@@ -35,6 +55,7 @@ impl GuardrailAction {
             GuardrailAction::Redact => "redact",
             GuardrailAction::Block => "block",
             GuardrailAction::Flag => "flag",
+            GuardrailAction::Approve => "approve",
         }
     }
 }
@@ -60,6 +81,26 @@ pub struct GuardrailConfig {
     /// back, so a redacted address can still be written to (docs/guardrails.md, "Tools").
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub restore_for_tools: bool,
+    /// `judge` (required) and `injection` (optional): the route the text is asked of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<String>,
+    /// `judge`: the policy the text must meet, in plain words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rubric: Option<String>,
+    /// The checker's deadline (milliseconds): one that asks a model and has no verdict by then
+    /// has failed.
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: u64,
+    /// What a failed or late checker does: `block` (default) or `allow`.
+    #[serde(default)]
+    pub on_error: OnError,
+}
+
+/// The default deadline of a checker that asks a model.
+pub const DEFAULT_TIMEOUT_MS: u64 = 5_000;
+
+fn default_timeout_ms() -> u64 {
+    DEFAULT_TIMEOUT_MS
 }
 
 /// A labelled pattern of a `regex` guardrail.
@@ -124,7 +165,50 @@ impl GuardrailConfig {
                     .map_err(|e| invalid(e.to_string()))?;
                 Checker::Patterns(vec![("TERM".into(), re)])
             }
+            GuardrailKind::Injection => {
+                if self.route.is_some() && self.action == GuardrailAction::Redact {
+                    return Err(invalid(
+                        "an `injection` guardrail with a `route` judges a whole text: its \
+                         action is `block`, `flag` or `approve`, not `redact`"
+                            .into(),
+                    ));
+                }
+                Checker::Patterns(crate::injection::patterns())
+            }
+            GuardrailKind::Judge => {
+                let rubric = self.rubric.as_deref().map(str::trim).unwrap_or_default();
+                if rubric.is_empty() {
+                    return Err(invalid("a `judge` guardrail needs a `rubric`".into()));
+                }
+                if self.route.is_none() {
+                    return Err(invalid("a `judge` guardrail needs a `route`".into()));
+                }
+                if self.action == GuardrailAction::Redact {
+                    return Err(invalid(
+                        "a `judge` guardrail judges a whole text: its action is `block`, `flag` \
+                         or `approve`, not `redact`"
+                            .into(),
+                    ));
+                }
+                Checker::Model
+            }
         };
+        if self.route.is_some()
+            && !matches!(self.kind, GuardrailKind::Judge | GuardrailKind::Injection)
+        {
+            return Err(invalid(
+                "`route` is for `judge` and `injection` guardrails".into(),
+            ));
+        }
+        if self.rubric.is_some() && self.kind != GuardrailKind::Judge {
+            return Err(invalid("`rubric` is for `judge` guardrails".into()));
+        }
+        if self.route.as_deref().is_some_and(|r| r.trim().is_empty()) {
+            return Err(invalid("`route` is empty".into()));
+        }
+        if self.timeout_ms == 0 {
+            return Err(invalid("`timeout_ms` must be at least 1".into()));
+        }
         if self.restore_for_tools && self.action != GuardrailAction::Redact {
             return Err(invalid(
                 "`restore_for_tools` needs `action = \"redact\"`".into(),
@@ -132,9 +216,19 @@ impl GuardrailConfig {
         }
         Ok(Guardrail {
             name: self.name.clone(),
+            kind: self.kind,
             action: self.action,
             restore_for_tools: self.restore_for_tools,
             checker,
+            judge: self.route.clone().map(|route| crate::judge::JudgeSpec {
+                route,
+                rubric: match self.kind {
+                    GuardrailKind::Judge => self.rubric.clone().unwrap_or_default(),
+                    _ => crate::judge::INJECTION_RUBRIC.to_string(),
+                },
+            }),
+            timeout: std::time::Duration::from_millis(self.timeout_ms),
+            on_error: self.on_error,
         })
     }
 }

@@ -9,13 +9,17 @@
 
 mod config;
 mod holdback;
+mod injection;
+pub mod judge;
+pub mod metrics;
 mod pii;
 mod redact;
+pub mod results;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-pub use config::{GuardrailAction, GuardrailConfig, GuardrailKind};
+pub use config::{GuardrailAction, GuardrailConfig, GuardrailKind, OnError, DEFAULT_TIMEOUT_MS};
 pub use holdback::{Holdback, MAX_HOLD, WINDOW};
 pub use redact::Placeholders;
 
@@ -41,16 +45,24 @@ enum Checker {
     Pii(pii::Pii),
     /// `(label, pattern)` pairs.
     Patterns(Vec<(String, regex::Regex)>),
+    /// Only a model decides (`judge`).
+    Model,
 }
 
 /// One configured check and what its findings do.
 pub struct Guardrail {
     pub name: String,
+    pub kind: GuardrailKind,
     pub action: GuardrailAction,
     /// Its placeholders in a tool call's arguments are turned back into their values before
     /// the tool runs (docs/guardrails.md, "Tools").
     pub restore_for_tools: bool,
     checker: Checker,
+    /// The model a check asks (`judge`; `injection` with a `route`).
+    pub judge: Option<judge::JudgeSpec>,
+    /// The deadline of a model check.
+    pub timeout: std::time::Duration,
+    pub on_error: OnError,
 }
 
 impl Guardrail {
@@ -68,6 +80,7 @@ impl Guardrail {
                     })
                 })
                 .collect(),
+            Checker::Model => Vec::new(),
         };
         disjoint(&mut spans);
         spans
@@ -167,7 +180,8 @@ pub fn apply(
                     }
                 }
             }
-            GuardrailAction::Flag => {}
+            // `approve` holds a tool result for a person (`results.rs`); routes refuse it.
+            GuardrailAction::Flag | GuardrailAction::Approve => {}
         }
         verdicts.push(Verdict {
             guardrail: guardrail.name.clone(),
@@ -178,5 +192,7 @@ pub fn apply(
     Ok(verdicts)
 }
 
+#[cfg(test)]
+mod result_tests;
 #[cfg(test)]
 mod tests;

@@ -19,6 +19,22 @@ pub struct Placeholders {
 }
 
 impl Placeholders {
+    /// Placeholders numbered on from `counts` (`(entity, highest number given)`), so a new
+    /// value never takes a number another value had.
+    pub fn continuing(counts: impl IntoIterator<Item = (String, usize)>) -> Self {
+        Placeholders {
+            counts: counts.into_iter().collect(),
+            ..Default::default()
+        }
+    }
+
+    /// The entity and number of a placeholder (`[EMAIL_3]` → `("EMAIL", 3)`).
+    pub fn parse(placeholder: &str) -> Option<(&str, usize)> {
+        let inner = placeholder.strip_prefix('[')?.strip_suffix(']')?;
+        let (entity, n) = inner.rsplit_once('_')?;
+        Some((entity, n.parse().ok()?))
+    }
+
     /// The placeholder of `value` as an `entity` (a new one the first time).
     pub fn of(&mut self, entity: &str, value: &str) -> String {
         if let Some(given) = self.given.get(value) {

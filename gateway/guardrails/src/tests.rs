@@ -13,6 +13,10 @@ fn pii(entities: Option<&[&str]>) -> Arc<Guardrail> {
             patterns: Vec::new(),
             terms: Vec::new(),
             restore_for_tools: false,
+            route: None,
+            rubric: None,
+            timeout_ms: DEFAULT_TIMEOUT_MS,
+            on_error: Default::default(),
         }
         .build()
         .unwrap(),
@@ -133,6 +137,10 @@ fn entities_narrow_a_pii_guardrail_and_unknown_ones_are_refused() {
         patterns: Vec::new(),
         terms: Vec::new(),
         restore_for_tools: false,
+        route: None,
+        rubric: None,
+        timeout_ms: DEFAULT_TIMEOUT_MS,
+        on_error: Default::default(),
     };
     let error = Guardrails::build(&[bad]).err().unwrap().to_string();
     assert!(error.contains("PASSPORT"), "{error}");
@@ -147,6 +155,10 @@ fn guardrail(name: &str, kind: GuardrailKind, action: GuardrailAction) -> Guardr
         patterns: Vec::new(),
         terms: Vec::new(),
         restore_for_tools: false,
+        route: None,
+        rubric: None,
+        timeout_ms: DEFAULT_TIMEOUT_MS,
+        on_error: Default::default(),
     }
 }
 

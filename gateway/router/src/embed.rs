@@ -162,6 +162,10 @@ impl Router {
         options: &CallOptions,
         started: Instant,
     ) -> Result<EmbedResponse, RouterError> {
+        // The route's guardrails first: the cache, the limits and the providers see the
+        // inputs as they leave them.
+        let guarded = self.guard_inputs(id, request)?;
+        let request = guarded.as_ref().unwrap_or(request);
         // The route, then requests per minute: the key's, then the route's.
         let key = options.api_key.as_deref();
         let route = self.admit(id, &request.route, key)?;

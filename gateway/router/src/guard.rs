@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use stead_guardrails::metrics::{count, Place};
 use stead_guardrails::{Blocked, Guardrail, Guardrails, Holdback, Placeholders};
 use uuid::Uuid;
 
@@ -70,6 +71,51 @@ impl Router {
         Ok(self)
     }
 
+    /// The guardrails of `route`, in its order (none for an unknown route).
+    fn route_guardrails(&self, route: &str) -> Vec<Arc<Guardrail>> {
+        self.routes.get(route).map_or_else(Vec::new, |route| {
+            route
+                .guardrails
+                .iter()
+                .filter_map(|name| self.guardrails.get(name))
+                .collect()
+        })
+    }
+
+    /// The route's guardrails over an embedding request's inputs: a `redact` embeds the
+    /// placeholders instead of the values, a `block` refuses the call. The request as they
+    /// left it (`None`: the route has no guardrails).
+    pub(crate) fn guard_inputs(
+        &self,
+        id: Uuid,
+        request: &crate::EmbedRequest,
+    ) -> Result<Option<crate::EmbedRequest>, RouterError> {
+        let list = self.route_guardrails(&request.route);
+        if list.is_empty() {
+            return Ok(None);
+        }
+        let mut inputs = request.inputs.clone();
+        let mut placeholders = Placeholders::default();
+        match stead_guardrails::apply(&list, &mut inputs, &mut placeholders) {
+            Ok(verdicts) => {
+                for verdict in &verdicts {
+                    tracing::info!(request = %id, route = %request.route,
+                        guardrail = %verdict.guardrail, action = verdict.action.as_str(),
+                        found = ?verdict.found, "guardrail (embedding inputs)");
+                    count(&verdict.guardrail, Place::Request, verdict.action.as_str());
+                }
+                Ok(Some(crate::EmbedRequest {
+                    route: request.route.clone(),
+                    inputs,
+                }))
+            }
+            Err(blocked) => {
+                count(&blocked.guardrail, Place::Request, "block");
+                Err(blocked_error(id, &blocked, "request"))
+            }
+        }
+    }
+
     /// Runs the route's guardrails over the request's messages, in order: `redact` replaces
     /// each finding with its placeholder in place, `block` refuses the call naming the
     /// guardrail and what it found (never the text), `flag` lets it pass. The call's guard for
@@ -79,17 +125,10 @@ impl Router {
         id: Uuid,
         request: &mut RouterRequest,
     ) -> Result<Option<Guard>, RouterError> {
-        let Some(route) = self.routes.get(&request.route) else {
-            return Ok(None);
-        };
-        if route.guardrails.is_empty() {
+        let list = self.route_guardrails(&request.route);
+        if list.is_empty() {
             return Ok(None);
         }
-        let list: Vec<_> = route
-            .guardrails
-            .iter()
-            .filter_map(|name| self.guardrails.get(name))
-            .collect();
         // Each message's text, then its tool calls' arguments, in order: values are numbered
         // by where they first appear.
         let mut texts: Vec<String> = Vec::new();
@@ -111,10 +150,14 @@ impl Router {
                     tracing::info!(request = %id, route = %request.route,
                         guardrail = %verdict.guardrail, action = verdict.action.as_str(),
                         found = ?verdict.found, "guardrail");
+                    count(&verdict.guardrail, Place::Request, verdict.action.as_str());
                 }
                 Ok(Some(Guard { list, placeholders }))
             }
-            Err(blocked) => Err(blocked_error(id, &blocked, "request")),
+            Err(blocked) => {
+                count(&blocked.guardrail, Place::Request, "block");
+                Err(blocked_error(id, &blocked, "request"))
+            }
         }
     }
 
@@ -134,11 +177,13 @@ impl Router {
             holdback.finish();
         }
         if let Some(blocked) = holdback.blocked() {
+            count(&blocked.guardrail, Place::Answer, "block");
             return Err(blocked_error(id, blocked, "answer"));
         }
         for verdict in holdback.verdicts() {
             tracing::info!(request = %id, guardrail = %verdict.guardrail,
                 action = verdict.action.as_str(), found = ?verdict.found, "guardrail (answer)");
+            count(&verdict.guardrail, Place::Answer, verdict.action.as_str());
         }
         response.text = holdback.released().to_string();
         // A placeholder the model wrote into a tool call stands for its value, when its

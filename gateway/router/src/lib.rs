@@ -425,8 +425,8 @@ impl Router {
         names
     }
 
-    /// The router's Prometheus histograms, the request log's counters and the providers' own
-    /// figures.
+    /// The router's Prometheus histograms, the request log's counters, the providers' own
+    /// figures and the guardrails' acts.
     pub fn render_metrics(&self) -> String {
         let mut out = self.metrics.render();
         let figures: Vec<(String, ProviderMetric)> = self
@@ -445,6 +445,7 @@ impl Router {
                 log.dropped()
             ));
         }
+        out.push_str(&stead_guardrails::metrics::render());
         out
     }
 }

@@ -53,6 +53,7 @@ pub fn ops_agent() -> Agent {
         },
         tools: Default::default(),
         dynamic: None,
+        guardrails: None,
     }
 }
 

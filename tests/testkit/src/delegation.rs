@@ -41,6 +41,7 @@ fn agent(name: &str, prompt: &str) -> Agent {
         },
         tools: Default::default(),
         dynamic: None,
+        guardrails: None,
     }
 }
 

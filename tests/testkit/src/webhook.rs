@@ -3,8 +3,8 @@
 //! path, `Idempotency-Key` and JSON body; tests count effects by key. It answers with the
 //! scripted statuses in order, then 200; the status 999 stands for a hang (no answer for 5 s).
 //! The answer body is `{"deleted": <arguments.table>}`, what the tests' `delete_records` tool
-//! returns — or, when set, a redirect ([`Webhook::redirect_to`]) or a JSON body of a given
-//! size ([`Webhook::answer_bytes`]).
+//! returns — or, when set, a redirect ([`Webhook::redirect_to`]), a JSON body of a given
+//! size ([`Webhook::answer_bytes`]) or a given JSON body ([`Webhook::answer_json`]).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -40,6 +40,8 @@ enum Special {
     Redirect(String),
     /// A JSON string of this many bytes, with a `Content-Length` or streamed without one.
     Bytes { len: usize, declared: bool },
+    /// This JSON body.
+    Json(Value),
 }
 
 #[derive(Default)]
@@ -99,6 +101,11 @@ impl Webhook {
     /// `Content-Length` when `declared`, else streamed in 64 KiB chunks without one.
     pub fn answer_bytes(&self, len: usize, declared: bool) {
         *self.shared.special.lock().expect("special") = Some(Special::Bytes { len, declared });
+    }
+
+    /// From now on every request is answered 200 with `body` (a page the agent reads).
+    pub fn answer_json(&self, body: Value) {
+        *self.shared.special.lock().expect("special") = Some(Special::Json(body));
     }
 
     /// Every request so far, in arrival order.
@@ -166,6 +173,7 @@ async fn deliver(
             return axum::body::Body::from_stream(futures_util::stream::iter(chunks))
                 .into_response();
         }
+        Some(Special::Json(body)) => return Json(body).into_response(),
         None => {}
     }
     let status = shared

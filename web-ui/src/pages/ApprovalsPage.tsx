@@ -1,6 +1,8 @@
 // The approvals inbox: every pending approval across sessions, decided over REST. A tool call's
 // approval shows its arguments; a budget approval (a model call a key's or a project's budget
-// refused) shows the budget, how much more it needs, and the overspend to allow.
+// refused) shows the budget, how much more it needs, and the overspend to allow; a guardrail's
+// (a tool result an `approve` guardrail holds) shows the verdicts and the result, found text
+// marked.
 
 import { useState } from "react";
 
@@ -8,6 +10,7 @@ import type { PendingApproval } from "@stead/client";
 import { useApprovals } from "@stead/react";
 
 import { operator } from "../credentials";
+import { MarkedResult, Verdicts } from "./Guardrails";
 
 type Decide = (p: PendingApproval, approved: boolean, reason?: string, overspendUsd?: number) => Promise<void>;
 
@@ -51,6 +54,43 @@ function BudgetApproval({ p, decide }: { p: PendingApproval; decide: Decide }) {
   );
 }
 
+function GuardrailApproval({ p, decide }: { p: PendingApproval; decide: (p: PendingApproval, approved: boolean) => void }) {
+  const checks = p.held?.checks ?? [];
+  return (
+    <>
+      <p>
+        A guardrail holds what <code>{p.tool}</code> returned: the model reads it only if you let it. Rejected, the
+        call fails and the model is told why.
+      </p>
+      <Verdicts checks={checks} />
+      <MarkedResult value={p.held?.result} checks={checks} />
+      <button type="button" onClick={() => decide(p, true)}>
+        Let the model read it
+      </button>
+      <button type="button" onClick={() => decide(p, false)}>
+        Withhold it
+      </button>
+    </>
+  );
+}
+
+/** The card's accessible name and its heading's first words, by kind. */
+function title(p: PendingApproval) {
+  const id = p.session_id.slice(0, 8);
+  if (p.kind === "budget") return { label: `Budget approval in ${id}`, head: <strong>Budget</strong> };
+  if (p.kind === "guardrail") {
+    return {
+      label: `Held result in ${id}`,
+      head: (
+        <>
+          <strong>Held result</strong> of <code>{p.tool}</code>
+        </>
+      ),
+    };
+  }
+  return { label: undefined, head: <code>{p.tool}</code> };
+}
+
 export function ApprovalsPage() {
   const { approvals: items, error, decide: decideOne } = useApprovals(operator());
   const decide = (p: PendingApproval, approved: boolean) =>
@@ -63,11 +103,11 @@ export function ApprovalsPage() {
       {items.map((p) => (
         <article
           key={`${p.session_id}/${p.call_id}`}
-          className={`tool awaiting_approval${p.kind === "budget" ? " budget" : ""}`}
-          aria-label={p.kind === "budget" ? `Budget approval in ${p.session_id.slice(0, 8)}` : undefined}
+          className={`tool awaiting_approval${p.kind === "budget" || p.kind === "guardrail" ? ` ${p.kind}` : ""}`}
+          aria-label={title(p).label}
         >
           <header>
-            {p.kind === "budget" ? <strong>Budget</strong> : <code>{p.tool}</code>} in{" "}
+            {title(p).head} in{" "}
             <a href={`#/sessions/${p.session_id}`}>{p.session_id.slice(0, 8)}</a> ({p.agent})
             {p.parent_session_id && (
               <>
@@ -78,6 +118,8 @@ export function ApprovalsPage() {
           </header>
           {p.kind === "budget" ? (
             <BudgetApproval p={p} decide={decideOne} />
+          ) : p.kind === "guardrail" ? (
+            <GuardrailApproval p={p} decide={decide} />
           ) : (
             <>
               <pre>{JSON.stringify(p.arguments, null, 2)}</pre>

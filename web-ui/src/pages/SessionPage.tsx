@@ -12,6 +12,7 @@ import { useState } from "react";
 import { forgetTokens, operator, sessionToken } from "../credentials";
 import { AddToDataset, RateReply } from "./CaseForms";
 import { ChildApprovals } from "./ChildApprovals";
+import { MarkedResult, Verdicts } from "./Guardrails";
 import { MemoryPanel } from "./MemoryPanel";
 import { SchedulesPanel } from "./SchedulesPanel";
 
@@ -46,6 +47,35 @@ function ApprovalActions({
       </label>
       <button type="button" onClick={() => reject(card.callId, reason || "rejected")}>
         Reject
+      </button>
+    </div>
+  );
+}
+
+/** A result an `approve` guardrail holds: the verdicts, the result with what they found marked,
+ * and the decision. */
+function HeldResult({
+  card,
+  approve,
+  reject,
+}: {
+  card: ToolCard;
+  approve: (callId: string, scope?: "once" | "session") => boolean;
+  reject: (callId: string, reason: string) => boolean;
+}) {
+  const checks = card.guardrails ?? [];
+  return (
+    <div className="approval held" role="group" aria-label={`Held result of ${card.tool}`}>
+      <p>
+        <strong>Result held by a guardrail</strong> — the model reads it only if you let it.
+      </p>
+      <Verdicts checks={checks} />
+      <MarkedResult value={card.held} checks={checks} />
+      <button type="button" onClick={() => approve(card.callId)}>
+        Let the model read it
+      </button>
+      <button type="button" onClick={() => reject(card.callId, "withheld")}>
+        Withhold it
       </button>
     </div>
   );
@@ -110,7 +140,12 @@ function Card({
         <summary>Arguments</summary>
         <pre>{json(card.arguments)}</pre>
       </details>
-      {card.status === "awaiting_approval" && <ApprovalActions card={card} approve={approve} reject={reject} />}
+      {card.status === "awaiting_approval" &&
+        (card.held !== undefined ? (
+          <HeldResult card={card} approve={approve} reject={reject} />
+        ) : (
+          <ApprovalActions card={card} approve={approve} reject={reject} />
+        ))}
       {card.decision && (
         <p className="decision">
           {card.decision.approved ? "Approved" : "Rejected"} by {card.decision.decidedBy}
@@ -121,9 +156,17 @@ function Card({
       {card.result !== undefined && (
         <details open>
           <summary>Result</summary>
-          <pre className="result">{json(card.result)}</pre>
+          {card.guardrails ? (
+            <>
+              <Verdicts checks={card.guardrails} />
+              <MarkedResult value={card.result} checks={card.guardrails} />
+            </>
+          ) : (
+            <pre className="result">{json(card.result)}</pre>
+          )}
         </details>
       )}
+      {card.status === "failed" && card.guardrails && <Verdicts checks={card.guardrails} />}
       {card.status === "in_doubt" && (
         <div className="doubt" role="group" aria-label={`Did ${card.tool} take effect?`}>
           <p>

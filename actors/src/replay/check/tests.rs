@@ -362,3 +362,130 @@ fn a_step_taken_without_input_outside_a_fork_is_a_divergence() {
     };
     assert_eq!(unreadable.seq, 3);
 }
+
+/// One guardrail's verdict, as the tool task would report it.
+fn verdict(
+    guardrail: &str,
+    effect: stead_guardrails::results::Effect,
+) -> stead_guardrails::results::GuardrailCheck {
+    use stead_guardrails::results::{CheckOutcome, Effect, Finding, GuardrailCheck};
+    let found = effect != Effect::Pass;
+    GuardrailCheck {
+        guardrail: guardrail.into(),
+        outcome: if found {
+            CheckOutcome::Found
+        } else {
+            CheckOutcome::Clean
+        },
+        effect,
+        findings: found
+            .then(|| Finding {
+                path: "/body".into(),
+                start: 0,
+                end: 28,
+                entity: "INJECTION".into(),
+                excerpt: Some("ignore previous instructions".into()),
+                placeholder: None,
+            })
+            .into_iter()
+            .collect(),
+        reason: None,
+        elapsed_ms: 0.2,
+    }
+}
+
+/// A session whose tool results went through guardrails: one passed as redacted, one held and
+/// approved, one held and rejected, one held until it expired, one blocked.
+fn guarded() -> Recorder {
+    use stead_guardrails::results::Effect;
+    let mut r = Recorder::new(rules(ApprovalPolicy::Never));
+    let held = |r: &Recorder| r.call(|s| matches!(s, CallStatus::Held { .. }));
+    let outcomes = [
+        (Effect::Redact, None),
+        (Effect::Approve, Some(true)),
+        (Effect::Approve, Some(false)),
+        (Effect::Approve, None),
+        (Effect::Block, None),
+    ];
+    for (i, (effect, decision)) in outcomes.into_iter().enumerate() {
+        r.say(&format!("look {i}"));
+        r.answer("", vec![("look", json!({ "page": i }))]);
+        let started = r.call(|s| matches!(s, CallStatus::Started { .. }));
+        r.input(Input::ToolChecked {
+            call_id: started,
+            result: json!({ "body": format!("page {i}: [EMAIL_{i}]") }),
+            checks: vec![verdict("pii", Effect::Pass), verdict("injection", effect)],
+        });
+        if effect == Effect::Approve {
+            let call_id = held(&r);
+            match decision {
+                Some(approved) => r.input(Input::Decision {
+                    call_id,
+                    approved,
+                    reason: (!approved).then(|| "it tries to steer the agent".into()),
+                    decided_by: "ada".into(),
+                    scope: ApprovalScope::Once,
+                    args_hash: None,
+                    overspend_usd: None,
+                    may_spend: true,
+                }),
+                None => r.input(Input::ApprovalExpired { call_id }),
+            }
+        }
+        r.answer(&format!("done {i}"), vec![]);
+    }
+    r
+}
+
+#[test]
+fn guardrail_verdicts_are_replayed_from_the_journal_not_checked_again() {
+    let r = guarded();
+    let kinds: Vec<&str> = r.events.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "guardrail_checked").count(),
+        5
+    );
+    let held: Vec<&Event> = r
+        .events
+        .iter()
+        .filter(|e| e.kind == "guardrail_checked" && !e.payload["held"].is_null())
+        .collect();
+    assert_eq!(held.len(), 3);
+    let failures: Vec<&str> = r
+        .events
+        .iter()
+        .filter(|e| e.kind == "tool_call_failed")
+        .filter_map(|e| e.payload["error"].as_str())
+        .collect();
+    assert_eq!(
+        failures,
+        [
+            "the result was withheld: ada rejected it: it tries to steer the agent",
+            "the result was withheld: the approval expired before anyone decided",
+            "the result was blocked: guardrail `injection` found INJECTION",
+        ]
+    );
+    // No checker exists here: the recorded verdicts are the inputs.
+    let report = check(r.id, &json!({}), &r.events, &r.rules).unwrap();
+    assert_eq!(report.divergence, None);
+    assert_eq!(report.decisions, r.inputs, "every input was re-decided");
+
+    // A journal whose approved result is not the one that was held diverges there.
+    let mut tampered = r.events.clone();
+    let approved = tampered
+        .iter()
+        .position(|e| e.kind == "approval_decided" && e.payload["approved"] == true)
+        .unwrap();
+    let finished = &mut tampered[approved + 1];
+    assert_eq!(finished.kind, "tool_call_finished");
+    finished.payload["result"] = json!({ "body": "something else" });
+    let divergence = check(r.id, &json!({}), &tampered, &r.rules)
+        .unwrap()
+        .divergence
+        .unwrap();
+    assert_eq!(divergence.seq, tampered[approved + 1].seq);
+    assert_eq!(
+        divergence.decided.unwrap()["payload"]["result"],
+        json!({ "body": "page 1: [EMAIL_1]" })
+    );
+}

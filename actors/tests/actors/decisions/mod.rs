@@ -6,6 +6,7 @@ mod budgets;
 mod children;
 mod context;
 mod dynamic;
+mod guardrails;
 mod memory_block;
 mod modes;
 mod recovery;

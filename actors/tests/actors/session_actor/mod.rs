@@ -86,6 +86,7 @@ fn agent(url: &str) -> Agent {
         rules,
         tools,
         dynamic: None,
+        guardrails: None,
     }
 }
 

@@ -8,6 +8,8 @@ export type {
   ApprovalScope,
   ClientFrame,
   ErrorCode,
+  Finding,
+  GuardrailCheck,
   MessageMode,
   RequestedCall,
   SessionEvent,

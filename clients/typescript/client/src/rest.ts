@@ -4,6 +4,7 @@
 
 import type {
   ApprovalScope,
+  GuardrailCheck,
   JournalEvent,
   KnowledgeCollection,
   KnowledgeDocumentFull,
@@ -46,8 +47,9 @@ export interface TurnOutcome {
   last_seq: number;
 }
 
-/** What an approval decides: a tool call, or a model call a budget refused. */
-export type ApprovalKind = "tool" | "budget";
+/** What an approval decides: a tool call, a model call a budget refused, or a tool's result an
+ * `approve` guardrail holds (docs/guardrails.md, "Tool results"). */
+export type ApprovalKind = "tool" | "budget" | "guardrail";
 
 /** A pending approval as the inbox and a session tree's view list it. */
 export interface PendingApproval {
@@ -64,6 +66,9 @@ export interface PendingApproval {
   reason: string;
   /** A budget approval's budget and how far over it the call would go. */
   budget?: { name: string; needed_usd: number };
+  /** A guardrail approval's held result and every guardrail's verdict on it (`args_hash` is the
+   * result's hash: a decision is bound to the result the person saw). */
+  held?: { result: unknown; checks: GuardrailCheck[] };
   /** Set for a child session's approval: the session whose agent call started it. */
   parent_session_id?: string;
   parent_call_id?: string;

@@ -3,7 +3,7 @@
 // offset, so a resume that sends the stream again from offset 0 neither duplicates nor loses
 // text). `useSteadSession` runs it; the tests drive it directly.
 
-import type { JournalEvent, ServerFrame, SessionStatus } from "./protocol.js";
+import type { GuardrailCheck, JournalEvent, ServerFrame, SessionStatus } from "./protocol.js";
 
 export interface ChatEntry {
   /** Stable key: `u{seq}` for user messages, the model call id for assistant text. */
@@ -59,6 +59,10 @@ export interface ToolCard {
   server?: string;
   /** For an `agent` call: the child session doing the work. */
   child?: ChildLink;
+  /** The agent's guardrails' verdicts on the result (`guardrail_checked`), in order. */
+  guardrails?: GuardrailCheck[];
+  /** The result an `approve` guardrail holds for a person, until they decide. */
+  held?: unknown;
   seq: number;
 }
 
@@ -276,8 +280,16 @@ function apply(view: SessionView, event: JournalEvent): SessionView {
       next.budgetWait = null;
       next.status = turnStatus(next);
       break;
+    case "guardrail_checked":
+      next = setTool(next, p.call_id, {
+        guardrails: p.checks,
+        ...(p.held !== undefined ? { status: "awaiting_approval" as const, held: p.held } : {}),
+      });
+      next.status = turnStatus(next);
+      break;
     case "approval_decided":
       next = setTool(next, p.call_id, {
+        held: undefined,
         status: p.approved ? "approved" : "rejected",
         decision: { approved: p.approved, reason: p.reason, decidedBy: p.decided_by, scope: p.scope },
       });

@@ -84,6 +84,33 @@ describe("the session reducer", () => {
     expect(view.tools.t1.approval).toEqual({ argsHash: "h", reason: "always" });
   });
 
+  it("holds a result a guardrail parked, with the verdicts, until it is decided", () => {
+    const start = turn().slice(0, 8); // through tool_call_requested (seq 5)
+    const checks = [
+      { guardrail: "injection", outcome: "found", effect: "approve", elapsed_ms: 0.1, findings: [
+        { path: "/body", start: 0, end: 6, entity: "INJECTION", excerpt: "Ignore" },
+      ] },
+    ];
+    const held = run([
+      ...start,
+      ev("tool_call_started", { call_id: "t1", tool: "forget", idempotency_key: "s1:t1" }, 6),
+      ev("guardrail_checked", { call_id: "t1", tool: "forget", checks, held: { body: "Ignore" } }, 7),
+    ]);
+    expect(held.status).toBe("awaiting_approval");
+    expect(pendingApprovals(held).map((c) => c.callId)).toEqual(["t1"]);
+    expect(held.tools.t1).toMatchObject({ held: { body: "Ignore" }, guardrails: checks });
+    const decided = run(
+      [
+        ev("approval_decided", { call_id: "t1", approved: true, reason: null, decided_by: "ada", scope: "once" }, 8),
+        ev("tool_call_finished", { call_id: "t1", tool: "forget", result: { body: "Ignore" } }, 9),
+      ],
+      held,
+    );
+    expect(decided.status).toBe("running");
+    expect(decided.tools.t1.held).toBeUndefined();
+    expect(decided.tools.t1).toMatchObject({ status: "finished", guardrails: checks });
+  });
+
   it("applies each event once when a resume sends them again", () => {
     const frames = turn();
     const once = run(frames);

@@ -113,6 +113,51 @@ args?: Record<string, unknown>, };
 export type ScheduleDef = { at?: string, delay_secs?: number, cron?: string, tz?: string, every_secs?: number, message: ScheduleMessage, catch_up: CatchUp, };
 
 /**
+ * What a guardrail's check came to.
+ */
+export type CheckOutcome = "clean" | "found" | "error";
+
+/**
+ * What a check did to the text.
+ */
+export type Effect = "pass" | "redact" | "block" | "flag" | "approve";
+
+/**
+ * One finding in a checked value.
+ */
+export type Finding = { 
+/**
+ * The JSON pointer of the string it is in (`""`: the value is that string).
+ */
+path: string, 
+/**
+ * Byte offsets into that string as this guardrail saw it.
+ */
+start: number, end: number, entity: string, 
+/**
+ * The text found, for checks whose findings are not personal data (`injection`,
+ * `regex`, `deny_terms`; at most 200 characters). Never set for `pii`.
+ */
+excerpt?: string, 
+/**
+ * What replaced it (`redact`).
+ */
+placeholder?: string, };
+
+/**
+ * One guardrail's verdict on a value (`guardrail_checked`).
+ */
+export type GuardrailCheck = { guardrail: string, outcome: CheckOutcome, effect: Effect, findings?: Array<Finding>, 
+/**
+ * A model's reason for its verdict, or the checker's error.
+ */
+reason?: string, 
+/**
+ * How long the check took.
+ */
+elapsed_ms: number, };
+
+/**
  * One journaled step of a session.
  */
 export type SessionEvent = { "kind": "session_created", "payload": { agent: string, 
@@ -135,7 +180,11 @@ mode?: MessageMode,
  * The key of the schedule whose firing delivered this message (absent: a person or
  * client sent it).
  */
-schedule?: string, } } | { "kind": "model_call_started", "payload": { call_id: string, route: string, model: string, } } | { "kind": "model_call_finished", "payload": { call_id: string, text: string, tool_calls: Array<RequestedCall>, usage: Usage, provider: string, model: string, latency_ms: number, ttft_ms: number, cost: number, } } | { "kind": "model_call_failed", "payload": { call_id: string, error: string, } } | { "kind": "tool_call_requested", "payload": { call_id: string, tool: string, arguments: unknown, } } | { "kind": "approval_requested", "payload": { call_id: string, tool: string, arguments: unknown, args_hash: string, reason: string, } } | { "kind": "approval_decided", "payload": { call_id: string, approved: boolean, reason: string | null, decided_by: string, scope: ApprovalScope, } } | { "kind": "budget_approval_requested", "payload": { call_id: string, budget: string, needed_usd: number, reason: string, } } | { "kind": "budget_approval_decided", "payload": { call_id: string, approved: boolean, overspend_usd?: number, reason: string | null, decided_by: string, } } | { "kind": "tool_call_started", "payload": { call_id: string, tool: string, idempotency_key: string, } } | { "kind": "tool_call_finished", "payload": { call_id: string, tool: string, result: unknown, } } | { "kind": "tool_call_failed", "payload": { call_id: string, tool: string, error: string, 
+schedule?: string, } } | { "kind": "model_call_started", "payload": { call_id: string, route: string, model: string, } } | { "kind": "model_call_finished", "payload": { call_id: string, text: string, tool_calls: Array<RequestedCall>, usage: Usage, provider: string, model: string, latency_ms: number, ttft_ms: number, cost: number, } } | { "kind": "model_call_failed", "payload": { call_id: string, error: string, } } | { "kind": "tool_call_requested", "payload": { call_id: string, tool: string, arguments: unknown, } } | { "kind": "approval_requested", "payload": { call_id: string, tool: string, arguments: unknown, args_hash: string, reason: string, } } | { "kind": "approval_decided", "payload": { call_id: string, approved: boolean, reason: string | null, decided_by: string, scope: ApprovalScope, } } | { "kind": "budget_approval_requested", "payload": { call_id: string, budget: string, needed_usd: number, reason: string, } } | { "kind": "budget_approval_decided", "payload": { call_id: string, approved: boolean, overspend_usd?: number, reason: string | null, decided_by: string, } } | { "kind": "tool_call_started", "payload": { call_id: string, tool: string, idempotency_key: string, } } | { "kind": "tool_call_finished", "payload": { call_id: string, tool: string, result: unknown, } } | { "kind": "guardrail_checked", "payload": { call_id: string, tool: string, checks: Array<GuardrailCheck>, 
+/**
+ * The result an `approve` guardrail holds for a person.
+ */
+held?: unknown, } } | { "kind": "tool_call_failed", "payload": { call_id: string, tool: string, error: string, 
 /**
  * The call may or may not have taken effect (started, not finished, not idempotent).
  */
