@@ -83,6 +83,30 @@ pub enum BenchCommand {
     /// Guardrails: the `pii` check and redaction on a 2 KB message, and a streamed answer
     /// through the hold-back, against the 1 ms p99 target.
     Guardrails(GuardrailsBenchArgs),
+    /// Guardrails' detection quality: the `pii` and `injection` checks against labelled data
+    /// from registry packages, beside Microsoft Presidio and vard on the same texts.
+    GuardrailQuality(GuardrailQualityBenchArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct GuardrailQualityBenchArgs {
+    /// Labelled PII texts to generate.
+    #[arg(long, default_value_t = 300)]
+    pub samples: usize,
+    /// The generator's seed (the same seed, the same texts).
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Where `scripts/guardrail-peers.sh` prepared the peers (default:
+    /// {data_dir}/setup/guardrail-peers).
+    #[arg(long)]
+    pub peers: Option<std::path::PathBuf>,
+    /// Also show (on stderr) up to this many injections Stead missed and benign texts it
+    /// flagged, to see where the patterns fall short.
+    #[arg(long, default_value_t = 0)]
+    pub misses: usize,
+    /// Print the figures as one JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -1,6 +1,6 @@
 //! The crate `stead-bench`: the measurements behind `stead bench …`, one module per subcommand
 //! (`chaos`, `cluster`, `context`, `evals` (the evaluation engine), `journal`, `gateway`, `inference`, `knowledge`, `replay`,
-//! `schedules`, `sessions`, `tenancy` (projects' keys), `guardrails`, `ws`), the model evaluation behind `stead eval …` (`eval`), their
+//! `schedules`, `sessions`, `tenancy` (projects' keys), `guardrails`, `guardrail_quality`, `ws`), the model evaluation behind `stead eval …` (`eval`), their
 //! arguments (`cli`), the chaos harness with its test doubles (a scripted upstream, a webhook
 //! sink: they live here, not in the product), and what they share: a scratch database (`BenchDatabase`), a `stead serve` child process
 //! (`ServeProcess`) and a process's memory and CPU time read from `/proc`.
@@ -17,6 +17,7 @@ pub mod context;
 pub mod eval;
 mod evals;
 pub mod gateway;
+mod guardrail_quality;
 mod guardrails;
 pub mod inference;
 pub mod journal;
@@ -58,6 +59,9 @@ pub async fn bench(config: Config, command: BenchCommand) -> anyhow::Result<Exit
         BenchCommand::Eval(args) => done(evals::evals(config, args).await),
         BenchCommand::Tenancy(args) => done(tenancy::tenancy(config, args).await),
         BenchCommand::Guardrails(args) => done(guardrails::guardrails(args).await),
+        BenchCommand::GuardrailQuality(args) => {
+            done(guardrail_quality::guardrail_quality(args, &config.server.data_dir).await)
+        }
     }
 }
 

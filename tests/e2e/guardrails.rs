@@ -430,3 +430,18 @@ fn the_guardrails_bench_runs_short() {
     }
     assert_eq!(figures["target_p99_us"], 1000.0);
 }
+
+/// `stead bench guardrail-quality` needs its peers prepared (it fetches nothing): without them
+/// it says which script prepares them. Its figures are in docs/benchmarks.md.
+#[test]
+fn the_quality_bench_names_the_script_that_prepares_its_peers() {
+    let missing = tempfile::tempdir().unwrap();
+    let output = stead_testkit::stead::command()
+        .args(["bench", "guardrail-quality", "--peers"])
+        .arg(missing.path())
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("scripts/guardrail-peers.sh"), "{stderr}");
+}

@@ -19,7 +19,7 @@ const PATTERNS: &[(&str, &str)] = &[
     // Dropping what came before.
     (
         "INJECTION",
-        r"\b(?:ignore|disregard|forget|override|bypass|skip)\s+(?:(?:all|any|each|every|the|your|my|these|those|of|everything|that|what|was|said|told|you|were|been|given)\s+){0,4}(?:previous|prior|above|earlier|preceding|former|initial|original|system|developer|safety|old)\s+(?:instructions?|prompts?|rules|directions|directives|guidelines|messages|context|constraints|restrictions|polic(?:y|ies)|commands|orders)\b",
+        r"\b(?:ignor(?:e|ing)|disregard(?:ing)?|forget(?:ting)?|override|overriding|bypass(?:ing)?|skip)\s+(?:(?:all|any|each|every|the|your|my|these|those|of|everything|that|what|was|said|told|you|were|been|given)\s+){0,4}(?:previous|prior|above|earlier|preceding|former|initial|original|system|developer|safety|old)\s+(?:instructions?|prompts?|rules|directions|directives|guidelines|messages|context|constraints|restrictions|polic(?:y|ies)|commands|orders)\b",
     ),
     (
         "INJECTION",
@@ -38,6 +38,15 @@ const PATTERNS: &[(&str, &str)] = &[
         "INJECTION",
         r"\bfrom\s+now\s+on,?\s+(?:you\s+(?:are|will|must|shall|should)|act\s+as|respond\s+as|ignore)\b",
     ),
+    // Dropping a policy: "ignoring OpenAI's content policies", "free of all restrictions".
+    (
+        "INJECTION",
+        r"\b(?:ignor(?:e|ing)|disregard(?:ing)?|bypass(?:ing)?|violat(?:e|ing)|break(?:ing)?)\s+(?:all\s+|any\s+)?(?:of\s+)?(?:openai'?s?|anthropic'?s?|the|your|its|their)?\s*(?:content|safety|usage|ethical)\s+(?:polic(?:y|ies)|guidelines|filters|restrictions|rules|safeguards)\b",
+    ),
+    (
+        "INJECTION",
+        r"\bfree\s+(?:of|from)\s+(?:all\s+|any\s+)?(?:restrictions|filters|censorship|limitations|guidelines|rules)\b",
+    ),
     // Role-play jailbreaks.
     (
         "INJECTION",
@@ -48,6 +57,47 @@ const PATTERNS: &[(&str, &str)] = &[
         r"\b(?:act|pretend|behave|roleplay|role-play)\s+(?:as|like|to\s+be)\s+(?:if\s+you\s+(?:are|were)\s+)?(?:an?\s+)?(?:unrestricted|unfiltered|uncensored|jailbroken|unaligned|evil)\b",
     ),
     ("INJECTION", r"\bdo\s+anything\s+now\b"),
+    (
+        "INJECTION",
+        r"\byou\s+(?:are\s+going\s+to|will\s+now|will\s+from\s+now\s+on|must\s+now)\s+(?:act|pretend|behave|roleplay|role-play|simulate|respond)\b",
+    ),
+    (
+        "INJECTION",
+        r"\b(?:never|don'?t|do\s+not)\s+break\s+character\b|\bstay\s+in\s+character\b",
+    ),
+    // A persona made to have no limits: two such traits close together.
+    (
+        "INJECTION",
+        r"\b(?:amoral|unfiltered|uncensored|unrestricted|jailbroken|unethical)\b[^.\n]{0,60}?\b(?:amoral|unfiltered|uncensored|unrestricted|jailbroken|unethical|no\s+(?:restrictions|filters|limits|morals|ethics|guidelines))\b",
+    ),
+    (
+        "INJECTION",
+        r"\b(?:never|not|won'?t|doesn'?t|does\s+not|don'?t|do\s+not|will\s+not|can'?t|cannot)\s+(?:ever\s+)?(?:refuse|deny|decline|reject)s?\s+(?:a\s+|any\s+)?(?:human\s+|user\s+)?(?:request|question|prompt|order)s?\b",
+    ),
+    (
+        "INJECTION",
+        r"\b(?:pretend|act|behave|role-?play)\s+(?:to\s+be|as|like)\s+(?:an?\s+)?(?:\w+\s+){0,2}(?:AI|chatbot|language\s+model|\w*GPT)\b",
+    ),
+    (
+        "INJECTION",
+        r"\byou\s+are\s+no\s+longer\s+(?:ChatGPT|\w*GPT|an?\s+AI|an?\s+assistant|an?\s+language\s+model|bound|restricted)\b",
+    ),
+    (
+        "INJECTION",
+        r"\b(?:not|never|isn'?t|aren'?t|no\s+longer)\s+(?:bound|confined|restricted|limited)\s+(?:by|to)\s+(?:any\s+)?(?:the\s+)?(?:rules|morals|ethics|polic(?:y|ies)|guidelines|restrictions|open\s*ai)",
+    ),
+    (
+        "INJECTION",
+        r"\b(?:AI|chatbot|model|assistant|bot|\w*GPT)\s+(?:\w+\s+){0,3}(?:without|with\s+no)\s+(?:any\s+)?(?:restrictions|limits|limitations|filters|censorship|rules|content\s+polic(?:y|ies))\b",
+    ),
+    (
+        "INJECTION",
+        r"\b(?:doesn'?t|does\s+not|don'?t|do\s+not)\s+have\s+(?:any\s+|a\s+)?(?:content\s+polic(?:y|ies)|content\s+filters?|restrictions|filters)\b|\bno\s+prohibitions\b|\bbreaks?\s+(?:the\s+)?(?:AI|OpenAI|ChatGPT)\s+(?:rules|polic(?:y|ies)|guidelines)\b",
+    ),
+    (
+        "INJECTION",
+        r"\b(?:ChatGPT|GPT-?\d?|AI|assistant|model)\b[^.\n]{0,40}\b(?:DAN|jailbreak|developer)\s+mode\b|\b(?:DAN|jailbreak|developer)\s+mode\b[^.\n]{0,40}\b(?:ChatGPT|GPT-?\d?|AI|assistant|model)\b",
+    ),
     (
         "INJECTION",
         r"\b(?:developer|god|jailbreak|DAN|sudo)\s+mode\s+(?:is\s+)?(?:now\s+)?(?:enabled|activated|unlocked)\b",
@@ -65,8 +115,10 @@ const PATTERNS: &[(&str, &str)] = &[
     // Asking for the hidden prompt.
     (
         "INJECTION",
-        r"\b(?:reveal|print|show|output|repeat|leak|dump|disclose)\s+(?:me\s+)?(?:your|the)\s+(?:full\s+|entire\s+|original\s+)?(?:system\s+prompt|initial\s+instructions|hidden\s+instructions|instructions\s+above|prompt\s+above)\b",
+        r"\b(?:reveal|print|show|output|repeat|leak|dump|disclose|display|recite|tell\s+me)\b[^.\n]{0,40}?(?:\bsystem[\s_-]*prompt|\binitial\s+(?:configuration|instructions|prompt)|\bhidden\s+instructions|\b(?:instructions|prompt|text)\s+above|\byour\s+(?:instructions|rules|guidelines)\s+(?:verbatim|word\s+for\s+word))",
     ),
+    // A forged answer turn at the start of a line.
+    ("INJECTION", r"^[ \t]*assistant[ \t]*:[ \t]"),
     // Ways out for data.
     (
         "EXFIL",
