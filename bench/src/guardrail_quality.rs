@@ -15,9 +15,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use serde_json::{json, Value};
-use stead_guardrails::{
-    GuardrailAction, GuardrailConfig, GuardrailKind, Guardrails, DEFAULT_TIMEOUT_MS,
-};
+use stead_guardrails::{GuardrailAction, GuardrailConfig, GuardrailKind, Guardrails};
 
 use crate::cli::GuardrailQualityBenchArgs;
 
@@ -158,19 +156,7 @@ fn score(gold: &[Vec<Span>], predicted: &[Vec<Span>], exact: bool) -> Value {
 }
 
 fn guardrail(kind: GuardrailKind) -> anyhow::Result<std::sync::Arc<stead_guardrails::Guardrail>> {
-    let config = GuardrailConfig {
-        name: "bench".into(),
-        kind,
-        action: GuardrailAction::Flag,
-        entities: None,
-        patterns: Vec::new(),
-        terms: Vec::new(),
-        restore_for_tools: false,
-        route: None,
-        rubric: None,
-        timeout_ms: DEFAULT_TIMEOUT_MS,
-        on_error: Default::default(),
-    };
+    let config = GuardrailConfig::new("bench", kind, GuardrailAction::Flag);
     Guardrails::build(&[config])?
         .get("bench")
         .context("the bench's guardrail")

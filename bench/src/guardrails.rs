@@ -9,7 +9,6 @@ use std::time::Instant;
 use serde_json::json;
 use stead_guardrails::{
     apply, GuardrailAction, GuardrailConfig, GuardrailKind, Guardrails, Holdback, Placeholders,
-    DEFAULT_TIMEOUT_MS,
 };
 
 use crate::cli::GuardrailsBenchArgs;
@@ -66,19 +65,11 @@ fn timed(samples: usize, mut f: impl FnMut()) -> (f64, f64) {
 }
 
 pub async fn guardrails(args: GuardrailsBenchArgs) -> anyhow::Result<()> {
-    let set = Guardrails::build(&[GuardrailConfig {
-        name: "pii".into(),
-        kind: GuardrailKind::Pii,
-        action: GuardrailAction::Redact,
-        entities: None,
-        patterns: Vec::new(),
-        terms: Vec::new(),
-        restore_for_tools: false,
-        route: None,
-        rubric: None,
-        timeout_ms: DEFAULT_TIMEOUT_MS,
-        on_error: Default::default(),
-    }])?;
+    let set = Guardrails::build(&[GuardrailConfig::new(
+        "pii",
+        GuardrailKind::Pii,
+        GuardrailAction::Redact,
+    )])?;
     let pii = set.get("pii").expect("built above");
     let list = vec![pii.clone()];
     let with = message(args.bytes, true);

@@ -7,7 +7,6 @@
 //! route does not answer within its deadline blocks the result (fail-closed).
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -219,34 +218,14 @@ async fn an_injected_tool_result_waits_for_a_person_and_a_late_checker_blocks() 
 
 /// `web-ui/e2e/guardrail.mjs`: the inbox's card for the held result, approved.
 async fn approve_in_chromium(server: &Stead, id: &str) {
-    let web_ui = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("web-ui");
-    assert!(
-        web_ui.join("../node_modules/playwright-core").is_dir(),
-        "needs `npm ci` at the repository root (scripts/build-web-ui.sh runs it)"
-    );
-    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("web-ui-screenshots");
-    std::fs::create_dir_all(&out).unwrap();
-    let shots = ["35-guardrail-inbox", "36-guardrail-approved"];
-    for shot in shots {
-        let _ = std::fs::remove_file(out.join(format!("{shot}.png")));
-    }
-    let mut command = Command::new("node");
-    command
-        .current_dir(&web_ui)
-        .arg("e2e/guardrail.mjs")
-        .arg(&server.base)
-        .arg(&out)
-        .arg(id)
-        .env("CHROMIUM", &chromium);
-    let stdout = external::run(command, Duration::from_secs(180), "the browser run failed")
-        .await
-        .stdout;
-    assert!(stdout.contains(r#"{"done":true}"#), "{stdout}");
-    for shot in shots {
-        assert!(
-            out.join(format!("{shot}.png")).is_file(),
-            "screenshot {shot}"
-        );
-    }
+    let shots = ["37-guardrail-inbox", "38-guardrail-approved"];
+    external::browser(
+        "guardrail.mjs",
+        &[&server.base, &out.to_string_lossy(), id],
+        &[],
+        &out,
+        &shots,
+    )
+    .await;
 }

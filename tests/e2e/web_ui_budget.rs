@@ -7,8 +7,6 @@
 //! Screenshots go to `{target}/tmp/web-ui-screenshots/` beside the other browser tests'.
 
 use std::path::PathBuf;
-use std::process::Command;
-use std::time::Duration;
 
 use serde_json::json;
 use stead_testkit::client::Api;
@@ -20,12 +18,6 @@ const ADMIN: &str = "installation-admin-key-0123456789";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_web_ui_decides_a_budget_approval() {
-    let web_ui = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("web-ui");
-    assert!(
-        web_ui.join("../node_modules/playwright-core").is_dir(),
-        "needs `npm ci` at the repository root (scripts/build-web-ui.sh runs it)"
-    );
-    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
     let up = Upstream::start(vec![], Reply::text("Leaves fall, light and slow.")).await;
     // Up to 4,096 tokens at $1,000 per million: a call may cost $4.096.
     let config = up.config(
@@ -88,7 +80,6 @@ async fn the_web_ui_decides_a_budget_approval() {
     );
 
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("web-ui-screenshots");
-    std::fs::create_dir_all(&out).unwrap();
     let shots = [
         "30-budget-wait",
         "31-budget-inbox",
@@ -96,28 +87,14 @@ async fn the_web_ui_decides_a_budget_approval() {
         "33-audit",
         "34-spend",
     ];
-    for shot in shots {
-        let _ = std::fs::remove_file(out.join(format!("{shot}.png")));
-    }
-    let mut command = Command::new("node");
-    command
-        .current_dir(&web_ui)
-        .arg("e2e/budget.mjs")
-        .arg(&server.base)
-        .arg(&out)
-        .arg(&id)
-        .env("STEAD_KEY", &admin)
-        .env("CHROMIUM", &chromium);
-    let stdout = external::run(command, Duration::from_secs(180), "the browser run failed")
-        .await
-        .stdout;
-    assert!(stdout.contains(r#"{"done":true}"#), "{stdout}");
-    for shot in shots {
-        assert!(
-            out.join(format!("{shot}.png")).is_file(),
-            "screenshot {shot}"
-        );
-    }
+    external::browser(
+        "budget.mjs",
+        &[&server.base, &out.to_string_lossy(), &id],
+        &[("STEAD_KEY", &admin)],
+        &out,
+        &shots,
+    )
+    .await;
     // What the browser decided is what the journal holds.
     let journal = server.journal(&id).await;
     let decided = journal

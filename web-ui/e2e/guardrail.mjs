@@ -35,7 +35,7 @@ try {
   await expectText(verdicts, "pii-results redacted EMAIL", "the verdicts");
   await expectText(card.getByTestId("guardrail-found").first(), "Ignore all previous instructions", "the span");
   await expectText(card.getByTestId("guardrail-redacted").first(), "[EMAIL_1]", "the placeholder");
-  await shot(page, "35-guardrail-inbox");
+  await shot(page, "37-guardrail-inbox");
   step("the inbox shows the verdicts and the held result, spans marked");
 
   await card.getByRole("button", { name: "Let the model read it" }).click();
@@ -46,7 +46,7 @@ try {
   const tool = page.getByRole("article", { name: "Tool call fetch_page" });
   await expectText(tool.getByTestId("guardrail-redacted").first(), "[EMAIL_1]", "the session's placeholder");
   await expectText(tool.getByTestId("guardrail-found").first(), "Ignore all previous instructions", "the session's span");
-  await shot(page, "36-guardrail-approved");
+  await shot(page, "38-guardrail-approved");
   step("approved: the model read it and answered; the session page marks the spans");
   console.log(JSON.stringify({ done: true }));
 } catch (error) {

@@ -120,6 +120,24 @@ fn valid_label(label: &str) -> bool {
 }
 
 impl GuardrailConfig {
+    /// A guardrail of `kind` doing `action`, every other setting at its default (no entities
+    /// narrowed, no patterns or terms, no route; the default deadline, failing closed).
+    pub fn new(name: &str, kind: GuardrailKind, action: GuardrailAction) -> Self {
+        GuardrailConfig {
+            name: name.to_string(),
+            kind,
+            action,
+            entities: None,
+            patterns: Vec::new(),
+            terms: Vec::new(),
+            restore_for_tools: false,
+            route: None,
+            rubric: None,
+            timeout_ms: DEFAULT_TIMEOUT_MS,
+            on_error: OnError::Block,
+        }
+    }
+
     pub(crate) fn build(&self) -> Result<Guardrail, GuardrailError> {
         let invalid = |problem: String| GuardrailError::Invalid {
             name: self.name.clone(),

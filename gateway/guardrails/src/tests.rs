@@ -6,17 +6,8 @@ use super::*;
 fn pii(entities: Option<&[&str]>) -> Arc<Guardrail> {
     Arc::new(
         GuardrailConfig {
-            name: "pii".into(),
-            kind: GuardrailKind::Pii,
-            action: GuardrailAction::Redact,
             entities: entities.map(|e| e.iter().map(|s| s.to_string()).collect()),
-            patterns: Vec::new(),
-            terms: Vec::new(),
-            restore_for_tools: false,
-            route: None,
-            rubric: None,
-            timeout_ms: DEFAULT_TIMEOUT_MS,
-            on_error: Default::default(),
+            ..GuardrailConfig::new("pii", GuardrailKind::Pii, GuardrailAction::Redact)
         }
         .build()
         .unwrap(),
@@ -130,36 +121,15 @@ fn entities_narrow_a_pii_guardrail_and_unknown_ones_are_refused() {
     assert_eq!(spans.len(), 1);
     assert_eq!(spans[0].entity, "EMAIL");
     let bad = GuardrailConfig {
-        name: "p".into(),
-        kind: GuardrailKind::Pii,
-        action: GuardrailAction::Flag,
         entities: Some(vec!["PASSPORT".into()]),
-        patterns: Vec::new(),
-        terms: Vec::new(),
-        restore_for_tools: false,
-        route: None,
-        rubric: None,
-        timeout_ms: DEFAULT_TIMEOUT_MS,
-        on_error: Default::default(),
+        ..GuardrailConfig::new("p", GuardrailKind::Pii, GuardrailAction::Flag)
     };
     let error = Guardrails::build(&[bad]).err().unwrap().to_string();
     assert!(error.contains("PASSPORT"), "{error}");
 }
 
 fn guardrail(name: &str, kind: GuardrailKind, action: GuardrailAction) -> GuardrailConfig {
-    GuardrailConfig {
-        name: name.into(),
-        kind,
-        action,
-        entities: None,
-        patterns: Vec::new(),
-        terms: Vec::new(),
-        restore_for_tools: false,
-        route: None,
-        rubric: None,
-        timeout_ms: DEFAULT_TIMEOUT_MS,
-        on_error: Default::default(),
-    }
+    GuardrailConfig::new(name, kind, action)
 }
 
 #[test]

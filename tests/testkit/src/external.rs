@@ -87,3 +87,44 @@ fn run_blocking(mut command: Command, limit: Duration, failure: &str) -> Finishe
     }
     finished
 }
+
+/// A browser run: `web-ui/e2e/{script}` driving Debian's Chromium (`$CHROMIUM`, default
+/// `/usr/bin/chromium`) through `playwright-core` with `args`, writing `shots` (PNG names
+/// without extension) into `out`. The screenshots are removed first; the run must print
+/// `{"done":true}` and leave every one of them. Returns what it printed.
+pub async fn browser(
+    script: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+    out: &std::path::Path,
+    shots: &[&str],
+) -> String {
+    let web_ui = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../web-ui");
+    assert!(
+        web_ui.join("../node_modules/playwright-core").is_dir(),
+        "needs `npm ci` at the repository root (scripts/build-web-ui.sh runs it)"
+    );
+    std::fs::create_dir_all(out).unwrap();
+    for shot in shots {
+        let _ = std::fs::remove_file(out.join(format!("{shot}.png")));
+    }
+    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    let mut command = Command::new("node");
+    command
+        .current_dir(&web_ui)
+        .arg(format!("e2e/{script}"))
+        .args(args)
+        .env("CHROMIUM", &chromium)
+        .envs(env.iter().copied());
+    let stdout = run(command, Duration::from_secs(180), "the browser run failed")
+        .await
+        .stdout;
+    assert!(stdout.contains(r#"{"done":true}"#), "{stdout}");
+    for shot in shots {
+        assert!(
+            out.join(format!("{shot}.png")).is_file(),
+            "screenshot {shot}"
+        );
+    }
+    stdout
+}
