@@ -237,6 +237,11 @@ pub enum SessionEvent {
         latency_ms: f64,
         ttft_ms: f64,
         cost: f64,
+        /// The route's guardrails that acted on the call — its request and this answer — with
+        /// what they did and the entities they found, never the text (docs/guardrails.md).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        #[ts(optional, as = "Option<Vec<stead_model::log::GuardrailEntry>>")]
+        guardrails: Vec<stead_model::log::GuardrailEntry>,
     },
     ModelCallFailed {
         call_id: CallId,

@@ -20,6 +20,8 @@ pub struct ModelOutput {
     pub latency_ms: f64,
     pub ttft_ms: f64,
     pub cost: f64,
+    /// The route's guardrails that acted on the call (journaled with its answer).
+    pub guardrails: Vec<stead_model::log::GuardrailEntry>,
 }
 
 /// Something that happened to the session.

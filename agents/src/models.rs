@@ -329,6 +329,7 @@ impl ModelClient for SessionModel {
             latency_ms: response.latency.as_secs_f64() * 1000.0,
             ttft_ms: response.ttft.unwrap_or(response.latency).as_secs_f64() * 1000.0,
             cost: response.cost,
+            guardrails: response.guardrails,
         })
     }
 }

@@ -68,6 +68,7 @@ impl ModelClient for Calculating {
             latency_ms: self.delay.as_secs_f64() * 1000.0,
             ttft_ms: self.delay.as_secs_f64() * 1000.0,
             cost: 0.0,
+            guardrails: Vec::new(),
         })
     }
 }

@@ -74,6 +74,7 @@ pub fn record(session_id: &str, rules: &AgentRules, min_events: usize) -> Vec<Se
         latency_ms: 250.0,
         ttft_ms: 40.0,
         cost: 0.0,
+        guardrails: Vec::new(),
     };
     let model_call = |state: &SessionState| {
         state

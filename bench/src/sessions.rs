@@ -43,6 +43,7 @@ impl ModelClient for InstantModel {
             latency_ms: 0.0,
             ttft_ms: 0.0,
             cost: 0.0,
+            guardrails: Vec::new(),
         })
     }
 }
@@ -125,6 +126,7 @@ fn step_cost(lengths: &[usize]) {
                     latency_ms: 1.0,
                     ttft_ms: 1.0,
                     cost: 0.0,
+                    guardrails: Vec::new(),
                 },
             );
             fold(
@@ -211,6 +213,7 @@ fn parked_turn() -> Vec<NewEvent> {
             latency_ms: 1.0,
             ttft_ms: 1.0,
             cost: 0.0,
+            guardrails: Vec::new(),
         },
         SessionEvent::ToolCallRequested {
             call_id: "t1".into(),

@@ -277,6 +277,7 @@ pub fn typescript() -> String {
         declaration::<SessionRow>(&cfg),
         declaration::<stead_persistence::request_log::LogStatus>(&cfg),
         declaration::<stead_persistence::request_log::AttemptRecord>(&cfg),
+        declaration::<stead_model::log::GuardrailEntry>(&cfg),
         declaration::<RequestLogEntry>(&cfg),
     ];
     format!(

@@ -63,6 +63,7 @@ fn turn(
             latency_ms: 1.0,
             ttft_ms: 1.0,
             cost: 0.002,
+            guardrails: Vec::new(),
         },
         SessionEvent::ToolCallRequested {
             call_id: "t1".into(),

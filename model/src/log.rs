@@ -41,6 +41,21 @@ pub struct RequestLogEntry {
     /// `{"request", "response"}` with `[gateway.log] bodies = "full"`, else null.
     #[ts(type = "{ request: unknown; response: unknown } | null")]
     pub bodies: Value,
+    /// The route's guardrails that acted on the call, in order (empty: none did).
+    #[serde(default)]
+    pub guardrails: Vec<GuardrailEntry>,
+}
+
+/// A guardrail that acted on a call (docs/guardrails.md): where, what it did, and the
+/// entities it found — never the text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
+pub struct GuardrailEntry {
+    pub guardrail: String,
+    /// `request` (the messages or embedding inputs sent) or `answer`.
+    pub place: String,
+    /// `redact`, `block` or `flag`.
+    pub effect: String,
+    pub entities: Vec<String>,
 }
 
 /// How a call ended.

@@ -165,6 +165,29 @@ async fn a_routes_guardrails_redact_and_block_before_the_provider_sees_anything(
         .collect();
     assert_eq!(blocked.len(), 1, "{logs}");
     assert_eq!(blocked[0]["status"], "error", "{}", blocked[0]);
+    // Each row says which guardrails acted, where, and what they found (never the text).
+    assert_eq!(
+        blocked[0]["guardrails"],
+        json!([{"guardrail": "codenames", "place": "request", "effect": "block", "entities": ["TERM"]}])
+    );
+    let guarded = logs["logs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|row| row["route"] == "guarded")
+        .unwrap();
+    assert_eq!(
+        guarded["guardrails"],
+        json!([{"guardrail": "secrets-out", "place": "request", "effect": "redact",
+                "entities": ["EMAIL", "SECRET", "CARD"]}])
+    );
+    let open = logs["logs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|row| row["route"] == "open")
+        .unwrap();
+    assert_eq!(open["guardrails"], json!([]));
     assert!(
         blocked[0]["error"]
             .as_str()
@@ -337,7 +360,8 @@ async fn answer_is_redacted(database: Option<&str>) {
         "{text}"
     );
 
-    // The request log, with full bodies: three answers, none raw.
+    // The request log, with full bodies: three answers, none raw, each row naming the
+    // redactions of its request and of its answer.
     let logs = logged(&server, 3).await;
     let text = logs.to_string();
     assert!(
@@ -345,6 +369,15 @@ async fn answer_is_redacted(database: Option<&str>) {
         "{text}"
     );
     assert!(text.contains("[SECRET_1]"), "{text}");
+    for row in logs["logs"].as_array().unwrap() {
+        assert!(
+            row["guardrails"].as_array().unwrap().contains(&json!({
+                "guardrail": "secrets-out", "place": "answer", "effect": "redact",
+                "entities": ["SECRET", "EMAIL", "PHONE"]
+            })),
+            "{row}"
+        );
+    }
 }
 
 /// With `restore_for_tools`, a placeholder the model writes into a tool call stands for its

@@ -96,6 +96,7 @@ impl Planner<'_> {
             latency_ms: output.latency_ms,
             ttft_ms: output.ttft_ms,
             cost: output.cost,
+            guardrails: output.guardrails,
         });
         if requested.is_empty() {
             self.reply(call_id, output.text);

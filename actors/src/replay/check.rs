@@ -71,6 +71,7 @@ fn recorded_input(event: &SessionEvent, next: Option<&SessionEvent>) -> Option<I
             latency_ms,
             ttft_ms,
             cost,
+            guardrails,
         } => Input::ModelFinished {
             call_id,
             output: ModelOutput {
@@ -85,6 +86,7 @@ fn recorded_input(event: &SessionEvent, next: Option<&SessionEvent>) -> Option<I
                 latency_ms,
                 ttft_ms,
                 cost,
+                guardrails,
             },
         },
         SessionEvent::ModelCallFailed { call_id, error } => Input::ModelFailed { call_id, error },

@@ -71,7 +71,7 @@ impl Holdback {
         &self.released
     }
 
-    /// What the guardrails found in what was released.
+    /// What the guardrails found in what was released: one verdict per guardrail.
     pub fn verdicts(&self) -> &[Verdict] {
         &self.verdicts
     }
@@ -88,7 +88,17 @@ impl Holdback {
         let mut texts = [text];
         match crate::apply(&self.guardrails, &mut texts, &mut self.placeholders) {
             Ok(verdicts) => {
-                self.verdicts.extend(verdicts);
+                // One verdict per guardrail for the whole text, whatever the pieces.
+                for verdict in verdicts {
+                    match self
+                        .verdicts
+                        .iter_mut()
+                        .find(|v| v.guardrail == verdict.guardrail)
+                    {
+                        Some(seen) => seen.merge(verdict),
+                        None => self.verdicts.push(verdict),
+                    }
+                }
                 let [out] = texts;
                 self.released.push_str(&out);
                 Some(out)

@@ -133,6 +133,18 @@ pub struct Verdict {
     pub found: Vec<(String, usize)>,
 }
 
+impl Verdict {
+    /// Adds what the same guardrail found in a later piece of the text.
+    pub fn merge(&mut self, later: Verdict) {
+        for (entity, n) in later.found {
+            match self.found.iter_mut().find(|(e, _)| *e == entity) {
+                Some((_, count)) => *count += n,
+                None => self.found.push((entity, n)),
+            }
+        }
+    }
+}
+
 /// A text a `block` guardrail refused.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Blocked {

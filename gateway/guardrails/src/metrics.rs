@@ -16,7 +16,7 @@ pub enum Place {
 }
 
 impl Place {
-    fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             Place::Request => "request",
             Place::Answer => "answer",

@@ -321,3 +321,24 @@ fn a_restorable_placeholder_turns_back_into_its_value_and_only_it() {
     flagging.restore_for_tools = true;
     assert!(Guardrails::build(&[flagging]).is_err());
 }
+
+#[test]
+fn a_streamed_text_gets_one_verdict_per_guardrail_whatever_its_pieces() {
+    let text = format!(
+        "write to ann@example.com{} then to bob@example.com, card 4111 1111 1111 1111.",
+        " and more words".repeat(20)
+    );
+    let mut holdback = Holdback::new(vec![pii(None)], Placeholders::default());
+    for piece in text.as_bytes().chunks(7) {
+        holdback.push(std::str::from_utf8(piece).unwrap());
+    }
+    holdback.finish();
+    assert_eq!(
+        holdback.verdicts(),
+        [Verdict {
+            guardrail: "pii".into(),
+            action: GuardrailAction::Redact,
+            found: vec![("EMAIL".into(), 2), ("CARD".into(), 1)],
+        }]
+    );
+}

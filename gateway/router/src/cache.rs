@@ -53,6 +53,7 @@ impl Router {
             latency,
             ttft: Some(latency),
             cost: 0.0,
+            guardrails: Vec::new(),
         }
     }
 }

@@ -47,14 +47,18 @@ impl Router {
         let at = chrono::Utc::now();
         let stream = deltas.is_some();
         // The route's guardrails first: what they redact, nothing after them sees.
-        let guard = match self.guard_request(id, &mut request) {
+        let mut acted = Vec::new();
+        let guard = match self.guard_request(id, &mut request, &mut acted) {
             Ok(guard) => guard,
             Err(error) => {
                 let latency = started.elapsed();
                 let base = self.base_record(id, at, &options, &request.route, latency, stream);
                 if let Some(log) = &self.log {
                     // Without the request's bodies: they hold what the guardrail refused.
-                    log.record(self.failed_record(base, &error, latency));
+                    log.record(RequestLogEntry {
+                        guardrails: acted,
+                        ..self.failed_record(base, &error, latency)
+                    });
                 }
                 return Err(error);
             }
@@ -94,14 +98,20 @@ impl Router {
             None => run.await,
         };
         let result = match (result, holdback, &guard) {
-            (Ok(response), Some(holdback), Some(guard)) => {
-                self.guard_answer(id, response, guard, holdback, stream)
-            }
+            (Ok(response), Some(holdback), Some(guard)) => self
+                .guard_answer(id, response, guard, holdback, stream, &mut acted)
+                .map(|response| RouterResponse {
+                    guardrails: acted.clone(),
+                    ..response
+                }),
             (result, _, _) => result,
         };
         abandonment.armed = false;
         let latency = started.elapsed();
-        let base = self.base_record(id, at, &options, &request.route, latency, stream);
+        let base = RequestLogEntry {
+            guardrails: acted,
+            ..self.base_record(id, at, &options, &request.route, latency, stream)
+        };
         let record = match &result {
             Ok(response) => self.answered_record(&span, base, &request, response, latency),
             Err(error) => {
@@ -183,6 +193,7 @@ impl Router {
                     latency: started.elapsed(),
                     ttft: exec.ttft,
                     cost,
+                    guardrails: Vec::new(),
                 })
             }
             Err((error, exec)) => {

@@ -111,12 +111,15 @@ impl Router {
             "gen_ai.request.model" = %request.route,
             "gen_ai.response.id" = %id,
         );
-        let result =
-            tracing::Instrument::instrument(self.run_embed(id, &request, &options, started), span)
-                .await;
+        let mut acted = Vec::new();
+        let run = self.run_embed(id, &request, &options, started, &mut acted);
+        let result = tracing::Instrument::instrument(run, span).await;
         let latency = started.elapsed();
         // The inputs may be whole documents: embeddings never keep bodies.
-        let base = self.base_record(id, at, &options, &request.route, latency, false);
+        let base = RequestLogEntry {
+            guardrails: acted,
+            ..self.base_record(id, at, &options, &request.route, latency, false)
+        };
         let record = match &result {
             Ok(response) => {
                 let hit = response.cache == CacheStatus::Hit;
@@ -161,10 +164,11 @@ impl Router {
         request: &EmbedRequest,
         options: &CallOptions,
         started: Instant,
+        acted: &mut Vec<stead_model::log::GuardrailEntry>,
     ) -> Result<EmbedResponse, RouterError> {
         // The route's guardrails first: the cache, the limits and the providers see the
         // inputs as they leave them.
-        let guarded = self.guard_inputs(id, request)?;
+        let guarded = self.guard_inputs(id, request, acted)?;
         let request = guarded.as_ref().unwrap_or(request);
         // The route, then requests per minute: the key's, then the route's.
         let key = options.api_key.as_deref();

@@ -8,7 +8,8 @@
 use std::sync::Arc;
 
 use stead_guardrails::metrics::{count, Place};
-use stead_guardrails::{Blocked, Guardrail, Guardrails, Holdback, Placeholders};
+use stead_guardrails::{Blocked, Guardrail, Guardrails, Holdback, Placeholders, Verdict};
+use stead_model::log::GuardrailEntry;
 use uuid::Uuid;
 
 use crate::provider::RouterRequest;
@@ -24,6 +25,28 @@ pub(crate) struct Guard {
 impl Guard {
     pub(crate) fn holdback(&self) -> Holdback {
         Holdback::new(self.list.clone(), self.placeholders.clone())
+    }
+}
+
+/// What a guardrail did, as `/metrics` counts it and the call's request-log row keeps it.
+fn entry(verdict: &Verdict, place: Place) -> GuardrailEntry {
+    count(&verdict.guardrail, place, verdict.action.as_str());
+    GuardrailEntry {
+        guardrail: verdict.guardrail.clone(),
+        place: place.as_str().to_string(),
+        effect: verdict.action.as_str().to_string(),
+        entities: verdict.found.iter().map(|(e, _)| e.clone()).collect(),
+    }
+}
+
+/// A refusal, as `/metrics` counts it and the call's request-log row keeps it.
+fn blocked_entry(blocked: &Blocked, place: Place) -> GuardrailEntry {
+    count(&blocked.guardrail, place, "block");
+    GuardrailEntry {
+        guardrail: blocked.guardrail.clone(),
+        place: place.as_str().to_string(),
+        effect: "block".into(),
+        entities: blocked.entities.clone(),
     }
 }
 
@@ -89,6 +112,7 @@ impl Router {
         &self,
         id: Uuid,
         request: &crate::EmbedRequest,
+        acted: &mut Vec<GuardrailEntry>,
     ) -> Result<Option<crate::EmbedRequest>, RouterError> {
         let list = self.route_guardrails(&request.route);
         if list.is_empty() {
@@ -102,7 +126,7 @@ impl Router {
                     tracing::info!(request = %id, route = %request.route,
                         guardrail = %verdict.guardrail, action = verdict.action.as_str(),
                         found = ?verdict.found, "guardrail (embedding inputs)");
-                    count(&verdict.guardrail, Place::Request, verdict.action.as_str());
+                    acted.push(entry(verdict, Place::Request));
                 }
                 Ok(Some(crate::EmbedRequest {
                     route: request.route.clone(),
@@ -110,7 +134,7 @@ impl Router {
                 }))
             }
             Err(blocked) => {
-                count(&blocked.guardrail, Place::Request, "block");
+                acted.push(blocked_entry(&blocked, Place::Request));
                 Err(blocked_error(id, &blocked, "request"))
             }
         }
@@ -124,6 +148,7 @@ impl Router {
         &self,
         id: Uuid,
         request: &mut RouterRequest,
+        acted: &mut Vec<GuardrailEntry>,
     ) -> Result<Option<Guard>, RouterError> {
         let list = self.route_guardrails(&request.route);
         if list.is_empty() {
@@ -150,12 +175,12 @@ impl Router {
                     tracing::info!(request = %id, route = %request.route,
                         guardrail = %verdict.guardrail, action = verdict.action.as_str(),
                         found = ?verdict.found, "guardrail");
-                    count(&verdict.guardrail, Place::Request, verdict.action.as_str());
+                    acted.push(entry(verdict, Place::Request));
                 }
                 Ok(Some(Guard { list, placeholders }))
             }
             Err(blocked) => {
-                count(&blocked.guardrail, Place::Request, "block");
+                acted.push(blocked_entry(&blocked, Place::Request));
                 Err(blocked_error(id, &blocked, "request"))
             }
         }
@@ -171,19 +196,20 @@ impl Router {
         guard: &Guard,
         mut holdback: Holdback,
         streamed: bool,
+        acted: &mut Vec<GuardrailEntry>,
     ) -> Result<crate::RouterResponse, RouterError> {
         if !streamed {
             holdback.push(&response.text);
             holdback.finish();
         }
         if let Some(blocked) = holdback.blocked() {
-            count(&blocked.guardrail, Place::Answer, "block");
+            acted.push(blocked_entry(blocked, Place::Answer));
             return Err(blocked_error(id, blocked, "answer"));
         }
         for verdict in holdback.verdicts() {
             tracing::info!(request = %id, guardrail = %verdict.guardrail,
                 action = verdict.action.as_str(), found = ?verdict.found, "guardrail (answer)");
-            count(&verdict.guardrail, Place::Answer, verdict.action.as_str());
+            acted.push(entry(verdict, Place::Answer));
         }
         response.text = holdback.released().to_string();
         // A placeholder the model wrote into a tool call stands for its value, when its

@@ -135,6 +135,8 @@ pub struct RouterResponse {
     pub latency: Duration,
     pub ttft: Option<Duration>,
     pub cost: f64,
+    /// The route's guardrails that acted on the call (its request and this answer), in order.
+    pub guardrails: Vec<stead_model::log::GuardrailEntry>,
 }
 
 /// Why a call was not answered.

@@ -50,6 +50,7 @@ impl Router {
             metadata: self.logged_metadata(&options.metadata),
             error: None,
             bodies: Value::Null,
+            guardrails: Vec::new(),
         }
     }
 

@@ -13,7 +13,7 @@ use crate::request_log::{
 use crate::Result;
 
 /// An entry's values, in the order of [`LOG_COLUMNS`].
-fn log_values(e: &RequestLogEntry) -> [Arg; 19] {
+fn log_values(e: &RequestLogEntry) -> [Arg; 20] {
     [
         e.id.into(),
         e.at.into(),
@@ -34,6 +34,9 @@ fn log_values(e: &RequestLogEntry) -> [Arg; 19] {
         serde_json::Value::Object(e.metadata.clone()).into(),
         e.error.clone().into(),
         (&e.bodies).into(),
+        serde_json::to_value(&e.guardrails)
+            .unwrap_or_default()
+            .into(),
     ]
 }
 

@@ -14,7 +14,7 @@ pub(crate) const SESSION_COLUMNS: &str =
 /// The columns of a request-log row (in the order `request_log::log_values` binds them).
 pub(crate) const LOG_COLUMNS: &str = "id, at, session_id, api_key, route, provider, model, \
      status, attempts, latency_ms, ttft_ms, tokens_in, tokens_out, cost, cache_hit, stream, \
-     metadata, error, bodies";
+     metadata, error, bodies, guardrails";
 
 pub(crate) fn session(row: &impl Columns) -> Result<Session> {
     Ok(Session {
@@ -108,6 +108,8 @@ pub(crate) fn log_entry(row: &impl Columns) -> Result<RequestLogEntry> {
         },
         error: row.opt_text("error")?,
         bodies: row.json("bodies")?,
+        guardrails: serde_json::from_value(row.json("guardrails")?)
+            .map_err(|e| Error::Corrupt(format!("request log guardrails: {e}")))?,
     })
 }
 

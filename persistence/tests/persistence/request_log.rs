@@ -66,6 +66,16 @@ pub(crate) fn entry(
         } else {
             serde_json::Value::Null
         },
+        guardrails: if n % 3 == 2 {
+            vec![stead_model::log::GuardrailEntry {
+                guardrail: "pii-out".into(),
+                place: "request".into(),
+                effect: "redact".into(),
+                entities: vec!["EMAIL".into(), "CARD".into()],
+            }]
+        } else {
+            Vec::new()
+        },
     }
 }
 

@@ -135,6 +135,7 @@ impl ModelClient for ScriptedModel {
             latency_ms: 1.0,
             ttft_ms: 0.1,
             cost: 0.0,
+            guardrails: Vec::new(),
         })
     }
 }

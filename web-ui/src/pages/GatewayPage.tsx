@@ -159,6 +159,7 @@ export function GatewayPage() {
             <th>Tokens</th>
             <th>Cost</th>
             <th>Cache</th>
+            <th>Guardrails</th>
           </tr>
         </thead>
         <tbody>
@@ -180,6 +181,11 @@ export function GatewayPage() {
               </td>
               <td>{r.cost.toFixed(6)}</td>
               <td>{r.cache_hit ? "hit" : ""}</td>
+              <td data-testid="log-guardrails">
+                {(r.guardrails ?? [])
+                  .map((g) => `${g.guardrail} ${g.effect} ${g.entities.join(", ")} (${g.place})`)
+                  .join("; ")}
+              </td>
             </tr>
           ))}
         </tbody>

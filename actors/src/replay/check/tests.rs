@@ -132,6 +132,7 @@ impl Recorder {
                 latency_ms: 12.5,
                 ttft_ms: 3.0,
                 cost: 0.001,
+                guardrails: Vec::new(),
             },
         });
     }

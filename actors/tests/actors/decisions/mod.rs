@@ -185,6 +185,7 @@ fn answer(call_id: &str, text: &str, calls: Vec<(&str, Value)>) -> Input {
             latency_ms: 1.0,
             ttft_ms: 0.5,
             cost: 0.0,
+            guardrails: Vec::new(),
         },
     }
 }

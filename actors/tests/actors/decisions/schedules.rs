@@ -77,6 +77,7 @@ pub(super) fn finish_turn(s: &mut Session, call: &str) {
             latency_ms: 1.0,
             ttft_ms: 1.0,
             cost: 0.0,
+            guardrails: Vec::new(),
         },
     })
     .unwrap();

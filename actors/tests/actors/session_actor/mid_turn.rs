@@ -111,6 +111,7 @@ impl ModelClient for GatedModel {
             latency_ms: 1.0,
             ttft_ms: 0.1,
             cost: 0.0,
+            guardrails: Vec::new(),
         })
     }
 }

@@ -180,7 +180,12 @@ mode?: MessageMode,
  * The key of the schedule whose firing delivered this message (absent: a person or
  * client sent it).
  */
-schedule?: string, } } | { "kind": "model_call_started", "payload": { call_id: string, route: string, model: string, } } | { "kind": "model_call_finished", "payload": { call_id: string, text: string, tool_calls: Array<RequestedCall>, usage: Usage, provider: string, model: string, latency_ms: number, ttft_ms: number, cost: number, } } | { "kind": "model_call_failed", "payload": { call_id: string, error: string, } } | { "kind": "tool_call_requested", "payload": { call_id: string, tool: string, arguments: unknown, } } | { "kind": "approval_requested", "payload": { call_id: string, tool: string, arguments: unknown, args_hash: string, reason: string, } } | { "kind": "approval_decided", "payload": { call_id: string, approved: boolean, reason: string | null, decided_by: string, scope: ApprovalScope, } } | { "kind": "budget_approval_requested", "payload": { call_id: string, budget: string, needed_usd: number, reason: string, } } | { "kind": "budget_approval_decided", "payload": { call_id: string, approved: boolean, overspend_usd?: number, reason: string | null, decided_by: string, } } | { "kind": "tool_call_started", "payload": { call_id: string, tool: string, idempotency_key: string, } } | { "kind": "tool_call_finished", "payload": { call_id: string, tool: string, result: unknown, } } | { "kind": "guardrail_checked", "payload": { call_id: string, tool: string, checks: Array<GuardrailCheck>, 
+schedule?: string, } } | { "kind": "model_call_started", "payload": { call_id: string, route: string, model: string, } } | { "kind": "model_call_finished", "payload": { call_id: string, text: string, tool_calls: Array<RequestedCall>, usage: Usage, provider: string, model: string, latency_ms: number, ttft_ms: number, cost: number, 
+/**
+ * The route's guardrails that acted on the call — its request and this answer — with
+ * what they did and the entities they found, never the text (docs/guardrails.md).
+ */
+guardrails?: Array<GuardrailEntry>, } } | { "kind": "model_call_failed", "payload": { call_id: string, error: string, } } | { "kind": "tool_call_requested", "payload": { call_id: string, tool: string, arguments: unknown, } } | { "kind": "approval_requested", "payload": { call_id: string, tool: string, arguments: unknown, args_hash: string, reason: string, } } | { "kind": "approval_decided", "payload": { call_id: string, approved: boolean, reason: string | null, decided_by: string, scope: ApprovalScope, } } | { "kind": "budget_approval_requested", "payload": { call_id: string, budget: string, needed_usd: number, reason: string, } } | { "kind": "budget_approval_decided", "payload": { call_id: string, approved: boolean, overspend_usd?: number, reason: string | null, decided_by: string, } } | { "kind": "tool_call_started", "payload": { call_id: string, tool: string, idempotency_key: string, } } | { "kind": "tool_call_finished", "payload": { call_id: string, tool: string, result: unknown, } } | { "kind": "guardrail_checked", "payload": { call_id: string, tool: string, checks: Array<GuardrailCheck>, 
 /**
  * The result an `approve` guardrail holds for a person.
  */
@@ -290,6 +295,20 @@ error_kind?: string, status?: number, error?: string, retry_after_ms?: number, l
 streamed_chars: number, };
 
 /**
+ * A guardrail that acted on a call (docs/guardrails.md): where, what it did, and the
+ * entities it found — never the text.
+ */
+export type GuardrailEntry = { guardrail: string, 
+/**
+ * `request` (the messages or embedding inputs sent) or `answer`.
+ */
+place: string, 
+/**
+ * `redact`, `block` or `flag`.
+ */
+effect: string, entities: Array<string>, };
+
+/**
  * One call through the router (chat or embeddings), as `GET /v1/gateway/logs` lists it.
  */
 export type RequestLogEntry = { id: string, at: string, session_id: string | null, 
@@ -309,4 +328,8 @@ attempts: Array<AttemptRecord>, latency_ms: number, ttft_ms: number | null, toke
 /**
  * `{"request", "response"}` with `[gateway.log] bodies = "full"`, else null.
  */
-bodies: { request: unknown; response: unknown } | null, };
+bodies: { request: unknown; response: unknown } | null, 
+/**
+ * The route's guardrails that acted on the call, in order (empty: none did).
+ */
+guardrails: Array<GuardrailEntry>, };
