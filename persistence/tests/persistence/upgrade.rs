@@ -1,8 +1,8 @@
 //! The projects migration on a database from before it, on both backends: a database migrated
 //! only up to the feedback migration gets sessions and feedback written as a node from before
-//! wrote them (plain SQL on the old schema: today's store writes `project_id`), and journals, a
-//! knowledge collection, a dataset and a request-log row through the store's statements that
-//! did not change; opening it again applies the projects migration, and every row is still
+//! wrote them (plain SQL on the old schema: today's store writes `project_id`), a request-log row
+//! the same way, and journals, a knowledge collection and a dataset through the store's
+//! statements that did not change; opening it again applies the projects migration, and every row is still
 //! there, read back the same, in the default project.
 
 use std::borrow::Cow;
@@ -197,16 +197,17 @@ async fn a_database_from_before_projects_moves_into_the_default_project(backend:
     };
     let (lite, pg) = at(created(0));
     exec(&url, &rated(&lite), &rated(&pg)).await;
-    let now =
-        chrono::DateTime::from_timestamp_micros(chrono::Utc::now().timestamp_micros()).unwrap();
-    old.insert_request_log(&[crate::request_log::entry(
-        1,
-        "default",
-        now,
-        Some(sessions[1]),
-    )])
-    .await
-    .unwrap();
+    // A request-log row as the old schema held it (today's store writes later columns too).
+    let logged = |time: &str| {
+        format!(
+            "INSERT INTO request_log (id, at, session_id, route, status, latency_ms) \
+             VALUES ('{}', {time}, '{}', 'default', 'ok', 12.5)",
+            Uuid::now_v7(),
+            sessions[1]
+        )
+    };
+    let (lite, pg) = at(created(1));
+    exec(&url, &logged(&lite), &logged(&pg)).await;
     let mut journals = Vec::new();
     for id in &sessions {
         journals.push(old.read(*id, 0, 100).await.unwrap());
@@ -271,6 +272,18 @@ async fn a_database_from_before_projects_moves_into_the_default_project(backend:
             .len(),
         1
     );
+    // The old request-log row reads back, with the columns added since at their defaults.
+    let page = new
+        .list_request_log(&stead_persistence::request_log::RequestLogQuery::default())
+        .await
+        .unwrap();
+    assert_eq!(page.entries.len(), 1);
+    let row = &page.entries[0];
+    assert_eq!(
+        (row.route.as_str(), row.session_id, row.latency_ms),
+        ("default", Some(sessions[1]), 12.5)
+    );
+    assert!(row.guardrails.is_empty() && row.bodies.is_null(), "{row:?}");
     new.shutdown().await;
     for (table, rows) in [
         ("sessions", 3),
