@@ -117,9 +117,8 @@ pub fn guard_results(
     router: &Arc<stead_router::Router>,
 ) -> anyhow::Result<()> {
     let built = stead_guardrails::Guardrails::build(&config.guardrails)?;
-    let judge: Arc<dyn stead_guardrails::judge::Judge> = Arc::new(crate::models::GuardrailJudge {
-        router: router.clone(),
-    });
+    // The router asks guardrails' models itself (`purpose: guardrail` in its log).
+    let judge: Arc<dyn stead_guardrails::judge::Judge> = router.clone();
     for agent in agents.iter_mut() {
         let Some(configured) = config.agents.iter().find(|a| a.name == agent.name) else {
             continue;

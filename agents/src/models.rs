@@ -334,49 +334,6 @@ impl ModelClient for SessionModel {
     }
 }
 
-/// The model guardrails ask (`stead_guardrails::judge::Judge`): a system and a user message to
-/// a route, at temperature 0, charged to the session's principal (its request-log row says
-/// `guardrail`).
-pub struct GuardrailJudge {
-    pub router: Arc<Router>,
-}
-
-#[async_trait]
-impl stead_guardrails::judge::Judge for GuardrailJudge {
-    async fn ask(
-        &self,
-        route: &str,
-        system: &str,
-        user: &str,
-        principal: &str,
-    ) -> Result<String, stead_guardrails::judge::JudgeError> {
-        let request = stead_model::RouterRequest {
-            route: route.to_string(),
-            messages: vec![
-                stead_model::chat::ChatMessage::system(system),
-                stead_model::chat::ChatMessage::user(user),
-            ],
-            params: stead_model::Params {
-                temperature: Some(0.0),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let mut metadata = serde_json::Map::new();
-        metadata.insert("purpose".into(), "guardrail".into());
-        let options = CallOptions {
-            api_key: Some(principal.to_string()),
-            metadata: stead_router::log_metadata(&metadata),
-            ..Default::default()
-        };
-        self.router
-            .call(request, options, None)
-            .await
-            .map(|answer| answer.text)
-            .map_err(|e| stead_guardrails::judge::JudgeError(format!("{}: {}", e.code, e.message)))
-    }
-}
-
 /// A judge for evaluations (`stead_evals::Judge`): one user message to a route, at
 /// temperature 0, charged to the evaluation principal.
 pub struct RouterJudge {

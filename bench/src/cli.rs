@@ -100,6 +100,14 @@ pub struct GuardrailQualityBenchArgs {
     /// {data_dir}/setup/guardrail-peers).
     #[arg(long)]
     pub peers: Option<std::path::PathBuf>,
+    /// Also ask the local model (`--model`) the injection rubric about this many of the
+    /// injection texts, spread evenly — the `injection` guardrail's `route` option — and score
+    /// the patterns, the model and both together on them (0: not asked).
+    #[arg(long, default_value_t = 0)]
+    pub model_texts: usize,
+    /// The prepared model asked (a directory name under {data_dir}/models).
+    #[arg(long, default_value = stead_inference::setup::DEFAULT_MODEL)]
+    pub model: String,
     /// Also show (on stderr) up to this many injections Stead missed and benign texts it
     /// flagged, to see where the patterns fall short.
     #[arg(long, default_value_t = 0)]

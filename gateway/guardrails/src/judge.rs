@@ -4,9 +4,19 @@
 //! `{"verdict":"fail","reason":"…"}` — and anything else is the checker's error (which blocks,
 //! unless the guardrail says `on_error = "allow"`). The model is reached through [`Judge`],
 //! which the caller implements (the model router); this crate does no I/O of its own.
+//!
+//! A route's model checks ([`judge_texts`]) ask about each of a call's texts alone, all at once
+//! under the guardrail's deadline, and remember each verdict ([`VerdictCache`]): a session sends
+//! its whole history every turn, and only what is new in it is asked about.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
 
 use async_trait::async_trait;
 use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+use crate::Guardrail;
 
 /// Where a guardrail's model check goes, and what it asks.
 #[derive(Debug, Clone, PartialEq)]
@@ -103,4 +113,125 @@ pub fn parse(answer: &str) -> Result<JudgeVerdict, JudgeError> {
         pass,
         reason: parsed.reason.filter(|r| !r.trim().is_empty()),
     })
+}
+
+/// Asks `spec`'s route about `text` once (no deadline: the caller sets it).
+pub(crate) async fn ask(
+    spec: &JudgeSpec,
+    text: &str,
+    judge: &dyn Judge,
+    principal: &str,
+) -> Result<JudgeVerdict, JudgeError> {
+    let system = system_prompt(&spec.rubric);
+    let user = user_prompt(text);
+    match judge.ask(&spec.route, &system, &user, principal).await {
+        Ok(answer) => parse(&answer),
+        Err(error) => Err(JudgeError(format!(
+            "route `{}` failed: {error}",
+            spec.route
+        ))),
+    }
+}
+
+/// The error of a model check that missed its deadline.
+pub(crate) fn late(guardrail: &Guardrail, spec: &JudgeSpec) -> JudgeError {
+    JudgeError(format!(
+        "route `{}` gave no verdict within {} ms",
+        spec.route,
+        guardrail.timeout.as_millis()
+    ))
+}
+
+/// The verdicts a route's model checks gave, by route, rubric and text (a SHA-256 of the
+/// three: the cache holds no text), so a text is asked about once. Bounded: past
+/// [`VerdictCache::CAPACITY`] verdicts it starts over. Errors are not kept.
+#[derive(Default)]
+pub struct VerdictCache {
+    verdicts: Mutex<HashMap<[u8; 32], JudgeVerdict>>,
+}
+
+impl VerdictCache {
+    pub const CAPACITY: usize = 10_000;
+
+    fn key(spec: &JudgeSpec, text: &str) -> [u8; 32] {
+        let mut hasher = Sha256::new();
+        for part in [spec.route.as_str(), spec.rubric.as_str(), text] {
+            hasher.update((part.len() as u64).to_le_bytes());
+            hasher.update(part.as_bytes());
+        }
+        hasher.finalize().into()
+    }
+
+    fn get(&self, key: &[u8; 32]) -> Option<JudgeVerdict> {
+        let verdicts = self.verdicts.lock().unwrap_or_else(|e| e.into_inner());
+        verdicts.get(key).cloned()
+    }
+
+    fn put(&self, key: [u8; 32], verdict: JudgeVerdict) {
+        let mut verdicts = self.verdicts.lock().unwrap_or_else(|e| e.into_inner());
+        if verdicts.len() >= Self::CAPACITY {
+            verdicts.clear();
+        }
+        verdicts.insert(key, verdict);
+    }
+
+    /// How many verdicts it holds.
+    pub fn len(&self) -> usize {
+        self.verdicts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A route's model check over a call's `texts`: `guardrail`'s route is asked about each text
+/// alone (empty ones and those `cache` holds a verdict for are not asked), all at once, under
+/// the guardrail's deadline. The first `fail` in the texts' order, else a pass; or the
+/// checker's error (a failed call, an answer that is not the verdict object, the deadline
+/// missed).
+pub async fn judge_texts(
+    guardrail: &Guardrail,
+    texts: &[String],
+    judge: &dyn Judge,
+    principal: &str,
+    cache: &VerdictCache,
+) -> Result<JudgeVerdict, JudgeError> {
+    let pass = JudgeVerdict {
+        pass: true,
+        reason: None,
+    };
+    let Some(spec) = &guardrail.judge else {
+        return Ok(pass);
+    };
+    let mut verdicts: Vec<Option<JudgeVerdict>> = Vec::with_capacity(texts.len());
+    let mut asks = Vec::new();
+    for (i, text) in texts.iter().enumerate() {
+        if text.trim().is_empty() {
+            verdicts.push(Some(pass.clone()));
+            continue;
+        }
+        let key = VerdictCache::key(spec, text);
+        let known = cache.get(&key);
+        if known.is_none() {
+            asks.push(async move { (i, key, ask(spec, text, judge, principal).await) });
+        }
+        verdicts.push(known);
+    }
+    let asked = tokio::time::timeout(guardrail.timeout, futures_util::future::join_all(asks))
+        .await
+        .map_err(|_| late(guardrail, spec))?;
+    for (i, key, verdict) in asked {
+        let verdict = verdict?;
+        cache.put(key, verdict.clone());
+        verdicts[i] = Some(verdict);
+    }
+    Ok(verdicts
+        .into_iter()
+        .flatten()
+        .find(|v| !v.pass)
+        .unwrap_or(pass))
 }

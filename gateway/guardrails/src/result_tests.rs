@@ -305,3 +305,103 @@ fn model_checks_are_configured_whole() {
     };
     assert!(refused(no_time).contains("timeout_ms"));
 }
+
+/// A judge double that fails each text holding a `$`, counting what it is asked.
+struct Prices {
+    asked: Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl Judge for Prices {
+    async fn ask(&self, _: &str, _: &str, user: &str, _: &str) -> Result<String, JudgeError> {
+        self.asked.lock().unwrap().push(user.to_string());
+        Ok(if user.contains('$') {
+            r#"{"verdict":"fail","reason":"it quotes a price"}"#.into()
+        } else {
+            r#"{"verdict":"pass"}"#.into()
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_routes_model_check_asks_about_each_new_text_once() {
+    use super::judge::{judge_texts, VerdictCache};
+    let judge = Prices {
+        asked: Mutex::new(Vec::new()),
+    };
+    let cache = VerdictCache::default();
+    let guardrail = built(judge_config(GuardrailAction::Block, OnError::Block));
+    let texts = |list: &[&str]| list.iter().map(|t| t.to_string()).collect::<Vec<_>>();
+
+    let first = texts(&["Hello.", "It costs $40.", "  "]);
+    let verdict = judge_texts(&guardrail, &first, &judge, "p", &cache).await;
+    let verdict = verdict.unwrap();
+    assert!(!verdict.pass);
+    assert_eq!(verdict.reason.as_deref(), Some("it quotes a price"));
+    assert_eq!(
+        judge.asked.lock().unwrap().len(),
+        2,
+        "blank text is not asked about"
+    );
+
+    // The same history with one more message: only the new one is asked about.
+    let second = texts(&["Hello.", "It costs $40.", "  ", "Thanks."]);
+    let verdict = judge_texts(&guardrail, &second, &judge, "p", &cache).await;
+    assert!(!verdict.unwrap().pass);
+    let asked = judge.asked.lock().unwrap().clone();
+    assert_eq!(asked.len(), 3);
+    assert_eq!(asked[2], "<text>\nThanks.\n</text>");
+    assert_eq!(cache.len(), 3);
+
+    let clean = texts(&["Hello.", "Thanks."]);
+    assert!(
+        judge_texts(&guardrail, &clean, &judge, "p", &cache)
+            .await
+            .unwrap()
+            .pass
+    );
+    assert_eq!(judge.asked.lock().unwrap().len(), 3);
+}
+
+#[tokio::test]
+async fn a_routes_model_check_misses_no_deadline_and_keeps_no_error() {
+    use super::judge::{judge_texts, VerdictCache};
+    let cache = VerdictCache::default();
+    let guardrail = built(judge_config(GuardrailAction::Block, OnError::Block));
+    let late = Scripted::new(Ok(r#"{"verdict":"pass"}"#), Duration::from_secs(5));
+    let texts = vec!["one".to_string(), "two".to_string()];
+    let started = std::time::Instant::now();
+    let error = judge_texts(&guardrail, &texts, &late, "p", &cache)
+        .await
+        .unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "bounded by the deadline"
+    );
+    assert_eq!(error.0, "route `judge` gave no verdict within 100 ms");
+    assert_eq!(late.asked.lock().unwrap().len(), 2, "asked at once");
+    let broken = Scripted::new(Ok("fine"), Duration::ZERO);
+    assert!(judge_texts(&guardrail, &texts, &broken, "p", &cache)
+        .await
+        .is_err());
+    assert!(cache.is_empty(), "no verdict, nothing kept");
+}
+
+/// With a `judge` among its guardrails a hold-back releases nothing before the end, then the
+/// whole text as the patterns leave it.
+#[test]
+fn a_judge_holds_a_streamed_text_whole() {
+    let pii = built(config("pii", GuardrailKind::Pii, GuardrailAction::Redact));
+    let judge = built(judge_config(GuardrailAction::Block, OnError::Block));
+    let mut holdback = Holdback::new(vec![pii.clone(), judge], Placeholders::default());
+    assert!(holdback.holds_whole());
+    let text = "Write to ann@example.com. ".repeat(40);
+    for piece in text.as_bytes().chunks(7) {
+        let piece = std::str::from_utf8(piece).unwrap();
+        assert_eq!(holdback.push(piece), None);
+    }
+    let whole = holdback.finish().unwrap();
+    assert_eq!(whole, "Write to [EMAIL_1]. ".repeat(40));
+    assert_eq!(holdback.released(), whole);
+    assert!(!Holdback::new(vec![pii], Placeholders::default()).holds_whole());
+}

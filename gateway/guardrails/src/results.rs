@@ -268,21 +268,9 @@ async fn ask(
     let Some(judge) = judge else {
         return Err(JudgeError("no model router to ask".into()));
     };
-    let system = judge::system_prompt(&spec.rubric);
-    let user = judge::user_prompt(text);
-    let asked = judge.ask(&spec.route, &system, &user, principal);
-    match tokio::time::timeout(guardrail.timeout, asked).await {
-        Ok(Ok(answer)) => judge::parse(&answer),
-        Ok(Err(error)) => Err(JudgeError(format!(
-            "route `{}` failed: {error}",
-            spec.route
-        ))),
-        Err(_) => Err(JudgeError(format!(
-            "route `{}` gave no verdict within {} ms",
-            spec.route,
-            guardrail.timeout.as_millis()
-        ))),
-    }
+    tokio::time::timeout(guardrail.timeout, judge::ask(spec, text, judge, principal))
+        .await
+        .unwrap_or_else(|_| Err(judge::late(guardrail, spec)))
 }
 
 /// Replaces each string's findings with placeholders, in place, and notes them.

@@ -48,7 +48,10 @@ impl Router {
         let stream = deltas.is_some();
         // The route's guardrails first: what they redact, nothing after them sees.
         let mut acted = Vec::new();
-        let guard = match self.guard_request(id, &mut request, &mut acted) {
+        let guard = match self
+            .guard_request(id, &mut request, &options, &mut acted)
+            .await
+        {
             Ok(guard) => guard,
             Err(error) => {
                 let latency = started.elapsed();
@@ -88,6 +91,8 @@ impl Router {
                 started,
             )
             .instrument(span.clone());
+        // A streamed answer a `judge` guardrail holds whole is sent once it passes.
+        let late = deltas.clone();
         let result = match deltas {
             // The text passes through here, so that an abandoned call knows what it streamed
             // (and, with guardrails, is held back until it may be released).
@@ -99,7 +104,16 @@ impl Router {
         };
         let result = match (result, holdback, &guard) {
             (Ok(response), Some(holdback), Some(guard)) => self
-                .guard_answer(id, response, guard, holdback, stream, &mut acted)
+                .guard_answer(
+                    id,
+                    response,
+                    guard,
+                    holdback,
+                    &options,
+                    late.as_ref(),
+                    &mut acted,
+                )
+                .await
                 .map(|response| RouterResponse {
                     guardrails: acted.clone(),
                     ..response
@@ -378,7 +392,8 @@ async fn relay<T>(
             None => send(Some(text)),
         }
     }
-    if let Some(holdback) = holdback {
+    // A holdback that holds the text whole releases it once its model check passes it.
+    if let Some(holdback) = holdback.filter(|h| !h.holds_whole()) {
         send(holdback.finish());
     }
     result

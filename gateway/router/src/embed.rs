@@ -168,7 +168,7 @@ impl Router {
     ) -> Result<EmbedResponse, RouterError> {
         // The route's guardrails first: the cache, the limits and the providers see the
         // inputs as they leave them.
-        let guarded = self.guard_inputs(id, request, acted)?;
+        let guarded = self.guard_inputs(id, request, options, acted).await?;
         let request = guarded.as_ref().unwrap_or(request);
         // The route, then requests per minute: the key's, then the route's.
         let key = options.api_key.as_deref();

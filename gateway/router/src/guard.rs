@@ -4,16 +4,31 @@
 //! or provider is touched. The answer goes through them too, streamed or not, through a
 //! [`Holdback`]: what the client is sent, the answer the caller gets (a session journals it)
 //! and the request log hold the same redacted text.
+//!
+//! Checks that ask a model (`judge`; `injection` with a `route`) run after every guardrail's
+//! patterns, in the route's order, over the text as the patterns left it (so the model asked
+//! never sees a value a `redact` hid): each user and tool message alone for a `judge`, each
+//! tool message for an `injection` (a user's message is meant to instruct), an answer whole
+//! for a `judge` (a streamed one is held until its verdict). Verdicts are remembered by text,
+//! so a session's history is asked about once. The router asks the model through itself
+//! ([`Judge`] for [`Router`]), charged to the caller's key.
 
 use std::sync::Arc;
 
+use async_trait::async_trait;
+use stead_guardrails::judge::{Judge, JudgeError};
 use stead_guardrails::metrics::{count, Place};
-use stead_guardrails::{Blocked, Guardrail, Guardrails, Holdback, Placeholders, Verdict};
+use stead_guardrails::{
+    Blocked, Guardrail, GuardrailAction, GuardrailKind, Guardrails, Holdback, OnError,
+    Placeholders, Verdict,
+};
+use stead_model::chat::{ChatMessage, Role};
 use stead_model::log::GuardrailEntry;
+use tokio::sync::mpsc::UnboundedSender;
 use uuid::Uuid;
 
 use crate::provider::RouterRequest;
-use crate::{Router, RouterError, RouterErrorCode};
+use crate::{CallOptions, Router, RouterError, RouterErrorCode};
 
 /// A call's guardrails, kept for its answer: the route's list, and the placeholders its
 /// request was given (an answer that repeats a value shows the same placeholder).
@@ -52,19 +67,39 @@ fn blocked_entry(blocked: &Blocked, place: Place) -> GuardrailEntry {
 
 /// The refusal of a `block` guardrail, of the request or of the answer.
 fn blocked_error(id: Uuid, blocked: &Blocked, what: &str) -> RouterError {
-    RouterError {
+    refusal(
         id,
-        code: RouterErrorCode::GuardrailBlocked,
-        message: format!(
+        format!(
             "guardrail `{}` blocked the {what}: it holds {}",
             blocked.guardrail,
             blocked.entities.join(", ")
         ),
+    )
+}
+
+fn refusal(id: Uuid, message: String) -> RouterError {
+    RouterError {
+        id,
+        code: RouterErrorCode::GuardrailBlocked,
+        message,
         unquoted: None,
         retry_after: None,
         attempts: Vec::new(),
         budget: None,
     }
+}
+
+/// The texts of a call's messages a model check asks about: a `judge`'s, each user and tool
+/// message; an `injection`'s, each tool message (data the model reads).
+fn model_texts(guardrail: &Guardrail, messages: &[ChatMessage]) -> Vec<String> {
+    messages
+        .iter()
+        .filter(|m| match guardrail.kind {
+            GuardrailKind::Judge => matches!(m.role, Role::User | Role::Tool),
+            _ => matches!(m.role, Role::Tool),
+        })
+        .map(|m| m.content.clone())
+        .collect()
 }
 
 /// A route that names a guardrail that is not configured.
@@ -108,10 +143,11 @@ impl Router {
     /// The route's guardrails over an embedding request's inputs: a `redact` embeds the
     /// placeholders instead of the values, a `block` refuses the call. The request as they
     /// left it (`None`: the route has no guardrails).
-    pub(crate) fn guard_inputs(
+    pub(crate) async fn guard_inputs(
         &self,
         id: Uuid,
         request: &crate::EmbedRequest,
+        options: &CallOptions,
         acted: &mut Vec<GuardrailEntry>,
     ) -> Result<Option<crate::EmbedRequest>, RouterError> {
         let list = self.route_guardrails(&request.route);
@@ -127,6 +163,11 @@ impl Router {
                         guardrail = %verdict.guardrail, action = verdict.action.as_str(),
                         found = ?verdict.found, "guardrail (embedding inputs)");
                     acted.push(entry(verdict, Place::Request));
+                }
+                // Inputs are data (documents, chunks): every model check asks about each.
+                for guardrail in list.iter().filter(|g| g.judge.is_some()) {
+                    self.model_check(id, guardrail, &inputs, options, Place::Request, acted)
+                        .await?;
                 }
                 Ok(Some(crate::EmbedRequest {
                     route: request.route.clone(),
@@ -144,10 +185,11 @@ impl Router {
     /// each finding with its placeholder in place, `block` refuses the call naming the
     /// guardrail and what it found (never the text), `flag` lets it pass. The call's guard for
     /// its answer (`None`: the route has no guardrails).
-    pub(crate) fn guard_request(
+    pub(crate) async fn guard_request(
         &self,
         id: Uuid,
         request: &mut RouterRequest,
+        options: &CallOptions,
         acted: &mut Vec<GuardrailEntry>,
     ) -> Result<Option<Guard>, RouterError> {
         let list = self.route_guardrails(&request.route);
@@ -177,6 +219,11 @@ impl Router {
                         found = ?verdict.found, "guardrail");
                     acted.push(entry(verdict, Place::Request));
                 }
+                for guardrail in list.iter().filter(|g| g.judge.is_some()) {
+                    let texts = model_texts(guardrail, &request.messages);
+                    self.model_check(id, guardrail, &texts, options, Place::Request, acted)
+                        .await?;
+                }
                 Ok(Some(Guard { list, placeholders }))
             }
             Err(blocked) => {
@@ -188,20 +235,28 @@ impl Router {
 
     /// The answer as its guardrails leave it: with `holdback` the streamed text already went
     /// through it (the answer becomes exactly what was sent); else the whole text goes through
-    /// now. A `block` finding fails the call.
-    pub(crate) fn guard_answer(
+    /// now. A `block` finding fails the call. A `judge` guardrail asks about the whole answer:
+    /// a streamed one was held whole, and is sent to `deltas` once the verdict passes it.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn guard_answer(
         &self,
         id: Uuid,
         mut response: crate::RouterResponse,
         guard: &Guard,
         mut holdback: Holdback,
-        streamed: bool,
+        options: &CallOptions,
+        deltas: Option<&UnboundedSender<String>>,
         acted: &mut Vec<GuardrailEntry>,
     ) -> Result<crate::RouterResponse, RouterError> {
+        let streamed = deltas.is_some();
         if !streamed {
             holdback.push(&response.text);
-            holdback.finish();
         }
+        let held = if !streamed || holdback.holds_whole() {
+            holdback.finish()
+        } else {
+            None
+        };
         if let Some(blocked) = holdback.blocked() {
             acted.push(blocked_entry(blocked, Place::Answer));
             return Err(blocked_error(id, blocked, "answer"));
@@ -212,6 +267,14 @@ impl Router {
             acted.push(entry(verdict, Place::Answer));
         }
         response.text = holdback.released().to_string();
+        for guardrail in guard.list.iter().filter(|g| g.kind == GuardrailKind::Judge) {
+            let answer = std::slice::from_ref(&response.text);
+            self.model_check(id, guardrail, answer, options, Place::Answer, acted)
+                .await?;
+        }
+        if let (Some(deltas), Some(held)) = (deltas, held.filter(|t| !t.is_empty())) {
+            let _ = deltas.send(held);
+        }
         // A placeholder the model wrote into a tool call stands for its value, when its
         // guardrail allows it: the tool gets the value (docs/guardrails.md, "Tools").
         if guard.placeholders.any_restorable() {
@@ -220,6 +283,122 @@ impl Router {
             }
         }
         Ok(response)
+    }
+}
+
+impl Router {
+    /// Asks `guardrail`'s model about `texts` ([`stead_guardrails::judge::judge_texts`]): a
+    /// `fail` blocks the call or is flagged, as the guardrail's action says; a failed or late
+    /// check blocks unless the guardrail says `on_error = "allow"`. The model's reason goes to
+    /// the process log only (it may quote the text).
+    async fn model_check(
+        &self,
+        id: Uuid,
+        guardrail: &Guardrail,
+        texts: &[String],
+        options: &CallOptions,
+        place: Place,
+        acted: &mut Vec<GuardrailEntry>,
+    ) -> Result<(), RouterError> {
+        let principal = options.api_key.clone().unwrap_or_default();
+        let verdict = stead_guardrails::judge::judge_texts(
+            guardrail,
+            texts,
+            self,
+            &principal,
+            &self.verdicts,
+        )
+        .await;
+        let what = match place {
+            Place::Answer => "answer",
+            _ => "request",
+        };
+        let entity = match guardrail.kind {
+            GuardrailKind::Judge => "POLICY",
+            _ => "INJECTION",
+        };
+        match verdict {
+            Ok(verdict) if verdict.pass => Ok(()),
+            Ok(verdict) => {
+                tracing::info!(request = %id, guardrail = %guardrail.name, place = what,
+                    reason = ?verdict.reason, "guardrail (model check) failed the text");
+                let blocked = Blocked {
+                    guardrail: guardrail.name.clone(),
+                    entities: vec![entity.to_string()],
+                };
+                if guardrail.action == GuardrailAction::Block {
+                    acted.push(blocked_entry(&blocked, place));
+                    return Err(blocked_error(id, &blocked, what));
+                }
+                count(&guardrail.name, place, "flag");
+                acted.push(GuardrailEntry {
+                    guardrail: guardrail.name.clone(),
+                    place: place.as_str().to_string(),
+                    effect: "flag".into(),
+                    entities: blocked.entities,
+                });
+                Ok(())
+            }
+            Err(JudgeError(error)) => {
+                tracing::warn!(request = %id, guardrail = %guardrail.name, place = what,
+                    %error, "guardrail (model check) could not check the text");
+                count(&guardrail.name, place, "error");
+                acted.push(GuardrailEntry {
+                    guardrail: guardrail.name.clone(),
+                    place: place.as_str().to_string(),
+                    effect: "error".into(),
+                    entities: Vec::new(),
+                });
+                match guardrail.on_error {
+                    OnError::Block => Err(refusal(
+                        id,
+                        format!(
+                            "guardrail `{}` could not check the {what}: {error}",
+                            guardrail.name
+                        ),
+                    )),
+                    OnError::Allow => Ok(()),
+                }
+            }
+        }
+    }
+}
+
+/// The model a guardrail asks, reached through the router itself: a system and a user message
+/// to a route, at temperature 0, charged to `principal` (none when empty: the route's own
+/// limits still apply); its request-log row says `purpose: guardrail`.
+#[async_trait]
+impl Judge for Router {
+    async fn ask(
+        &self,
+        route: &str,
+        system: &str,
+        user: &str,
+        principal: &str,
+    ) -> Result<String, JudgeError> {
+        let request = RouterRequest {
+            route: route.to_string(),
+            messages: vec![ChatMessage::system(system), ChatMessage::user(user)],
+            params: stead_model::Params {
+                temperature: Some(0.0),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let mut metadata = serde_json::Map::new();
+        metadata.insert("purpose".into(), "guardrail".into());
+        let options = CallOptions {
+            api_key: (!principal.is_empty()).then(|| principal.to_string()),
+            metadata: crate::log_metadata(&metadata),
+            ..Default::default()
+        };
+        // Boxed: a route's guardrail asks through `call`, which runs the route's guardrails.
+        let answer: std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send + '_>> =
+            Box::pin(self.call(request, options, None));
+        answer
+            .await
+            .map(|answer| answer.text)
+            .map_err(|e| JudgeError(format!("{}: {}", e.code, e.message)))
     }
 }
 

@@ -264,6 +264,8 @@ pub struct Router {
     key_limits: key_limits::KeyLimits,
     /// The configured guardrails the routes name (`[[guardrails]]`).
     guardrails: stead_guardrails::Guardrails,
+    /// What the guardrails' model checks said of each text they were asked about.
+    verdicts: stead_guardrails::judge::VerdictCache,
     budgets: Option<Budgets>,
     /// Budgets beyond the installation's: a virtual key's and its project's.
     directory: Option<spend::Directory>,
@@ -357,6 +359,7 @@ impl Router {
             key_tokens: limits.tokens_per_min.map(TokenRate::new),
             key_limits: Default::default(),
             guardrails: Default::default(),
+            verdicts: Default::default(),
             budgets: limits
                 .budget_usd
                 .map(|budget| Budgets::new(budget, limits.budget_window())),

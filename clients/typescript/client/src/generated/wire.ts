@@ -304,7 +304,7 @@ export type GuardrailEntry = { guardrail: string,
  */
 place: string, 
 /**
- * `redact`, `block` or `flag`.
+ * `redact`, `block`, `flag`, or `error` (a model check that failed or missed its deadline).
  */
 effect: string, entities: Array<string>, };
 
