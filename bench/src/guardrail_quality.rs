@@ -528,7 +528,10 @@ fn print_report(report: &Value) {
     println!(
         "\nThe `route` option: {} of them asked of {} ({} answers not the verdict object, \
          counted as flagged; {} ms a text)",
-        asked["texts"], asked["model"], asked["unparseable_answers"], asked["ms_per_text"]
+        asked["texts"],
+        asked["model"].as_str().unwrap_or_default(),
+        asked["unparseable_answers"],
+        asked["ms_per_text"]
     );
     println!("on them      P / R / F1");
     for (name, key) in [
