@@ -2,6 +2,8 @@
 //! server — the data directory, the store, the local engines, the router, the agents, the
 //! session registry and the HTTP edge.
 
+mod parts;
+
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -184,14 +186,8 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         mcp: (!config.mcp_servers.is_empty()).then(|| mcp.clone() as Arc<dyn stead_http::McpView>),
         cluster: peers,
         knowledge: Some(knowledge.clone() as Arc<dyn stead_http::knowledge::KnowledgeApi>),
-        evals: Some(Arc::new(stead_evals::Runner {
-            sessions: store.clone(),
-            evals: store.clone(),
-            registry: sessions.clone(),
-            judge: Some(Arc::new(stead_agents::models::RouterJudge {
-                router: model_router.clone(),
-            })),
-        })),
+        evals: parts::evals(&store, &sessions, &model_router),
+        artifacts: parts::artifacts(&config)?,
     };
     let mcp_route = stead_agents::mcp::endpoint::route(mcp_inner.clone(), state.clone());
     let router = stead_http::router_with(state, mcp_route);

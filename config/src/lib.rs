@@ -27,9 +27,9 @@ pub use stead_router::config::{GatewayConfig, RouteConfig, TargetConfig};
 
 pub use mcp::{invalid_server_name, McpServerConfig};
 pub use sections::{
-    AgentConfig, AuditConfig, BudgetAlertsConfig, ClusterConfig, DatabaseConfig, EngineConfig,
-    KnowledgeConfig, LogConfig, LogFormat, ProviderConfig, ProviderKind, SchedulesConfig,
-    SearchMode, ServerConfig, SessionsConfig,
+    AgentConfig, ArtifactsConfig, AuditConfig, BudgetAlertsConfig, ClusterConfig, DatabaseConfig,
+    EngineConfig, KnowledgeConfig, LogConfig, LogFormat, ProviderConfig, ProviderKind,
+    SchedulesConfig, SearchMode, ServerConfig, SessionsConfig,
 };
 pub use tools::{ToolConfig, ToolKind};
 
@@ -70,6 +70,8 @@ pub struct Config {
     pub knowledge: KnowledgeConfig,
     /// The audit trail (`[audit]`, docs/audit.md).
     pub audit: AuditConfig,
+    /// The artifact store (`[artifacts]`, docs/artifacts.md).
+    pub artifacts: ArtifactsConfig,
     /// Where budget alerts go (`[budget_alerts]`, docs/tenancy.md).
     pub budget_alerts: BudgetAlertsConfig,
     /// Checks routes run on the text they send (`[[guardrails]]`, docs/guardrails.md).
@@ -127,6 +129,7 @@ impl Default for Config {
             cluster: None,
             knowledge: KnowledgeConfig::default(),
             audit: AuditConfig::default(),
+            artifacts: ArtifactsConfig::default(),
             budget_alerts: BudgetAlertsConfig::default(),
             guardrails: Vec::new(),
             mcp_servers: Vec::new(),

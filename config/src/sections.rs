@@ -54,6 +54,49 @@ impl Default for AuditConfig {
     }
 }
 
+/// The artifact store (`[artifacts]`, docs/artifacts.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ArtifactsConfig {
+    /// Where the blobs live; absent: the directory `{data_dir}/artifacts`.
+    pub store: Option<stead_artifacts::BlobConfig>,
+    /// Largest upload, in bytes.
+    pub max_bytes: usize,
+}
+
+impl Default for ArtifactsConfig {
+    fn default() -> Self {
+        ArtifactsConfig {
+            store: None,
+            max_bytes: 25 << 20,
+        }
+    }
+}
+
+impl ArtifactsConfig {
+    /// The first bad value, as `(key, problem)`.
+    pub(crate) fn problem(&self) -> Option<(&'static str, &'static str)> {
+        if self.max_bytes == 0 {
+            return Some(("artifacts.max_bytes", "must be at least 1"));
+        }
+        match &self.store {
+            Some(stead_artifacts::BlobConfig::S3 { bucket, .. }) if bucket.trim().is_empty() => {
+                Some(("artifacts.store.bucket", "must name a bucket"))
+            }
+            _ => None,
+        }
+    }
+
+    /// The store, with the default resolved against `data_dir`.
+    pub fn blob_config(&self, data_dir: &std::path::Path) -> stead_artifacts::BlobConfig {
+        self.store
+            .clone()
+            .unwrap_or_else(|| stead_artifacts::BlobConfig::Filesystem {
+                path: data_dir.join("artifacts"),
+            })
+    }
+}
+
 /// Schedules and timers (`[schedules]`, docs/schedules.md).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]

@@ -431,6 +431,23 @@ fn single_sign_on_and_budget_alerts_are_checked() {
     assert!(invalid(|c| c.budget_alerts.url = Some("ftp://x".into())).contains("budget_alerts.url"));
 }
 
+/// The artifact store takes at least one byte and an S3 store names its bucket.
+#[test]
+fn the_artifact_store_is_checked() {
+    assert!(invalid(|c| c.artifacts.max_bytes = 0).contains("artifacts.max_bytes"));
+    assert!(invalid(|c| {
+        c.artifacts.store = Some(stead_artifacts::BlobConfig::S3 {
+            bucket: " ".into(),
+            endpoint: None,
+            region: "us-east-1".into(),
+            prefix: String::new(),
+            access_key_env: "K".into(),
+            secret_key_env: "S".into(),
+        })
+    })
+    .contains("artifacts.store.bucket"));
+}
+
 /// A route may run guardrails that ask a model, but the route they ask must not run one itself
 /// (the check would ask itself), and `approve` stays for agents (no one waits on a gateway
 /// call).

@@ -3,10 +3,9 @@
 
 use std::net::SocketAddr;
 
+use super::{Config, ConfigError, ProviderKind, ToolConfig, ToolKind, DEFAULT_LISTEN, MEMORY_OPS};
 use stead_actors::schedule_tool::ScheduleTool;
 use stead_persistence::DatabaseUrl;
-
-use super::{Config, ConfigError, ProviderKind, ToolConfig, ToolKind, DEFAULT_LISTEN, MEMORY_OPS};
 
 fn bad(key: &str, problem: impl std::fmt::Display) -> ConfigError {
     ConfigError(format!("invalid configuration: {key}: {problem}"))
@@ -125,6 +124,9 @@ impl Config {
         self.validate_cluster()?;
         self.validate_budget_alerts()?;
         crate::guardrails::check(self).map_err(|(key, problem)| bad(&key, problem))?;
+        if let Some((key, problem)) = self.artifacts.problem() {
+            return Err(bad(key, problem));
+        }
         if let Some(oidc) = &self.server.oidc {
             oidc.check().map_err(|e| bad("server.oidc", e))?;
         }

@@ -91,6 +91,8 @@ error_codes! {
     ProjectNotFound = (NOT_FOUND, "project_not_found"),
     /// No live key of that id in the project.
     KeyNotFound = (NOT_FOUND, "key_not_found"),
+    /// No artifact of that id (or one the caller may not read).
+    ArtifactNotFound = (NOT_FOUND, "artifact_not_found"),
     /// `/v1/chat/completions`: no route of that name.
     ModelNotFound = (NOT_FOUND, "model_not_found"),
     /// The endpoint does not take that method.
@@ -133,6 +135,10 @@ error_codes! {
     EventTooLarge = (PAYLOAD_TOO_LARGE, "event_too_large"),
     /// A WebSocket frame over the frame limit.
     FrameTooLarge = (PAYLOAD_TOO_LARGE, "frame_too_large"),
+    /// An upload over `artifacts.max_bytes`.
+    ArtifactTooLarge = (PAYLOAD_TOO_LARGE, "artifact_too_large"),
+    /// A `Range` outside the artifact (or not one `bytes=` range).
+    RangeNotSatisfiable = (RANGE_NOT_SATISFIABLE, "range_not_satisfiable"),
     /// A document over `knowledge.max_document_bytes`.
     DocumentTooLarge = (PAYLOAD_TOO_LARGE, "document_too_large"),
     /// A body without `Content-Type: application/json`.

@@ -8,6 +8,7 @@
 //! never links the local engine. A server takes its listener and its shutdown signal as
 //! arguments, so tests bind `127.0.0.1:0`.
 
+pub mod artifacts;
 pub mod audit;
 pub mod auth;
 mod body_deadline;
@@ -111,6 +112,8 @@ pub struct AppState {
     pub knowledge: Option<Arc<dyn knowledge::KnowledgeApi>>,
     /// The evaluation engine (docs/evals.md); `None`: the evaluation endpoints answer 404.
     pub evals: Option<Arc<stead_evals::Runner>>,
+    /// The artifact store (docs/artifacts.md); `None`: the artifact endpoints answer 404.
+    pub artifacts: Option<Arc<artifacts::Artifacts>>,
 }
 
 /// What the HTTP edge shows of the MCP servers Stead uses (the `stead` crate's registry).
@@ -136,6 +139,7 @@ pub fn router(state: AppState) -> Router {
 /// guard (Host and Origin checks, connection bounds) and request metrics.
 pub fn router_with(state: AppState, extra: Router<AppState>) -> Router {
     let limit = state.limits.body_bytes;
+    let artifact_limit = state.artifacts.as_ref().map_or(limit, |a| a.max_bytes);
     Router::new()
         .merge(extra)
         .route("/", get(webui::index))
@@ -206,6 +210,46 @@ pub fn router_with(state: AppState, extra: Router<AppState>) -> Router {
         .route("/v1/embeddings", post(gateway::embeddings::embeddings))
         .route("/v1/messages", post(gateway::anthropic::messages))
         .route("/v1/responses", post(gateway::responses::responses))
+        .merge(resource_routes())
+        .route("/v1/gateway/logs", get(gateway::logs::logs))
+        .route("/v1/gateway/stats", get(gateway::logs::stats))
+        .route("/v1/audit", get(rest::audit::list))
+        .route(
+            "/v1/artifacts",
+            post(artifacts::upload).layer(DefaultBodyLimit::max(artifact_limit)),
+        )
+        .route("/v1/artifacts/{id}", get(artifacts::download))
+        .route(
+            "/v1/sessions/{id}/artifacts",
+            get(artifacts::session_artifacts),
+        )
+        .route("/v1/projects/{project}/spend", get(rest::spend::spend))
+        // Inside the cluster's forwarding: an act is recorded once, by the node that did it.
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            audit::record,
+        ))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            cluster::forward,
+        ))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            metrics::track,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            edge::guard,
+        ))
+        .with_state(state)
+}
+
+/// Knowledge collections, evaluations and projects (inside the edge guard and the audit).
+fn resource_routes() -> Router<AppState> {
+    Router::new()
         .route(
             "/v1/collections",
             get(knowledge::list_collections).post(knowledge::create_collection),
@@ -257,31 +301,6 @@ pub fn router_with(state: AppState, extra: Router<AppState>) -> Router {
             "/v1/projects/{project}/keys/{id}/rotate",
             post(rest::projects::rotate_key),
         )
-        .route("/v1/gateway/logs", get(gateway::logs::logs))
-        .route("/v1/gateway/stats", get(gateway::logs::stats))
-        .route("/v1/audit", get(rest::audit::list))
-        .route("/v1/projects/{project}/spend", get(rest::spend::spend))
-        // Inside the cluster's forwarding: an act is recorded once, by the node that did it.
-        .route_layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            audit::record,
-        ))
-        .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
-        .layer(DefaultBodyLimit::max(limit))
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            cluster::forward,
-        ))
-        .route_layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            metrics::track,
-        ))
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            edge::guard,
-        ))
-        .with_state(state)
 }
 
 /// Waits until every WebSocket connection has closed (they close on the shutdown signal after

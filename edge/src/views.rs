@@ -55,6 +55,8 @@ pub struct PurgedView {
     pub purged: bool,
     pub events: u64,
     pub request_log_rows: u64,
+    /// The session's artifacts removed (docs/artifacts.md).
+    pub artifacts: u64,
 }
 
 /// The timing and message of a schedule as REST shows it: exactly one of `at`, `delay_secs`,

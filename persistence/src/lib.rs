@@ -44,12 +44,12 @@ pub use knowledge::{
 pub use schedules::{ScheduleOwner, ScheduleQuery, ScheduleRow};
 pub use tenancy::{Scope, DEFAULT_PROJECT};
 pub use traits::{
-    Audit, Budgets, Evals, Journal, JournalStore, Knowledge, Kv, Leases, RequestLog, Schedules,
-    SessionStore, Sessions, Snapshots, Tenancy,
+    Artifacts, Audit, Budgets, Evals, Journal, JournalStore, Knowledge, Kv, Leases, RequestLog,
+    Schedules, SessionStore, Sessions, Snapshots, Tenancy,
 };
 pub use types::{
-    BudgetDecision, BudgetRequest, ClusterNode, Compaction, DelegationCounts, Event, KvEntry,
-    Lease, NewEvent, NewSession, NodeStatus, ParentLink, Purged, Session, SessionPage,
+    Artifact, BudgetDecision, BudgetRequest, ClusterNode, Compaction, DelegationCounts, Event,
+    KvEntry, Lease, NewEvent, NewSession, NodeStatus, ParentLink, Purged, Session, SessionPage,
     SessionQuery, SessionStatus, Snapshot, DEFAULT_PAGE, MAX_PAGE,
 };
 

@@ -24,7 +24,17 @@ use crate::{
 /// (`persistence/tests/journal.rs`).
 #[async_trait]
 pub trait JournalStore:
-    SessionStore + RequestLog + Budgets + Knowledge + Evals + Tenancy + Audit + Send + Sync + 'static
+    SessionStore
+    + RequestLog
+    + Budgets
+    + Knowledge
+    + Evals
+    + Tenancy
+    + Audit
+    + Artifacts
+    + Send
+    + Sync
+    + 'static
 {
     fn backend(&self) -> Backend;
 
@@ -383,6 +393,23 @@ pub trait RequestLog: Send + Sync {
         since: chrono::DateTime<chrono::Utc>,
         until: chrono::DateTime<chrono::Utc>,
     ) -> Result<Vec<request_log::SpendRow>>;
+}
+
+/// Artifacts' rows (`store::artifacts`, docs/artifacts.md): which upload is which blob, of
+/// which session. The blobs are the artifact store's (`stead-artifacts`).
+#[async_trait]
+pub trait Artifacts: Send + Sync {
+    /// Records an upload whose blob is stored.
+    async fn insert_artifact(&self, artifact: &crate::Artifact) -> Result<()>;
+
+    /// The artifact, or [`crate::Error::NotFound`].
+    async fn get_artifact(&self, id: Uuid) -> Result<crate::Artifact>;
+
+    /// A session's artifacts, oldest first.
+    async fn session_artifacts(&self, session_id: Uuid) -> Result<Vec<crate::Artifact>>;
+
+    /// Of `sha256s`, those no artifact row names (their blobs may be deleted).
+    async fn unreferenced_blobs(&self, sha256s: &[String]) -> Result<Vec<String>>;
 }
 
 /// The audit log (`crate::audit`): appended, listed, pruned by retention; never updated.

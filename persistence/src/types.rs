@@ -153,10 +153,15 @@ impl Session {
 }
 
 /// What a purge removed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Purged {
     pub events: u64,
     pub request_log_rows: u64,
+    /// The session's artifacts' rows that went.
+    pub artifacts: u64,
+    /// The blobs of those artifacts that no other row names: the caller deletes them from the
+    /// artifact store (after the purge committed).
+    pub orphaned_blobs: Vec<String>,
 }
 
 /// Filter and page for [`crate::JournalStore::list_sessions`].
@@ -429,4 +434,21 @@ mod tests {
         assert_eq!(query(7).page_size(), 7);
         assert_eq!(query(100_000).page_size(), MAX_PAGE);
     }
+}
+
+/// An upload's row (docs/artifacts.md): its bytes are the blob `sha256` in the artifact store.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Artifact {
+    pub id: Uuid,
+    /// Lowercase hex SHA-256 of the bytes.
+    pub sha256: String,
+    pub size: i64,
+    /// As sniffed from the bytes, not as the client declared.
+    pub content_type: String,
+    /// The session it belongs to (purged with it); `None`: the project's, kept until deleted.
+    pub session_id: Option<Uuid>,
+    pub project_id: Uuid,
+    /// Who uploaded it (the caller's principal, or `agent:{call_id}` for a tool's result).
+    pub created_by: String,
+    pub created_at: DateTime<Utc>,
 }

@@ -260,6 +260,7 @@ fn no_comment_names_an_issue_number() {
     for dir in [
         "actors",
         "agents",
+        "artifacts",
         "bench",
         "config",
         "edge",
@@ -303,6 +304,7 @@ fn product_sources() -> Vec<std::path::PathBuf> {
     for dir in [
         "actors/src",
         "agents/src",
+        "artifacts/src",
         "bench/src",
         "config/src",
         "edge/src",

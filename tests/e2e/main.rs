@@ -21,6 +21,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod architecture;
+mod artifacts;
 mod chaos;
 mod cli;
 mod clients;

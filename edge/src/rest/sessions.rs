@@ -170,8 +170,9 @@ pub async fn get_session(
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct CloseQuery {
-    /// Hard delete (operators only): the session, its journal, snapshots, KV entries and
-    /// request-log rows are removed in one transaction. Not undoable.
+    /// Hard delete (operators only): the session, its journal, snapshots, KV entries,
+    /// request-log rows and artifacts are removed in one transaction (then the blobs no other
+    /// artifact names). Not undoable.
     purge: Option<bool>,
 }
 
@@ -189,10 +190,12 @@ async fn purge(
     state.sessions.retire(id).await;
     state.model_router.flush_log().await;
     let purged = state.store.purge_session(id).await?;
+    crate::artifacts::delete_orphans(state, &purged.orphaned_blobs).await;
     tracing::info!(
         session = %id,
         events = purged.events,
         request_log_rows = purged.request_log_rows,
+        artifacts = purged.artifacts,
         by = %caller.name(),
         "session purged"
     );
@@ -201,6 +204,7 @@ async fn purge(
         purged: true,
         events: purged.events,
         request_log_rows: purged.request_log_rows,
+        artifacts: purged.artifacts,
     })))
 }
 

@@ -4,6 +4,7 @@
 //! migrations, the set-based journal writes, a few expressions — is in `postgres.rs` and
 //! `sqlite.rs`.
 
+mod artifacts;
 mod audit;
 mod budgets;
 mod cluster;
@@ -325,25 +326,41 @@ impl<D: Dialect> Sessions for SqlStore<D> {
 
     async fn purge_session(&self, id: Uuid) -> Result<crate::Purged> {
         let mut tx = self.db.writer().begin().await?;
-        // The journal, log and feedback rows, then the row, whose cascade removes snapshots, KV
-        // entries and the compaction (and any event an append committed meanwhile: the row's
-        // delete waits for that append's lock).
-        let mut deleted = [0; 4];
-        let rows = ["journal", "request_log", "feedback"].map(|t| (t, "session_id"));
+        // The artifacts' blobs, to find which no other row will name.
+        let blobs = Sql::<D>::new("SELECT DISTINCT sha256 FROM artifacts WHERE session_id = ")
+            .bind(id)
+            .fetch_all(On::Tx(&mut tx))
+            .await?
+            .iter()
+            .map(|row| row.text("sha256"))
+            .collect::<Result<Vec<String>>>()?;
+        // The journal, log, feedback and artifact rows, then the row, whose cascade removes
+        // snapshots, KV entries and the compaction (and any event an append committed
+        // meanwhile: the row's delete waits for that append's lock).
+        let mut deleted = [0; 5];
+        let rows = ["journal", "request_log", "feedback", "artifacts"].map(|t| (t, "session_id"));
         for (n, (table, column)) in rows.into_iter().chain([("sessions", "id")]).enumerate() {
             deleted[n] = Sql::<D>::new(format!("DELETE FROM {table} WHERE {column} = "))
                 .bind(id)
                 .execute(On::Tx(&mut tx))
                 .await?;
         }
-        let [events, request_log_rows, _, sessions] = deleted;
+        let [events, request_log_rows, _, artifacts, sessions] = deleted;
         if sessions == 0 {
             return Err(Error::SessionNotFound(id)); // the transaction rolls back
+        }
+        let mut orphaned_blobs = Vec::new();
+        for sha256 in blobs {
+            if !artifacts::named::<D>(On::Tx(&mut tx), &sha256).await? {
+                orphaned_blobs.push(sha256);
+            }
         }
         tx.commit().await?;
         Ok(crate::Purged {
             events,
             request_log_rows,
+            artifacts,
+            orphaned_blobs,
         })
     }
 

@@ -5,6 +5,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod artifacts;
 mod audit;
 mod durability;
 mod evals;

@@ -128,6 +128,7 @@ impl App {
             cluster: None,
             knowledge: None,
             evals: Some(evals),
+            artifacts: None,
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());

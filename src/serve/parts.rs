@@ -1,0 +1,37 @@
+//! Parts of the HTTP edge's state that `serve` builds from the configuration.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use stead_actors::session::SessionRegistry;
+use stead_config::Config;
+use stead_persistence::JournalStore;
+
+/// The evaluation engine, its judge asking through the model router.
+pub(super) fn evals(
+    store: &Arc<dyn JournalStore>,
+    sessions: &Arc<SessionRegistry>,
+    router: &Arc<stead_router::Router>,
+) -> Option<Arc<stead_evals::Runner>> {
+    Some(Arc::new(stead_evals::Runner {
+        sessions: store.clone(),
+        evals: store.clone(),
+        registry: sessions.clone(),
+        judge: Some(Arc::new(stead_agents::models::RouterJudge {
+            router: router.clone(),
+        })),
+    }))
+}
+
+/// The artifact store `[artifacts]` configures (docs/artifacts.md).
+pub(super) fn artifacts(
+    config: &Config,
+) -> anyhow::Result<Option<Arc<stead_http::artifacts::Artifacts>>> {
+    let store = config.artifacts.blob_config(&config.server.data_dir);
+    let blobs = stead_artifacts::BlobStore::open(&store).context("open the artifact store")?;
+    tracing::info!(store = ?blobs, "artifact store");
+    Ok(Some(Arc::new(stead_http::artifacts::Artifacts {
+        blobs,
+        max_bytes: config.artifacts.max_bytes,
+    })))
+}
