@@ -190,7 +190,7 @@ fn range(headers: &HeaderMap, size: u64) -> Result<Option<std::ops::Range<u64>>,
 }
 
 /// The artifact's bytes (or one range of them: 206).
-#[utoipa::path(get, path = "/v1/artifacts/{id}", params(("id" = Uuid, Path, description = "Artifact id"), ("Range" = Option<String>, Header, description = "One `bytes=start-end` range")), responses((status = 200, description = "The bytes, typed as read from them", content_type = "application/octet-stream"), (status = 206, description = "The range asked"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 416, body = ErrorBody), (status = 503, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
+#[utoipa::path(get, path = "/v1/artifacts/{id}", params(("id" = Uuid, Path, description = "Artifact id"), ("Range" = Option<String>, Header, description = "One `bytes=start-end` range")), responses((status = 200, description = "The bytes, typed as read from them", content_type = "*/*"), (status = 206, description = "The range asked", content_type = "*/*"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 416, body = ErrorBody), (status = 503, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
 pub async fn download(
     State(state): State<AppState>,
     Caller(caller): Caller,

@@ -58,6 +58,7 @@ fn classify(method: &str, path: &str) -> Expect {
         || path.starts_with("/v1/agents/{agent}/schedules/{key}")
         || path.starts_with("/v1/datasets/{name}")
         || path.starts_with("/v1/evals/{")
+        || path.starts_with("/v1/artifacts/{")
     {
         return Expect::NotFound;
     }
@@ -68,7 +69,7 @@ fn classify(method: &str, path: &str) -> Expect {
         // Figures without ids: checked against the log A sees, after the sweep.
         ("get", "/v1/gateway/stats") => Expect::Nothing,
         ("get", "/healthz" | "/readyz" | "/v1/agents" | "/v1/models" | "/v1/auth/oidc")
-        | ("post", "/v1/sessions" | "/v1/auth/oidc/token" | "/v1/collections")
+        | ("post", "/v1/sessions" | "/v1/auth/oidc/token" | "/v1/collections" | "/v1/artifacts")
         | ("post", "/v1/agents/{agent}/schedules" | "/v1/datasets" | "/v1/evals")
         | ("post", "/v1/chat/completions" | "/v1/embeddings" | "/v1/messages" | "/v1/responses") => {
             Expect::Nothing
