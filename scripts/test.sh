@@ -162,6 +162,16 @@ if [ "$("$mcp_venv/bin/python" -c 'import importlib.metadata as m; print(m.versi
 fi
 export MCP_PYTHON="$mcp_venv/bin/python"
 
+step "An S3-compatible server (moto's, PyPI), for the artifact store's S3 tests"
+s3_venv="$CARGO_TARGET_DIR/s3-venv"
+moto_version="5.2.6"
+if [ "$("$s3_venv/bin/python" -c 'import importlib.metadata as m; print(m.version("moto"))' 2>/dev/null || true)" != "$moto_version" ]; then
+  rm -rf "$s3_venv"
+  python3 -m venv "$s3_venv"
+  "$s3_venv/bin/pip" install --quiet --disable-pip-version-check "moto[server]==$moto_version"
+fi
+export MOTO_SERVER="$s3_venv/bin/moto_server"
+
 step "llama.cpp (llama-cpp-python, built from source once; pip caches the wheel), for the converter check"
 llama_venv="$CARGO_TARGET_DIR/llama-venv"
 if ! command -v g++ >/dev/null 2>&1; then

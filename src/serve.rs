@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use stead_agents::engines::{start_embedding_models, start_local_models, stop_local_models};
+use stead_agents::models::SessionModel;
 use stead_config::{prepare_data_dir, Config};
 use stead_http::raise_fd_limit;
 use stead_persistence::{JournalStore, Kv, RequestLog, StoreOptions};
@@ -285,7 +286,7 @@ pub(crate) fn agents(
     let notes: Arc<dyn Kv> = store.clone();
     let mut agents = stead_agents::build(config, &notes, Some(&mcp), Some(&knowledge))?;
     stead_agents::agent::guard_results(&mut agents, config, &model_router)?;
-    let session_model = stead_agents::models::SessionModel::shared(model_router.clone());
+    let session_model = SessionModel::shared(model_router.clone(), Some(parts::blobs(config)?));
     let sessions = Arc::new(
         stead_actors::session::SessionRegistry::new(store.clone(), session_model, agents)
             .with_lifecycle(config.sessions.lifecycle())

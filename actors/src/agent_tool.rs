@@ -133,6 +133,7 @@ pub async fn start_child(
             client_id: Some(format!("parent:{call_id}")),
             mode: None,
             schedule: None,
+            attachments: Vec::new(),
         },
     ]
     .iter()
@@ -288,6 +289,7 @@ mod tests {
                 client_id: None,
                 mode: None,
                 schedule: None,
+                attachments: Vec::new(),
             },
             SessionEvent::ModelCallStarted {
                 call_id: "m1".into(),

@@ -157,10 +157,17 @@ pub fn estimate(chars: usize) -> u64 {
     (chars as u64).div_ceil(CHARS_PER_TOKEN)
 }
 
-/// The characters an entry adds to a prompt (its text, calls and content).
+/// What one attachment counts as in [`entry_chars`]: an image as the 1,600 tokens the vision
+/// APIs charge for a large one at most (docs/multimodal.md); another file is a line of text,
+/// well under it.
+pub const ATTACHMENT_CHARS: usize = 1_600 * CHARS_PER_TOKEN as usize;
+
+/// The characters an entry adds to a prompt (its text, calls, content and attachments).
 pub fn entry_chars(entry: &TranscriptEntry) -> usize {
     match entry {
-        TranscriptEntry::User { text } => text.len(),
+        TranscriptEntry::User { text, attachments } => {
+            text.len() + attachments.len() * ATTACHMENT_CHARS
+        }
         TranscriptEntry::Assistant { text, tool_calls } => {
             text.len()
                 + tool_calls
@@ -237,7 +244,7 @@ pub fn summary_input(
     }
     for entry in shown(dropped, max_tool_tokens) {
         match entry {
-            TranscriptEntry::User { text: t } => text.push_str(&format!("User: {t}\n")),
+            TranscriptEntry::User { text: t, .. } => text.push_str(&format!("User: {t}\n")),
             TranscriptEntry::Assistant {
                 text: t,
                 tool_calls,
@@ -273,6 +280,7 @@ mod tests {
         vec![
             TranscriptEntry::User {
                 text: format!("question {n} {}", "x".repeat(chars)),
+                attachments: Vec::new(),
             },
             TranscriptEntry::Assistant {
                 text: format!("answer {n}"),
@@ -290,7 +298,7 @@ mod tests {
         let (entries, turns) = plan(&transcript, tokens, tokens - 10).unwrap();
         assert_eq!((entries, turns), (16, 8));
         assert!(
-            matches!(&transcript[entries], TranscriptEntry::User { text } if text.starts_with("question 8"))
+            matches!(&transcript[entries], TranscriptEntry::User { text, .. } if text.starts_with("question 8"))
         );
         // A tiny budget: every earlier turn, not the current one.
         assert_eq!(plan(&transcript, tokens, 10), Some((18, 9)));
@@ -306,9 +314,15 @@ mod tests {
             content: json!("x".repeat(100)),
         };
         let transcript = vec![
-            TranscriptEntry::User { text: "a".into() },
+            TranscriptEntry::User {
+                text: "a".into(),
+                attachments: Vec::new(),
+            },
             result(),
-            TranscriptEntry::User { text: "b".into() },
+            TranscriptEntry::User {
+                text: "b".into(),
+                attachments: Vec::new(),
+            },
             result(),
         ];
         // 16 tokens: 64 characters now, 8 (2 tokens) for the earlier turn.

@@ -20,6 +20,30 @@ pub struct SeenTool {
     pub parameters: Value,
 }
 
+/// A file a user message carries: an artifact of the store, named by reference — a journal
+/// never holds the bytes (docs/artifacts.md, "Attachments").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, TS)]
+pub struct Attachment {
+    #[ts(type = "string")]
+    pub artifact_id: uuid::Uuid,
+    /// As read from the bytes when it was uploaded.
+    pub content_type: String,
+    #[ts(type = "number")]
+    pub size: i64,
+    /// Lowercase hex SHA-256 of the bytes: the blob's name.
+    pub sha256: String,
+}
+
+impl Attachment {
+    /// Whether the models that see images are shown it as one.
+    pub fn is_image(&self) -> bool {
+        matches!(
+            self.content_type.as_str(),
+            "image/png" | "image/jpeg" | "image/gif" | "image/webp"
+        )
+    }
+}
+
 /// A tool call as the model asked for it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 pub struct RequestedCall {
@@ -221,6 +245,10 @@ pub enum SessionEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         #[ts(optional)]
         schedule: Option<String>,
+        /// Files the message carries, by reference (docs/artifacts.md, "Attachments").
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        #[ts(optional, as = "Option<Vec<Attachment>>")]
+        attachments: Vec<Attachment>,
     },
     ModelCallStarted {
         call_id: CallId,
@@ -485,6 +513,7 @@ mod tests {
             client_id: None,
             mode: None,
             schedule: None,
+            attachments: Vec::new(),
         };
         let (kind, payload) = event.to_parts();
         assert_eq!(kind, "user_message");

@@ -32,6 +32,8 @@ pub enum Input {
         client_id: Option<String>,
         /// What to do if a turn runs (`None`: the agent's `message_mode`).
         mode: Option<MessageMode>,
+        /// Files it carries, each an artifact of the session checked by the edge.
+        attachments: Vec<crate::events::Attachment>,
     },
     ModelFinished {
         call_id: CallId,

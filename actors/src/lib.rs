@@ -29,8 +29,8 @@ pub use decide::{
     decide, Action, AgentRules, Decision, DynamicToolRule, Input, ModelOutput, Refusal, ToolRules,
 };
 pub use events::{
-    ApprovalOutcome, ApprovalScope, MessageMode, Overrides, RequestedCall, SeenTool, SessionEvent,
-    TurnEnd, Usage,
+    ApprovalOutcome, ApprovalScope, Attachment, MessageMode, Overrides, RequestedCall, SeenTool,
+    SessionEvent, TurnEnd, Usage,
 };
 pub use inputs::BudgetRefusal;
 pub use policy::{args_hash, ApprovalPolicy, Approver, ArgumentSchema, PolicyError};

@@ -7,13 +7,15 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use base64::Engine as _;
 use serde_json::Value;
 use stead_actors::session::{ModelClient, ModelError, ModelRequest, PromptSize};
-use stead_actors::{ModelOutput, TranscriptEntry, Usage};
+use stead_actors::{Attachment, ModelOutput, TranscriptEntry, Usage};
+use stead_artifacts::BlobStore;
 use stead_inference::pool::InferencePool;
 use stead_inference::provider::{OnnxEmbeddingProvider, OnnxProvider};
 use stead_persistence::RequestLog;
-use stead_router::chat::{ChatMessage, Role, ToolCall, ToolChoice, ToolSpec};
+use stead_router::chat::{ChatMessage, Image, Role, ToolCall, ToolChoice, ToolSpec};
 use stead_router::log::{RequestLogEntry, RequestLogSink, SinkError};
 use stead_router::providers::anthropic::AnthropicProvider;
 use stead_router::providers::openai::OpenAiProvider;
@@ -156,7 +158,7 @@ pub fn router_request(request: &ModelRequest) -> RouterRequest {
     }
     for entry in &request.transcript {
         messages.push(match entry {
-            TranscriptEntry::User { text } => ChatMessage::user(text.clone()),
+            TranscriptEntry::User { text, .. } => ChatMessage::user(text.clone()),
             TranscriptEntry::Assistant { text, tool_calls } => ChatMessage {
                 role: Role::Assistant,
                 content: text.clone(),
@@ -169,6 +171,7 @@ pub fn router_request(request: &ModelRequest) -> RouterRequest {
                     })
                     .collect(),
                 tool_call_id: None,
+                images: Vec::new(),
             },
             TranscriptEntry::Tool {
                 call_id, content, ..
@@ -177,6 +180,7 @@ pub fn router_request(request: &ModelRequest) -> RouterRequest {
                 content: tool_content(content),
                 tool_calls: Vec::new(),
                 tool_call_id: Some(call_id.to_string()),
+                images: Vec::new(),
             },
         });
     }
@@ -246,13 +250,54 @@ pub fn tool_arguments(raw: &str) -> Value {
 /// The session actors' model client: every call goes through the router.
 pub struct SessionModel {
     pub router: Arc<Router>,
+    /// Where the messages' attachments are read from (`None`: none can be).
+    pub blobs: Option<BlobStore>,
 }
 
 impl SessionModel {
     /// The client the session registry takes.
-    pub fn shared(router: Arc<Router>) -> Arc<Self> {
-        Arc::new(SessionModel { router })
+    pub fn shared(router: Arc<Router>, blobs: Option<BlobStore>) -> Arc<Self> {
+        Arc::new(SessionModel { router, blobs })
     }
+
+    /// The router request with the user messages' attachments in it: an image's bytes as a
+    /// `data:` URL where the route has a model that sees images; otherwise — any other file,
+    /// an image to a text-only route, or bytes the store no longer has — a line of text
+    /// naming it, so the model knows something was attached (docs/artifacts.md).
+    async fn with_attachments(&self, request: &ModelRequest) -> RouterRequest {
+        let mut routed = router_request(request);
+        let sees_images = self.router.route_sees_images(&request.route) == Some(true);
+        // `router_request` makes one message per transcript entry, after the system prompt.
+        let offset = usize::from(!request.system_prompt.is_empty());
+        for (i, entry) in request.transcript.iter().enumerate() {
+            let TranscriptEntry::User { attachments, .. } = entry else {
+                continue;
+            };
+            for attachment in attachments {
+                let shown = match (&self.blobs, sees_images && attachment.is_image()) {
+                    (Some(blobs), true) => blobs.get(&attachment.sha256, None).await.ok(),
+                    _ => None,
+                };
+                let message = &mut routed.messages[offset + i];
+                match shown {
+                    Some(bytes) => message.images.push(Image::base64(
+                        &attachment.content_type,
+                        &base64::engine::general_purpose::STANDARD.encode(&bytes),
+                    )),
+                    None => message.content.push_str(&attachment_note(attachment)),
+                }
+            }
+        }
+        routed
+    }
+}
+
+/// The line a model reads for an attachment it is not shown.
+fn attachment_note(attachment: &Attachment) -> String {
+    format!(
+        "\n[attached: {}, {} bytes, artifact {}]",
+        attachment.content_type, attachment.size, attachment.artifact_id
+    )
 }
 
 #[async_trait]
@@ -285,9 +330,8 @@ impl ModelClient for SessionModel {
             budget_grant_usd: request.budget_grant_usd,
             ..Default::default()
         };
-        let call = self
-            .router
-            .call(router_request(&request), options, Some(deltas));
+        let routed = self.with_attachments(&request).await;
+        let call = self.router.call(routed, options, Some(deltas));
         // Cancelling drops the call, which stops its attempt (and writes no log record).
         let response = tokio::select! {
             biased;
@@ -420,6 +464,7 @@ mod tests {
             transcript: vec![
                 TranscriptEntry::User {
                     text: "Weather in Paris and Rome?".into(),
+                    attachments: Vec::new(),
                 },
                 TranscriptEntry::Assistant {
                     text: String::new(),

@@ -86,6 +86,27 @@ pub enum BenchCommand {
     /// Guardrails' detection quality: the `pii` and `injection` checks against labelled data
     /// from registry packages, beside Microsoft Presidio and vard on the same texts.
     GuardrailQuality(GuardrailQualityBenchArgs),
+    /// The artifact store through `stead serve`: upload and download MB/s and the p99 of a
+    /// 1 MiB GET, on the filesystem and on an S3-compatible server (moto's), each beside the
+    /// same bytes written and read through the store directly.
+    Artifacts(ArtifactsBenchArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ArtifactsBenchArgs {
+    /// Artifacts uploaded and downloaded per store (each of --object-kib, distinct bytes).
+    #[arg(long, default_value_t = 64)]
+    pub objects: usize,
+    /// The size of each, in KiB.
+    #[arg(long, default_value_t = 1024)]
+    pub object_kib: usize,
+    /// moto's `moto_server` for the S3 store (default: $MOTO_SERVER; without either, the S3
+    /// store is skipped).
+    #[arg(long)]
+    pub moto: Option<std::path::PathBuf>,
+    /// Print the figures as one JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -39,7 +39,7 @@ impl ModelClient for Calculating {
             () = tokio::time::sleep(self.delay) => {}
         }
         let (text, tool_calls) = match request.transcript.last() {
-            Some(TranscriptEntry::User { text }) => {
+            Some(TranscriptEntry::User { text, .. }) => {
                 let n: String = text.chars().filter(char::is_ascii_digit).collect();
                 (
                     String::new(),
@@ -134,6 +134,7 @@ async fn measure(
             text: format!("What is {} times 7?", 100 + i),
             client_id: None,
             mode: None,
+            attachments: Vec::new(),
         };
         registry.send(row.id, input).await?;
         wait_idle(&registry, row.id).await?;

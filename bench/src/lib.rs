@@ -10,6 +10,7 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod agent_turn;
+mod artifacts;
 pub mod chaos;
 pub mod cli;
 pub mod cluster;
@@ -59,6 +60,7 @@ pub async fn bench(config: Config, command: BenchCommand) -> anyhow::Result<Exit
         BenchCommand::Eval(args) => done(evals::evals(config, args).await),
         BenchCommand::Tenancy(args) => done(tenancy::tenancy(config, args).await),
         BenchCommand::Guardrails(args) => done(guardrails::guardrails(args).await),
+        BenchCommand::Artifacts(args) => done(artifacts::artifacts(config, args).await),
         BenchCommand::GuardrailQuality(args) => {
             done(guardrail_quality::guardrail_quality(args, &config.server.data_dir).await)
         }
@@ -159,6 +161,15 @@ impl Drop for ServeProcess {
 impl ServeProcess {
     /// Writes `config` as the `stead.toml` of `dir` and starts `stead serve` on a free port.
     pub fn start(dir: &std::path::Path, config: &str) -> anyhow::Result<Self> {
+        Self::start_with_env(dir, config, &[])
+    }
+
+    /// [`ServeProcess::start`] with extra environment variables for the server.
+    pub fn start_with_env(
+        dir: &std::path::Path,
+        config: &str,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
         use std::io::{BufRead, BufReader};
         std::fs::write(dir.join("stead.toml"), config)?;
         let mut command = std::process::Command::new(std::env::current_exe()?);
@@ -180,6 +191,7 @@ impl ServeProcess {
             .env_remove("DATABASE_URL")
             .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
             .env("RUST_LOG", "warn")
+            .envs(env.iter().copied())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::inherit())
             .spawn()

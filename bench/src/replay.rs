@@ -102,6 +102,7 @@ pub fn record(session_id: &str, rules: &AgentRules, min_events: usize) -> Vec<Se
                 text: format!("request {turn}"),
                 client_id: Some(format!("c{turn}")),
                 mode: None,
+                attachments: Vec::new(),
             },
         );
         let tool = match shape {

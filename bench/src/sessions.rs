@@ -101,6 +101,7 @@ fn step_cost(lengths: &[usize]) {
                     client_id: Some(format!("c{turn}")),
                     mode: None,
                     schedule: None,
+                    attachments: Vec::new(),
                 },
             );
             fold(
@@ -147,6 +148,7 @@ fn step_cost(lengths: &[usize]) {
             text: "one more question".into(),
             client_id: Some("next".into()),
             mode: None,
+            attachments: Vec::new(),
         };
         let reps = 2_000u32;
         let started = Instant::now();
@@ -190,6 +192,7 @@ fn parked_turn() -> Vec<NewEvent> {
             client_id: None,
             mode: None,
             schedule: None,
+            attachments: Vec::new(),
         },
         SessionEvent::ModelCallStarted {
             call_id: "m1".into(),
@@ -419,6 +422,7 @@ async fn write_long_session(
                     client_id: None,
                     mode: None,
                     schedule: None,
+                    attachments: Vec::new(),
                 },
                 SessionEvent::TurnFinished {
                     reason: stead_actors::TurnEnd::Completed,
@@ -461,6 +465,7 @@ async fn durable_steps(
                     text: format!("step {i}"),
                     client_id: None,
                     mode: None,
+                    attachments: Vec::new(),
                 },
             )
             .await?;

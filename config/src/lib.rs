@@ -124,6 +124,7 @@ impl Default for Config {
                 tokens_per_min: None,
                 cache: true,
                 guardrails: Vec::new(),
+                images: None,
             }],
             gateway: GatewayConfig::default(),
             cluster: None,
@@ -229,6 +230,7 @@ fn local_embedding_route() -> RouteConfig {
         tokens_per_min: None,
         cache: true,
         guardrails: Vec::new(),
+        images: None,
     }
 }
 

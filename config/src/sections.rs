@@ -83,6 +83,19 @@ impl ArtifactsConfig {
             Some(stead_artifacts::BlobConfig::S3 { bucket, .. }) if bucket.trim().is_empty() => {
                 Some(("artifacts.store.bucket", "must name a bucket"))
             }
+            Some(stead_artifacts::BlobConfig::S3 {
+                access_key_env,
+                secret_key_env,
+                ..
+            }) if [access_key_env, secret_key_env]
+                .iter()
+                .any(|name| name.starts_with("STEAD_")) =>
+            {
+                Some((
+                    "artifacts.store.access_key_env",
+                    "the key variables must not start with STEAD_ (those are configuration)",
+                ))
+            }
             _ => None,
         }
     }

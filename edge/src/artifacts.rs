@@ -14,6 +14,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use stead_actors::Attachment;
 use stead_artifacts::{ArtifactError, BlobStore};
 use stead_persistence::Artifact;
 use utoipa::{IntoParams, ToSchema};
@@ -21,6 +22,7 @@ use uuid::Uuid;
 
 use crate::auth::Caller;
 use crate::views::ErrorBody;
+use crate::wire::AttachmentRef;
 use crate::{ApiError, ApiPath, ApiQuery, AppState, ErrorCode};
 
 /// The artifact store the server writes to, and its size limit.
@@ -97,7 +99,7 @@ fn not_found(id: Uuid) -> ApiError {
 }
 
 /// Uploads the request body as an artifact.
-#[utoipa::path(post, path = "/v1/artifacts", params(UploadQuery), request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "The bytes; `Content-Type` is a hint only (the type is read from them)"), responses((status = 201, body = ArtifactView), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 413, body = ErrorBody), (status = 422, body = ErrorBody), (status = 503, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
+#[utoipa::path(post, path = "/v1/artifacts", params(UploadQuery), request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "The bytes (or a `multipart/form-data` body with the bytes in its `file` field); `Content-Type` is a hint only (the type is read from them)"), responses((status = 201, body = ArtifactView), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 413, body = ErrorBody), (status = 422, body = ErrorBody), (status = 503, body = ErrorBody), (status = 401, description = "Missing or invalid credentials", body = ErrorBody), (status = 403, description = "Not allowed for this credential", body = ErrorBody)))]
 pub async fn upload(
     State(state): State<AppState>,
     Caller(caller): Caller,
@@ -128,16 +130,21 @@ pub async fn upload(
             ApiError::new(ErrorCode::InvalidBody, rejection.body_text())
         }
     })?;
+    let declared = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
+    // A form upload (`multipart/form-data`): the artifact is its `file` field.
+    let (body, declared) = match declared.and_then(|d| multer::parse_boundary(d).ok()) {
+        Some(boundary) => file_field(body, boundary).await?,
+        None => (body, declared.map(str::to_string)),
+    };
     if body.is_empty() {
         return Err(ApiError::new(
             ErrorCode::InvalidRequest,
             "an artifact needs at least one byte",
         ));
     }
-    let declared = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok());
-    let content_type = stead_artifacts::content_type(declared, &body);
+    let content_type = stead_artifacts::content_type(declared.as_deref(), &body);
     let stored = artifacts.blobs.put(body).await.map_err(store_failed)?;
     let artifact = Artifact {
         id: Uuid::now_v7(),
@@ -153,6 +160,28 @@ pub async fn upload(
     };
     state.store.insert_artifact(&artifact).await?;
     Ok((StatusCode::CREATED, Json(artifact.into())))
+}
+
+/// The `file` field of a `multipart/form-data` body, and the type its part declares.
+async fn file_field(body: Bytes, boundary: String) -> Result<(Bytes, Option<String>), ApiError> {
+    let invalid = |e: multer::Error| {
+        ApiError::new(
+            ErrorCode::InvalidBody,
+            format!("the multipart body cannot be read: {e}"),
+        )
+    };
+    let stream = futures_util::stream::once(async move { Ok::<_, std::io::Error>(body) });
+    let mut form = multer::Multipart::new(stream, boundary);
+    while let Some(field) = form.next_field().await.map_err(invalid)? {
+        if field.name() == Some("file") {
+            let declared = field.content_type().map(ToString::to_string);
+            return Ok((field.bytes().await.map_err(invalid)?, declared));
+        }
+    }
+    Err(ApiError::new(
+        ErrorCode::InvalidRequest,
+        "a multipart upload carries the artifact in a field named `file`",
+    ))
 }
 
 /// A single `bytes=` range of a blob of `size` bytes: `None` for none asked (or several,
@@ -291,4 +320,81 @@ pub async fn delete_orphans(state: &AppState, sha256s: &[String]) {
             tracing::warn!(%sha256, %error, "a purged artifact's blob could not be deleted");
         }
     }
+}
+
+/// The most attachments one message may carry.
+pub const MAX_ATTACHMENTS: usize = 8;
+
+/// A message's attachments, checked: each an artifact of `session` (or of its project, uploaded
+/// without a session), at most [`MAX_ATTACHMENTS`]; images only where the session's route has
+/// a model that sees them (else 422 `images_unsupported`, and nothing is journaled).
+pub(crate) async fn attachments(
+    state: &AppState,
+    session: Uuid,
+    refs: &[AttachmentRef],
+) -> Result<Vec<Attachment>, ApiError> {
+    if refs.is_empty() {
+        return Ok(Vec::new());
+    }
+    if refs.len() > MAX_ATTACHMENTS {
+        return Err(ApiError::new(
+            ErrorCode::InvalidRequest,
+            format!("a message may carry {MAX_ATTACHMENTS} attachments"),
+        ));
+    }
+    if state.artifacts.is_none() {
+        return Err(ApiError::new(
+            ErrorCode::InvalidRequest,
+            "this server keeps no artifacts: a message cannot carry attachments",
+        ));
+    }
+    let project = state.store.get_session(session).await?.project_id;
+    let mut out = Vec::with_capacity(refs.len());
+    for (i, reference) in refs.iter().enumerate() {
+        let id = reference.artifact_id;
+        let missing = || {
+            ApiError::new(
+                ErrorCode::InvalidRequest,
+                format!("attachments[{i}]: no artifact {id} in this session"),
+            )
+        };
+        let artifact = match state.store.get_artifact(id).await {
+            Ok(artifact) => artifact,
+            Err(stead_persistence::Error::NotFound(_)) => return Err(missing()),
+            Err(other) => return Err(other.into()),
+        };
+        let ours = match artifact.session_id {
+            Some(owner) => owner == session,
+            None => artifact.project_id == project,
+        };
+        if !ours {
+            return Err(missing());
+        }
+        out.push(Attachment {
+            artifact_id: artifact.id,
+            content_type: artifact.content_type,
+            size: artifact.size,
+            sha256: artifact.sha256,
+        });
+    }
+    if out.iter().any(Attachment::is_image) {
+        let folded = state.sessions.state(session).await?;
+        let agent_route = state
+            .sessions
+            .agent(&folded.agent)
+            .map(|a| a.rules.route.clone())
+            .unwrap_or_default();
+        let route = folded.route(&agent_route).to_string();
+        if state.model_router.route_sees_images(&route) == Some(false) {
+            return Err(ApiError::new(
+                ErrorCode::ImagesUnsupported,
+                format!(
+                    "this session's route `{route}` has no model that sees images; attach \
+                     other files, or fork the session onto a route whose models do \
+                     (docs/multimodal.md)"
+                ),
+            ));
+        }
+    }
+    Ok(out)
 }

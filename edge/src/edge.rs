@@ -10,11 +10,11 @@ use axum::response::{IntoResponse, Response};
 use crate::AppState;
 
 /// The content security policy of every response. The web UI loads its scripts and styles
-/// from `/assets/` and talks to the same origin only (`'self'` covers its WebSockets); no page
-/// may frame it.
+/// from `/assets/` and talks to the same origin only (`'self'` covers its WebSockets); it
+/// shows attachments from `blob:` URLs of bytes it fetched itself; no page may frame it.
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; \
-     style-src 'self'; img-src 'self' data:; connect-src 'self'; object-src 'none'; \
-     base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+     style-src 'self'; img-src 'self' data: blob:; media-src 'self' blob:; connect-src 'self'; \
+     object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 
 pub async fn guard(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let cors = crate::cors::listed_origin(&state.auth, request.headers());

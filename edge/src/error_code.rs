@@ -168,6 +168,8 @@ error_codes! {
     UnknownFilterField = (UNPROCESSABLE_ENTITY, "unknown_filter_field"),
     /// A `block` guardrail of the route found what it looks for (docs/guardrails.md).
     GuardrailBlocked = (UNPROCESSABLE_ENTITY, "guardrail_blocked"),
+    /// The request shows images and no model of its route sees them (docs/multimodal.md).
+    ImagesUnsupported = (UNPROCESSABLE_ENTITY, "images_unsupported"),
     /// A per-key or per-route rate limit.
     RateLimited = (TOO_MANY_REQUESTS, "rate_limited"),
     /// The key's budget is spent.
@@ -222,6 +224,7 @@ impl From<stead_router::RouterErrorCode> for ErrorCode {
             Router::Unavailable => ErrorCode::Unavailable,
             Router::UpstreamFailed => ErrorCode::UpstreamFailed,
             Router::GuardrailBlocked => ErrorCode::GuardrailBlocked,
+            Router::ImagesUnsupported => ErrorCode::ImagesUnsupported,
         }
     }
 }

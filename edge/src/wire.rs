@@ -128,6 +128,14 @@ impl ServerFrame {
     }
 }
 
+/// An artifact a message attaches, by id (an upload's `id`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, TS, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AttachmentRef {
+    #[ts(type = "string")]
+    pub artifact_id: uuid::Uuid,
+}
+
 /// A WebSocket frame from a client.
 #[derive(Debug, Clone, PartialEq, Deserialize, TS)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
@@ -143,6 +151,10 @@ pub enum ClientFrame {
         #[serde(default)]
         #[ts(optional)]
         mode: Option<MessageMode>,
+        /// Artifacts of the session it carries (docs/artifacts.md, "Attachments").
+        #[serde(default)]
+        #[ts(optional, as = "Option<Vec<AttachmentRef>>")]
+        attachments: Vec<AttachmentRef>,
     },
     Approval {
         call_id: CallId,
@@ -259,6 +271,8 @@ pub fn typescript() -> String {
         declaration::<RequestedCall>(&cfg),
         declaration::<Overrides>(&cfg),
         declaration::<SeenTool>(&cfg),
+        declaration::<stead_actors::Attachment>(&cfg),
+        declaration::<AttachmentRef>(&cfg),
         declaration::<stead_actors::CatchUp>(&cfg),
         declaration::<stead_actors::events::ParentRef>(&cfg),
         declaration::<stead_actors::events::RootMessage>(&cfg),

@@ -399,6 +399,7 @@ impl Runner {
             text: user.to_string(),
             client_id: None,
             mode: None,
+            attachments: Vec::new(),
         };
         let before = self
             .sessions

@@ -33,6 +33,7 @@ fn user(text: &str) -> SessionEvent {
         client_id: None,
         mode: None,
         schedule: None,
+        attachments: Vec::new(),
     }
 }
 

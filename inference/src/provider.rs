@@ -76,6 +76,11 @@ impl Provider for OnnxProvider {
         "onnx"
     }
 
+    /// The engine's models read text only.
+    fn sees_images(&self, _model: &str) -> bool {
+        false
+    }
+
     fn metrics(&self) -> Vec<ProviderMetric> {
         let s = self.pool.prefix_stats();
         let model = self.pool.model_name().to_string();
@@ -150,6 +155,16 @@ impl Provider for OnnxProvider {
 
     async fn chat(&self, call: ProviderCall<'_>) -> Result<ProviderReply, ProviderError> {
         let request = call.request;
+        if request.has_images() {
+            // A route that says `images = true` over the local engine: refused, never ignored.
+            return Err(ProviderError::new(
+                FailureKind::Invalid,
+                format!(
+                    "provider `{}`: the local model does not see images",
+                    self.name
+                ),
+            ));
+        }
         let params = &request.params;
         let defaults = SamplingParams::default();
         let sampling = SamplingParams {
@@ -222,6 +237,11 @@ impl Provider for OnnxEmbeddingProvider {
 
     fn system(&self) -> &str {
         "onnx"
+    }
+
+    /// The engine's models read text only.
+    fn sees_images(&self, _model: &str) -> bool {
+        false
     }
 
     async fn chat(&self, _call: ProviderCall<'_>) -> Result<ProviderReply, ProviderError> {

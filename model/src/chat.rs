@@ -28,6 +28,39 @@ pub struct ChatMessage {
     /// For `role = tool`: the call this message answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+    /// Images the message shows the model, after its text (docs/multimodal.md). A route whose
+    /// models see none refuses a request that carries any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<Image>,
+}
+
+/// An image in a message: a `data:` URL carrying its bytes in base64, or an `https:` URL the
+/// provider fetches itself (Stead never fetches one).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Image {
+    pub url: String,
+    /// OpenAI's `detail` (`low`, `high`, `auto`), passed on where the API has it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+impl Image {
+    /// An image from its bytes' base64 and their media type.
+    pub fn base64(media_type: &str, base64: &str) -> Self {
+        Image {
+            url: format!("data:{media_type};base64,{base64}"),
+            detail: None,
+        }
+    }
+
+    /// A `data:` URL's media type and base64 payload; `None` for a remote URL (or a `data:`
+    /// URL that is not base64).
+    pub fn data(&self) -> Option<(&str, &str)> {
+        let rest = self.url.strip_prefix("data:")?;
+        let (header, payload) = rest.split_once(',')?;
+        let media_type = header.strip_suffix(";base64")?;
+        Some((media_type, payload))
+    }
 }
 
 impl ChatMessage {
@@ -37,6 +70,7 @@ impl ChatMessage {
             content: content.into(),
             tool_calls: Vec::new(),
             tool_call_id: None,
+            images: Vec::new(),
         }
     }
 
@@ -46,6 +80,13 @@ impl ChatMessage {
 
     pub fn user(content: impl Into<String>) -> Self {
         Self::new(Role::User, content)
+    }
+}
+
+impl crate::provider::RouterRequest {
+    /// Whether any message shows an image.
+    pub fn has_images(&self) -> bool {
+        self.messages.iter().any(|m| !m.images.is_empty())
     }
 }
 

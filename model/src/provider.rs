@@ -204,6 +204,13 @@ pub trait Provider: Send + Sync + 'static {
         let _ = (model, request);
         None
     }
+    /// Whether `model` sees images in messages (`ChatMessage::images`). Remote APIs: yes, by
+    /// default (a route says otherwise with `images = false`); the local engine's text models
+    /// answer no.
+    fn sees_images(&self, model: &str) -> bool {
+        let _ = model;
+        true
+    }
     /// Figures of the provider's own for `/metrics` (the local engine's prefix cache); none
     /// by default.
     fn metrics(&self) -> Vec<ProviderMetric> {

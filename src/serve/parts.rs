@@ -27,11 +27,16 @@ pub(super) fn evals(
 pub(super) fn artifacts(
     config: &Config,
 ) -> anyhow::Result<Option<Arc<stead_http::artifacts::Artifacts>>> {
-    let store = config.artifacts.blob_config(&config.server.data_dir);
-    let blobs = stead_artifacts::BlobStore::open(&store).context("open the artifact store")?;
+    let blobs = blobs(config)?;
     tracing::info!(store = ?blobs, "artifact store");
     Ok(Some(Arc::new(stead_http::artifacts::Artifacts {
         blobs,
         max_bytes: config.artifacts.max_bytes,
     })))
+}
+
+/// The artifact store's blobs (the edge writes them; sessions read their attachments).
+pub(super) fn blobs(config: &Config) -> anyhow::Result<stead_artifacts::BlobStore> {
+    let store = config.artifacts.blob_config(&config.server.data_dir);
+    stead_artifacts::BlobStore::open(&store).context("open the artifact store")
 }

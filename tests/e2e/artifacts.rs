@@ -244,6 +244,43 @@ async fn artifacts_are_typed_ranged_scoped_and_purged(database: Option<&str>) {
     assert_eq!(listed["artifacts"].as_array().unwrap().len(), 2, "{listed}");
     let text_sha = text.json()["sha256"].as_str().unwrap().to_string();
 
+    // A form upload: the `file` field is the artifact (its declared type a hint as ever); a
+    // form without one is refused.
+    let form = |file: bool| {
+        let mut body =
+            b"--XB\r\nContent-Disposition: form-data; name=\"note\"\r\n\r\nhello\r\n".to_vec();
+        if file {
+            body.extend_from_slice(b"--XB\r\nContent-Disposition: form-data; name=\"file\"; filename=\"x.png\"\r\nContent-Type: text/html\r\n\r\n");
+            body.extend_from_slice(PNG);
+            body.extend_from_slice(b"\r\n");
+        }
+        body.extend_from_slice(b"--XB--\r\n");
+        body
+    };
+    let multipart = [("content-type", "multipart/form-data; boundary=XB")];
+    let formed = send(
+        &server,
+        post.clone(),
+        &other_path,
+        Some(&other_token),
+        &multipart,
+        form(true),
+    )
+    .await;
+    assert_eq!(formed.status, 201, "{}", formed.json());
+    assert_eq!(formed.json()["content_type"], "image/png");
+    assert_eq!(formed.json()["sha256"], sha.as_str());
+    let fileless = send(
+        &server,
+        post.clone(),
+        &other_path,
+        Some(&other_token),
+        &multipart,
+        form(false),
+    )
+    .await;
+    assert_eq!(fileless.status, 422, "{}", fileless.json());
+
     // Purged: the session's artifacts go, the blob only it named goes, the shared one stays.
     let (status, purged) = server
         .call("DELETE", &format!("/v1/sessions/{id}?purge=true"), None)

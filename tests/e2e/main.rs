@@ -22,6 +22,7 @@
 
 mod architecture;
 mod artifacts;
+mod artifacts_s3;
 mod chaos;
 mod cli;
 mod clients;
@@ -38,6 +39,7 @@ mod guardrails_tools;
 mod knowledge;
 mod knowledge_checks;
 mod mcp;
+mod multimodal;
 mod replay;
 mod schedules;
 mod schemathesis;

@@ -65,6 +65,7 @@ async fn a_session_answers_with_the_real_model() {
     let router = stead_router::Router::new(&routes, Default::default(), &providers, None).unwrap();
     let model = Arc::new(stead_agents::models::SessionModel {
         router: Arc::new(router),
+        blobs: None,
     });
     let registry = SessionRegistry::new(store.clone(), model, vec![agent]);
     let id = store
@@ -80,6 +81,7 @@ async fn a_session_answers_with_the_real_model() {
                 text: "What is the capital of France?".into(),
                 client_id: None,
                 mode: None,
+                attachments: Vec::new(),
             },
         )
         .await

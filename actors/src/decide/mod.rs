@@ -48,7 +48,8 @@ pub fn decide(
             text,
             client_id,
             mode,
-        } => next.user_message(text, client_id, mode)?,
+            attachments,
+        } => next.user_message(text, attachments, client_id, mode)?,
         Input::ModelFinished { call_id, output } => next.model_finished(call_id, output)?,
         Input::ModelFailed { call_id, error } => next.model_failed(call_id, error)?,
         Input::ModelBudgetExceeded { call_id, refusal } => {

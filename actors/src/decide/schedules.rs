@@ -188,6 +188,7 @@ impl Planner<'_> {
             client_id: None,
             mode: None,
             schedule: Some(key.to_string()),
+            attachments: Vec::new(),
         });
     }
 }

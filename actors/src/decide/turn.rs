@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use super::{Action, ModelOutput, Planner, Refusal};
-use crate::events::{MessageMode, RequestedCall, SeenTool, SessionEvent, TurnEnd};
+use crate::events::{Attachment, MessageMode, RequestedCall, SeenTool, SessionEvent, TurnEnd};
 use stead_model::CallId;
 
 impl Planner<'_> {
@@ -13,6 +13,7 @@ impl Planner<'_> {
     pub(super) fn user_message(
         &mut self,
         text: String,
+        attachments: Vec<Attachment>,
         client_id: Option<String>,
         mode: Option<MessageMode>,
     ) -> Result<(), Refusal> {
@@ -29,6 +30,7 @@ impl Planner<'_> {
                 client_id,
                 mode: None,
                 schedule: None,
+                attachments,
             });
             return Ok(());
         };
@@ -39,6 +41,7 @@ impl Planner<'_> {
                 client_id,
                 mode: None,
                 schedule: None,
+                attachments,
             }),
             MessageMode::DropIfBusy => return Err(Refusal::Busy),
             MessageMode::Steer => self.push(SessionEvent::UserMessage {
@@ -46,6 +49,7 @@ impl Planner<'_> {
                 client_id,
                 mode: Some(MessageMode::Steer),
                 schedule: None,
+                attachments,
             }),
             MessageMode::Interrupt => {
                 // The running turn stops as a cancel stops it; the message goes ahead of
@@ -60,6 +64,7 @@ impl Planner<'_> {
                     client_id,
                     mode: Some(MessageMode::Interrupt),
                     schedule: None,
+                    attachments,
                 });
                 self.push(SessionEvent::TurnCancelled { reason });
             }

@@ -54,12 +54,14 @@ fn recorded_input(event: &SessionEvent, next: Option<&SessionEvent>) -> Option<I
             text,
             client_id,
             mode,
+            attachments,
             ..
         } => Input::UserMessage {
             text,
             client_id,
             // What was recorded, whatever the agent's default is now.
             mode: Some(mode.unwrap_or_default()),
+            attachments,
         },
         SessionEvent::ModelCallFinished {
             call_id,

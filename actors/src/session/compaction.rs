@@ -145,7 +145,10 @@ async fn summarise(
             .clone()
             .unwrap_or_else(|| request.route.clone()),
         system_prompt: context::SUMMARY_INSTRUCTION.to_string(),
-        transcript: vec![TranscriptEntry::User { text: input }],
+        transcript: vec![TranscriptEntry::User {
+            text: input,
+            attachments: Vec::new(),
+        }],
         tools: Vec::new(),
         principal: request.principal.clone(),
         metadata: request.metadata.clone(),

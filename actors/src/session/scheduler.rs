@@ -432,6 +432,7 @@ async fn start_occurrence(
         text,
         client_id: Some(occurrence_client_id(&row.key, firing.due_at)),
         mode: None,
+        attachments: Vec::new(),
     };
     match registry.send(id, message).await {
         // Delivered, or delivered by an earlier try; or the session was closed already.

@@ -4,9 +4,10 @@
 use serde_json::{json, Value};
 use stead_model::CallId;
 
-use super::{CallState, CallStatus, SessionState, TranscriptEntry};
+use super::{CallState, CallStatus, SessionState, TranscriptEntry, Turn};
 use crate::events::{
-    ApprovalScope, Compaction, MessageMode, Overrides, RequestedCall, SessionEvent, Usage,
+    ApprovalScope, Attachment, Compaction, MessageMode, Overrides, RequestedCall, SessionEvent,
+    Usage,
 };
 
 impl SessionState {
@@ -35,7 +36,14 @@ impl SessionState {
                 client_id,
                 mode,
                 schedule,
-            } => self.user_message(text, client_id.as_deref(), *mode, schedule.as_ref()),
+                attachments,
+            } => self.user_message(
+                text,
+                attachments,
+                client_id.as_deref(),
+                *mode,
+                schedule.as_ref(),
+            ),
             SessionEvent::ModelCallStarted { call_id, .. } => self.model_call_started(call_id),
             SessionEvent::ModelCallFinished {
                 text,
@@ -162,6 +170,7 @@ impl SessionState {
     fn user_message(
         &mut self,
         text: &str,
+        attachments: &[Attachment],
         client_id: Option<&str>,
         mode: Option<MessageMode>,
         schedule: Option<&String>,
@@ -169,22 +178,28 @@ impl SessionState {
         if let Some(id) = client_id {
             self.client_ids.insert(id.to_string());
         }
+        let attachments = attachments.to_vec();
         match (&mut self.turn, mode) {
-            (None, _) => self.start_turn(text.to_string()),
+            (None, _) => self.start_turn(text.to_string(), attachments),
             // Ahead of the queue (and of the interrupted turn's steering): the
             // `turn_cancelled` that follows starts it.
             (Some(turn), Some(MessageMode::Interrupt)) => {
-                let steering = std::mem::take(&mut turn.steering);
-                for steer in steering.into_iter().rev() {
-                    self.queue_front(steer);
+                for (steer, files) in take_steering(turn).into_iter().rev() {
+                    self.queue_front(steer, files);
                 }
-                self.queue_front(text.to_string());
+                self.queue_front(text.to_string(), attachments);
             }
-            (Some(turn), Some(MessageMode::Steer)) => turn.steering.push(text.to_string()),
+            (Some(turn), Some(MessageMode::Steer)) => {
+                turn.steering_attachments
+                    .resize(turn.steering.len(), Vec::new());
+                turn.steering.push(text.to_string());
+                turn.steering_attachments.push(attachments);
+            }
             (Some(_), _) => {
                 self.align_queue();
                 self.queued.push_back(text.to_string());
                 self.queued_from.push_back(schedule.cloned());
+                self.queued_attachments.push_back(attachments);
             }
         }
     }
@@ -192,13 +207,10 @@ impl SessionState {
     /// A model call starts: the steering that came while the turn ran joins the transcript.
     fn model_call_started(&mut self, call_id: &str) {
         self.model_calls_total += 1;
-        let steering = self
-            .turn
-            .as_mut()
-            .map(|t| std::mem::take(&mut t.steering))
-            .unwrap_or_default();
-        for text in steering {
-            self.transcript.push_back(TranscriptEntry::User { text });
+        let steering = self.turn.as_mut().map(take_steering).unwrap_or_default();
+        for (text, attachments) in steering {
+            self.transcript
+                .push_back(TranscriptEntry::User { text, attachments });
         }
         if let Some(turn) = &mut self.turn {
             turn.model_calls += 1;
@@ -369,6 +381,7 @@ impl SessionState {
         self.turn = None;
         self.queued.clear();
         self.queued_from.clear();
+        self.queued_attachments.clear();
     }
 
     fn forked(&mut self, from: &str, at: i64, overrides: &Overrides, principal: Option<&String>) {
@@ -399,15 +412,26 @@ impl SessionState {
     /// The turn ended: steering no model call took becomes the next turn's message, and the
     /// next queued message starts its turn.
     fn turn_ended(&mut self) {
-        if let Some(turn) = self.turn.take() {
-            for text in turn.steering.into_iter().rev() {
-                self.queue_front(text);
+        if let Some(mut turn) = self.turn.take() {
+            for (text, attachments) in take_steering(&mut turn).into_iter().rev() {
+                self.queue_front(text, attachments);
             }
         }
         self.align_queue();
         if let Some(next) = self.queued.pop_front() {
             self.queued_from.pop_front();
-            self.start_turn(next);
+            let attachments = self.queued_attachments.pop_front().unwrap_or_default();
+            self.start_turn(next, attachments);
         }
     }
+}
+
+/// The turn's steering messages with their attachments, taken out of it.
+fn take_steering(turn: &mut Turn) -> Vec<(String, Vec<Attachment>)> {
+    let texts = std::mem::take(&mut turn.steering);
+    let mut files = std::mem::take(&mut turn.steering_attachments).into_iter();
+    texts
+        .into_iter()
+        .map(|text| (text, files.next().unwrap_or_default()))
+        .collect()
 }

@@ -7,7 +7,7 @@ use stead_persistence::SessionStatus;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::events::{Overrides, RequestedCall, SeenTool, Usage};
+use crate::events::{Attachment, Overrides, RequestedCall, SeenTool, Usage};
 use stead_model::CallId;
 
 mod apply;
@@ -18,6 +18,9 @@ mod apply;
 pub enum TranscriptEntry {
     User {
         text: String,
+        /// Files the message carries (by reference).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        attachments: Vec<Attachment>,
     },
     Assistant {
         text: String,
@@ -90,6 +93,10 @@ pub struct Turn {
     /// (or, if it ends first, start the next turn).
     #[serde(default)]
     pub steering: Vec<String>,
+    /// The attachments of each of `steering`, in the same order (empty in snapshots from
+    /// before attachments: none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steering_attachments: Vec<Vec<Attachment>>,
     /// Replies of this turn rejected as unusable (`reply_rejected`): while any is, the next
     /// model call is a repair call (no tools, an instruction to answer).
     #[serde(default)]
@@ -149,6 +156,9 @@ pub struct SessionState {
     /// The schedule each of `queued` came from (`None`: not a schedule's), in the same order:
     /// a schedule with a firing still queued does not fire again (docs/schedules.md).
     pub queued_from: VecDeque<Option<String>>,
+    /// The attachments of each of `queued`, in the same order (kept aligned like
+    /// `queued_from`).
+    pub queued_attachments: VecDeque<Vec<Attachment>>,
     /// When the session's schedules fired in the hour up to the latest firing (the window of
     /// `schedules.max_firings_per_hour`).
     pub recent_firings: VecDeque<chrono::DateTime<chrono::Utc>>,
@@ -262,19 +272,24 @@ impl SessionState {
     }
 
     /// Puts a person's message (steering, an interruption) at the head of the queue.
-    fn queue_front(&mut self, text: String) {
+    fn queue_front(&mut self, text: String, attachments: Vec<Attachment>) {
         self.align_queue();
         self.queued.push_front(text);
         self.queued_from.push_front(None);
+        self.queued_attachments.push_front(attachments);
     }
 
-    /// A snapshot from before `queued_from` existed has no source for its queued messages:
-    /// they count as no schedule's.
+    /// A snapshot from before `queued_from` (or `queued_attachments`) existed has no source
+    /// (or attachments) for its queued messages: they count as no schedule's, with none.
     fn align_queue(&mut self) {
         while self.queued_from.len() < self.queued.len() {
             self.queued_from.push_front(None);
         }
         self.queued_from.truncate(self.queued.len());
+        while self.queued_attachments.len() < self.queued.len() {
+            self.queued_attachments.push_front(Vec::new());
+        }
+        self.queued_attachments.truncate(self.queued.len());
     }
 
     /// Whether a firing of schedule `key` waits in the queue.
@@ -282,8 +297,9 @@ impl SessionState {
         self.queued_from.iter().any(|k| k.as_deref() == Some(key))
     }
 
-    fn start_turn(&mut self, text: String) {
-        self.transcript.push_back(TranscriptEntry::User { text });
+    fn start_turn(&mut self, text: String, attachments: Vec<Attachment>) {
+        self.transcript
+            .push_back(TranscriptEntry::User { text, attachments });
         self.turn = Some(Turn {
             started_seq: self.last_seq,
             ..Turn::default()

@@ -384,6 +384,7 @@ fn crash_child() {
                                 text: format!("turn {users}"),
                                 client_id: None,
                                 mode: None,
+                                attachments: Vec::new(),
                             },
                         )
                         .await;

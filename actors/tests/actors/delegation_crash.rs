@@ -214,6 +214,7 @@ async fn drive(
             text: format!("Explain the sky, and write a line ({users})."),
             client_id: Some(format!("turn-{users}")),
             mode: None,
+            attachments: Vec::new(),
         };
         let _ = registry.send(lead, message).await;
         busy = true;

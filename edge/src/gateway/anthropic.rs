@@ -7,7 +7,8 @@
 //!
 //! Understood: `system` (text or text blocks), `messages` with text, `tool_use` and
 //! `tool_result` blocks, `tools`, `tool_choice` (`auto`, `any`, `tool`, `none`), `max_tokens`,
-//! `temperature`, `top_p`, `stop_sequences`, `stream`. Images and documents are refused;
+//! `temperature`, `top_p`, `stop_sequences`, `stream`; `image` blocks in user turns (a `base64`
+//! or `url` source, docs/multimodal.md). Documents are refused;
 //! `metadata`, `top_k`, `thinking` and other fields are ignored.
 
 use axum::body::Body;
@@ -161,9 +162,36 @@ fn convert_turn(turn: &Value, out: &mut Vec<Value>) -> Result<(), FormatError> {
     };
     let mut text = String::new();
     let mut calls = Vec::new();
+    let mut images = Vec::new();
     for (j, block) in blocks.iter().enumerate() {
         match block["type"].as_str() {
             Some("text") => text.push_str(block["text"].as_str().unwrap_or_default()),
+            Some("image") if role == "user" => {
+                let source = &block["source"];
+                let url = match (source["type"].as_str(), source["url"].as_str()) {
+                    (Some("base64"), _) => {
+                        let (Some(media_type), Some(data)) =
+                            (source["media_type"].as_str(), source["data"].as_str())
+                        else {
+                            return Err(format!(
+                                "content[{j}]: a base64 image source needs `media_type` and `data`"
+                            )
+                            .into());
+                        };
+                        completions::image_from_base64(media_type, data)
+                            .map_err(|e| e.within(format!("content[{j}]")))?
+                            .url
+                    }
+                    (Some("url"), Some(url)) => url.to_string(),
+                    _ => {
+                        return Err(format!(
+                            "content[{j}]: an image block's `source` must be {{\"type\":\"base64\",…}} or {{\"type\":\"url\",\"url\":…}}"
+                        )
+                        .into())
+                    }
+                };
+                images.push(json!({ "type": "image_url", "image_url": { "url": url } }));
+            }
             Some("tool_use") if role == "assistant" => {
                 let (Some(id), Some(name)) = (block["id"].as_str(), block["name"].as_str()) else {
                     return Err(format!("content[{j}]: a tool_use block needs `id` and `name`").into());
@@ -203,7 +231,11 @@ fn convert_turn(turn: &Value, out: &mut Vec<Value>) -> Result<(), FormatError> {
             None => return Err(format!("content[{j}]: a block needs a `type`").into()),
         }
     }
-    if !text.is_empty() || !calls.is_empty() {
+    if !images.is_empty() {
+        let mut parts = vec![json!({ "type": "text", "text": text })];
+        parts.extend(images);
+        out.push(json!({ "role": role, "content": parts }));
+    } else if !text.is_empty() || !calls.is_empty() {
         let mut message = json!({ "role": role, "content": text });
         if !calls.is_empty() {
             message["tool_calls"] = Value::Array(calls);

@@ -6,7 +6,8 @@
 //! Understood: `input` (a string, or items: messages with `input_text`/`output_text` parts,
 //! `function_call` and `function_call_output`; `reasoning` items are skipped), `instructions`,
 //! `tools` of type `function`, `tool_choice`, `max_output_tokens`, `temperature`, `top_p`,
-//! `stream`. Images, files and built-in tools are refused; `metadata` is echoed; other fields
+//! `stream`; `input_image` parts in user messages (`image_url` a base64 `data:` URL or an `https:`
+//! URL, docs/multimodal.md). Files (`file_id`) and built-in tools are refused; `metadata` is echoed; other fields
 //! are ignored. Errors use Stead's envelope (`{"error":{"code","message"}}`), which the
 //! OpenAI clients read.
 
@@ -109,6 +110,38 @@ pub(crate) fn openai_body(body: &Value) -> Result<Value, FormatError> {
     Ok(Value::Object(out))
 }
 
+/// A message's parts: its text, and its images as chat `image_url` parts.
+fn message_parts(parts: &[Value], role: &str) -> Result<(String, Vec<Value>), FormatError> {
+    let mut text = String::new();
+    let mut images = Vec::new();
+    for (j, part) in parts.iter().enumerate() {
+        match (part["type"].as_str(), part["text"].as_str()) {
+            (Some("input_text" | "output_text" | "text"), Some(piece)) => text.push_str(piece),
+            (Some("refusal"), _) => text.push_str(part["refusal"].as_str().unwrap_or_default()),
+            (Some("input_image"), _) if role == "user" => {
+                let within = |e: FormatError| e.within(format!("content[{j}] (input_image)"));
+                let url = part["image_url"]
+                    .as_str()
+                    .ok_or_else(|| within("`image_url` must be a URL (`file_id` is not supported)".into()))?;
+                let image = completions::parse_image_url(url).map_err(within)?;
+                let mut image_url = json!({ "url": image.url });
+                if let Some(detail) = part["detail"].as_str() {
+                    image_url["detail"] = json!(detail);
+                }
+                images.push(json!({ "type": "image_url", "image_url": image_url }));
+            }
+            (kind, _) => {
+                return Err(format!(
+                    "content[{j}]: `{}` parts are not supported here (text parts, and input_image in user messages, are)",
+                    kind.unwrap_or("untyped")
+                )
+                .into())
+            }
+        }
+    }
+    Ok((text, images))
+}
+
 /// One input item as chat messages. Consecutive `function_call`s join one assistant message
 /// (with the assistant's text before them, if any).
 fn convert_item(item: &Value, out: &mut Vec<Value>) -> Result<(), FormatError> {
@@ -126,29 +159,18 @@ fn convert_item(item: &Value, out: &mut Vec<Value>) -> Result<(), FormatError> {
                 Some(role @ ("user" | "assistant" | "system")) => role,
                 _ => return Err("`role` must be user, assistant, system or developer".into()),
             };
-            let text = match &item["content"] {
-                Value::String(text) => text.clone(),
-                Value::Array(parts) => parts
-                    .iter()
-                    .enumerate()
-                    .map(
-                        |(j, part)| match (part["type"].as_str(), part["text"].as_str()) {
-                            (Some("input_text" | "output_text" | "text"), Some(text)) => Ok(text),
-                            (Some("refusal"), _) => {
-                                Ok(part["refusal"].as_str().unwrap_or_default())
-                            }
-                            (kind, _) => Err(format!(
-                                "content[{j}]: `{}` parts are not supported (text parts are)",
-                                kind.unwrap_or("untyped")
-                            )
-                            .into()),
-                        },
-                    )
-                    .collect::<Result<Vec<_>, FormatError>>()?
-                    .join(""),
+            let (text, images) = match &item["content"] {
+                Value::String(text) => (text.clone(), Vec::new()),
+                Value::Array(parts) => message_parts(parts, role)?,
                 _ => return Err("`content` must be a string or an array of parts".into()),
             };
-            out.push(json!({ "role": role, "content": text }));
+            if images.is_empty() {
+                out.push(json!({ "role": role, "content": text }));
+            } else {
+                let mut parts = vec![json!({ "type": "text", "text": text })];
+                parts.extend(images);
+                out.push(json!({ "role": role, "content": parts }));
+            }
         }
         "function_call" => {
             let (Some(call_id), Some(name)) = (item["call_id"].as_str(), item["name"].as_str())

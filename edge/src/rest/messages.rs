@@ -22,6 +22,11 @@ pub struct PostMessage {
     #[serde(default)]
     #[schema(value_type = Option<String>)]
     mode: Option<MessageMode>,
+    /// Artifacts of the session (or of its project) the message carries, at most 8
+    /// (docs/artifacts.md, "Attachments"): images are shown to a model that sees them.
+    #[serde(default)]
+    #[schema(max_items = 8)]
+    attachments: Vec<crate::wire::AttachmentRef>,
 }
 
 #[derive(Deserialize, IntoParams)]
@@ -71,6 +76,7 @@ pub async fn post_message(
 ) -> Result<Response, ApiError> {
     caller.require_session(state.store.as_ref(), id).await?;
     check_message(&body.text, body.client_id.as_deref())?;
+    let attachments = crate::artifacts::attachments(&state, id, &body.attachments).await?;
     // Attach before sending, so the wait sees every frame the message causes. A session
     // holds at most `max_websockets_per_session` waits at once (each is a subscriber of its
     // actor); past that the message is sent and answered 202 at once, as when a wait runs
@@ -91,6 +97,7 @@ pub async fn post_message(
                 text: body.text,
                 client_id: body.client_id,
                 mode: body.mode,
+                attachments,
             },
         )
         .await?;

@@ -331,14 +331,21 @@ impl Connection {
                 text,
                 client_id,
                 mode,
+                attachments,
             } => {
                 if let Err(error) = check_message(&text, client_id.as_deref()) {
                     return self.send_error(&error).await;
                 }
+                let attachments =
+                    match crate::artifacts::attachments(&self.state, self.id, &attachments).await {
+                        Ok(attachments) => attachments,
+                        Err(error) => return self.send_error(&error).await,
+                    };
                 Input::UserMessage {
                     text,
                     client_id,
                     mode,
+                    attachments,
                 }
             }
             ClientFrame::Approval {

@@ -154,6 +154,7 @@ impl Router {
         let deltas = if streamed { ledger.deltas() } else { None };
         // The route, then requests per minute: the key's, then the route's.
         let key = options.api_key.as_deref();
+        self.check_images(id, &request)?;
         let route = self.admit(id, &request.route, key)?;
         // The key's own rates (a virtual key's `rpm`, `tpm`), beside the installation's.
         self.check_key_limits(id, key).await?;
@@ -467,6 +468,36 @@ impl Router {
 /// The checks every call through a route passes before it runs (chat and embeddings).
 impl Router {
     /// The call's route, once the key's and the route's requests per minute admit it.
+    /// A request showing images to a route none of whose models sees them is refused before
+    /// any limit counts it.
+    fn check_images(&self, id: Uuid, request: &RouterRequest) -> Result<(), RouterError> {
+        let Some(route) = self.routes.get(&request.route) else {
+            return Ok(());
+        };
+        if !request.has_images() || route.targets.iter().any(|t| t.images) {
+            return Ok(());
+        }
+        let models: Vec<String> = route
+            .targets
+            .iter()
+            .map(|t| format!("{}/{}", t.provider_name, t.model))
+            .collect();
+        Err(RouterError {
+            id,
+            code: RouterErrorCode::ImagesUnsupported,
+            message: format!(
+                "route `{}` has no model that sees images ({}); send text only, or use a route \
+                 whose models see images (`images = true`, docs/multimodal.md)",
+                request.route,
+                models.join(", ")
+            ),
+            unquoted: None,
+            retry_after: None,
+            attempts: Vec::new(),
+            budget: None,
+        })
+    }
+
     pub(crate) fn admit(
         &self,
         id: Uuid,

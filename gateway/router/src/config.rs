@@ -25,6 +25,11 @@ pub struct RouteConfig {
     /// The `[[guardrails]]` its requests pass, in order (docs/guardrails.md).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub guardrails: Vec<String>,
+    /// Whether its models see images (docs/multimodal.md). Unset: each target's provider
+    /// decides — remote providers do, the local engine's text models do not. A request with
+    /// images skips the targets that do not see them, and is refused when none does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images: Option<bool>,
 }
 
 /// One provider's model within a route.

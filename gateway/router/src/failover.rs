@@ -25,6 +25,13 @@ pub(crate) trait Attempt {
         target: &'a Target,
         provider: &'a dyn Provider,
     ) -> impl Future<Output = Tried<Self::Answer>> + Send + 'a;
+
+    /// Whether `target` can take this call at all (a chat showing images: only targets whose
+    /// model sees them); one that cannot is skipped, not tried.
+    fn accepts(&self, target: &Target) -> bool {
+        let _ = target;
+        true
+    }
 }
 
 /// What one try at one target came to.
@@ -53,6 +60,13 @@ impl Router {
         let mut last_error: Option<ProviderError> = None;
         let cooldown = Duration::from_secs_f64(self.gateway.cooldown_secs);
         for target in order {
+            if !attempt.accepts(target) {
+                let mut skipped = attempt_record(target, "skipped", None, 0.0, 0);
+                skipped.error_kind = Some("images".into());
+                skipped.error = Some("its model does not see images".into());
+                attempts.push(skipped);
+                continue;
+            }
             let Some(provider) = &target.provider else {
                 let error = ProviderError::new(
                     FailureKind::Unavailable,
@@ -214,6 +228,10 @@ impl Attempt for ChatAttempt<'_> {
             result,
             streamed_chars: self.produced[before..].chars().count(),
         }
+    }
+
+    fn accepts(&self, target: &Target) -> bool {
+        target.images || !self.request.has_images()
     }
 }
 

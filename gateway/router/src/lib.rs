@@ -156,6 +156,8 @@ pub enum RouterErrorCode {
     Unavailable,
     /// A `block` guardrail of the route found what it looks for (docs/guardrails.md).
     GuardrailBlocked,
+    /// The request shows images and no model of the route sees them (docs/multimodal.md).
+    ImagesUnsupported,
 }
 
 impl RouterErrorCode {
@@ -169,6 +171,7 @@ impl RouterErrorCode {
             RouterErrorCode::UpstreamRejected => "upstream_rejected",
             RouterErrorCode::Unavailable => "unavailable",
             RouterErrorCode::GuardrailBlocked => "guardrail_blocked",
+            RouterErrorCode::ImagesUnsupported => "images_unsupported",
         }
     }
 
@@ -317,7 +320,13 @@ impl Router {
                     .or_else(|| gateway.prices.get(&target.model))
                     .copied()
                     .unwrap_or_default();
+                let images = route.images.unwrap_or_else(|| {
+                    provider
+                        .as_ref()
+                        .is_some_and(|p| p.sees_images(&target.model))
+                });
                 targets.push(Target {
+                    images,
                     provider_name: target.provider.clone(),
                     provider: provider.clone(),
                     model: target.model.clone(),
@@ -424,6 +433,13 @@ impl Router {
     }
 
     /// The route names, sorted.
+    /// Whether some model of `route` sees images (`None`: no such route).
+    pub fn route_sees_images(&self, route: &str) -> Option<bool> {
+        self.routes
+            .get(route)
+            .map(|r| r.targets.iter().any(|t| t.images))
+    }
+
     pub fn route_names(&self) -> Vec<String> {
         let mut names: Vec<String> = self.routes.keys().cloned().collect();
         names.sort();

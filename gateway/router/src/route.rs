@@ -19,6 +19,8 @@ pub(crate) struct Target {
     pub(crate) config: TargetConfig,
     pub(crate) breaker: Arc<Breaker>,
     pub(crate) price: Price,
+    /// Whether its model sees images (`[[routes]] images`, else the provider's own answer).
+    pub(crate) images: bool,
 }
 
 pub(crate) struct Route {

@@ -104,13 +104,37 @@ impl Router {
         }
         serde_json::json!({
             "request": {
-                "messages": request.messages,
+                "messages": logged_messages(&request.messages),
                 "tools": request.tools,
                 "params": request.params,
             },
             "response": response.unwrap_or(Value::Null),
         })
     }
+}
+
+/// Messages as the request log keeps them: an image's bytes are not logged, only its type and
+/// size (`data:image/png;base64,[1234 bytes]`).
+pub(crate) fn logged_messages(messages: &[crate::chat::ChatMessage]) -> Value {
+    let mut value = serde_json::to_value(messages).unwrap_or(Value::Null);
+    let images = value
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m.get_mut("images").and_then(Value::as_array_mut))
+        .flatten();
+    for image in images {
+        let shown = image["url"].as_str().and_then(|url| {
+            let (head, data) = url.split_once(";base64,")?;
+            let padding = data.bytes().rev().take_while(|b| *b == b'=').count();
+            let bytes = (data.len() / 4 * 3).saturating_sub(padding);
+            Some(format!("{head};base64,[{bytes} bytes]"))
+        });
+        if let Some(shown) = shown {
+            image["url"] = Value::String(shown);
+        }
+    }
+    value
 }
 
 /// What a running call has committed to, shared by the call and its guard: whether it was
@@ -238,8 +262,12 @@ impl Drop for Abandonment<'_> {
     }
 }
 
+/// What one image counts as in [`prompt_bound`]: above what the vision APIs charge for one
+/// (OpenAI's high detail tops out near 1,100 tokens, Anthropic's near 1,600 after resizing).
+pub(crate) const IMAGE_TOKEN_BOUND: usize = 2_000;
+
 /// An upper bound of the request's prompt tokens: every token is at least one byte, plus a
-/// margin per message for the chat template.
+/// margin per message for the chat template, plus [`IMAGE_TOKEN_BOUND`] per image.
 pub(crate) fn prompt_bound(request: &RouterRequest) -> u64 {
     let messages: usize = request
         .messages
@@ -250,6 +278,7 @@ pub(crate) fn prompt_bound(request: &RouterRequest) -> u64 {
                     .iter()
                     .map(|c| c.name.len() + c.arguments.len() + 16)
                     .sum::<usize>()
+                + m.images.len() * IMAGE_TOKEN_BOUND
                 + 16
         })
         .sum();

@@ -35,6 +35,7 @@ pub mod external;
 #[cfg(feature = "actors")]
 pub mod model;
 pub mod ops;
+pub mod s3;
 pub mod stead;
 pub mod upstream;
 mod upstream_anthropic;

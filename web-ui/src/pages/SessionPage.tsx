@@ -10,6 +10,7 @@ import { useSteadSession } from "@stead/react";
 import { useState } from "react";
 
 import { forgetTokens, operator, sessionToken } from "../credentials";
+import { MessageAttachments, PendingAttachments, usePendingFiles } from "./Attachments";
 import { AddToDataset, RateReply } from "./CaseForms";
 import { ChildApprovals } from "./ChildApprovals";
 import { MarkedResult, Verdicts } from "./Guardrails";
@@ -191,6 +192,15 @@ export function SessionPage({ id }: { id: string }) {
   const session = useSteadSession(id, { token, onRefused: () => forgetTokens([id]) });
   const creds = token ? { bearer: token } : operator();
   const [text, setText] = useState("");
+  // Files for the next message: picked, dropped on the composer or pasted into it.
+  const pending = usePendingFiles(id, creds);
+  const [dropping, setDropping] = useState(false);
+  const sendNow = (mode?: "interrupt") => {
+    const ids = pending.files.map((f) => f.id);
+    if (!text.trim() || pending.uploading > 0 || !session.send(text.trim(), mode, ids)) return;
+    setText("");
+    pending.clear();
+  };
   // The user message whose "Add to dataset" form is open.
   const [caseAt, setCaseAt] = useState<number | null>(null);
   const busy = session.status === "running" || session.status === "awaiting_approval";
@@ -213,6 +223,7 @@ export function SessionPage({ id }: { id: string }) {
         >
           {m.text}
         </p>
+        {m.attachments && <MessageAttachments creds={creds} attachments={m.attachments} />}
         {m.role === "user" && (
           <button
             type="button"
@@ -274,17 +285,36 @@ export function SessionPage({ id }: { id: string }) {
         </p>
       )}
       <form
-        className="composer"
+        className={`composer${dropping ? " dropping" : ""}`}
+        aria-label="Composer"
         onSubmit={(e) => {
           e.preventDefault();
-          if (text.trim() && session.send(text.trim())) setText("");
+          sendNow();
+        }}
+        onDragOver={(e) => {
+          if (!e.dataTransfer.types.includes("Files")) return;
+          e.preventDefault();
+          setDropping(true);
+        }}
+        onDragLeave={() => setDropping(false)}
+        onDrop={(e) => {
+          e.preventDefault();
+          setDropping(false);
+          pending.add(e.dataTransfer.files);
         }}
       >
+        <PendingAttachments creds={creds} pending={pending} />
         <label className="grow">
           Message
           <textarea
             value={text}
             onChange={(e) => setText(e.target.value)}
+            onPaste={(e) => {
+              // A pasted screenshot (or file) is attached; pasted text is typed as usual.
+              if (e.clipboardData.files.length === 0) return;
+              e.preventDefault();
+              pending.add(e.clipboardData.files);
+            }}
             rows={2}
             disabled={session.status === "closed" || session.status === "failed"}
             onKeyDown={(e) => {
@@ -303,9 +333,7 @@ export function SessionPage({ id }: { id: string }) {
             type="button"
             disabled={session.connection !== "open" || !text.trim()}
             title="Cancel the running turn and start a new one with this message"
-            onClick={() => {
-              if (text.trim() && session.send(text.trim(), "interrupt")) setText("");
-            }}
+            onClick={() => sendNow("interrupt")}
           >
             Send now (interrupt)
           </button>

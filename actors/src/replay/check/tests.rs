@@ -142,6 +142,7 @@ impl Recorder {
             text: text.into(),
             client_id: None,
             mode: None,
+            attachments: Vec::new(),
         });
     }
 }

@@ -44,7 +44,8 @@ fn a_compaction_is_journaled_before_the_call_it_is_for_is_issued_again() {
     assert_eq!(
         s.state.transcript.iter().cloned().collect::<Vec<_>>(),
         vec![TranscriptEntry::User {
-            text: "second question".into()
+            text: "second question".into(),
+            attachments: Vec::new(),
         }]
     );
     assert_eq!(

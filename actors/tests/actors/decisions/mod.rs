@@ -167,6 +167,7 @@ fn user(text: &str) -> Input {
         text: text.into(),
         client_id: None,
         mode: None,
+        attachments: Vec::new(),
     }
 }
 

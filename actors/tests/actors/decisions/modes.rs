@@ -12,6 +12,7 @@ fn say(text: &str, mode: Option<MessageMode>) -> Input {
         text: text.into(),
         client_id: None,
         mode,
+        attachments: Vec::new(),
     }
 }
 
@@ -47,7 +48,7 @@ fn user_texts(s: &Session) -> Vec<String> {
         .transcript
         .iter()
         .filter_map(|e| match e {
-            TranscriptEntry::User { text } => Some(text.clone()),
+            TranscriptEntry::User { text, .. } => Some(text.clone()),
             _ => None,
         })
         .collect()

@@ -67,6 +67,7 @@ fn a_schedule_with_a_queued_firing_waits() {
         text: "busy".into(),
         client_id: None,
         mode: None,
+        attachments: Vec::new(),
     })
     .unwrap();
     s.send(Input::SchedulesDue {

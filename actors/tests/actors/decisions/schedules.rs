@@ -294,6 +294,7 @@ fn a_firing_queues_behind_a_running_turn_and_closing_cancels_schedules() {
         text: "busy".into(),
         client_id: None,
         mode: None,
+        attachments: Vec::new(),
     })
     .unwrap();
     // Steering joins the running turn; both firings queue behind it, in due order.
@@ -301,6 +302,7 @@ fn a_firing_queues_behind_a_running_turn_and_closing_cancels_schedules() {
         text: "also this".into(),
         client_id: None,
         mode: Some(MessageMode::Steer),
+        attachments: Vec::new(),
     })
     .unwrap();
     let from = s.journal.len();

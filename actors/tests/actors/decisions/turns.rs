@@ -259,6 +259,7 @@ fn repeated_client_ids_are_applied_once() {
         text: "hi".into(),
         client_id: Some("c-1".into()),
         mode: None,
+        attachments: Vec::new(),
     };
     s.send(first.clone()).unwrap();
     assert_eq!(s.send(first), Err(Refusal::DuplicateClientId));

@@ -82,6 +82,7 @@ async fn an_input_racing_a_passivation_is_applied() {
                     text: format!("message {i}"),
                     client_id: Some(format!("c{i}")),
                     mode: None,
+                    attachments: Vec::new(),
                 },
             )
             .await
@@ -136,6 +137,7 @@ async fn an_input_queued_when_the_actor_ends_goes_to_a_fresh_activation() {
                 text: format!("message {n}"),
                 client_id: Some(format!("c{n}")),
                 mode: None,
+                attachments: Vec::new(),
             };
             registry.send(id, input).await
         })
@@ -205,6 +207,7 @@ async fn passivated_actors_leave_the_registry_without_a_prune() {
                     text: format!("message {i}"),
                     client_id: None,
                     mode: None,
+                    attachments: Vec::new(),
                 },
             )
             .await

@@ -18,6 +18,7 @@ async fn a_stale_actor_is_fenced_out_and_reactivates_from_the_journal() {
         client_id: None,
         mode: None,
         schedule: None,
+        attachments: Vec::new(),
     }
     .to_parts();
     store
@@ -36,6 +37,7 @@ async fn a_stale_actor_is_fenced_out_and_reactivates_from_the_journal() {
                 text: "mine".into(),
                 client_id: None,
                 mode: None,
+                attachments: Vec::new(),
             },
         )
         .await;
@@ -44,7 +46,7 @@ async fn a_stale_actor_is_fenced_out_and_reactivates_from_the_journal() {
     tokio::time::sleep(Duration::from_millis(50)).await;
     let state = registry.state(id).await.unwrap();
     assert!(state.transcript.iter().any(
-        |e| matches!(e, stead_actors::TranscriptEntry::User { text } if text == "from elsewhere")
+        |e| matches!(e, stead_actors::TranscriptEntry::User { text, .. } if text == "from elsewhere")
     ));
     registry.stop_all();
     store.shutdown().await;
@@ -92,6 +94,7 @@ async fn leases_keep_a_session_on_one_node_and_fence_a_stale_one() {
                 text: "from a".into(),
                 client_id: None,
                 mode: None,
+                attachments: Vec::new(),
             },
         )
         .await;

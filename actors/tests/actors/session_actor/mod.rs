@@ -114,6 +114,7 @@ async fn say(registry: &SessionRegistry, id: uuid::Uuid, text: &str) {
                 text: text.into(),
                 client_id: None,
                 mode: None,
+                attachments: Vec::new(),
             },
         )
         .await

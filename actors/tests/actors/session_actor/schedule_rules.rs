@@ -50,6 +50,7 @@ pub(super) async fn say_with(
                 text: text.into(),
                 client_id: None,
                 mode: Some(mode),
+                attachments: Vec::new(),
             },
         )
         .await
@@ -186,7 +187,10 @@ pub(super) fn answered(call_id: &str, text: &str) -> [(String, Value); 3] {
 }
 
 pub(super) fn user(text: &str) -> TranscriptEntry {
-    TranscriptEntry::User { text: text.into() }
+    TranscriptEntry::User {
+        text: text.into(),
+        attachments: Vec::new(),
+    }
 }
 
 async fn recreating_a_schedule_by_key_is_idempotent_and_replace_redefines_it(backend: Backend) {
@@ -334,6 +338,7 @@ async fn missed_occurrences_follow_the_catch_up_rule_on_a_real_store(backend: Ba
         client_id: None,
         mode: None,
         schedule: Some("tick".into()),
+        attachments: Vec::new(),
     };
     let turn = [
         "model_call_started",

@@ -243,6 +243,7 @@ async fn an_actor_that_keeps_crashing_fails_its_session_with_the_reason_journale
                 text: "again".into(),
                 client_id: None,
                 mode: None,
+                attachments: Vec::new(),
             },
         )
         .await;

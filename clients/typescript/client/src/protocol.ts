@@ -6,6 +6,7 @@ import type * as Wire from "./generated/wire.js";
 // Generated from the Rust types (edge/src/wire.rs): a Rust test fails when they drift.
 export type {
   ApprovalScope,
+  Attachment,
   ClientFrame,
   ErrorCode,
   Finding,

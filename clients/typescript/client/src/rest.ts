@@ -127,6 +127,16 @@ export interface AuditEntry {
   details: Record<string, unknown>;
 }
 
+/** An uploaded artifact (`POST /v1/artifacts`). */
+export interface Artifact {
+  id: string;
+  sha256: string;
+  size: number;
+  content_type: string;
+  session_id?: string;
+  created_at: string;
+}
+
 export interface Credentials {
   /** Origin of the Stead server; empty: the page's own. */
   baseUrl?: string;
@@ -285,6 +295,30 @@ export const api = {
     call<null>(c, "DELETE", documentPath(collection, id)),
   queryCollection: (c: Credentials, collection: string, body: unknown) =>
     call<KnowledgeQueryAnswer>(c, "POST", `/v1/collections/${encodeURIComponent(collection)}/query`, body),
+  /** Uploads `body` into session `sessionId` (the type is read from the bytes: docs/artifacts.md). */
+  uploadArtifact: async (c: Credentials, sessionId: string, body: Blob): Promise<Artifact> => {
+    const headers: Record<string, string> = {};
+    if (c.bearer) headers.authorization = `Bearer ${c.bearer}`;
+    if (body.type) headers["content-type"] = body.type;
+    const response = await (c.fetch ?? fetch)(`${c.baseUrl ?? ""}/v1/artifacts?session_id=${sessionId}`, {
+      method: "POST",
+      headers,
+      body,
+    });
+    const json: any = await response.json().catch(() => null);
+    if (!response.ok) {
+      throw new ApiError(response.status, json?.error?.code ?? "http_error", json?.error?.message ?? response.statusText);
+    }
+    return json as Artifact;
+  },
+  /** An artifact's bytes (with the credentials: an `<img src>` cannot send them). */
+  artifactBlob: async (c: Credentials, id: string): Promise<Blob> => {
+    const headers: Record<string, string> = {};
+    if (c.bearer) headers.authorization = `Bearer ${c.bearer}`;
+    const response = await (c.fetch ?? fetch)(`${c.baseUrl ?? ""}/v1/artifacts/${id}`, { headers });
+    if (!response.ok) throw new ApiError(response.status, "http_error", response.statusText);
+    return response.blob();
+  },
 };
 
 function query(q: Record<string, string | number | undefined>): URLSearchParams {

@@ -93,10 +93,22 @@ export class SessionConnection {
     return true;
   }
 
-  /** Sends a user message. `clientId` (a fresh one by default) makes a retry apply once. */
-  sendMessage(text: string, options: { mode?: MessageMode; clientId?: string } = {}): boolean {
+  /** Sends a user message. `clientId` (a fresh one by default) makes a retry apply once;
+   * `attachments` are ids of the session's uploaded artifacts (`api.uploadArtifact`). */
+  sendMessage(
+    text: string,
+    options: { mode?: MessageMode; clientId?: string; attachments?: string[] } = {},
+  ): boolean {
     const clientId = options.clientId ?? newClientId();
-    return this.send({ type: "user_message", text, client_id: clientId, ...(options.mode ? { mode: options.mode } : {}) });
+    return this.send({
+      type: "user_message",
+      text,
+      client_id: clientId,
+      ...(options.mode ? { mode: options.mode } : {}),
+      ...(options.attachments?.length
+        ? { attachments: options.attachments.map((artifact_id) => ({ artifact_id })) }
+        : {}),
+    });
   }
 
   /** Approves a pending call. `argsHash` (from its `approval_requested`) binds the decision to

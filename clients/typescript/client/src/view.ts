@@ -3,7 +3,7 @@
 // offset, so a resume that sends the stream again from offset 0 neither duplicates nor loses
 // text). `useSteadSession` runs it; the tests drive it directly.
 
-import type { GuardrailCheck, JournalEvent, ServerFrame, SessionStatus } from "./protocol.js";
+import type { Attachment, GuardrailCheck, JournalEvent, ServerFrame, SessionStatus } from "./protocol.js";
 
 export interface ChatEntry {
   /** Stable key: `u{seq}` for user messages, the model call id for assistant text. */
@@ -16,6 +16,8 @@ export interface ChatEntry {
   fallback?: boolean;
   /** A compaction's count of earlier turns summarised or dropped. */
   turns?: number;
+  /** A user message's files, by reference (docs/artifacts.md). */
+  attachments?: Attachment[];
 }
 
 export type ToolStatus =
@@ -212,7 +214,16 @@ function apply(view: SessionView, event: JournalEvent): SessionView {
   const p = event.payload as Record<string, any>;
   switch (event.kind) {
     case "user_message":
-      next.entries = [...next.entries, { id: `u${event.seq}`, role: "user", text: p.text, seq: event.seq }];
+      next.entries = [
+        ...next.entries,
+        {
+          id: `u${event.seq}`,
+          role: "user",
+          text: p.text,
+          seq: event.seq,
+          ...(p.attachments?.length ? { attachments: p.attachments } : {}),
+        },
+      ];
       next.status = "running";
       break;
     case "model_call_started":

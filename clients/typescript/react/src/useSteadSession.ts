@@ -63,7 +63,8 @@ export function useSteadSession(id: string, options: SteadSessionOptions = {}) {
   }, [id, options.baseUrl, options.token, options.WebSocket]);
 
   const send = useCallback(
-    (text: string, mode?: MessageMode) => socket.current?.sendMessage(text, { mode }) ?? false,
+    (text: string, mode?: MessageMode, attachments?: string[]) =>
+      socket.current?.sendMessage(text, { mode, attachments }) ?? false,
     [],
   );
   const approve = useCallback(

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::types::{
     finish_reason_str, ChatCompletion, ChatCompletionChunk, ChunkChoice, CompletionChoice, Delta,
-    ProviderRequest, StreamOptions, WireMessage, WireTool, WireToolChoice, WireUsage,
+    ProviderRequest, StreamOptions, WireContent, WireMessage, WireTool, WireToolChoice, WireUsage,
 };
 use crate::chat::{ChatMessage, FinishReason, Role, ToolCall, ToolChoice, Usage};
 use crate::provider::{Params, RouterRequest};
@@ -36,7 +36,7 @@ pub fn provider_body(
     if !continue_from.is_empty() {
         messages.push(WireMessage {
             role: Role::Assistant,
-            content: Some(continue_from.to_string()),
+            content: Some(WireContent::Text(continue_from.to_string())),
             tool_calls: Vec::new(),
             tool_call_id: None,
         });

@@ -4,7 +4,7 @@
 use serde_json::{json, Map, Value};
 
 use super::FormatError;
-use crate::chat::{ChatMessage, Role, ToolCall, ToolChoice, ToolSpec};
+use crate::chat::{ChatMessage, Image, Role, ToolCall, ToolChoice, ToolSpec};
 use crate::provider::{Params, RouterRequest};
 
 /// The fields a request may carry that the router reads itself (everything else is passed on).
@@ -174,6 +174,7 @@ pub(crate) fn parse_message(message: &Value) -> Result<ChatMessage, FormatError>
         Some("tool") => Role::Tool,
         _ => return Err("`role` must be system, developer, user, assistant or tool".into()),
     };
+    let mut images = Vec::new();
     let content = match &message["content"] {
         Value::Null => String::new(),
         Value::String(text) => text.clone(),
@@ -182,12 +183,26 @@ pub(crate) fn parse_message(message: &Value) -> Result<ChatMessage, FormatError>
             for part in parts {
                 match (part["type"].as_str(), part["text"].as_str()) {
                     (Some("text"), Some(piece)) => text.push_str(piece),
-                    _ => return Err("only text content parts are supported".into()),
+                    (Some("image_url"), _) if role == Role::User => {
+                        let (url, detail) = match &part["image_url"] {
+                            Value::String(url) => (Some(url.as_str()), None),
+                            object => (object["url"].as_str(), object["detail"].as_str()),
+                        };
+                        let url = url.ok_or("an `image_url` part needs `image_url.url`")?;
+                        images.push(Image {
+                            detail: detail.map(str::to_string),
+                            ..parse_image_url(url)?
+                        });
+                    }
+                    (Some("image_url"), _) => {
+                        return Err("only user messages may carry images".into())
+                    }
+                    _ => return Err("content parts must be `text` or `image_url`".into()),
                 }
             }
             text
         }
-        _ => return Err("`content` must be a string, an array of text parts or null".into()),
+        _ => return Err("`content` must be a string, an array of parts or null".into()),
     };
     let tool_calls = match &message["tool_calls"] {
         Value::Null => Vec::new(),
@@ -221,7 +236,48 @@ pub(crate) fn parse_message(message: &Value) -> Result<ChatMessage, FormatError>
         content,
         tool_calls,
         tool_call_id,
+        images,
     })
+}
+
+/// The media types an image may have (what every API that sees images takes).
+pub const IMAGE_TYPES: [&str; 4] = ["image/png", "image/jpeg", "image/gif", "image/webp"];
+
+/// An image a caller sent by URL: a base64 `data:` URL of one of [`IMAGE_TYPES`], or an
+/// `https:` URL (passed on for the provider to fetch; Stead fetches nothing).
+pub fn parse_image_url(url: &str) -> Result<Image, FormatError> {
+    if url.starts_with("https://") {
+        return Ok(Image {
+            url: url.to_string(),
+            detail: None,
+        });
+    }
+    let candidate = Image {
+        url: url.to_string(),
+        detail: None,
+    };
+    let Some((media_type, data)) = candidate.data() else {
+        return Err("an image must be a base64 `data:` URL or an `https:` URL".into());
+    };
+    image_from_base64(media_type, data)
+}
+
+/// An image from its media type and base64 bytes, both checked.
+pub fn image_from_base64(media_type: &str, data: &str) -> Result<Image, FormatError> {
+    if !IMAGE_TYPES.contains(&media_type) {
+        return Err(format!(
+            "an image's type must be one of {} (not `{media_type}`)",
+            IMAGE_TYPES.join(", ")
+        )
+        .into());
+    }
+    let base64 = data
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='));
+    if data.is_empty() || !base64 {
+        return Err("an image's data must be non-empty base64".into());
+    }
+    Ok(Image::base64(media_type, data))
 }
 
 pub(crate) fn parse_tool(tool: &Value) -> Result<ToolSpec, FormatError> {

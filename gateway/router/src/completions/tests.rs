@@ -359,3 +359,81 @@ mod fuzz {
         }
     }
 }
+
+#[test]
+fn images_are_read_from_parts_and_written_back_as_parts() {
+    let body = json!({
+        "model": "vision",
+        "messages": [{ "role": "user", "content": [
+            { "type": "text", "text": "What is this?" },
+            { "type": "image_url", "image_url": { "url": "data:image/png;base64,iVBORw0KGgo=", "detail": "low" } },
+            { "type": "image_url", "image_url": "https://example.com/cat.jpg" },
+        ] }],
+    });
+    let parsed = parse_request(&body).unwrap();
+    let message = &parsed.request.messages[0];
+    assert_eq!(message.content, "What is this?");
+    assert_eq!(message.images.len(), 2);
+    assert_eq!(
+        message.images[0].data(),
+        Some(("image/png", "iVBORw0KGgo="))
+    );
+    assert_eq!(message.images[0].detail.as_deref(), Some("low"));
+    assert_eq!(message.images[1].data(), None);
+    let sent = provider_body("m", &parsed.request, None, "", false);
+    assert_eq!(
+        sent["messages"][0]["content"],
+        json!([
+            { "type": "text", "text": "What is this?" },
+            { "type": "image_url", "image_url": { "url": "data:image/png;base64,iVBORw0KGgo=", "detail": "low" } },
+            { "type": "image_url", "image_url": { "url": "https://example.com/cat.jpg" } },
+        ])
+    );
+    // A message without images keeps its plain string content.
+    let plain = provider_body(
+        "m",
+        &RouterRequest {
+            messages: vec![ChatMessage::user("hi")],
+            ..Default::default()
+        },
+        None,
+        "",
+        false,
+    );
+    assert_eq!(plain["messages"][0]["content"], "hi");
+}
+
+#[test]
+fn images_that_cannot_be_sent_are_refused_naming_the_image() {
+    let cases = [
+        (
+            json!({ "role": "user", "content": [{ "type": "image_url", "image_url": { "url": "data:text/html;base64,PGI+" } }] }),
+            "type",
+        ),
+        (
+            json!({ "role": "user", "content": [{ "type": "image_url", "image_url": { "url": "data:image/png;base64,<script>" } }] }),
+            "base64",
+        ),
+        (
+            json!({ "role": "user", "content": [{ "type": "image_url", "image_url": { "url": "http://10.0.0.1/x.png" } }] }),
+            "https",
+        ),
+        (
+            json!({ "role": "user", "content": [{ "type": "image_url", "image_url": {} }] }),
+            "image_url.url",
+        ),
+        (
+            json!({ "role": "assistant", "content": [{ "type": "image_url", "image_url": "https://e.com/a.png" }] }),
+            "user messages",
+        ),
+        (
+            json!({ "role": "user", "content": [{ "type": "input_audio" }] }),
+            "image_url",
+        ),
+    ];
+    for (message, needle) in cases {
+        let body = json!({ "model": "m", "messages": [message] });
+        let error = parse_request(&body).unwrap_err().to_string();
+        assert!(error.contains(needle), "{error} should name {needle}");
+    }
+}

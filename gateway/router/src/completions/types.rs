@@ -10,21 +10,56 @@ use serde_json::{Map, Value};
 use crate::chat::{ChatMessage, FinishReason, Role, ToolCall, ToolChoice, ToolSpec, Usage};
 use crate::provider::Params;
 
-/// One message: `content` is null when an assistant only called tools.
+/// One message: `content` is null when an assistant only called tools, and an array of
+/// `text` and `image_url` parts when the message carries images.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct WireMessage {
     pub role: Role,
-    pub content: Option<String>,
+    pub content: Option<WireContent>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<WireToolCall>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
 }
 
+/// A message's content: its text, or its parts when it shows images.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum WireContent {
+    Text(String),
+    Parts(Vec<WirePart>),
+}
+
+/// One content part.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum WirePart {
+    Text { text: String },
+    ImageUrl { image_url: WireImageUrl },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WireImageUrl {
+    pub url: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
 impl From<&ChatMessage> for WireMessage {
     fn from(message: &ChatMessage) -> Self {
-        let content = if message.tool_calls.is_empty() || !message.content.is_empty() {
-            Some(message.content.clone())
+        let content = if !message.images.is_empty() {
+            let text = (!message.content.is_empty()).then(|| WirePart::Text {
+                text: message.content.clone(),
+            });
+            let images = message.images.iter().map(|image| WirePart::ImageUrl {
+                image_url: WireImageUrl {
+                    url: image.url.clone(),
+                    detail: image.detail.clone(),
+                },
+            });
+            Some(WireContent::Parts(text.into_iter().chain(images).collect()))
+        } else if message.tool_calls.is_empty() || !message.content.is_empty() {
+            Some(WireContent::Text(message.content.clone()))
         } else {
             None
         };

@@ -12,7 +12,7 @@ use serde_json::{json, Map, Value};
 
 use super::openai::{status_error, transport_error};
 use crate::answer::{read_limited, AnswerLimit, MAX_ANSWER_BYTES};
-use crate::chat::{ChatMessage, FinishReason, Role, ToolCall, ToolChoice, Usage};
+use crate::chat::{ChatMessage, FinishReason, Image, Role, ToolCall, ToolChoice, Usage};
 use crate::completions::FormatError;
 use crate::provider::{Chunk, FailureKind, Provider, ProviderCall, ProviderError, ProviderReply};
 
@@ -121,7 +121,11 @@ pub fn provider_body(
     for message in &request.messages {
         match message.role {
             Role::System => {}
-            Role::User => push("user", text_block(&message.content)),
+            Role::User => {
+                let mut blocks = text_block(&message.content);
+                blocks.extend(message.images.iter().map(image_block));
+                push("user", blocks)
+            }
             Role::Tool => push(
                 "user",
                 vec![json!({
@@ -191,6 +195,18 @@ fn text_block(text: &str) -> Vec<Value> {
         Vec::new()
     } else {
         vec![json!({ "type": "text", "text": text })]
+    }
+}
+
+/// An image as a Messages `image` block: a `data:` URL's bytes as a `base64` source, any
+/// other URL as a `url` source.
+pub fn image_block(image: &Image) -> Value {
+    match image.data() {
+        Some((media_type, data)) => json!({
+            "type": "image",
+            "source": {"type": "base64", "media_type": media_type, "data": data},
+        }),
+        None => json!({"type": "image", "source": {"type": "url", "url": image.url}}),
     }
 }
 
@@ -444,12 +460,14 @@ mod tests {
                         arguments: r#"{"tz":"UTC"}"#.into(),
                     }],
                     tool_call_id: None,
+                    images: Vec::new(),
                 },
                 ChatMessage {
                     role: Role::Tool,
                     content: "12:00".into(),
                     tool_calls: vec![],
                     tool_call_id: Some("t1".into()),
+                    images: Vec::new(),
                 },
                 ChatMessage::user("Thanks"),
             ],
@@ -480,6 +498,32 @@ mod tests {
                 "tool_choice": {"type": "any"},
                 "stream": true
             })
+        );
+    }
+
+    #[test]
+    fn images_become_image_blocks_after_the_text() {
+        let request = RouterRequest {
+            messages: vec![ChatMessage {
+                images: vec![
+                    Image::base64("image/jpeg", "/9j/4AAQ"),
+                    Image {
+                        url: "https://example.com/cat.png".into(),
+                        detail: Some("high".into()),
+                    },
+                ],
+                ..ChatMessage::user("What is this?")
+            }],
+            ..Default::default()
+        };
+        let body = provider_body("claude", &request, None, "", false);
+        assert_eq!(
+            body["messages"],
+            json!([{"role": "user", "content": [
+                {"type": "text", "text": "What is this?"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": "/9j/4AAQ"}},
+                {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.png"}},
+            ]}])
         );
     }
 

@@ -26,6 +26,7 @@ mod anthropic;
 mod budgets;
 mod embed;
 mod failover;
+mod images;
 mod limits;
 mod settle;
 

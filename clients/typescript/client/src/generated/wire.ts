@@ -55,6 +55,25 @@ name: string, description: string,
 parameters: unknown, };
 
 /**
+ * A file a user message carries: an artifact of the store, named by reference — a journal
+ * never holds the bytes (docs/artifacts.md, "Attachments").
+ */
+export type Attachment = { artifact_id: string, 
+/**
+ * As read from the bytes when it was uploaded.
+ */
+content_type: string, size: number, 
+/**
+ * Lowercase hex SHA-256 of the bytes: the blob's name.
+ */
+sha256: string, };
+
+/**
+ * An artifact a message attaches, by id (an upload's `id`).
+ */
+export type AttachmentRef = { artifact_id: string, };
+
+/**
  * What a schedule does with occurrences it missed (the server was down, or the session's
  * firing waited): `one` fires once for all of them, `all` fires each (at most
  * [`MAX_CATCH_UP`]), `skip` fires none that are more than [`SKIP_GRACE_SECS`] late.
@@ -180,7 +199,11 @@ mode?: MessageMode,
  * The key of the schedule whose firing delivered this message (absent: a person or
  * client sent it).
  */
-schedule?: string, } } | { "kind": "model_call_started", "payload": { call_id: string, route: string, model: string, } } | { "kind": "model_call_finished", "payload": { call_id: string, text: string, tool_calls: Array<RequestedCall>, usage: Usage, provider: string, model: string, latency_ms: number, ttft_ms: number, cost: number, 
+schedule?: string, 
+/**
+ * Files the message carries, by reference (docs/artifacts.md, "Attachments").
+ */
+attachments?: Array<Attachment>, } } | { "kind": "model_call_started", "payload": { call_id: string, route: string, model: string, } } | { "kind": "model_call_finished", "payload": { call_id: string, text: string, tool_calls: Array<RequestedCall>, usage: Usage, provider: string, model: string, latency_ms: number, ttft_ms: number, cost: number, 
 /**
  * The route's guardrails that acted on the call — its request and this answer — with
  * what they did and the entities they found, never the text (docs/guardrails.md).
@@ -212,7 +235,7 @@ export type EventView = { seq: number, kind: string, payload: unknown,
  */
 at: string, };
 
-export type ErrorCode = "agent_not_configured" | "already_decided" | "approval_not_found" | "args_hash_mismatch" | "artifact_not_found" | "artifact_too_large" | "budget_exceeded" | "busy" | "collection_exists" | "collection_not_found" | "compacted" | "dataset_exists" | "dataset_not_found" | "document_not_found" | "document_too_large" | "duplicate_client_id" | "embedding_mismatch" | "eval_not_found" | "event_too_large" | "forbidden" | "frame_too_large" | "guardrail_blocked" | "host_not_allowed" | "internal" | "invalid_body" | "invalid_collection" | "invalid_credentials" | "invalid_document" | "invalid_frame" | "invalid_id" | "invalid_json" | "invalid_metadata" | "invalid_query" | "invalid_request" | "invalid_schedule" | "invalid_search" | "key_not_found" | "message_too_large" | "method_not_allowed" | "missing_credentials" | "model_not_found" | "not_found" | "not_ready" | "nothing_to_cancel" | "operator_required" | "origin_not_allowed" | "overloaded" | "payload_too_large" | "project_exists" | "project_not_found" | "queue_full" | "range_not_satisfiable" | "rate_limited" | "schedule_conflict" | "schedule_not_found" | "seq_out_of_range" | "session_elsewhere" | "session_ended" | "session_not_found" | "stale" | "token_expired" | "too_many_mcp_sessions" | "too_many_schedules" | "too_many_websockets" | "too_slow" | "unavailable" | "unknown_agent" | "unknown_filter_field" | "unknown_frame_type" | "unknown_route" | "unsupported_frame" | "unsupported_media_type" | "upstream_failed" | "upstream_rejected" | "wrong_dimension";
+export type ErrorCode = "agent_not_configured" | "already_decided" | "approval_not_found" | "args_hash_mismatch" | "artifact_not_found" | "artifact_too_large" | "budget_exceeded" | "busy" | "collection_exists" | "collection_not_found" | "compacted" | "dataset_exists" | "dataset_not_found" | "document_not_found" | "document_too_large" | "duplicate_client_id" | "embedding_mismatch" | "eval_not_found" | "event_too_large" | "forbidden" | "frame_too_large" | "guardrail_blocked" | "host_not_allowed" | "images_unsupported" | "internal" | "invalid_body" | "invalid_collection" | "invalid_credentials" | "invalid_document" | "invalid_frame" | "invalid_id" | "invalid_json" | "invalid_metadata" | "invalid_query" | "invalid_request" | "invalid_schedule" | "invalid_search" | "key_not_found" | "message_too_large" | "method_not_allowed" | "missing_credentials" | "model_not_found" | "not_found" | "not_ready" | "nothing_to_cancel" | "operator_required" | "origin_not_allowed" | "overloaded" | "payload_too_large" | "project_exists" | "project_not_found" | "queue_full" | "range_not_satisfiable" | "rate_limited" | "schedule_conflict" | "schedule_not_found" | "seq_out_of_range" | "session_elsewhere" | "session_ended" | "session_not_found" | "stale" | "token_expired" | "too_many_mcp_sessions" | "too_many_schedules" | "too_many_websockets" | "too_slow" | "unavailable" | "unknown_agent" | "unknown_filter_field" | "unknown_frame_type" | "unknown_route" | "unsupported_frame" | "unsupported_media_type" | "upstream_failed" | "upstream_rejected" | "wrong_dimension";
 
 /**
  * A WebSocket frame from the server.
@@ -243,7 +266,11 @@ client_id?: string,
  * While a turn runs: `queue`, `interrupt`, `steer` or `drop_if_busy` (default: the
  * agent's `message_mode`).
  */
-mode?: MessageMode, } | { "type": "approval", call_id: string, approved: boolean, reason?: string, scope?: ApprovalScope, 
+mode?: MessageMode, 
+/**
+ * Artifacts of the session it carries (docs/artifacts.md, "Attachments").
+ */
+attachments?: Array<AttachmentRef>, } | { "type": "approval", call_id: string, approved: boolean, reason?: string, scope?: ApprovalScope, 
 /**
  * The arguments the decision was made on (refused when they changed).
  */
