@@ -7,6 +7,7 @@
 //! `stead session …`, `replay` runs `stead replay state|export|import|fork`, `check` runs
 //! `stead replay check`, and `output` holds the printing they share.
 
+mod artifacts;
 mod check;
 mod output;
 mod replay;

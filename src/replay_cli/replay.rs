@@ -7,8 +7,9 @@ use anyhow::{bail, Context};
 use serde_json::json;
 use stead_actors::replay::{self, Export};
 use stead_actors::Overrides;
-use stead_persistence::SessionStore;
+use stead_persistence::{JournalStore, SessionStore};
 
+use super::artifacts;
 use super::output::print_json;
 use super::{ExportArgs, ForkArgs, ImportArgs, StateArgs};
 use stead_config::Config;
@@ -36,24 +37,25 @@ fn agent_hash(config: &Config, agent: &str) -> Option<String> {
 
 pub(super) async fn export(
     config: &Config,
-    store: &dyn SessionStore,
+    store: &dyn JournalStore,
     args: ExportArgs,
 ) -> anyhow::Result<()> {
     let row = store.get_session(args.id).await?;
     let header = replay::export_header(store, &row, agent_hash(config, &row.agent)).await?;
-    let written = match &args.output {
-        Some(path) => {
-            let file = std::fs::File::create(path)
-                .with_context(|| format!("cannot create {}", path.display()))?;
-            let mut out = std::io::BufWriter::new(file);
-            replay::write_export(store, &header, &mut out).await?
-        }
-        None => {
-            let mut out = std::io::BufWriter::new(std::io::stdout());
-            replay::write_export(store, &header, &mut out).await?
-        }
+    let mut out: Box<dyn std::io::Write + Send> = match &args.output {
+        Some(path) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(path)
+                .with_context(|| format!("cannot create {}", path.display()))?,
+        )),
+        None => Box::new(std::io::BufWriter::new(std::io::stdout())),
     };
-    eprintln!("exported {} ({written} events)", row.id);
+    let written = replay::write_export(store, &header, &mut *out).await?;
+    let artifacts = artifacts::export(config, store, &header, &mut *out).await?;
+    out.flush()?;
+    eprintln!(
+        "exported {} ({written} events, {artifacts} artifacts)",
+        row.id
+    );
     Ok(())
 }
 
@@ -70,10 +72,10 @@ pub(super) fn read_export(path: &PathBuf) -> anyhow::Result<Export> {
 
 pub(super) async fn import(
     config: &Config,
-    store: &dyn SessionStore,
+    store: &dyn JournalStore,
     args: ImportArgs,
 ) -> anyhow::Result<()> {
-    let export = read_export(&args.file)?;
+    let mut export = read_export(&args.file)?;
     let agent = &export.header.agent;
     let Some(current) = agent_hash(config, agent) else {
         bail!(
@@ -92,7 +94,12 @@ pub(super) async fn import(
             "stead: note: agent `{agent}` is configured differently here than where the session was recorded; `stead replay check` shows whether its decisions differ"
         );
     }
+    // The artifacts' bytes are stored first (content-addressed: harmless if the import then
+    // fails), under new ids the imported messages name.
+    export.renumber_artifacts(uuid::Uuid::now_v7);
+    let blobs = artifacts::store_blobs(config, &export).await?;
     let row = replay::import(store, &export).await?;
+    artifacts::insert_rows(store, row.id, &export, blobs).await?;
     if args.json {
         print_json(&json!({
             "id": row.id,

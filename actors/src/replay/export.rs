@@ -1,5 +1,7 @@
-//! The export format (a header line, then one event per line), writing it, its strict parser,
-//! and importing a parsed export as a new session.
+//! The export format (a header line, one event per line, then one line per artifact the
+//! session's messages carry), writing it, its strict parser, and importing a parsed export as a
+//! new session. The artifacts' bytes are the CLI's to read and store (`stead-artifacts`); here
+//! they are base64 text.
 
 use std::io::BufRead;
 
@@ -16,8 +18,9 @@ use crate::events::SessionEvent;
 
 /// `format` of an export's header line.
 pub const EXPORT_FORMAT: &str = "stead.session";
-/// `version` of the export format this Stead writes and reads.
-pub const EXPORT_VERSION: u32 = 1;
+/// `version` of the export format this Stead writes; it reads this one and version 1 (the
+/// same without artifact lines).
+pub const EXPORT_VERSION: u32 = 2;
 
 /// The first line of an export.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -57,11 +60,73 @@ impl From<&Event> for ExportedEvent {
     }
 }
 
+/// A line after the events: one artifact of the session, bytes included.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExportedArtifact {
+    pub artifact: ArtifactRecord,
+}
+
+/// An artifact as an export carries it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArtifactRecord {
+    pub id: Uuid,
+    pub sha256: String,
+    pub content_type: String,
+    pub size: i64,
+    pub created_at: DateTime<Utc>,
+    /// The bytes, base64 (standard alphabet, padded).
+    pub data: String,
+}
+
 /// A parsed, validated export.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Export {
     pub header: ExportHeader,
     pub events: Vec<ExportedEvent>,
+    /// The artifacts its messages carry (none in a version 1 export).
+    pub artifacts: Vec<ArtifactRecord>,
+}
+
+impl Export {
+    /// Gives the artifacts new ids (from `new_id`) and makes the messages name them: an import
+    /// is a new session, and an artifact row belongs to one session.
+    pub fn renumber_artifacts(&mut self, mut new_id: impl FnMut() -> Uuid) {
+        let ids: std::collections::HashMap<Uuid, Uuid> = self
+            .artifacts
+            .iter_mut()
+            .map(|a| {
+                let old = a.id;
+                a.id = new_id();
+                (old, a.id)
+            })
+            .collect();
+        let attachments = self
+            .events
+            .iter_mut()
+            .filter(|e| e.kind == "user_message")
+            .filter_map(|e| e.payload.get_mut("attachments")?.as_array_mut())
+            .flatten();
+        for attachment in attachments {
+            let old = attachment["artifact_id"]
+                .as_str()
+                .and_then(|s| s.parse::<Uuid>().ok());
+            if let Some(new) = old.and_then(|old| ids.get(&old)) {
+                attachment["artifact_id"] = json!(new);
+            }
+        }
+    }
+}
+
+/// Writes one artifact line of an export (after its events).
+pub fn write_artifact(
+    out: &mut (dyn std::io::Write + Send),
+    artifact: ArtifactRecord,
+) -> Result<(), ReplayError> {
+    let io = |e: std::io::Error| ReplayError::Invalid(format!("cannot write the export: {e}"));
+    serde_json::to_writer(&mut *out, &ExportedArtifact { artifact }).map_err(|e| io(e.into()))?;
+    out.write_all(b"\n").map_err(io)
 }
 
 /// A file that is not a valid export, with the line (1-based) where that shows.
@@ -155,7 +220,7 @@ pub fn parse_export(reader: impl BufRead) -> Result<Export, ImportError> {
             format!("not a Stead session export (the header's `format` must be `{EXPORT_FORMAT}`)"),
         ));
     }
-    if raw["version"] != EXPORT_VERSION {
+    if !(raw["version"] == 1 || raw["version"] == EXPORT_VERSION) {
         return Err(err(
             1,
             format!(
@@ -167,14 +232,28 @@ pub fn parse_export(reader: impl BufRead) -> Result<Export, ImportError> {
     let header: ExportHeader =
         serde_json::from_value(raw).map_err(|e| err(1, format!("malformed header: {e}")))?;
     let mut events: Vec<ExportedEvent> = Vec::new();
+    let mut artifacts: Vec<ArtifactRecord> = Vec::new();
     let mut last_line = 1;
     for (number, line) in lines {
-        last_line = number;
         let line = line.map_err(|e| err(number, format!("cannot read: {e}")))?;
         if line.trim().is_empty() {
             return Err(err(
                 number,
                 "empty line (expected one event per line)".into(),
+            ));
+        }
+        let head = line.trim_start().trim_start_matches('{').trim_start();
+        if head.starts_with("\"artifact\"") {
+            let line: ExportedArtifact = serde_json::from_str(&line)
+                .map_err(|e| err(number, format!("malformed artifact: {e}")))?;
+            artifacts.push(line.artifact);
+            continue;
+        }
+        last_line = number;
+        if !artifacts.is_empty() {
+            return Err(err(
+                number,
+                "an event after the artifacts (they come last)".into(),
             ));
         }
         let event: ExportedEvent = serde_json::from_str(&line)
@@ -235,7 +314,11 @@ pub fn parse_export(reader: impl BufRead) -> Result<Export, ImportError> {
             ),
         ));
     }
-    Ok(Export { header, events })
+    Ok(Export {
+        header,
+        events,
+        artifacts,
+    })
 }
 
 /// The metadata key where an imported session records where its journal came from: a list of
@@ -339,6 +422,38 @@ mod tests {
             assert_eq!(error.line, line, "{error}");
             assert!(error.message.contains(words), "{error}");
         }
+
+        // Artifact lines come after the events; an import renumbers them and the messages.
+        let old = Uuid::now_v7();
+        let attached = line(
+            2,
+            "user_message",
+            json!({ "text": "see", "client_id": null, "attachments": [{
+                "artifact_id": old, "content_type": "image/png", "size": 3, "sha256": "ab" }] }),
+        );
+        let artifact =
+            json!({ "artifact": { "id": old, "sha256": "ab", "content_type": "image/png",
+            "size": 3, "created_at": "2026-11-30T00:00:01Z", "data": "AAAA" } })
+            .to_string();
+        let mut parsed =
+            parse_export(file(&[&header.to_string(), &created, &attached, &artifact]).as_bytes())
+                .unwrap();
+        assert_eq!(parsed.artifacts.len(), 1);
+        let new = Uuid::now_v7();
+        parsed.renumber_artifacts(|| new);
+        assert_eq!(parsed.artifacts[0].id, new);
+        assert_eq!(
+            parsed.events[1].payload["attachments"][0]["artifact_id"],
+            json!(new)
+        );
+        let late =
+            parse_export(file(&[&header.to_string(), &created, &artifact, &attached]).as_bytes())
+                .unwrap_err();
+        assert_eq!(late.line, 4, "{late}");
+        assert!(late.message.contains("after the artifacts"), "{late}");
+        let mut v1 = header.clone();
+        v1["version"] = json!(1);
+        assert!(parse_export(file(&[&v1.to_string(), &created, &message]).as_bytes()).is_ok());
     }
 }
 

@@ -12,8 +12,9 @@ mod fork;
 pub use check::{check, CheckReport, Divergence, Unreadable};
 pub use compact::{compact, summarize};
 pub use export::{
-    export_header, import, parse_export, write_export, Export, ExportHeader, ExportedEvent,
-    ImportError, EXPORT_FORMAT, EXPORT_VERSION, IMPORTED_FROM,
+    export_header, import, parse_export, write_artifact, write_export, ArtifactRecord, Export,
+    ExportHeader, ExportedArtifact, ExportedEvent, ImportError, EXPORT_FORMAT, EXPORT_VERSION,
+    IMPORTED_FROM,
 };
 pub use fold::{
     fold_latest, fold_until, read_all, snapshot_document, state_from_document, state_view,

@@ -31,19 +31,7 @@ impl SessionState {
                 self.children
                     .insert(call_id.clone(), child_session_id.clone());
             }
-            SessionEvent::UserMessage {
-                text,
-                client_id,
-                mode,
-                schedule,
-                attachments,
-            } => self.user_message(
-                text,
-                attachments,
-                client_id.as_deref(),
-                *mode,
-                schedule.as_ref(),
-            ),
+            SessionEvent::UserMessage { .. } => self.user_message(event),
             SessionEvent::ModelCallStarted { call_id, .. } => self.model_call_started(call_id),
             SessionEvent::ModelCallFinished {
                 text,
@@ -167,18 +155,21 @@ impl SessionState {
         }
     }
 
-    fn user_message(
-        &mut self,
-        text: &str,
-        attachments: &[Attachment],
-        client_id: Option<&str>,
-        mode: Option<MessageMode>,
-        schedule: Option<&String>,
-    ) {
+    fn user_message(&mut self, event: &SessionEvent) {
+        let SessionEvent::UserMessage {
+            text,
+            client_id,
+            mode,
+            schedule,
+            attachments,
+        } = event
+        else {
+            return;
+        };
         if let Some(id) = client_id {
             self.client_ids.insert(id.to_string());
         }
-        let attachments = attachments.to_vec();
+        let (mode, attachments) = (*mode, attachments.clone());
         match (&mut self.turn, mode) {
             (None, _) => self.start_turn(text.to_string(), attachments),
             // Ahead of the queue (and of the interrupted turn's steering): the
@@ -198,7 +189,7 @@ impl SessionState {
             (Some(_), _) => {
                 self.align_queue();
                 self.queued.push_back(text.to_string());
-                self.queued_from.push_back(schedule.cloned());
+                self.queued_from.push_back(schedule.clone());
                 self.queued_attachments.push_back(attachments);
             }
         }

@@ -205,3 +205,116 @@ async fn malformed_imports_are_refused_with_the_line_number() {
     ));
     assert_eq!(count(&server), sessions + 1);
 }
+
+/// A 1×1 PNG.
+const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x02\0\0\0\x90wS\xde\0\0\0\x0cIDATx\x9cc\xf8\xcf\xc0\0\0\x03\x01\x01\0\xc9\xfe\x92\xef\0\0\0\0IEND\xaeB`\x82";
+
+/// A session's artifacts travel in its export: the import stores the bytes again, under new
+/// ids that its messages name; an export whose bytes were altered is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn artifacts_travel_with_their_session() {
+    use base64::Engine as _;
+    let upstream = Upstream::start(Vec::new(), Reply::text("A tiny image.")).await;
+    let server = Stead::start(&config(&upstream, ""), None);
+    let (id, _) = server.create("demo").await;
+    let uploaded: Value = reqwest::Client::new()
+        .post(format!("{}/v1/artifacts?session_id={id}", server.base))
+        .body(PNG.to_vec())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let old_id = uploaded["id"].as_str().unwrap().to_string();
+    post(
+        &server,
+        &format!("/v1/sessions/{id}/messages?wait=true"),
+        json!({ "text": "What is this?", "attachments": [{ "artifact_id": old_id }] }),
+    )
+    .await;
+
+    let file = server.data.path().join("with-artifacts.jsonl");
+    ok(cli(
+        &server,
+        None,
+        &["replay", "export", &id, "-o", file.to_str().unwrap()],
+    ));
+    let lines = read_lines(&file);
+    let last = lines.last().unwrap();
+    assert_eq!(last["artifact"]["id"], json!(old_id));
+    assert_eq!(last["artifact"]["content_type"], "image/png");
+    let data = last["artifact"]["data"].as_str().unwrap();
+    assert_eq!(
+        base64::engine::general_purpose::STANDARD
+            .decode(data)
+            .unwrap(),
+        PNG
+    );
+
+    let imported = ok(cli(
+        &server,
+        None,
+        &["replay", "import", file.to_str().unwrap(), "--json"],
+    ));
+    let imported: Value = serde_json::from_slice(&imported.stdout).unwrap();
+    let new_session = imported["id"].as_str().unwrap();
+    let (_, listed) = server
+        .call(
+            "GET",
+            &format!("/v1/sessions/{new_session}/artifacts"),
+            None,
+        )
+        .await;
+    let copies = listed["artifacts"].as_array().unwrap();
+    assert_eq!(copies.len(), 1, "{listed}");
+    let new_id = copies[0]["id"].as_str().unwrap();
+    assert_ne!(new_id, old_id);
+    assert_eq!(copies[0]["sha256"], uploaded["sha256"]);
+    let message = server
+        .journal(new_session)
+        .await
+        .into_iter()
+        .find(|e| e["kind"] == "user_message")
+        .unwrap();
+    assert_eq!(
+        message["payload"]["attachments"][0]["artifact_id"],
+        json!(new_id)
+    );
+    let bytes = reqwest::get(format!("{}/v1/artifacts/{new_id}", server.base))
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    assert_eq!(bytes.as_ref(), PNG);
+
+    // Altered bytes: refused, naming the artifact's digest; nothing imported.
+    let altered = server.data.path().join("altered.jsonl");
+    let mut text: Vec<String> = std::fs::read_to_string(&file)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let mut line: Value = serde_json::from_str(text.last().unwrap()).unwrap();
+    line["artifact"]["data"] = json!(base64::engine::general_purpose::STANDARD.encode(b"not it"));
+    *text.last_mut().unwrap() = line.to_string();
+    std::fs::write(&altered, text.join("\n")).unwrap();
+    let (_, before) = server.call("GET", "/v1/sessions?limit=100", None).await;
+    let refused = cli(
+        &server,
+        None,
+        &["replay", "import", altered.to_str().unwrap()],
+    );
+    assert!(!refused.status.success());
+    assert!(
+        stderr(&refused).contains("do not match"),
+        "{}",
+        stderr(&refused)
+    );
+    let (_, after) = server.call("GET", "/v1/sessions?limit=100", None).await;
+    assert_eq!(
+        before["sessions"].as_array().unwrap().len(),
+        after["sessions"].as_array().unwrap().len()
+    );
+}
