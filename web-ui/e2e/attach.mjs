@@ -5,19 +5,9 @@
 // into the message box and one dropped on the composer go out together.
 // Run by tests/e2e/multimodal.rs as `node attach.mjs BASE_URL OUT_DIR SESSION_ID`.
 
-import { mkdirSync } from "node:fs";
-import { join } from "node:path";
-
-import { chromium } from "playwright-core";
+import { inBrowser } from "./harness.mjs";
 
 const [base, out, id] = process.argv.slice(2);
-mkdirSync(out, { recursive: true });
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
-  args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--no-first-run"],
-});
-const step = (name) => console.log(JSON.stringify({ step: name }));
-const shot = (page, name) => page.screenshot({ path: join(out, `${name}.png`), fullPage: true });
 
 /** A PNG drawn in the page: a coloured panel with a caption, like a small screenshot. */
 const drawn = (page, colour, caption) =>
@@ -63,11 +53,7 @@ const pendingCount = (page, n) =>
     { timeout: 15000 },
   );
 
-let page;
-try {
-  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
-  page = await context.newPage();
-  page.on("pageerror", (e) => console.error("page error:", e.message));
+await inBrowser(out, "attach", async (page, { step, shot }) => {
   await page.goto(`${base}/#/sessions/${id}`);
   await page.getByTestId("connection").filter({ hasText: "connected" }).waitFor({ timeout: 15000 });
 
@@ -102,13 +88,4 @@ try {
   await page.getByRole("button", { name: "Send", exact: true }).click();
   await page.locator('[data-role="assistant"]', { hasText: "I was shown 3 images" }).waitFor({ timeout: 15000 });
   step("a pasted and a dropped image went out together");
-  console.log(JSON.stringify({ done: true }));
-} catch (error) {
-  if (page) {
-    await shot(page, "attach-failure").catch(() => undefined);
-    console.error("page text at the failure:\n" + (await page.innerText("body").catch(() => "?")));
-  }
-  throw error;
-} finally {
-  await browser.close();
-}
+});
