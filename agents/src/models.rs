@@ -274,17 +274,28 @@ impl SessionModel {
                 continue;
             };
             for attachment in attachments {
-                let shown = match (&self.blobs, sees_images && attachment.is_image()) {
+                let image = sees_images && attachment.is_image();
+                let readable = image || is_short_text(attachment);
+                let bytes = match (&self.blobs, readable) {
                     (Some(blobs), true) => blobs.get(&attachment.sha256, None).await.ok(),
                     _ => None,
                 };
                 let message = &mut routed.messages[offset + i];
-                match shown {
-                    Some(bytes) => message.images.push(Image::base64(
+                match (bytes, image) {
+                    (Some(bytes), true) => message.images.push(Image::base64(
                         &attachment.content_type,
                         &base64::engine::general_purpose::STANDARD.encode(&bytes),
                     )),
-                    None => message.content.push_str(&attachment_note(attachment)),
+                    // A document reads best before the question about it.
+                    (Some(bytes), false) => {
+                        message.content = format!(
+                            "{}\n{}\n[end of attachment]\n\n{}",
+                            attachment_note(attachment).trim_start(),
+                            String::from_utf8_lossy(&bytes).trim_end(),
+                            message.content
+                        );
+                    }
+                    (None, _) => message.content.push_str(&attachment_note(attachment)),
                 }
             }
         }
@@ -292,7 +303,17 @@ impl SessionModel {
     }
 }
 
-/// The line a model reads for an attachment it is not shown.
+/// The most bytes of a text attachment (plain text, Markdown, CSV, JSON) put into the message
+/// itself, so that a model reads it; a longer one is named only.
+pub const TEXT_ATTACHMENT_BYTES: i64 = 16 * 1024;
+
+fn is_short_text(attachment: &Attachment) -> bool {
+    let kind = attachment.content_type.as_str();
+    (kind.starts_with("text/") || kind == "application/json")
+        && attachment.size <= TEXT_ATTACHMENT_BYTES
+}
+
+/// The line a model reads for an attachment it is not shown (and before a text one's words).
 fn attachment_note(attachment: &Attachment) -> String {
     format!(
         "\n[attached: {}, {} bytes, artifact {}]",

@@ -167,7 +167,8 @@ async fn images_reach_each_provider_in_its_shape(database: Option<&str>) {
     assert_eq!(
         last_user(&openai)["content"],
         format!(
-            "Read my notes\n[attached: text/plain; charset=utf-8, 15 bytes, artifact {}]",
+            "[attached: text/plain; charset=utf-8, 15 bytes, artifact {}]\nmeeting at noon\n\
+             [end of attachment]\n\nRead my notes",
             notes["id"].as_str().unwrap()
         )
     );
