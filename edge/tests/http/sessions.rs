@@ -354,7 +354,7 @@ async fn an_operator_purges_a_session_for_good() {
     assert_eq!(status, 200, "{purged}");
     assert_eq!(
         purged,
-        serde_json::json!({ "session_id": id, "purged": true, "events": events, "request_log_rows": 0 })
+        serde_json::json!({ "session_id": id, "purged": true, "events": events, "request_log_rows": 0, "artifacts": 0 })
     );
     let (status, _) = app.call("GET", &format!("/v1/sessions/{id}"), None).await;
     assert_eq!(status, 404);
