@@ -265,16 +265,22 @@ pub(super) async fn request_log_is_scoped(
         ours["logs"].as_array().unwrap().len() as u64,
         "{stats}"
     );
-    let all = read(
-        "/v1/gateway/logs?limit=1000",
-        Some(super::ADMIN.to_string()),
-    )
-    .await;
-    let all_sessions = sessions(&all);
-    assert!(
-        all_sessions.contains(&a_held.answered) && all_sessions.contains(&b_held.answered),
-        "{all}"
-    );
+    // The installation sees both projects' rows (the log is written in batches: a row may
+    // land a moment after its answer).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let all = read(
+            "/v1/gateway/logs?limit=1000",
+            Some(super::ADMIN.to_string()),
+        )
+        .await;
+        let all_sessions = sessions(&all);
+        if all_sessions.contains(&a_held.answered) && all_sessions.contains(&b_held.answered) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{all}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }
 
 /// Collection names are unique within a project, not across: both projects make `handbook`
