@@ -37,10 +37,7 @@ pub struct Attachment {
 impl Attachment {
     /// Whether the models that see images are shown it as one.
     pub fn is_image(&self) -> bool {
-        matches!(
-            self.content_type.as_str(),
-            "image/png" | "image/jpeg" | "image/gif" | "image/webp"
-        )
+        stead_model::chat::IMAGE_TYPES.contains(&self.content_type.as_str())
     }
 }
 

@@ -34,6 +34,9 @@ pub struct ChatMessage {
     pub images: Vec<Image>,
 }
 
+/// The media types an image may have (what every API that sees images takes).
+pub const IMAGE_TYPES: [&str; 4] = ["image/png", "image/jpeg", "image/gif", "image/webp"];
+
 /// An image in a message: a `data:` URL carrying its bytes in base64, or an `https:` URL the
 /// provider fetches itself (Stead never fetches one).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

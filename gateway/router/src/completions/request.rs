@@ -240,8 +240,7 @@ pub(crate) fn parse_message(message: &Value) -> Result<ChatMessage, FormatError>
     })
 }
 
-/// The media types an image may have (what every API that sees images takes).
-pub const IMAGE_TYPES: [&str; 4] = ["image/png", "image/jpeg", "image/gif", "image/webp"];
+pub use crate::chat::IMAGE_TYPES;
 
 /// An image a caller sent by URL: a base64 `data:` URL of one of [`IMAGE_TYPES`], or an
 /// `https:` URL (passed on for the provider to fetch; Stead fetches nothing).
