@@ -109,7 +109,7 @@ if [ -z "${CHROMIUM:-}" ]; then
   export CHROMIUM=/usr/bin/chromium
 fi
 
-step "stead setup (ONNX Runtime, the default model and the embedding model, SmolLM2 for the quick tests and Gemma 3 at fp32 for the converter check, cached under the target dir)"
+step "stead setup (ONNX Runtime, the default model, the embedding and speech models, SmolLM2 for the quick tests and Gemma 3 at fp32 for the converter check, cached under the target dir)"
 source scripts/ensure-python-venv.sh
 cargo build --locked --bin stead
 export STEAD_DATA_DIR="$CARGO_TARGET_DIR/stead-data"

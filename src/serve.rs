@@ -189,6 +189,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         knowledge: Some(knowledge.clone() as Arc<dyn stead_http::knowledge::KnowledgeApi>),
         evals: parts::evals(&store, &sessions, &model_router),
         artifacts: parts::artifacts(&config)?,
+        speech: stead_agents::speech::LocalSpeech::configured(&config).map(|s| s as _),
     };
     let mcp_route = stead_agents::mcp::endpoint::route(mcp_inner.clone(), state.clone());
     let router = stead_http::router_with(state, mcp_route);
@@ -275,9 +276,8 @@ pub(crate) fn agents(
         Some(store.clone() as Arc<dyn RequestLog>),
         ledgers,
     )?;
-    // MCP servers start in the background: a slow or broken one does not hold up the start.
-    let mcp = stead_agents::mcp::McpRegistry::new(&config.mcp_servers)?;
-    mcp.start();
+    let blobs = parts::blobs(config)?;
+    let mcp = parts::mcp(config, store, &blobs)?;
     let knowledge = Arc::new(stead_agents::knowledge::Knowledge::new(
         store.clone(),
         model_router.clone(),
@@ -286,7 +286,7 @@ pub(crate) fn agents(
     let notes: Arc<dyn Kv> = store.clone();
     let mut agents = stead_agents::build(config, &notes, Some(&mcp), Some(&knowledge))?;
     stead_agents::agent::guard_results(&mut agents, config, &model_router)?;
-    let session_model = SessionModel::shared(model_router.clone(), Some(parts::blobs(config)?));
+    let session_model = SessionModel::shared(model_router.clone(), Some(blobs));
     let sessions = Arc::new(
         stead_actors::session::SessionRegistry::new(store.clone(), session_model, agents)
             .with_lifecycle(config.sessions.lifecycle())
@@ -586,10 +586,11 @@ pub async fn setup(config: Config, args: crate::cli::SetupArgs) -> anyhow::Resul
     .await
     .context("setup task failed")??;
     println!(
-        "setup done in {:.1} s: model {} · embedding model {} · runtime {}",
+        "setup done in {:.1} s: model {} · embedding model {} · speech model {} · runtime {}",
         started.elapsed().as_secs_f64(),
         prepared.model_dir.display(),
         prepared.embedding_dir.display(),
+        prepared.speech_dir.display(),
         prepared.runtime_library.display()
     );
     Ok(())

@@ -14,5 +14,7 @@ pub mod engines;
 pub mod knowledge;
 pub mod mcp;
 pub mod models;
+pub mod speech;
+pub mod tool_artifacts;
 
 pub use agent::{build, build_agent, config_hash, rules, webhook_client};

@@ -299,6 +299,15 @@ impl SessionModel {
                 }
             }
         }
+        if let (Some(blobs), true) = (&self.blobs, sees_images) {
+            crate::tool_artifacts::show_tool_images(
+                blobs,
+                &request.transcript,
+                &mut routed.messages,
+                offset,
+            )
+            .await;
+        }
         routed
     }
 }

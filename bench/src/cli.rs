@@ -90,6 +90,25 @@ pub enum BenchCommand {
     /// 1 MiB GET, on the filesystem and on an S3-compatible server (moto's), each beside the
     /// same bytes written and read through the store directly.
     Artifacts(ArtifactsBenchArgs),
+    /// Speech to text: the local Whisper tiny.en beside whisper.cpp on the same weights and
+    /// samples (five labelled LibriVox sentences): real-time factor and word error rate.
+    Speech(SpeechBenchArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SpeechBenchArgs {
+    /// Transcriptions of each clip; the best time counts.
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
+    /// Threads for both engines (default: every core).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Stead alone (no whisper.cpp).
+    #[arg(long)]
+    pub no_peer: bool,
+    /// Print the figures as one JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Clone, Args)]

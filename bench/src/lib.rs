@@ -29,6 +29,7 @@ mod knowledge_query;
 pub mod replay;
 pub mod schedules;
 pub mod sessions;
+mod speech;
 mod tenancy;
 pub mod ws;
 
@@ -61,6 +62,7 @@ pub async fn bench(config: Config, command: BenchCommand) -> anyhow::Result<Exit
         BenchCommand::Tenancy(args) => done(tenancy::tenancy(config, args).await),
         BenchCommand::Guardrails(args) => done(guardrails::guardrails(args).await),
         BenchCommand::Artifacts(args) => done(artifacts::artifacts(config, args).await),
+        BenchCommand::Speech(args) => done(speech::speech(config, args).await),
         BenchCommand::GuardrailQuality(args) => {
             done(guardrail_quality::guardrail_quality(args, &config.server.data_dir).await)
         }

@@ -11,6 +11,7 @@ mod mcp;
 pub mod oidc;
 pub mod redact;
 mod sections;
+mod speech;
 #[cfg(test)]
 mod tests;
 mod tools;
@@ -31,6 +32,7 @@ pub use sections::{
     EngineConfig, KnowledgeConfig, LogConfig, LogFormat, ProviderConfig, ProviderKind,
     SchedulesConfig, SearchMode, ServerConfig, SessionsConfig,
 };
+pub use speech::SpeechConfig;
 pub use tools::{ToolConfig, ToolKind};
 
 /// Creates the data directory and proves it writable, so that a bad one fails at start with a
@@ -72,6 +74,8 @@ pub struct Config {
     pub audit: AuditConfig,
     /// The artifact store (`[artifacts]`, docs/artifacts.md).
     pub artifacts: ArtifactsConfig,
+    /// Speech to text (`[speech]`, docs/speech.md).
+    pub speech: SpeechConfig,
     /// Where budget alerts go (`[budget_alerts]`, docs/tenancy.md).
     pub budget_alerts: BudgetAlertsConfig,
     /// Checks routes run on the text they send (`[[guardrails]]`, docs/guardrails.md).
@@ -131,6 +135,7 @@ impl Default for Config {
             knowledge: KnowledgeConfig::default(),
             audit: AuditConfig::default(),
             artifacts: ArtifactsConfig::default(),
+            speech: SpeechConfig::default(),
             budget_alerts: BudgetAlertsConfig::default(),
             guardrails: Vec::new(),
             mcp_servers: Vec::new(),

@@ -124,7 +124,7 @@ impl Config {
         self.validate_cluster()?;
         self.validate_budget_alerts()?;
         crate::guardrails::check(self).map_err(|(key, problem)| bad(&key, problem))?;
-        if let Some((key, problem)) = self.artifacts.problem() {
+        if let Some((key, problem)) = self.speech.problem().or(self.artifacts.problem()) {
             return Err(bad(key, problem));
         }
         if let Some(oidc) = &self.server.oidc {

@@ -184,6 +184,54 @@ async fn file_field(body: Bytes, boundary: String) -> Result<(Bytes, Option<Stri
     ))
 }
 
+/// The artifact `id` when the caller may read it: its session's (a token of that session, or
+/// an operator of its project), or its project's (an operator of that project).
+pub(crate) async fn readable(
+    state: &AppState,
+    caller: &crate::auth::Principal,
+    id: Uuid,
+) -> Result<Artifact, ApiError> {
+    let artifact = match state.store.get_artifact(id).await {
+        Ok(artifact) => artifact,
+        Err(stead_persistence::Error::NotFound(_)) => return Err(not_found(id)),
+        Err(error) => return Err(error.into()),
+    };
+    match artifact.session_id {
+        Some(session) => {
+            caller
+                .require_session(state.store.as_ref(), session)
+                .await?
+        }
+        None => {
+            caller.require_operator()?;
+            // Another project's artifact does not exist for this caller.
+            if caller
+                .confined_to()
+                .is_some_and(|p| p != artifact.project_id)
+            {
+                return Err(not_found(id));
+            }
+        }
+    }
+    Ok(artifact)
+}
+
+/// The bytes of an artifact the caller may read ([`readable`]).
+pub(crate) async fn read_bytes(
+    state: &AppState,
+    caller: &crate::auth::Principal,
+    id: Uuid,
+) -> Result<(Artifact, Bytes), ApiError> {
+    let artifacts = store(state)?;
+    let artifact = readable(state, caller, id).await?;
+    let bytes = artifacts
+        .blobs
+        .get(&artifact.sha256, None)
+        .await
+        .map_err(store_failed)?;
+    Ok((artifact, bytes))
+}
+
 /// A single `bytes=` range of a blob of `size` bytes: `None` for none asked (or several,
 /// which are answered whole), `Err` for one outside the blob.
 fn range(headers: &HeaderMap, size: u64) -> Result<Option<std::ops::Range<u64>>, ()> {
@@ -227,28 +275,7 @@ pub async fn download(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let artifacts = store(&state)?;
-    let artifact = match state.store.get_artifact(id).await {
-        Ok(artifact) => artifact,
-        Err(stead_persistence::Error::NotFound(_)) => return Err(not_found(id)),
-        Err(error) => return Err(error.into()),
-    };
-    match artifact.session_id {
-        Some(session) => {
-            caller
-                .require_session(state.store.as_ref(), session)
-                .await?
-        }
-        None => {
-            caller.require_operator()?;
-            // Another project's artifact does not exist for this caller.
-            if caller
-                .confined_to()
-                .is_some_and(|p| p != artifact.project_id)
-            {
-                return Err(not_found(id));
-            }
-        }
-    }
+    let artifact = readable(&state, &caller, id).await?;
     let size = artifact.size as u64;
     let Ok(range) = range(&headers, size) else {
         let mut refused = ApiError::new(

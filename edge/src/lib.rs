@@ -23,6 +23,7 @@ pub mod metrics;
 pub mod openapi;
 mod rest;
 mod server;
+pub mod speech;
 pub mod views;
 pub mod webui;
 pub mod wire;
@@ -114,6 +115,8 @@ pub struct AppState {
     pub evals: Option<Arc<stead_evals::Runner>>,
     /// The artifact store (docs/artifacts.md); `None`: the artifact endpoints answer 404.
     pub artifacts: Option<Arc<artifacts::Artifacts>>,
+    /// Speech to text (`POST /v1/audio/transcriptions`); `None`: no speech model.
+    pub speech: Option<Arc<dyn speech::SpeechApi>>,
 }
 
 /// What the HTTP edge shows of the MCP servers Stead uses (the `stead` crate's registry).
@@ -219,6 +222,10 @@ pub fn router_with(state: AppState, extra: Router<AppState>) -> Router {
             post(artifacts::upload).layer(DefaultBodyLimit::max(artifact_limit)),
         )
         .route("/v1/artifacts/{id}", get(artifacts::download))
+        .route(
+            "/v1/audio/transcriptions",
+            post(speech::transcriptions).layer(DefaultBodyLimit::max(artifact_limit)),
+        )
         .route(
             "/v1/sessions/{id}/artifacts",
             get(artifacts::session_artifacts),

@@ -75,6 +75,7 @@ impl Modify for BearerAuth {
         crate::artifacts::upload,
         crate::artifacts::download,
         crate::artifacts::session_artifacts,
+        crate::speech::transcriptions,
         crate::knowledge::create_collection,
         crate::knowledge::list_collections,
         crate::knowledge::get_collection,

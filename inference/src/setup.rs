@@ -180,6 +180,8 @@ pub struct Prepared {
     pub model_dir: PathBuf,
     /// The embedding model (`crate::embedding`).
     pub embedding_dir: PathBuf,
+    /// The speech model (`crate::speech`).
+    pub speech_dir: PathBuf,
 }
 
 /// The GGUF a prepared model directory was converted from, as its setup stamp records it.
@@ -203,7 +205,7 @@ pub fn run(options: &SetupOptions, progress: &mut dyn FnMut(&str)) -> Result<Pre
     let setup_dir = options.data_dir.join("setup");
     std::fs::create_dir_all(&setup_dir).map_err(|e| io("create", &setup_dir, e))?;
 
-    progress("[1/5] Python environment");
+    progress("[1/6] Python environment");
     let python = ensure_venv(
         &setup_dir,
         &options.python,
@@ -213,7 +215,7 @@ pub fn run(options: &SetupOptions, progress: &mut dyn FnMut(&str)) -> Result<Pre
         progress,
     )?;
 
-    progress("[2/5] ONNX Runtime");
+    progress("[2/6] ONNX Runtime");
     let site = site_packages(&python)?;
     let library = runtime_library(&options.data_dir);
     let source = site.join("onnxruntime").join("capi");
@@ -246,7 +248,7 @@ pub fn run(options: &SetupOptions, progress: &mut dyn FnMut(&str)) -> Result<Pre
         progress(&format!("      {}", library.display()));
     }
 
-    progress("[3/5] model source");
+    progress("[3/6] model source");
     let (gguf, default_name) = match (&options.gguf, &options.model) {
         (Some(_), Some(_)) => {
             return Err(Error::InvalidRequest(
@@ -287,7 +289,7 @@ pub fn run(options: &SetupOptions, progress: &mut dyn FnMut(&str)) -> Result<Pre
         metadata.len() / 1_000_000
     ));
 
-    progress("[4/5] convert to ONNX");
+    progress("[4/6] convert to ONNX");
     let target = model_dir(&options.data_dir, &name);
     let model_stamp = target.join("setup.stamp");
     let wanted = format!(
@@ -328,13 +330,17 @@ pub fn run(options: &SetupOptions, progress: &mut dyn FnMut(&str)) -> Result<Pre
         std::fs::rename(&staging, &target).map_err(|e| io("move into place", &target, e))?;
         progress(&format!("      {}", target.display()));
     }
-    progress("[5/5] embedding model");
+    progress("[5/6] embedding model");
     let embedding_dir =
         crate::embedding_setup::prepare(&options.data_dir, &python, &site, progress)?;
+    progress("[6/6] speech model");
+    let speech_dir =
+        crate::speech_setup::prepare(&options.data_dir, &setup_dir, &python, &site, progress)?;
     Ok(Prepared {
         runtime_library: library,
         model_dir: target,
         embedding_dir,
+        speech_dir,
     })
 }
 

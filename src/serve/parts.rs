@@ -40,3 +40,20 @@ pub(super) fn blobs(config: &Config) -> anyhow::Result<stead_artifacts::BlobStor
     let store = config.artifacts.blob_config(&config.server.data_dir);
     stead_artifacts::BlobStore::open(&store).context("open the artifact store")
 }
+
+/// The MCP servers, started in the background (a slow or broken one does not hold up the
+/// start), keeping the files their tools return as the calling sessions' artifacts.
+pub(super) fn mcp(
+    config: &Config,
+    store: &Arc<dyn JournalStore>,
+    blobs: &stead_artifacts::BlobStore,
+) -> anyhow::Result<Arc<stead_agents::mcp::McpRegistry>> {
+    let mcp = stead_agents::mcp::McpRegistry::new(&config.mcp_servers)?;
+    mcp.keep_files_in(&stead_agents::tool_artifacts::ToolArtifacts::new(
+        blobs.clone(),
+        store.clone(),
+        config.artifacts.max_bytes,
+    ));
+    mcp.start();
+    Ok(mcp)
+}

@@ -6,6 +6,7 @@ check and exits non-zero on the first failure.
 """
 
 import json
+import os
 import sys
 
 import openai
@@ -153,3 +154,17 @@ check(
     max(abs(a - b) for a, b in zip(floats.data[0].embedding, vectors[0])) < 1e-6,
     floats.usage.model_dump(),
 )
+
+# Speech to text with the local Whisper model, as OpenAI's clients ask for it (`whisper-1`,
+# a FLAC file), and the text-only answer.
+clip = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "speech", "librivox-0930.flac")
+with open(clip, "rb") as audio:
+    heard = client.audio.transcriptions.create(model="whisper-1", file=audio)
+check(
+    "a transcription (whisper-1, FLAC)",
+    "amiable" in heard.text.lower() and "himself" in heard.text.lower(),
+    heard.model_dump(),
+)
+with open(clip, "rb") as audio:
+    plain = client.audio.transcriptions.create(model="whisper", file=audio, response_format="text")
+check("a transcription as text", str(plain).strip() == heard.text.strip(), str(plain))

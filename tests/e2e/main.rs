@@ -45,6 +45,7 @@ mod schedules;
 mod schemathesis;
 mod serve;
 mod serve_crash;
+mod speech;
 mod sso;
 mod telemetry;
 mod tenancy;

@@ -10,6 +10,7 @@
 //!   real embedding and chat models;
 //! - `openai_client`: the official `openai` Python client against the OpenAI-compatible API
 //!   (chat and embeddings);
+//! - `speech`: Whisper transcribing labelled recordings in each container, and silence;
 //! - `web_demo`: the demo flow (remember, forget after approval) in a real browser.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -20,5 +21,6 @@ mod evals;
 mod gateway;
 mod knowledge;
 mod openai_client;
+mod speech;
 mod vendor_clients;
 mod web_demo;

@@ -1,7 +1,8 @@
 //! The official `openai` Python client (PyPI, installed by `scripts/test.sh` into a venv named
 //! by `OPENAI_PYTHON`) against a running `stead serve` with its built-in configuration: the
 //! model router's OpenAI-compatible API over the real local model, streamed and not, with and
-//! without tools, and embeddings through the `embed` route (`tests/clients/openai_client.py`).
+//! without tools, embeddings through the `embed` route, and a transcription with the local
+//! Whisper model (`tests/clients/openai_client.py`).
 
 use std::process::Command;
 use std::time::Duration;
@@ -21,5 +22,5 @@ async fn the_official_openai_client_talks_to_the_local_model_through_the_router(
     let mut command = Command::new(python);
     command.arg(script).arg(&server.base).env("NO_PROXY", "*");
     // Every check ran and passed.
-    external::checks(command, Duration::from_secs(300), 9).await;
+    external::checks(command, Duration::from_secs(300), 11).await;
 }

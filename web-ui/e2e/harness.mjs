@@ -8,18 +8,29 @@ import { join } from "node:path";
 
 import { chromium } from "playwright-core";
 
-/** Runs `body(page, { step, shot })` in a fresh browser; `name` names the failure screenshot. */
-export async function inBrowser(out, name, body) {
+/** Runs `body(page, { step, shot })` in a fresh browser; `name` names the failure screenshot;
+ *  `options.args` are more Chromium flags, `options.permissions` the page's (`microphone`). */
+export async function inBrowser(out, name, body, options = {}) {
   mkdirSync(out, { recursive: true });
   const browser = await chromium.launch({
     executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
-    args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--no-first-run"],
+    args: [
+      "--no-sandbox",
+      "--disable-gpu",
+      "--disable-background-networking",
+      "--disable-component-update",
+      "--no-first-run",
+      ...(options.args ?? []),
+    ],
   });
   const step = (what) => console.log(JSON.stringify({ step: what }));
   const shot = (page, file) => page.screenshot({ path: join(out, `${file}.png`), fullPage: true });
   let page;
   try {
-    const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+    const context = await browser.newContext({
+      viewport: { width: 1280, height: 900 },
+      permissions: options.permissions ?? [],
+    });
     page = await context.newPage();
     page.on("pageerror", (e) => console.error("page error:", e.message));
     await body(page, { step, shot });

@@ -90,8 +90,9 @@ pub struct Export {
 }
 
 impl Export {
-    /// Gives the artifacts new ids (from `new_id`) and makes the messages name them: an import
-    /// is a new session, and an artifact row belongs to one session.
+    /// Gives the artifacts new ids (from `new_id`) and makes the events name them (messages'
+    /// attachments, tools' results): an import is a new session, and an artifact row belongs
+    /// to one session.
     pub fn renumber_artifacts(&mut self, mut new_id: impl FnMut() -> Uuid) {
         let ids: std::collections::HashMap<Uuid, Uuid> = self
             .artifacts
@@ -102,20 +103,26 @@ impl Export {
                 (old, a.id)
             })
             .collect();
-        let attachments = self
-            .events
-            .iter_mut()
-            .filter(|e| e.kind == "user_message")
-            .filter_map(|e| e.payload.get_mut("attachments")?.as_array_mut())
-            .flatten();
-        for attachment in attachments {
-            let old = attachment["artifact_id"]
-                .as_str()
-                .and_then(|s| s.parse::<Uuid>().ok());
-            if let Some(new) = old.and_then(|old| ids.get(&old)) {
-                attachment["artifact_id"] = json!(new);
+        for event in &mut self.events {
+            rename_artifacts(&mut event.payload, &ids);
+        }
+    }
+}
+
+/// Every `artifact_id` in `value` (at any depth) that `ids` renames.
+fn rename_artifacts(value: &mut Value, ids: &std::collections::HashMap<Uuid, Uuid>) {
+    match value {
+        Value::Object(map) => {
+            for (key, inner) in map.iter_mut() {
+                let old = inner.as_str().and_then(|s| s.parse::<Uuid>().ok());
+                match old.and_then(|old| ids.get(&old)) {
+                    Some(new) if key == "artifact_id" => *inner = json!(new),
+                    _ => rename_artifacts(inner, ids),
+                }
             }
         }
+        Value::Array(items) => items.iter_mut().for_each(|i| rename_artifacts(i, ids)),
+        _ => {}
     }
 }
 
@@ -445,6 +452,15 @@ mod tests {
         assert_eq!(
             parsed.events[1].payload["attachments"][0]["artifact_id"],
             json!(new)
+        );
+        // A tool's result names its files the same way, deeper in.
+        let mut finished = json!({ "call_id": "c1", "result": { "content": [
+            { "type": "image", "artifact_id": old }, { "artifact_id": "not-an-id" } ] } });
+        rename_artifacts(&mut finished, &[(old, new)].into_iter().collect());
+        assert_eq!(
+            finished,
+            json!({ "call_id": "c1", "result": { "content": [
+                { "type": "image", "artifact_id": new }, { "artifact_id": "not-an-id" } ] } })
         );
         let late =
             parse_export(file(&[&header.to_string(), &created, &artifact, &attached]).as_bytes())

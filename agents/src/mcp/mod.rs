@@ -57,6 +57,13 @@ impl McpRegistry {
         }))
     }
 
+    /// Keeps the files the servers' tools return in `artifacts` (docs/artifacts.md).
+    pub fn keep_files_in(&self, artifacts: &Arc<crate::tool_artifacts::ToolArtifacts>) {
+        for server in &self.servers {
+            server.keep_files_in(artifacts.clone());
+        }
+    }
+
     /// Starts every server under its supervisor, in the background.
     pub fn start(&self) {
         for server in &self.servers {

@@ -1,20 +1,27 @@
 //! A `tools/call` result as a Stead tool result: content blocks kept as JSON (text as is;
-//! images and audio as their MIME type and size, without the base64 payload; embedded resources
-//! and resource links as sent) beside `structuredContent`; `isError` as the tool's error; and
+//! images, audio and binary resources stored as the session's artifacts — the block keeps the
+//! MIME type, the size and the `artifact_id`, never the base64 payload; text resources and
+//! resource links as sent) beside `structuredContent`; `isError` as the tool's error; and
 //! results over the journal's event limit cut down with a marker.
 
+use base64::Engine;
 use serde_json::{json, Value};
-use stead_actors::tools::ToolError;
+use stead_actors::tools::{ToolContext, ToolError};
+
+use crate::tool_artifacts::ToolArtifacts;
 
 /// A `CallToolResult` (as JSON) as a Stead tool result: `{"content": […], "structured"?: …}`,
-/// or the tool's error when `isError` is set (its text content joined).
-pub fn tool_result(result: Value) -> Result<Value, ToolError> {
-    let content: Vec<Value> = result["content"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(content_block)
-        .collect();
+/// or the tool's error when `isError` is set (its text content joined). Files in it are kept
+/// in `artifacts` when there is a store (else only their size is).
+pub async fn tool_result(
+    result: Value,
+    artifacts: Option<&ToolArtifacts>,
+    context: &ToolContext,
+) -> Result<Value, ToolError> {
+    let mut content = Vec::new();
+    for block in result["content"].as_array().into_iter().flatten() {
+        content.push(content_block(block, artifacts, context).await);
+    }
     if result["isError"] == json!(true) {
         let text: Vec<&str> = content.iter().filter_map(|c| c["text"].as_str()).collect();
         let message = if text.is_empty() {
@@ -31,16 +38,44 @@ pub fn tool_result(result: Value) -> Result<Value, ToolError> {
     Ok(out)
 }
 
-/// One content block, with the base64 payload of images and audio replaced by its size.
-fn content_block(block: &Value) -> Value {
+/// One content block, with the base64 payload of an image, audio or binary resource
+/// (`data`, or `resource.blob`) replaced by its size and — when stored — its artifact.
+async fn content_block(
+    block: &Value,
+    artifacts: Option<&ToolArtifacts>,
+    context: &ToolContext,
+) -> Value {
     let mut block = block.clone();
-    if matches!(block["type"].as_str(), Some("image" | "audio")) {
-        if let Some(data) = block.get("data").and_then(Value::as_str) {
-            let padding = data.bytes().rev().take_while(|&b| b == b'=').count();
-            block["bytes"] = json!((data.len() / 4 * 3).saturating_sub(padding));
+    let (holder, key) = match block["type"].as_str() {
+        Some("image" | "audio") => (&mut block, "data"),
+        Some("resource") => (&mut block["resource"], "blob"),
+        _ => return block,
+    };
+    let Some(Value::String(data)) = holder.as_object_mut().and_then(|o| o.remove(key)) else {
+        return block;
+    };
+    let padding = data.bytes().rev().take_while(|&b| b == b'=').count();
+    holder["bytes"] = json!((data.len() / 4 * 3).saturating_sub(padding));
+    let Some(artifacts) = artifacts else {
+        return block;
+    };
+    let bytes = match base64::engine::general_purpose::STANDARD.decode(data.trim()) {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            holder["not_stored"] = json!(format!("the payload is not base64: {e}"));
+            return block;
         }
-        if let Some(object) = block.as_object_mut() {
-            object.remove("data");
+    };
+    let declared = holder["mimeType"].as_str().map(str::to_string);
+    match artifacts.save(bytes, declared.as_deref(), context).await {
+        Ok(artifact) => {
+            holder["artifact_id"] = json!(artifact.id);
+            holder["content_type"] = json!(artifact.content_type);
+            holder["sha256"] = json!(artifact.sha256);
+        }
+        Err(e) => {
+            tracing::warn!(call_id = %context.call_id, error = %e, "a tool's file was not kept");
+            holder["not_stored"] = json!(format!("{e:#}"));
         }
     }
     block
@@ -85,21 +120,38 @@ pub fn fit(result: Value, max_bytes: usize) -> Value {
 mod tests {
     use super::*;
 
-    #[test]
-    fn an_error_result_becomes_the_tools_error_and_payloads_are_dropped() {
-        let error = tool_result(json!({
-            "content": [{"type": "text", "text": "no such file"}], "isError": true
-        }));
+    #[tokio::test]
+    async fn an_error_result_becomes_the_tools_error_and_payloads_are_dropped_without_a_store() {
+        let context = ToolContext::new(uuid::Uuid::nil(), "c1");
+        let error = tool_result(
+            json!({ "content": [{"type": "text", "text": "no such file"}], "isError": true }),
+            None,
+            &context,
+        )
+        .await;
         assert_eq!(error, Err(ToolError("no such file".into())));
-        let ok = tool_result(json!({
-            "content": [{"type": "image", "mimeType": "image/png", "data": "aGVsbG8="}],
-            "structuredContent": {"temperature": 21}
-        }))
+        let ok = tool_result(
+            json!({
+                "content": [
+                    {"type": "image", "mimeType": "image/png", "data": "aGVsbG8="},
+                    {"type": "resource", "resource": {"uri": "file:///a", "blob": "aGk="}},
+                    {"type": "resource", "resource": {"uri": "file:///b", "text": "hi"}}
+                ],
+                "structuredContent": {"temperature": 21}
+            }),
+            None,
+            &context,
+        )
+        .await
         .unwrap();
         assert_eq!(
             ok,
             json!({
-                "content": [{"type": "image", "mimeType": "image/png", "bytes": 5}],
+                "content": [
+                    {"type": "image", "mimeType": "image/png", "bytes": 5},
+                    {"type": "resource", "resource": {"uri": "file:///a", "bytes": 2}},
+                    {"type": "resource", "resource": {"uri": "file:///b", "text": "hi"}}
+                ],
                 "structured": {"temperature": 21}
             })
         );

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex as SyncMutex};
+use std::sync::{Arc, Mutex as SyncMutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use rmcp::model::{
@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::progress::{lock, Handler, ProgressRoute, Shared};
 use super::result::tool_result;
+use crate::tool_artifacts::ToolArtifacts;
 
 /// The `_meta` key that carries a call's idempotency key (MCP has none of its own).
 pub const IDEMPOTENCY_META_KEY: &str = "io.stead/idempotencyKey";
@@ -133,6 +134,8 @@ pub struct McpServer {
     /// Bumped whenever the tool list changes (agents' lists are rebuilt from it).
     generation: Arc<AtomicU64>,
     stopping: CancellationToken,
+    /// Where the files in its results are kept (unset: only their size is).
+    artifacts: OnceLock<Arc<ToolArtifacts>>,
 }
 
 impl McpServer {
@@ -151,7 +154,14 @@ impl McpServer {
             counters: Counters::default(),
             generation,
             stopping: CancellationToken::new(),
+            artifacts: OnceLock::new(),
         })
+    }
+
+    /// Keeps the files its tools return (images, audio, binary resources) in `artifacts`;
+    /// set once, before the first call.
+    pub fn keep_files_in(&self, artifacts: Arc<ToolArtifacts>) {
+        let _ = self.artifacts.set(artifacts);
     }
 
     /// Starts the server and lists its tools (one try, no supervisor): for tests and tools.
@@ -545,7 +555,7 @@ impl McpServer {
         };
         let result = serde_json::to_value(&result)
             .map_err(|e| ToolError(format!("cannot read the MCP server `{name}`'s result: {e}")))?;
-        tool_result(result)
+        tool_result(result, self.artifacts.get().map(Arc::as_ref), context).await
     }
 }
 

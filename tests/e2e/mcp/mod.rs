@@ -12,6 +12,7 @@
 mod browser;
 mod client;
 mod edge;
+mod files;
 mod python;
 mod serve;
 
@@ -95,6 +96,9 @@ pub(super) async fn model() -> Upstream {
         }
         if text == "grow" {
             return Reply::tool("py__grow", json!({}));
+        }
+        if text == "tiny image" {
+            return Reply::tool("everything__get-tiny-image", json!({}));
         }
         if text == "ghost" {
             return Reply::tool("everything__no-such-tool", json!({}));

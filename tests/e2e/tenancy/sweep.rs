@@ -71,9 +71,8 @@ fn classify(method: &str, path: &str) -> Expect {
         ("get", "/healthz" | "/readyz" | "/v1/agents" | "/v1/models" | "/v1/auth/oidc")
         | ("post", "/v1/sessions" | "/v1/auth/oidc/token" | "/v1/collections" | "/v1/artifacts")
         | ("post", "/v1/agents/{agent}/schedules" | "/v1/datasets" | "/v1/evals")
-        | ("post", "/v1/chat/completions" | "/v1/embeddings" | "/v1/messages" | "/v1/responses") => {
-            Expect::Nothing
-        }
+        | ("post", "/v1/chat/completions" | "/v1/embeddings" | "/v1/messages" | "/v1/responses")
+        | ("post", "/v1/audio/transcriptions") => Expect::Nothing,
         _ => panic!(
             "the isolation sweep does not know `{} {path}`: say in classify() whether it names \
              a resource (and check its project), lists rows (scoped), or is the installation's",

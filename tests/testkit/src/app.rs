@@ -129,6 +129,7 @@ impl App {
             knowledge: None,
             evals: Some(evals),
             artifacts: None,
+            speech: None,
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());

@@ -34,6 +34,55 @@ pub trait Api: Sync {
         self.call_as(method, path, body, self.default_key()).await
     }
 
+    /// A `multipart/form-data` POST as `bearer`: each part `(name, filename, bytes)` (a file
+    /// when it has a filename); returns the status, the `Content-Type` and the body as text.
+    async fn post_form(
+        &self,
+        path: &str,
+        parts: &[(&str, Option<&str>, &[u8])],
+        bearer: Option<&str>,
+    ) -> (u16, String, String) {
+        let boundary = "stead-test-boundary-7d1f";
+        let mut body = Vec::new();
+        for (name, filename, bytes) in parts {
+            body.extend_from_slice(format!("--{boundary}\r\n").as_bytes());
+            match filename {
+                Some(file) => body.extend_from_slice(
+                    format!(
+                        "Content-Disposition: form-data; name=\"{name}\"; filename=\"{file}\"\r\n\
+                         Content-Type: application/octet-stream\r\n\r\n"
+                    )
+                    .as_bytes(),
+                ),
+                None => body.extend_from_slice(
+                    format!("Content-Disposition: form-data; name=\"{name}\"\r\n\r\n").as_bytes(),
+                ),
+            }
+            body.extend_from_slice(bytes);
+            body.extend_from_slice(b"\r\n");
+        }
+        body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
+        let mut request = reqwest::Client::new()
+            .post(format!("{}{path}", self.base_url()))
+            .header(
+                "content-type",
+                format!("multipart/form-data; boundary={boundary}"),
+            )
+            .body(body);
+        if let Some(bearer) = bearer {
+            request = request.bearer_auth(bearer);
+        }
+        let response = request.send().await.expect("the request was sent");
+        let status = response.status().as_u16();
+        let kind = response
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        (status, kind, response.text().await.unwrap_or_default())
+    }
+
     /// Creates a session for `agent`; returns its id and token.
     async fn create(&self, agent: &str) -> (String, String) {
         let (status, body) = self

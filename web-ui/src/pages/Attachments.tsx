@@ -13,6 +13,7 @@ function size(bytes: number) {
   return `${(bytes / 1024 / 1024).toFixed(1)} MB`;
 }
 
+const isAudio = (type: string) => type.startsWith("audio/");
 const isImage = (type: string) => ["image/png", "image/jpeg", "image/gif", "image/webp"].includes(type);
 
 /** An artifact's bytes as an object URL, fetched with `creds` (revoked when unmounted). */
@@ -41,6 +42,9 @@ function Thumbnail({ creds, id, type, label }: { creds: Credentials; id: string;
   const url = useArtifactUrl(creds, id);
   if (isImage(type)) {
     return url ? <img src={url} alt={label} className="attachment-image" /> : <span className="attachment-file">{label}</span>;
+  }
+  if (isAudio(type) && url) {
+    return <audio controls src={url} aria-label={label} className="attachment-audio" />;
   }
   return url ? (
     <a href={url} download={`artifact-${id.slice(0, 8)}`} className="attachment-file">
@@ -84,7 +88,9 @@ export function usePendingFiles(sessionId: string, creds: Credentials) {
   };
   const remove = (id: string) => setFiles((now) => now.filter((f) => f.id !== id));
   const clear = () => setFiles([]);
-  return { files, uploading, error, add, remove, clear };
+  /** An artifact uploaded already (a voice recording). */
+  const put = (artifact: Artifact) => setFiles((now) => [...now, artifact]);
+  return { files, uploading, error, add, remove, clear, put };
 }
 
 export type PendingFiles = ReturnType<typeof usePendingFiles>;

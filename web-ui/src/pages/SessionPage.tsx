@@ -11,6 +11,7 @@ import { useState } from "react";
 
 import { forgetTokens, operator, sessionToken } from "../credentials";
 import { MessageAttachments, PendingAttachments, usePendingFiles } from "./Attachments";
+import { VoiceRecorder } from "./Voice";
 import { AddToDataset, RateReply } from "./CaseForms";
 import { ChildApprovals } from "./ChildApprovals";
 import { MarkedResult, Verdicts } from "./Guardrails";
@@ -304,6 +305,14 @@ export function SessionPage({ id }: { id: string }) {
         }}
       >
         <PendingAttachments creds={creds} pending={pending} />
+        <VoiceRecorder
+          sessionId={id}
+          creds={creds}
+          onRecorded={(audio, said) => {
+            pending.put(audio);
+            setText((typed) => [typed.trim(), said.trim()].filter(Boolean).join(" "));
+          }}
+        />
         <label className="grow">
           Message
           <textarea

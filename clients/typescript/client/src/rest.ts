@@ -311,6 +311,25 @@ export const api = {
     }
     return json as Artifact;
   },
+  /** The words spoken in an artifact (`POST /v1/audio/transcriptions` with `artifact_id`,
+   *  the local Whisper model: docs/speech.md). */
+  transcribeArtifact: async (c: Credentials, artifactId: string): Promise<{ text: string }> => {
+    const headers: Record<string, string> = {};
+    if (c.bearer) headers.authorization = `Bearer ${c.bearer}`;
+    const form = new FormData();
+    form.append("artifact_id", artifactId);
+    form.append("model", "whisper");
+    const response = await (c.fetch ?? fetch)(`${c.baseUrl ?? ""}/v1/audio/transcriptions`, {
+      method: "POST",
+      headers,
+      body: form,
+    });
+    const json: any = await response.json().catch(() => null);
+    if (!response.ok) {
+      throw new ApiError(response.status, json?.error?.code ?? "http_error", json?.error?.message ?? response.statusText);
+    }
+    return { text: String(json?.text ?? "") };
+  },
   /** An artifact's bytes (with the credentials: an `<img src>` cannot send them). */
   artifactBlob: async (c: Credentials, id: string): Promise<Blob> => {
     const headers: Record<string, string> = {};
