@@ -4,7 +4,9 @@
 //! a function — knowledge collections with their index and REST service (`knowledge`), MCP
 //! servers as tool sources and Stead's own `/mcp` endpoint (`mcp`) — the local engines a
 //! configuration names (`engines`) and the model router the sessions call through
-//! (`models`: providers, request log, the sessions' `ModelClient`). The built-in tools
+//! (`models`: providers, request log, the sessions' `ModelClient`), the files tools return kept
+//! as artifacts (`tool_artifacts`) and the speech service behind `/v1/audio/transcriptions`
+//! (`speech`). The built-in tools
 //! themselves (calculator, clock, memory, webhooks, schedules, sub-agents) live with the
 //! session actor in `stead-actors`; this crate chooses and configures them.
 

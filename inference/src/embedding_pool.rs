@@ -75,11 +75,7 @@ impl EmbeddingPool {
         std::thread::Builder::new()
             .name("stead-embedding".into())
             .spawn(move || {
-                let threads = if config.threads == 0 {
-                    std::thread::available_parallelism().map_or(1, usize::from)
-                } else {
-                    config.threads
-                };
+                let threads = crate::engine::threads_or_cores(config.threads);
                 let loaded = crate::engine::init_runtime(&config.runtime_library)
                     .and_then(|env| Embedder::load(&env, &config.model_dir, threads));
                 let mut embedder = match loaded {

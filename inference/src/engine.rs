@@ -32,6 +32,15 @@ pub enum ExecutionProvider {
 
 static ENVIRONMENT: OnceLock<Result<ort::environment::Environment>> = OnceLock::new();
 
+/// `threads`, or the machine's cores when it is 0 (a worker's intra-op threads).
+pub(crate) fn threads_or_cores(threads: usize) -> usize {
+    if threads == 0 {
+        std::thread::available_parallelism().map_or(1, usize::from)
+    } else {
+        threads
+    }
+}
+
 /// Loads ONNX Runtime from `library` (once per process; later calls reuse the first).
 pub fn init_runtime(library: &Path) -> Result<ort::environment::Environment> {
     ENVIRONMENT

@@ -325,10 +325,7 @@ pub fn run(options: &SetupOptions, progress: &mut dyn FnMut(&str)) -> Result<Pre
             "the converter's last lines above say why",
             progress,
         )?;
-        write(&staging.join("setup.stamp"), &wanted)?;
-        let _ = std::fs::remove_dir_all(&target);
-        std::fs::rename(&staging, &target).map_err(|e| io("move into place", &target, e))?;
-        progress(&format!("      {}", target.display()));
+        move_into_place(&staging, &target, &wanted, progress)?;
     }
     progress("[5/6] embedding model");
     let embedding_dir =
@@ -486,6 +483,20 @@ pub fn ensure_venv(
     )?;
     write(&stamp, &wanted)?;
     Ok(interpreter)
+}
+
+/// Stamps a converted model directory and renames it to `target` (replacing what was there).
+pub(crate) fn move_into_place(
+    staging: &Path,
+    target: &Path,
+    stamp: &str,
+    progress: &mut dyn FnMut(&str),
+) -> Result<()> {
+    write(&staging.join("setup.stamp"), stamp)?;
+    let _ = std::fs::remove_dir_all(target);
+    std::fs::rename(staging, target).map_err(|e| io("move into place", target, e))?;
+    progress(&format!("      {}", target.display()));
+    Ok(())
 }
 
 /// `python -m pip install --no-deps`, quiet about its version and progress bar: every pin is

@@ -8,9 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::setup::{
-    copy_atomically, file_sha256, io, model_dir, pip_install, read, run_command, write,
-};
+use crate::setup::{copy_atomically, file_sha256, io, model_dir, pip_install, read, run_command};
 use crate::speech::DEFAULT_SPEECH_MODEL;
 use crate::{Error, Result};
 
@@ -112,9 +110,6 @@ pub fn prepare(
         "the converter's last lines above say why",
         progress,
     )?;
-    write(&staging.join("setup.stamp"), &wanted)?;
-    let _ = std::fs::remove_dir_all(&target);
-    std::fs::rename(&staging, &target).map_err(|e| io("move into place", &target, e))?;
-    progress(&format!("      {}", target.display()));
+    crate::setup::move_into_place(&staging, &target, &wanted, progress)?;
     Ok(target)
 }

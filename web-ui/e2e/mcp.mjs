@@ -1,7 +1,8 @@
 // MCP tools in a real browser (Debian's Chromium through playwright-core): a session of an
 // agent whose tools come from MCP servers; the approval card of an MCP tool; once approved, its
 // progress bar grows from `tool_progress` frames; then the result; then a message sent with
-// "Send now (interrupt)" cancels a running call and runs at once. Screenshots go to OUT_DIR.
+// "Send now (interrupt)" cancels a running call and runs at once; a tool that returns an image
+// has it shown in its card. Screenshots go to OUT_DIR.
 // Run by tests/e2e/mcp/browser.rs as `node mcp.mjs BASE_URL OUT_DIR AGENT`.
 
 import { mkdirSync } from "node:fs";
@@ -76,6 +77,19 @@ try {
   await page.getByTestId("session-status").filter({ hasText: "idle" }).waitFor({ timeout: 15000 });
   await shot(page, "mcp-4-interrupted");
   step("interrupted");
+
+  // A tool that returns an image: kept as an artifact and shown in the tool's card.
+  await page.getByLabel("Message").fill("tiny image");
+  await page.getByRole("button", { name: "Send", exact: true }).click();
+  const card = page.getByRole("article", { name: "Tool call everything__get-tiny-image" });
+  await card.locator('[aria-label="Attachments"] img').waitFor({ timeout: 20000 });
+  await page.waitForFunction(() => {
+    const img = document.querySelector('article[aria-label="Tool call everything__get-tiny-image"] img');
+    return img && img.complete && img.naturalWidth > 0;
+  });
+  await card.scrollIntoViewIfNeeded();
+  await shot(page, "mcp-5-tool-image");
+  step("a tool's image shown");
   console.log(JSON.stringify({ done: true }));
 } catch (error) {
   if (page) {

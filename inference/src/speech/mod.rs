@@ -9,9 +9,8 @@ pub mod wer;
 pub mod whisper;
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -49,22 +48,12 @@ struct Job {
     reply: oneshot::Sender<Result<Transcript>>,
 }
 
-/// Transcriptions done, and the audio and compute time they took (for `/metrics` and the
-/// benchmark).
-#[derive(Debug, Default)]
-pub struct SpeechCounters {
-    pub transcriptions: AtomicU64,
-    pub audio_ms: AtomicU64,
-    pub compute_ms: AtomicU64,
-}
-
 /// A running speech model; cheap to share behind an `Arc`.
 pub struct SpeechPool {
     jobs: mpsc::Sender<Job>,
     queued: Arc<AtomicUsize>,
     capacity: usize,
     config: WhisperConfig,
-    pub counters: Arc<SpeechCounters>,
 }
 
 impl SpeechPool {
@@ -74,16 +63,11 @@ impl SpeechPool {
         let (jobs, mut queue) = mpsc::channel::<Job>(capacity);
         let (ready_tx, ready_rx) = oneshot::channel::<Result<WhisperConfig>>();
         let queued = Arc::new(AtomicUsize::new(0));
-        let counters = Arc::new(SpeechCounters::default());
-        let (worker_queued, worker_counters) = (queued.clone(), counters.clone());
+        let worker_queued = queued.clone();
         std::thread::Builder::new()
             .name("stead-speech".into())
             .spawn(move || {
-                let threads = if config.threads == 0 {
-                    std::thread::available_parallelism().map_or(1, usize::from)
-                } else {
-                    config.threads
-                };
+                let threads = crate::engine::threads_or_cores(config.threads);
                 let loaded = crate::engine::init_runtime(&config.runtime_library)
                     .and_then(|env| Whisper::load(&env, &config.model_dir, threads));
                 let mut model = match loaded {
@@ -98,17 +82,7 @@ impl SpeechPool {
                 };
                 while let Some(job) = queue.blocking_recv() {
                     worker_queued.fetch_sub(1, Ordering::Relaxed);
-                    let started = Instant::now();
-                    let answer = model.transcribe(&job.samples);
-                    let c = &worker_counters;
-                    c.transcriptions.fetch_add(1, Ordering::Relaxed);
-                    c.audio_ms.fetch_add(
-                        (job.samples.len() as u64 * 1000) / mel::SAMPLE_RATE as u64,
-                        Ordering::Relaxed,
-                    );
-                    c.compute_ms
-                        .fetch_add(started.elapsed().as_millis() as u64, Ordering::Relaxed);
-                    let _ = job.reply.send(answer);
+                    let _ = job.reply.send(model.transcribe(&job.samples));
                 }
             })
             .map_err(|e| Error::Runtime(format!("cannot start the speech worker: {e}")))?;
@@ -120,7 +94,6 @@ impl SpeechPool {
             queued,
             capacity,
             config,
-            counters,
         })
     }
 

@@ -1,6 +1,7 @@
 //! The web UI with MCP tools in a real browser (`web-ui/e2e/mcp.mjs`, Debian's Chromium through
 //! playwright-core): the approval card of an MCP tool, its progress bar growing, the result, and
-//! "Send now (interrupt)" cancelling a running MCP call.
+//! "Send now (interrupt)" cancelling a running MCP call, and a tool's image (kept as an artifact)
+//! shown in its card.
 //! Screenshots go to `{target}/tmp/web-ui-screenshots/mcp/`.
 
 use std::path::PathBuf;
@@ -52,6 +53,7 @@ async fn the_web_ui_shows_mcp_tools_with_progress_bars() {
         "mcp-2-progress",
         "mcp-3-finished",
         "mcp-4-interrupted",
+        "mcp-5-tool-image",
     ] {
         assert!(
             out.join(format!("{shot}.png")).is_file(),

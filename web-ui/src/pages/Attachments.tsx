@@ -55,6 +55,25 @@ function Thumbnail({ creds, id, type, label }: { creds: Credentials; id: string;
   );
 }
 
+/** The files a tool's result names (kept as artifacts: docs/artifacts.md, "Tools' files"):
+ *  its content blocks with an `artifact_id`, or resources holding one. */
+export function resultFiles(result: unknown): Attachment[] {
+  const content = (result as { content?: unknown } | null)?.content;
+  if (!Array.isArray(content)) return [];
+  return content.flatMap((block: any) => {
+    const file = block?.artifact_id ? block : block?.resource?.artifact_id ? block.resource : null;
+    if (!file || typeof file.artifact_id !== "string") return [];
+    return [
+      {
+        artifact_id: file.artifact_id,
+        content_type: String(file.content_type ?? file.mimeType ?? "application/octet-stream"),
+        size: Number(file.bytes ?? 0),
+        sha256: String(file.sha256 ?? ""),
+      },
+    ];
+  });
+}
+
 /** A sent message's attachments. */
 export function MessageAttachments({ creds, attachments }: { creds: Credentials; attachments: Attachment[] }) {
   return (

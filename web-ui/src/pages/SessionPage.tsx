@@ -5,12 +5,12 @@
 // link) and the sub-agents' approvals are decided here (ChildApprovals); below, the session's
 // schedules (SchedulesPanel).
 
-import type { ChildLink, ToolCard, ToolProgress } from "@stead/client";
+import type { ChildLink, Credentials, ToolCard, ToolProgress } from "@stead/client";
 import { useSteadSession } from "@stead/react";
 import { useState } from "react";
 
 import { forgetTokens, operator, sessionToken } from "../credentials";
-import { MessageAttachments, PendingAttachments, usePendingFiles } from "./Attachments";
+import { MessageAttachments, PendingAttachments, resultFiles, usePendingFiles } from "./Attachments";
 import { VoiceRecorder } from "./Voice";
 import { AddToDataset, RateReply } from "./CaseForms";
 import { ChildApprovals } from "./ChildApprovals";
@@ -116,11 +116,13 @@ function Child({ child }: { child: ChildLink }) {
 
 function Card({
   card,
+  creds,
   approve,
   reject,
   send,
 }: {
   card: ToolCard;
+  creds: Credentials;
   approve: (callId: string, scope?: "once" | "session") => boolean;
   reject: (callId: string, reason: string) => boolean;
   send: (text: string) => boolean;
@@ -165,6 +167,9 @@ function Card({
             </>
           ) : (
             <pre className="result">{json(card.result)}</pre>
+          )}
+          {resultFiles(card.result).length > 0 && (
+            <MessageAttachments creds={creds} attachments={resultFiles(card.result)} />
           )}
         </details>
       )}
@@ -242,7 +247,14 @@ export function SessionPage({ id }: { id: string }) {
       </div>
     ) })),
     ...session.tools.map((card) => ({ seq: card.seq, key: card.callId, node: (
-      <Card key={card.callId} card={card} approve={session.approve} reject={session.reject} send={session.send} />
+      <Card
+        key={card.callId}
+        card={card}
+        creds={creds}
+        approve={session.approve}
+        reject={session.reject}
+        send={session.send}
+      />
     ) })),
   ].sort((a, b) => a.seq - b.seq);
   return (
