@@ -7,15 +7,13 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use stead_config::Config;
-use stead_http::speech::{SpeechApi, TranscriptSegment, Transcription, TranscriptionRequest};
+use stead_http::speech::{
+    SpeechApi, TranscriptSegment, Transcription, TranscriptionRequest, LOCAL_SPEECH_MODELS,
+};
 use stead_http::{ApiError, ErrorCode};
 use stead_inference::speech::audio::{self, AudioError};
 use stead_inference::speech::{SpeechPool, SpeechPoolConfig, DEFAULT_SPEECH_MODEL};
 use tokio::sync::OnceCell;
-
-/// The names `model` may give for the local model: Stead's, OpenAI's (so its clients' usual
-/// `whisper-1` works) and the model directory's.
-pub const LOCAL_SPEECH_MODELS: [&str; 3] = ["whisper", "whisper-1", DEFAULT_SPEECH_MODEL];
 
 /// Why the model could not be loaded (kept: a later request is told the same).
 #[derive(Debug, Clone, thiserror::Error)]
@@ -107,7 +105,7 @@ impl SpeechApi for LocalSpeech {
             return Err(ApiError::new(
                 ErrorCode::ModelNotFound,
                 format!(
-                    "no speech model `{}` (this server transcribes with `whisper`)",
+                    "no speech model or route `{}` (the local model is `whisper`)",
                     request.model
                 ),
             ));

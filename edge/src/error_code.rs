@@ -225,6 +225,7 @@ impl From<stead_router::RouterErrorCode> for ErrorCode {
             Router::UpstreamFailed => ErrorCode::UpstreamFailed,
             Router::GuardrailBlocked => ErrorCode::GuardrailBlocked,
             Router::ImagesUnsupported => ErrorCode::ImagesUnsupported,
+            Router::Forbidden => ErrorCode::Forbidden,
         }
     }
 }

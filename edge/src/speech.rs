@@ -21,6 +21,10 @@ use crate::auth::Caller;
 use crate::views::ErrorBody;
 use crate::{ApiError, AppState, ErrorCode};
 
+/// The names `model` may give for the local model: Stead's, OpenAI's (so its clients' usual
+/// `whisper-1` works) and the model directory's. Any other name is a route's.
+pub const LOCAL_SPEECH_MODELS: [&str; 3] = ["whisper", "whisper-1", "whisper-tiny.en"];
+
 /// Audio to transcribe, as the edge read it.
 #[derive(Debug, Clone)]
 pub struct TranscriptionRequest {
@@ -70,7 +74,8 @@ fn malformed(message: impl Into<String>) -> ApiError {
 /// The fields of the form.
 #[derive(Default)]
 struct Form {
-    file: Option<(Bytes, Option<String>)>,
+    /// The bytes, their declared type and the file's name.
+    file: Option<(Bytes, Option<String>, String)>,
     artifact_id: Option<String>,
     model: Option<String>,
     language: Option<String>,
@@ -101,7 +106,8 @@ async fn read_form(body: Bytes, headers: &HeaderMap) -> Result<Form, ApiError> {
         let name = field.name().unwrap_or_default().to_string();
         if name == "file" {
             let declared = field.content_type().map(ToString::to_string);
-            form.file = Some((field.bytes().await.map_err(invalid)?, declared));
+            let name = field.file_name().unwrap_or("audio").to_string();
+            form.file = Some((field.bytes().await.map_err(invalid)?, declared, name));
             continue;
         }
         let text = field.text().await.map_err(invalid)?;
@@ -149,35 +155,60 @@ pub async fn transcriptions(
         .model
         .filter(|m| !m.is_empty())
         .ok_or_else(|| malformed("`model` is required (`whisper`: the local speech model)"))?;
-    let (audio, content_type) = match (form.file, form.artifact_id) {
+    let (audio, content_type, file_name) = match (form.file, form.artifact_id) {
         (Some(_), Some(_)) => return Err(malformed("send `file` or `artifact_id`, not both")),
-        (Some((audio, declared)), None) => {
+        (Some((audio, declared, name)), None) => {
             caller.require_operator()?;
-            (audio, declared)
+            (audio, declared, name)
         }
         (None, Some(id)) => {
             let id: Uuid = id
                 .parse()
                 .map_err(|_| malformed(format!("`artifact_id` `{id}` is not an artifact id")))?;
             let (artifact, bytes) = crate::artifacts::read_bytes(&state, &caller, id).await?;
-            (bytes, Some(artifact.content_type))
+            (bytes, Some(artifact.content_type), format!("artifact-{id}"))
         }
         (None, None) => return Err(malformed("`file` (the audio) is required")),
     };
     if audio.is_empty() {
         return Err(malformed("`file` is empty"));
     }
-    let speech = state.speech.as_ref().ok_or_else(|| {
-        ApiError::new(ErrorCode::ModelNotFound, "this server has no speech model")
-    })?;
-    let transcription = speech
-        .transcribe(TranscriptionRequest {
-            model,
-            audio,
+    let language = form.language.filter(|l| !l.is_empty());
+    let routed = !LOCAL_SPEECH_MODELS.contains(&model.as_str()) && state.routes.contains(&model);
+    let transcription = if routed {
+        let options = crate::gateway::options(&caller, &headers, &model)?;
+        let audio = stead_model::provider::AudioInput {
+            bytes: audio.to_vec(),
+            file_name,
             content_type,
-            language: form.language.filter(|l| !l.is_empty()),
-        })
-        .await?;
+            language,
+        };
+        let request = stead_router::TranscribeRequest {
+            route: model,
+            audio,
+        };
+        match state.model_router.transcribe(request, options).await {
+            Ok(answer) => Transcription {
+                text: answer.text,
+                language: answer.language.unwrap_or_default(),
+                duration: answer.duration.unwrap_or_default(),
+                segments: Vec::new(),
+            },
+            Err(error) => return Ok(crate::gateway::router_error(&error)),
+        }
+    } else {
+        let speech = state.speech.as_ref().ok_or_else(|| {
+            ApiError::new(ErrorCode::ModelNotFound, "this server has no speech model")
+        })?;
+        speech
+            .transcribe(TranscriptionRequest {
+                model,
+                audio,
+                content_type,
+                language,
+            })
+            .await?
+    };
     Ok(match format {
         "text" => (
             [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],

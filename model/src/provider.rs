@@ -82,6 +82,27 @@ pub struct EmbedReply {
     pub model: String,
 }
 
+/// Audio to transcribe (`POST /v1/audio/transcriptions` through a route).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct AudioInput {
+    pub bytes: Vec<u8>,
+    /// The file's name as the client sent it (providers read the container from it).
+    pub file_name: String,
+    pub content_type: Option<String>,
+    /// ISO 639-1 code the client says the speech is in.
+    pub language: Option<String>,
+}
+
+/// A provider's transcript.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TranscribeReply {
+    pub text: String,
+    /// As the provider names it (`english`), when it says.
+    pub language: Option<String>,
+    /// Seconds of audio, when the provider says.
+    pub duration: Option<f64>,
+}
+
 /// How an attempt failed, in the terms that retry rules use.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -195,6 +216,19 @@ pub trait Provider: Send + Sync + 'static {
         Err(ProviderError::new(
             FailureKind::Invalid,
             format!("provider `{}` does not make embeddings", self.name()),
+        ))
+    }
+    /// Transcribes `audio` with `model`. A provider without speech to text refuses the request
+    /// as invalid (the route moves on to its next target).
+    async fn transcribe(
+        &self,
+        model: &str,
+        audio: &AudioInput,
+    ) -> Result<TranscribeReply, ProviderError> {
+        let _ = (model, audio);
+        Err(ProviderError::new(
+            FailureKind::Invalid,
+            format!("provider `{}` does not transcribe audio", self.name()),
         ))
     }
     /// The prompt tokens `request` would take on `model`, and the model's context window —

@@ -1,9 +1,14 @@
 //! `POST /v1/audio/transcriptions` through the binary without a prepared speech model
 //! (docs/speech.md): every refusal is clear and comes before the model is needed, an artifact
 //! is transcribed only by a caller who may read it, and an unprepared model says how to
-//! prepare it. The real model's transcripts: tests/local_model/speech.rs.
+//! prepare it; a `model` naming a route goes to its OpenAI-compatible providers (doubles here)
+//! with failover and a request-log record. The real model's transcripts:
+//! tests/local_model/speech.rs.
 
-use serde_json::Value;
+use std::sync::{Arc, Mutex};
+
+use axum::response::IntoResponse;
+use serde_json::{json, Value};
 use stead_testkit::client::Api;
 use stead_testkit::stead::Stead;
 use stead_testkit::upstream::{Reply, Upstream};
@@ -186,4 +191,111 @@ async fn transcriptions_refuse_clearly_and_read_only_the_callers_artifacts() {
         (400, "invalid_request"),
         "{body}"
     );
+}
+
+/// An OpenAI-compatible transcription double: answers `status` (200: a transcript) and keeps
+/// each form it received, as text.
+async fn transcriber(status: u16) -> (String, Arc<Mutex<Vec<String>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let kept = seen.clone();
+    let app = axum::Router::new().route(
+        "/v1/audio/transcriptions",
+        axum::routing::post(move |body: axum::body::Bytes| {
+            let kept = kept.clone();
+            async move {
+                kept.lock()
+                    .unwrap()
+                    .push(String::from_utf8_lossy(&body).into_owned());
+                if status == 200 {
+                    axum::Json(
+                        json!({"text": "hello from the double", "language": "english",
+                        "duration": 1.0}),
+                    )
+                    .into_response()
+                } else {
+                    (axum::http::StatusCode::from_u16(status).unwrap(), "down").into_response()
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}/v1", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (base, seen)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_transcribes_through_its_providers_with_failover() {
+    let (down, down_seen) = transcriber(500).await;
+    let (up, up_seen) = transcriber(200).await;
+    let config = format!(
+        "[[providers]]\nname = \"down\"\nkind = \"openai\"\nbase_url = \"{down}\"\n\n\
+         [[providers]]\nname = \"up\"\nkind = \"openai\"\nbase_url = \"{up}\"\n\n\
+         [[routes]]\nname = \"stt\"\ntargets = [{{ provider = \"down\", model = \"whisper-large\" }}, \
+         {{ provider = \"up\", model = \"whisper-large\" }}]\n\n\
+         [[agents]]\nname = \"a\"\nroute = \"stt\"\n"
+    );
+    let server = Stead::start(&config, None);
+    let audio = wav(1.0);
+    let (status, _, body) = server
+        .post_form(
+            "/v1/audio/transcriptions",
+            &[
+                ("file", Some("note.wav"), audio.as_slice()),
+                ("model", None, b"stt"),
+                ("language", None, b"en"),
+                ("response_format", None, b"verbose_json"),
+            ],
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (
+            answer["text"].as_str(),
+            answer["language"].as_str(),
+            answer["duration"].as_f64()
+        ),
+        (Some("hello from the double"), Some("english"), Some(1.0)),
+        "{answer}"
+    );
+    // The failing target was tried first; the second got the form: its model, the language,
+    // and the audio's bytes under the client's file name.
+    assert!(
+        !down_seen.lock().unwrap().is_empty(),
+        "the first target was not tried"
+    );
+    let form = up_seen.lock().unwrap().last().cloned().unwrap();
+    assert!(
+        form.contains("name=\"model\"\r\n\r\nwhisper-large\r\n"),
+        "{form:.300}"
+    );
+    assert!(
+        form.contains("name=\"language\"\r\n\r\nen\r\n"),
+        "{form:.300}"
+    );
+    assert!(form.contains("filename=\"note.wav\""), "{form:.300}");
+    assert!(
+        form.contains("RIFF") && form.len() > audio.len(),
+        "the audio was not sent"
+    );
+
+    // One request-log record for the call (written in batches: waited for), naming the target
+    // that answered, no audio in it.
+    let mut logs = Value::Null;
+    for _ in 0..100 {
+        logs = server
+            .call("GET", "/v1/gateway/logs?route=stt", None)
+            .await
+            .1;
+        if logs["logs"].as_array().is_some_and(|rows| !rows.is_empty()) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let record = &logs["logs"][0];
+    assert_eq!(record["provider"], "up", "{record}");
+    assert_eq!(record["status"], "ok", "{record}");
+    assert!(!record.to_string().contains("RIFF"), "{record}");
 }

@@ -37,6 +37,7 @@ pub mod providers;
 mod route;
 mod settle;
 mod spend;
+mod transcribe;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -61,6 +62,7 @@ pub use self::provider::{
     ProviderReply, RouterRequest,
 };
 use self::route::{Route, Target};
+pub use self::transcribe::{TranscribeRequest, TranscribeResponse};
 use crate::chat::{FinishReason, ToolCall, Usage};
 
 /// `max_tokens` assumed for a budget reservation when neither the caller nor the target sets
@@ -158,6 +160,9 @@ pub enum RouterErrorCode {
     GuardrailBlocked,
     /// The request shows images and no model of the route sees them (docs/multimodal.md).
     ImagesUnsupported,
+    /// The key may not make this kind of call (a transcription through a route while it has
+    /// a budget: docs/speech.md).
+    Forbidden,
 }
 
 impl RouterErrorCode {
@@ -172,6 +177,7 @@ impl RouterErrorCode {
             RouterErrorCode::Unavailable => "unavailable",
             RouterErrorCode::GuardrailBlocked => "guardrail_blocked",
             RouterErrorCode::ImagesUnsupported => "images_unsupported",
+            RouterErrorCode::Forbidden => "forbidden",
         }
     }
 

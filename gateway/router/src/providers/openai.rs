@@ -12,7 +12,8 @@ use crate::answer::{read_limited, AnswerLimit, MAX_ANSWER_BYTES};
 use crate::chat::Usage;
 use crate::completions::{self, excerpt, Assembled, StreamAccumulator};
 use crate::provider::{
-    Chunk, EmbedReply, FailureKind, Provider, ProviderCall, ProviderError, ProviderReply,
+    AudioInput, Chunk, EmbedReply, FailureKind, Provider, ProviderCall, ProviderError,
+    ProviderReply, TranscribeReply,
 };
 
 /// A provider behind an OpenAI-compatible API.
@@ -22,6 +23,7 @@ pub struct OpenAiProvider {
     url: reqwest::Url,
     /// `{base_url}/embeddings`.
     embeddings_url: reqwest::Url,
+    transcriptions_url: reqwest::Url,
     api_key: Option<String>,
     client: reqwest::Client,
     /// The most bytes of one chat answer ([`MAX_ANSWER_BYTES`] unless set); embeddings
@@ -51,6 +53,7 @@ impl OpenAiProvider {
             name: name.into(),
             url: parse("/chat/completions"),
             embeddings_url: parse("/embeddings"),
+            transcriptions_url: parse("/audio/transcriptions"),
             api_key,
             client,
             answer_limit: MAX_ANSWER_BYTES,
@@ -214,6 +217,55 @@ impl Provider for OpenAiProvider {
         })
     }
 
+    async fn transcribe(
+        &self,
+        model: &str,
+        audio: &AudioInput,
+    ) -> Result<TranscribeReply, ProviderError> {
+        let boundary = format!("stead-{}", uuid::Uuid::new_v4().simple());
+        let mut fields = vec![("model", model), ("response_format", "verbose_json")];
+        if let Some(language) = &audio.language {
+            fields.push(("language", language));
+        }
+        let body = multipart_body(&boundary, &fields, audio);
+        let mut request = self
+            .client
+            .post(self.transcriptions_url.clone())
+            .header(
+                reqwest::header::CONTENT_TYPE,
+                format!("multipart/form-data; boundary={boundary}"),
+            )
+            .body(body);
+        if let Some(key) = &self.api_key {
+            request = request.bearer_auth(key);
+        }
+        let response = request
+            .send()
+            .await
+            .map_err(|e| self.transport_error(&e, false))?;
+        if !response.status().is_success() {
+            return Err(self.status_error(response).await);
+        }
+        let bytes = read_limited(&self.name, response, self.answer_limit).await?;
+        let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
+            ProviderError::new(
+                FailureKind::Stream,
+                format!("{} sent an unreadable answer: {e}", self.name),
+            )
+        })?;
+        let text = value["text"].as_str().ok_or_else(|| {
+            ProviderError::new(
+                FailureKind::Stream,
+                format!("{} answered a transcription without `text`", self.name),
+            )
+        })?;
+        Ok(TranscribeReply {
+            text: text.to_string(),
+            language: value["language"].as_str().map(str::to_string),
+            duration: value["duration"].as_f64(),
+        })
+    }
+
     async fn chat(&self, call: ProviderCall<'_>) -> Result<ProviderReply, ProviderError> {
         let streaming = call.chunks.is_some();
         let body = completions::provider_body(
@@ -296,6 +348,34 @@ fn reply(assembled: Assembled, asked: &str) -> ProviderReply {
         usage,
         model: assembled.model.unwrap_or_else(|| asked.to_string()),
     }
+}
+
+/// A `multipart/form-data` body: the text `fields`, then the audio as `file`.
+fn multipart_body(boundary: &str, fields: &[(&str, &str)], audio: &AudioInput) -> Vec<u8> {
+    let mut body = Vec::with_capacity(audio.bytes.len() + 512);
+    for (name, value) in fields {
+        body.extend_from_slice(
+            format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n")
+                .as_bytes(),
+        );
+    }
+    // The name is the client's: quotes and line breaks in it would break the form.
+    let file_name: String = audio
+        .file_name
+        .chars()
+        .filter(|c| !matches!(c, '"' | '\r' | '\n' | '\\'))
+        .collect();
+    body.extend_from_slice(
+        format!(
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{}\"\r\nContent-Type: {}\r\n\r\n",
+            if file_name.is_empty() { "audio" } else { &file_name },
+            audio.content_type.as_deref().unwrap_or("application/octet-stream")
+        )
+        .as_bytes(),
+    );
+    body.extend_from_slice(&audio.bytes);
+    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    body
 }
 
 #[cfg(test)]
