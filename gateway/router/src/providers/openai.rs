@@ -60,6 +60,40 @@ impl OpenAiProvider {
         }
     }
 
+    /// Sends `request` with the provider's key; a transport failure or an error status is
+    /// the attempt's error.
+    async fn send(
+        &self,
+        mut request: reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, ProviderError> {
+        if let Some(key) = &self.api_key {
+            request = request.bearer_auth(key);
+        }
+        let response = request
+            .send()
+            .await
+            .map_err(|e| self.transport_error(&e, false))?;
+        if !response.status().is_success() {
+            return Err(self.status_error(response).await);
+        }
+        Ok(response)
+    }
+
+    /// An answer's JSON, read up to `limit` bytes.
+    async fn read_json(
+        &self,
+        response: reqwest::Response,
+        limit: usize,
+    ) -> Result<Value, ProviderError> {
+        let bytes = read_limited(&self.name, response, limit).await?;
+        serde_json::from_slice(&bytes).map_err(|e| {
+            ProviderError::new(
+                FailureKind::Stream,
+                format!("{} sent an unreadable answer: {e}", self.name),
+            )
+        })
+    }
+
     /// The same provider with another bound on one answer's bytes (`max_answer_mib`).
     pub fn with_answer_limit(mut self, bytes: usize) -> Self {
         self.answer_limit = bytes;
@@ -193,25 +227,11 @@ impl Provider for OpenAiProvider {
     async fn embed(&self, model: &str, inputs: &[String]) -> Result<EmbedReply, ProviderError> {
         let body =
             serde_json::json!({ "model": model, "input": inputs, "encoding_format": "float" });
-        let mut request = self.client.post(self.embeddings_url.clone()).json(&body);
-        if let Some(key) = &self.api_key {
-            request = request.bearer_auth(key);
-        }
-        let response = request
-            .send()
-            .await
-            .map_err(|e| self.transport_error(&e, false))?;
-        let status = response.status();
-        if !status.is_success() {
-            return Err(self.status_error(response).await);
-        }
-        let bytes = read_limited(&self.name, response, self.answer_limit.saturating_mul(8)).await?;
-        let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
-            ProviderError::new(
-                FailureKind::Stream,
-                format!("{} sent an unreadable answer: {e}", self.name),
-            )
-        })?;
+        let request = self.client.post(self.embeddings_url.clone()).json(&body);
+        let response = self.send(request).await?;
+        let value = self
+            .read_json(response, self.answer_limit.saturating_mul(8))
+            .await?;
         parse_embeddings(&value, inputs.len(), model).map_err(|e| {
             ProviderError::new(FailureKind::Stream, format!("{}: {e}", self.name)).quoting()
         })
@@ -228,7 +248,7 @@ impl Provider for OpenAiProvider {
             fields.push(("language", language));
         }
         let body = multipart_body(&boundary, &fields, audio);
-        let mut request = self
+        let request = self
             .client
             .post(self.transcriptions_url.clone())
             .header(
@@ -236,23 +256,8 @@ impl Provider for OpenAiProvider {
                 format!("multipart/form-data; boundary={boundary}"),
             )
             .body(body);
-        if let Some(key) = &self.api_key {
-            request = request.bearer_auth(key);
-        }
-        let response = request
-            .send()
-            .await
-            .map_err(|e| self.transport_error(&e, false))?;
-        if !response.status().is_success() {
-            return Err(self.status_error(response).await);
-        }
-        let bytes = read_limited(&self.name, response, self.answer_limit).await?;
-        let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
-            ProviderError::new(
-                FailureKind::Stream,
-                format!("{} sent an unreadable answer: {e}", self.name),
-            )
-        })?;
+        let response = self.send(request).await?;
+        let value = self.read_json(response, self.answer_limit).await?;
         let text = value["text"].as_str().ok_or_else(|| {
             ProviderError::new(
                 FailureKind::Stream,
@@ -275,26 +280,11 @@ impl Provider for OpenAiProvider {
             call.continue_from,
             streaming,
         );
-        let mut request = self.client.post(self.url.clone()).json(&body);
-        if let Some(key) = &self.api_key {
-            request = request.bearer_auth(key);
-        }
-        let response = request
-            .send()
-            .await
-            .map_err(|e| self.transport_error(&e, false))?;
-        if !response.status().is_success() {
-            return Err(self.status_error(response).await);
-        }
+        let request = self.client.post(self.url.clone()).json(&body);
+        let response = self.send(request).await?;
         let assembled = match call.chunks {
             None => {
-                let bytes = read_limited(&self.name, response, self.answer_limit).await?;
-                let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
-                    ProviderError::new(
-                        FailureKind::Stream,
-                        format!("{} sent an unreadable answer: {e}", self.name),
-                    )
-                })?;
+                let value = self.read_json(response, self.answer_limit).await?;
                 completions::parse_completion(&value).map_err(|e| {
                     ProviderError::new(FailureKind::Stream, format!("{}: {e}", self.name)).quoting()
                 })?
