@@ -298,4 +298,37 @@ async fn a_route_transcribes_through_its_providers_with_failover() {
     assert_eq!(record["provider"], "up", "{record}");
     assert_eq!(record["status"], "ok", "{record}");
     assert!(!record.to_string().contains("RIFF"), "{record}");
+
+    // A key with a budget is refused before any provider is asked: routed audio is not
+    // charged to budgets yet.
+    let (status, _) = server
+        .call("POST", "/v1/projects", Some(json!({"name": "capped"})))
+        .await;
+    assert_eq!(status, 201);
+    let (status, created) = server
+        .call(
+            "POST",
+            "/v1/projects/capped/keys",
+            Some(json!({"name": "stt", "role": "inference", "budget_usd": 5.0})),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let before = up_seen.lock().unwrap().len();
+    let (status, _, body) = server
+        .post_form(
+            "/v1/audio/transcriptions",
+            &[
+                ("file", Some("note.wav"), audio.as_slice()),
+                ("model", None, b"stt"),
+            ],
+            created["key"].as_str(),
+        )
+        .await;
+    assert_eq!((status, code(&body).as_str()), (403, "forbidden"), "{body}");
+    assert!(body.contains("budget"), "{body}");
+    assert_eq!(
+        up_seen.lock().unwrap().len(),
+        before,
+        "a provider was asked"
+    );
 }

@@ -223,9 +223,10 @@ fn live(row: &KeyRow) -> Result<(), ApiError> {
 }
 
 /// The endpoints of the AI gateway: all that an `inference` key may call.
-const GATEWAY_PATHS: [&str; 5] = [
+const GATEWAY_PATHS: [&str; 6] = [
     "/v1/chat/completions",
     "/v1/embeddings",
+    "/v1/audio/transcriptions",
     "/v1/messages",
     "/v1/responses",
     "/v1/models",
