@@ -7,7 +7,6 @@ use std::sync::Arc;
 use anyhow::Context;
 use axum::body::Bytes;
 use base64::Engine as _;
-use chrono::{DateTime, Utc};
 use stead_actors::tools::ToolContext;
 use stead_actors::TranscriptEntry;
 use stead_artifacts::BlobStore;
@@ -61,9 +60,7 @@ impl ToolArtifacts {
             session_id: Some(context.session_id),
             project_id: context.project,
             created_by: format!("agent:{}", context.call_id),
-            // Microseconds: what both backends store.
-            created_at: DateTime::from_timestamp_micros(Utc::now().timestamp_micros())
-                .unwrap_or_else(Utc::now),
+            created_at: stead_persistence::stored_now(),
         };
         self.rows
             .insert_artifact(&artifact)

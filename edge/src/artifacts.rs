@@ -154,9 +154,7 @@ pub async fn upload(
         session_id: query.session_id,
         project_id: project,
         created_by: caller.name().to_string(),
-        // Microseconds: what both backends store.
-        created_at: DateTime::from_timestamp_micros(Utc::now().timestamp_micros())
-            .unwrap_or_else(Utc::now),
+        created_at: stead_persistence::stored_now(),
     };
     state.store.insert_artifact(&artifact).await?;
     Ok((StatusCode::CREATED, Json(artifact.into())))

@@ -265,6 +265,13 @@ pub fn contains_nul(value: &Value) -> bool {
     }
 }
 
+/// Now, to the microsecond: what both backends store, so a row read back equals the row
+/// written.
+pub fn stored_now() -> chrono::DateTime<chrono::Utc> {
+    let now = chrono::Utc::now();
+    chrono::DateTime::from_timestamp_micros(now.timestamp_micros()).unwrap_or(now)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -401,8 +401,7 @@ fn new_key(project: Uuid, body: &NewKey, rotated_from: Option<Uuid>) -> (KeyRow,
         expires_at: body.expires_at,
         revoked_at: None,
         rotated_from,
-        created_at: chrono::DateTime::from_timestamp_micros(Utc::now().timestamp_micros())
-            .unwrap_or_else(Utc::now),
+        created_at: stead_persistence::stored_now(),
     };
     (row, minted.secret)
 }
