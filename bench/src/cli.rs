@@ -254,6 +254,11 @@ pub struct KnowledgeBenchArgs {
     /// query: the database.
     #[arg(long, value_enum, default_value = "sqlite")]
     pub backend: BenchBackend,
+    /// query: the synthetic embeddings: `structured` (chunks of a document near its topic, in
+    /// a 24-dimension subspace, as sentence embeddings are) or `uniform` (no structure: the
+    /// worst case for a graph).
+    #[arg(long, value_enum, default_value = "structured")]
+    pub vectors: SyntheticVectors,
     /// eval: the Markdown files to search.
     #[arg(long, default_value = "docs")]
     pub docs: std::path::PathBuf,
@@ -263,6 +268,12 @@ pub struct KnowledgeBenchArgs {
     /// Print the results as one JSON object.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SyntheticVectors {
+    Structured,
+    Uniform,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -12,7 +12,7 @@ use hdrhistogram::Histogram;
 use serde_json::json;
 use stead_persistence::{JournalStore, NewEvent, NewSession, StoreOptions};
 
-use crate::cli::JournalBenchArgs;
+use crate::cli::{BenchBackend, JournalBenchArgs};
 use crate::BenchDatabase;
 use stead_config::Config;
 
@@ -34,6 +34,10 @@ pub struct JournalBenchResult {
     pub raw_rows_per_sec: Option<f64>,
     /// `steps_per_sec / raw_rows_per_sec`.
     pub share_of_raw: Option<f64>,
+    /// SQLite only: the same rows through SQLite's C API (`rusqlite`), rows/s, and
+    /// `steps_per_sec` as a share of it.
+    pub c_api_rows_per_sec: Option<f64>,
+    pub share_of_c_api: Option<f64>,
     /// Transactions the journal committed, and appends per commit (how well group commit
     /// batched).
     pub commits: u64,
@@ -70,6 +74,18 @@ pub async fn journal(config: Config, args: JournalBenchArgs) -> anyhow::Result<(
         let raw = raw?;
         result.raw_rows_per_sec = Some(raw);
         result.share_of_raw = Some(result.steps_per_sec / raw);
+        if let BenchBackend::Sqlite = args.backend {
+            eprintln!("  C-API baseline: the same rows through rusqlite…");
+            let dir = tempfile::tempdir()?;
+            let path = dir.path().join("c-api.db");
+            let (sessions, rounds, bytes) = (args.sessions, args.events, args.payload_bytes);
+            let rows = tokio::task::spawn_blocking(move || {
+                super::journal_raw::c_api_rows_per_sec(&path, sessions, rounds, bytes)
+            })
+            .await??;
+            result.c_api_rows_per_sec = Some(rows);
+            result.share_of_c_api = Some(result.steps_per_sec / rows);
+        }
     }
     if args.json {
         println!("{}", serde_json::to_string(&result)?);
@@ -94,6 +110,11 @@ pub async fn journal(config: Config, args: JournalBenchArgs) -> anyhow::Result<(
             println!(
                 "  raw baseline (same rows, one multi-row INSERT per commit): {raw:.0} rows/s · Stead reaches {:.0} % of it",
                 share * 100.0
+            );
+        }
+        if let (Some(rows), Some(share)) = (result.c_api_rows_per_sec, result.share_of_c_api) {
+            println!(
+                "  C-API baseline (rusqlite, same rows and pragmas, one transaction per round): {rows:.0} rows/s · Stead reaches {share:.2}× of it (target ≥ 0.6×)"
             );
         }
     }
@@ -177,6 +198,8 @@ async fn run(
         p99_ms: ms(latencies.value_at_quantile(0.99)),
         max_ms: ms(latencies.max()),
         raw_rows_per_sec: None,
+        c_api_rows_per_sec: None,
+        share_of_c_api: None,
         share_of_raw: None,
         commits,
         appends_per_commit: (after.appends - before.appends) as f64 / commits.max(1) as f64,

@@ -4,6 +4,11 @@
 //! (SQLite: WAL, `synchronous = FULL`; PostgreSQL: its defaults, `synchronous_commit = on`).
 //! No Stead code runs in between: this is the most the storage can do for this workload, and
 //! the journal's figure is reported as a share of it.
+//!
+//! On SQLite the same rows are also written through SQLite's C API (`rusqlite`, on one thread:
+//! a cached one-row `INSERT` executed once per session inside `BEGIN IMMEDIATE … COMMIT`, the
+//! pragmas of Stead's writer), since sqlx's SQLite driver is itself a ceiling: that is the
+//! engine's own figure.
 
 use std::time::Instant;
 
@@ -92,4 +97,51 @@ pub async fn raw_rows_per_sec(
             Ok((rounds * sessions) as f64 / started.elapsed().as_secs_f64())
         }
     }
+}
+
+/// Rows per second through SQLite's C API (`rusqlite`): `rounds` transactions of one row per
+/// session, WAL, `synchronous = FULL`, `temp_store = MEMORY`, `foreign_keys = ON` (as Stead's
+/// writer), a fresh database at `path`.
+pub fn c_api_rows_per_sec(
+    path: &std::path::Path,
+    sessions: usize,
+    rounds: usize,
+    payload_bytes: usize,
+) -> anyhow::Result<f64> {
+    let text = "x".repeat(payload_bytes);
+    let ids: Vec<String> = (0..sessions)
+        .map(|_| uuid::Uuid::now_v7().to_string())
+        .collect();
+    let conn = rusqlite::Connection::open(path)?;
+    conn.execute_batch(
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA temp_store = MEMORY; \
+         PRAGMA foreign_keys = ON; \
+         CREATE TABLE raw_journal (session_id TEXT NOT NULL, seq INTEGER NOT NULL, \
+         kind TEXT NOT NULL, payload TEXT NOT NULL, created_at INTEGER NOT NULL, \
+         PRIMARY KEY (session_id, seq)) WITHOUT ROWID;",
+    )?;
+    let started = Instant::now();
+    for seq in 1..=rounds {
+        let body = json!({ "call_id": format!("c{seq}"), "text": text, "usage": { "prompt_tokens": 37, "completion_tokens": 64 } })
+            .to_string();
+        let now = chrono::Utc::now().timestamp_micros();
+        conn.execute_batch("BEGIN IMMEDIATE")?;
+        {
+            let mut insert = conn.prepare_cached(
+                "INSERT INTO raw_journal (session_id, seq, kind, payload, created_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?;
+            for id in &ids {
+                insert.execute(rusqlite::params![
+                    id,
+                    seq as i64,
+                    "model_call_finished",
+                    body,
+                    now
+                ])?;
+            }
+        }
+        conn.execute_batch("COMMIT")?;
+    }
+    Ok((rounds * sessions) as f64 / started.elapsed().as_secs_f64())
 }

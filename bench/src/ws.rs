@@ -48,11 +48,20 @@ async fn upstream() -> anyhow::Result<String> {
     Ok(url)
 }
 
-fn start_server(dir: &std::path::Path, upstream: &str) -> anyhow::Result<ServeProcess> {
+/// The server, with socket bounds that admit every client of the run (the defaults allow 16
+/// sockets per session).
+fn start_server(
+    dir: &std::path::Path,
+    upstream: &str,
+    args: &WsBenchArgs,
+) -> anyhow::Result<ServeProcess> {
+    let per_session = args.clients.div_ceil(args.sessions.max(1)) + 1;
+    let connections = args.clients + 1_000;
     ServeProcess::start(
         dir,
         &format!(
-            "[[providers]]\nname = \"bench\"\nkind = \"openai\"\nbase_url = \"{upstream}\"\n\n\
+            "[server]\nmax_connections = {connections}\nmax_websockets_per_session = {per_session}\n\n\
+             [[providers]]\nname = \"bench\"\nkind = \"openai\"\nbase_url = \"{upstream}\"\n\n\
              [[routes]]\nname = \"default\"\ntargets = [{{ provider = \"bench\", model = \"bench\" }}]\n\n\
              [[agents]]\nname = \"bench\"\nroute = \"default\"\n"
         ),
@@ -83,6 +92,9 @@ fn micros_since(at: &str) -> Option<u64> {
     )
 }
 
+/// The target for an idle client's server memory (docs/benchmarks.md).
+const PER_CLIENT_KIB: f64 = 10.0;
+
 fn ms(h: &Histogram<u64>, q: f64) -> f64 {
     h.value_at_quantile(q) as f64 / 1000.0
 }
@@ -107,9 +119,9 @@ pub async fn ws(config: Config, args: WsBenchArgs) -> anyhow::Result<()> {
 
 async fn run(dir: &std::path::Path, args: &WsBenchArgs) -> anyhow::Result<()> {
     let upstream = upstream().await?;
-    let server = start_server(dir, &upstream)?;
+    let server = start_server(dir, &upstream, args)?;
     let http = reqwest::Client::new();
-    let (_, idle_before) = server.memory();
+    let (idle_before, _) = server.memory();
     let sessions = args.sessions.max(1);
     let mut ids = Vec::new();
     for _ in 0..sessions {
@@ -213,6 +225,9 @@ async fn run(dir: &std::path::Path, args: &WsBenchArgs) -> anyhow::Result<()> {
         "sessions": sessions,
         "turns": args.turns,
         "connect_seconds": connect_secs,
+        "per_client_kib": { "attached": rss_attached.saturating_sub(idle_before) as f64 / 1024.0 / args.clients.max(1) as f64,
+                            "after_broadcast": rss_after_broadcast.saturating_sub(idle_before) as f64 / 1024.0 / args.clients.max(1) as f64,
+                            "target": PER_CLIENT_KIB },
         "server_rss_mib": { "idle": mib(idle_before), "attached": mib(rss_attached),
                             "after_broadcast": mib(rss_after_broadcast), "peak": mib(peak) },
         "broadcast": { "events": broadcast.len(), "seconds": broadcast_secs,
@@ -229,6 +244,13 @@ async fn run(dir: &std::path::Path, args: &WsBenchArgs) -> anyhow::Result<()> {
         println!(
             "{} clients on {sessions} sessions: attached in {connect_secs:.1} s; server RSS {:.0} MiB attached, {:.0} MiB after broadcast (peak {:.0} MiB; {:.0} MiB before); target ≤ 2 GiB",
             args.clients, mib(rss_attached), mib(rss_after_broadcast), mib(peak), mib(idle_before)
+        );
+        let per_client =
+            |rss: u64| rss.saturating_sub(idle_before) as f64 / 1024.0 / args.clients.max(1) as f64;
+        println!(
+            "per client: {:.1} KiB attached, {:.1} KiB after the broadcast; target ≤ {PER_CLIENT_KIB} KiB ({:.2}× the target)",
+            per_client(rss_attached), per_client(rss_after_broadcast),
+            per_client(rss_after_broadcast) / PER_CLIENT_KIB
         );
         println!(
             "broadcast, all {sessions} sessions at once: {} event deliveries in {broadcast_secs:.1} s, latency p50 {:.2} ms, p99 {:.2} ms",

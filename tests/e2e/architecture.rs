@@ -312,6 +312,7 @@ fn product_sources() -> Vec<std::path::PathBuf> {
         "inference/src",
         "model/src",
         "persistence/src",
+        "vectors/src",
         "src",
     ] {
         source_files(&root.join(dir), &["rs"], &mut files);

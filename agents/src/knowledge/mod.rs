@@ -394,15 +394,20 @@ impl Knowledge {
                 ..
             } = query;
             match mode {
-                SearchMode::Exact => index_for_search.exact(&vector, top_k, &filter),
-                SearchMode::Ann => index_for_search.ann(&vector, top_k, &filter),
-                SearchMode::Hybrid => {
-                    index_for_search.hybrid(&vector, text.as_deref().unwrap_or(""), top_k, &filter)
-                }
+                SearchMode::Exact => Ok(index_for_search.exact(&vector, top_k, &filter)),
+                SearchMode::Ann => index_for_search
+                    .ann(&vector, top_k, &filter)
+                    .map_err(|e| ApiError::internal("the collection's ANN graph failed", e)),
+                SearchMode::Hybrid => Ok(index_for_search.hybrid(
+                    &vector,
+                    text.as_deref().unwrap_or(""),
+                    top_k,
+                    &filter,
+                )),
             }
         })
         .await
-        .map_err(|e| ApiError::internal("a knowledge search failed", e))?;
+        .map_err(|e| ApiError::internal("a knowledge search failed", e))??;
         Ok(ranked
             .into_iter()
             .map(|(position, score)| {

@@ -177,7 +177,9 @@ impl Connection {
                     match message {
                         Message::Text(text) => {
                             let first = self.held.is_some();
-                            self.handle(text.as_str(), first).await?;
+                            // Cold paths are boxed: an idle connection's future holds only the
+                            // largest *inline* await, and tens of thousands of them sit idle.
+                            Box::pin(self.handle(text.as_str(), first)).await?;
                         }
                         Message::Binary(_) => {
                             self.release().await?;
@@ -210,7 +212,7 @@ impl Connection {
                         // The actor stopped (fenced, restarted, failed): attach again and fill
                         // whatever was committed meanwhile from the journal.
                         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                        subscription = match self.attach().await {
+                        subscription = match Box::pin(self.attach()).await {
                             Ok(s) => s,
                             Err(error) => {
                                 self.send_error(&error).await?;
@@ -218,15 +220,15 @@ impl Connection {
                             }
                         };
                         let upto = subscription.attached.last_seq;
-                        self.replay(self.sent_seq, upto).await?;
+                        Box::pin(self.replay(self.sent_seq, upto)).await?;
                     }
                 },
-                _ = &mut hold, if self.held.is_some() => self.release().await?,
+                _ = &mut hold, if self.held.is_some() => Box::pin(self.release()).await?,
                 _ = heartbeat.tick() => {
                     if self.last_heard.elapsed() > limits.ws_heartbeat * 3 {
                         return self.close(1001, "no answer to pings").await;
                     }
-                    if let Some(reason) = self.credential_revoked().await {
+                    if let Some(reason) = Box::pin(self.credential_revoked()).await {
                         return self.close(1008, reason).await;
                     }
                     self.send(Message::Ping(Vec::new().into())).await?;

@@ -30,8 +30,10 @@ const REPLAY_PAGE: u32 = 1000;
 /// Bytes a frame may be on the wire before the transport closes the connection (1009); frames
 /// between `ws_frame_bytes` and this get an `error` frame and the connection stays.
 const TRANSPORT_MAX: usize = 1 << 20;
-/// Initial read buffer of a connection (tungstenite's default is 128 KiB).
-const READ_BUFFER: usize = 4 << 10;
+/// Initial read buffer of a connection (tungstenite's default is 128 KiB). tungstenite keeps
+/// it filled to its capacity, so it is resident for every idle client; a larger frame from the
+/// client grows it as needed.
+const READ_BUFFER: usize = 512;
 /// How long one send may wait on a client that does not read.
 const SEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
