@@ -16,6 +16,19 @@ use serde_json::json;
 use sqlx::{Connection, QueryBuilder};
 use stead_persistence::DatabaseUrl;
 
+/// One id per session, as the journal writes them.
+fn session_ids(sessions: usize) -> Vec<String> {
+    (0..sessions)
+        .map(|_| uuid::Uuid::now_v7().to_string())
+        .collect()
+}
+
+/// The payload of round `seq`: what a model call's event carries, with `bytes` of text.
+fn payload(seq: usize, bytes: usize) -> String {
+    json!({ "call_id": format!("c{seq}"), "text": "x".repeat(bytes), "usage": { "prompt_tokens": 37, "completion_tokens": 64 } })
+        .to_string()
+}
+
 /// Rows per second the engine took, `rounds × sessions` rows written in `rounds` commits.
 pub async fn raw_rows_per_sec(
     url: &DatabaseUrl,
@@ -23,14 +36,7 @@ pub async fn raw_rows_per_sec(
     rounds: usize,
     payload_bytes: usize,
 ) -> anyhow::Result<f64> {
-    let text = "x".repeat(payload_bytes);
-    let ids: Vec<String> = (0..sessions)
-        .map(|_| uuid::Uuid::now_v7().to_string())
-        .collect();
-    let payload = |seq: usize| {
-        json!({ "call_id": format!("c{seq}"), "text": text, "usage": { "prompt_tokens": 37, "completion_tokens": 64 } })
-            .to_string()
-    };
+    let ids = session_ids(sessions);
     match url {
         DatabaseUrl::Sqlite(path) => {
             let options = sqlx::sqlite::SqliteConnectOptions::new()
@@ -48,7 +54,7 @@ pub async fn raw_rows_per_sec(
             .await?;
             let started = Instant::now();
             for seq in 1..=rounds {
-                let body = payload(seq);
+                let body = payload(seq, payload_bytes);
                 let now = chrono::Utc::now().timestamp_micros();
                 let mut tx = conn.begin().await?;
                 let mut insert = QueryBuilder::new(
@@ -78,7 +84,7 @@ pub async fn raw_rows_per_sec(
             let ids: Vec<uuid::Uuid> = ids.iter().filter_map(|i| i.parse().ok()).collect();
             let started = Instant::now();
             for seq in 1..=rounds {
-                let body: serde_json::Value = serde_json::from_str(&payload(seq))?;
+                let body: serde_json::Value = serde_json::from_str(&payload(seq, payload_bytes))?;
                 let now = chrono::Utc::now();
                 let mut tx = conn.begin().await?;
                 let mut insert = QueryBuilder::new(
@@ -108,10 +114,7 @@ pub fn c_api_rows_per_sec(
     rounds: usize,
     payload_bytes: usize,
 ) -> anyhow::Result<f64> {
-    let text = "x".repeat(payload_bytes);
-    let ids: Vec<String> = (0..sessions)
-        .map(|_| uuid::Uuid::now_v7().to_string())
-        .collect();
+    let ids = session_ids(sessions);
     let conn = rusqlite::Connection::open(path)?;
     conn.execute_batch(
         "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA temp_store = MEMORY; \
@@ -122,8 +125,7 @@ pub fn c_api_rows_per_sec(
     )?;
     let started = Instant::now();
     for seq in 1..=rounds {
-        let body = json!({ "call_id": format!("c{seq}"), "text": text, "usage": { "prompt_tokens": 37, "completion_tokens": 64 } })
-            .to_string();
+        let body = payload(seq, payload_bytes);
         let now = chrono::Utc::now().timestamp_micros();
         conn.execute_batch("BEGIN IMMEDIATE")?;
         {

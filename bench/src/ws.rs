@@ -220,14 +220,15 @@ async fn run(dir: &std::path::Path, args: &WsBenchArgs) -> anyhow::Result<()> {
         quiet.add(one)?;
     }
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+    let per_client =
+        |rss: u64| rss.saturating_sub(idle_before) as f64 / 1024.0 / args.clients.max(1) as f64;
+    let (kib_attached, kib_after) = (per_client(rss_attached), per_client(rss_after_broadcast));
     let result = json!({
         "clients": args.clients,
         "sessions": sessions,
         "turns": args.turns,
         "connect_seconds": connect_secs,
-        "per_client_kib": { "attached": rss_attached.saturating_sub(idle_before) as f64 / 1024.0 / args.clients.max(1) as f64,
-                            "after_broadcast": rss_after_broadcast.saturating_sub(idle_before) as f64 / 1024.0 / args.clients.max(1) as f64,
-                            "target": PER_CLIENT_KIB },
+        "per_client_kib": { "attached": kib_attached, "after_broadcast": kib_after, "target": PER_CLIENT_KIB },
         "server_rss_mib": { "idle": mib(idle_before), "attached": mib(rss_attached),
                             "after_broadcast": mib(rss_after_broadcast), "peak": mib(peak) },
         "broadcast": { "events": broadcast.len(), "seconds": broadcast_secs,
@@ -245,12 +246,9 @@ async fn run(dir: &std::path::Path, args: &WsBenchArgs) -> anyhow::Result<()> {
             "{} clients on {sessions} sessions: attached in {connect_secs:.1} s; server RSS {:.0} MiB attached, {:.0} MiB after broadcast (peak {:.0} MiB; {:.0} MiB before); target ≤ 2 GiB",
             args.clients, mib(rss_attached), mib(rss_after_broadcast), mib(peak), mib(idle_before)
         );
-        let per_client =
-            |rss: u64| rss.saturating_sub(idle_before) as f64 / 1024.0 / args.clients.max(1) as f64;
         println!(
-            "per client: {:.1} KiB attached, {:.1} KiB after the broadcast; target ≤ {PER_CLIENT_KIB} KiB ({:.2}× the target)",
-            per_client(rss_attached), per_client(rss_after_broadcast),
-            per_client(rss_after_broadcast) / PER_CLIENT_KIB
+            "per client: {kib_attached:.1} KiB attached, {kib_after:.1} KiB after the broadcast; target ≤ {PER_CLIENT_KIB} KiB ({:.2}× the target)",
+            kib_after / PER_CLIENT_KIB
         );
         println!(
             "broadcast, all {sessions} sessions at once: {} event deliveries in {broadcast_secs:.1} s, latency p50 {:.2} ms, p99 {:.2} ms",
