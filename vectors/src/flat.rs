@@ -144,7 +144,7 @@ impl Flat {
         &self.values
     }
 
-    /// The best `k` rows by dot product with `query` among those `keep` accepts, best first,
+    /// The best `k` rows by dot product with `query` among those `filter` keeps, best first,
     /// found by the `i8` scan and scored exactly (see the module's note); ties go to the
     /// earlier row.
     pub fn top_k(&self, query: &[f32], k: usize, filter: Option<RowFilter<'_>>) -> Ranked {
@@ -173,7 +173,7 @@ impl Flat {
         self.rescore(query, &candidates, k)
     }
 
-    /// The best `k` rows by an `f32` dot product with every row `keep` accepts: the reference
+    /// The best `k` rows by an `f32` dot product with every row `filter` keeps: the reference
     /// [`Flat::top_k`] is measured against.
     pub fn top_k_f32(&self, query: &[f32], k: usize, filter: Option<RowFilter<'_>>) -> Ranked {
         if self.dimension == 0 {

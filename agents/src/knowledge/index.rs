@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 
 use serde_json::{Map, Value};
 use stead_persistence::CollectionChunks;
-use stead_vectors::{Flat, Graph, GraphError, GraphOptions, RowFilter};
+use stead_vectors::{Flat, Graph, GraphOptions, RowFilter};
 
 /// BM25's parameters (the usual ones).
 const K1: f32 = 1.2;
@@ -65,7 +65,9 @@ pub struct Index {
     postings: HashMap<String, Vec<(u32, u32)>>,
     lengths: Vec<u32>,
     average_length: f32,
-    graph: OnceLock<Result<Graph, GraphError>>,
+    /// Built on the first `ann` query; `None` when building failed (logged; `ann` then
+    /// searches exactly, like a failed graph search).
+    graph: OnceLock<Option<Graph>>,
 }
 
 impl Index {
@@ -94,7 +96,26 @@ impl Index {
                 documents.push(position);
             }
             document_of.push(documents.len() as u32 - 1);
-            vectors.extend_from_slice(&row.embedding);
+            if row.embedding.len() == dimension {
+                vectors.extend_from_slice(&row.embedding);
+            } else {
+                // The store refuses mixed dimensions; a row that has one anyway must not shift
+                // every later row: it is padded or cut to the collection's dimension.
+                tracing::error!(
+                    document = %row.document_id,
+                    chunk = row.chunk_index,
+                    dimension = row.embedding.len(),
+                    expected = dimension,
+                    "a chunk's embedding has the wrong dimension"
+                );
+                vectors.extend(
+                    row.embedding
+                        .iter()
+                        .copied()
+                        .chain(std::iter::repeat(0.0))
+                        .take(dimension),
+                );
+            }
             if let Value::Object(map) = &row.metadata {
                 fields.extend(map.keys().cloned());
             }
@@ -201,14 +222,9 @@ impl Index {
     /// The HNSW graph's nearest chunks to `query` among those matching the filter, rescored
     /// exactly, the best `k`. The first call builds the graph (USearch, on every core; about
     /// a minute for 100,000 chunks of 384 dimensions on two cores), logging its progress.
-    pub fn ann(
-        &self,
-        query: &[f32],
-        k: usize,
-        filter: &Map<String, Value>,
-    ) -> Result<Ranked, &GraphError> {
-        if self.chunks.is_empty() {
-            return Ok(Vec::new());
+    pub fn ann(&self, query: &[f32], k: usize, filter: &Map<String, Value>) -> Ranked {
+        if self.chunks.is_empty() || self.dimension == 0 {
+            return Vec::new();
         }
         let graph = self.graph.get_or_init(|| {
             let total = self.chunks.len();
@@ -219,22 +235,29 @@ impl Index {
                     tracing::info!(done, total, "building the ANN graph");
                 }
             });
-            tracing::info!(
-                chunks = total,
-                seconds = started.elapsed().as_secs_f64(),
-                ok = graph.is_ok(),
-                "ANN graph built"
-            );
-            graph
-        });
-        let graph = graph.as_ref()?;
-        let allowed = self.allowed(filter);
-        match graph.search(&self.vectors, query, k, self.row_filter(&allowed)) {
-            Ok(ranked) => Ok(ranked),
-            Err(e) => {
-                tracing::error!(error = %e, "an ANN search failed; searching exactly");
-                Ok(self.exact(query, k, filter))
+            match graph {
+                Ok(graph) => {
+                    let seconds = started.elapsed().as_secs_f64();
+                    tracing::info!(chunks = total, seconds, "ANN graph built");
+                    Some(graph)
+                }
+                Err(error) => {
+                    tracing::error!(%error, "the ANN graph could not be built; searching exactly");
+                    None
+                }
             }
+        });
+        let allowed = self.allowed(filter);
+        let found = graph
+            .as_ref()
+            .map(|g| g.search(&self.vectors, query, k, self.row_filter(&allowed)));
+        match found {
+            Some(Ok(ranked)) => ranked,
+            Some(Err(error)) => {
+                tracing::error!(%error, "an ANN search failed; searching exactly");
+                self.exact(query, k, filter)
+            }
+            None => self.exact(query, k, filter),
         }
     }
 
@@ -360,10 +383,7 @@ mod tests {
         assert_eq!(ids(&ix, &exact), ["b", "c", "a"]);
         assert!((exact[0].1 - 1.0).abs() < 1e-6);
         assert!((exact[1].1 - s).abs() < 1e-6);
-        assert_eq!(
-            ids(&ix, &ix.ann(&[1.0, 0.0], 2, &none).unwrap()),
-            ["b", "c"]
-        );
+        assert_eq!(ids(&ix, &ix.ann(&[1.0, 0.0], 2, &none)), ["b", "c"]);
         let filter: Map<String, Value> = serde_json::from_str(r#"{"t":"y"}"#).unwrap();
         assert_eq!(ids(&ix, &ix.exact(&[1.0, 0.0], 3, &filter)), ["a"]);
         assert_eq!(ids(&ix, &ix.bm25("bicycle repair", 3, &none)), ["a"]);

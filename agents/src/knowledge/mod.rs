@@ -380,7 +380,21 @@ impl Knowledge {
                         ),
                     ));
                 }
-                vectors.pop().unwrap_or_default()
+                let vector = vectors.pop().unwrap_or_default();
+                if vector.len() != index.dimension {
+                    return Err(invalid(
+                        ErrorCode::WrongDimension,
+                        format!(
+                            "route `{}` embedded the query in {} dimensions; collection `{}` \
+                             holds {}",
+                            row.embedding_route,
+                            vector.len(),
+                            collection.name,
+                            index.dimension
+                        ),
+                    ));
+                }
+                vector
             }
             (None, None) => Vec::new(),
         };
@@ -394,20 +408,15 @@ impl Knowledge {
                 ..
             } = query;
             match mode {
-                SearchMode::Exact => Ok(index_for_search.exact(&vector, top_k, &filter)),
-                SearchMode::Ann => index_for_search
-                    .ann(&vector, top_k, &filter)
-                    .map_err(|e| ApiError::internal("the collection's ANN graph failed", e)),
-                SearchMode::Hybrid => Ok(index_for_search.hybrid(
-                    &vector,
-                    text.as_deref().unwrap_or(""),
-                    top_k,
-                    &filter,
-                )),
+                SearchMode::Exact => index_for_search.exact(&vector, top_k, &filter),
+                SearchMode::Ann => index_for_search.ann(&vector, top_k, &filter),
+                SearchMode::Hybrid => {
+                    index_for_search.hybrid(&vector, text.as_deref().unwrap_or(""), top_k, &filter)
+                }
             }
         })
         .await
-        .map_err(|e| ApiError::internal("a knowledge search failed", e))??;
+        .map_err(|e| ApiError::internal("a knowledge search failed", e))?;
         Ok(ranked
             .into_iter()
             .map(|(position, score)| {
