@@ -15,6 +15,7 @@ step "GPU"
 command -v nvidia-smi >/dev/null && nvidia-smi -L || { echo "error: no NVIDIA GPU/driver visible (nvidia-smi)" >&2; exit 1; }
 
 step "build with --features cuda"
+source scripts/ensure-cxx.sh
 cargo build --release --locked --features cuda --bin stead
 stead="$CARGO_TARGET_DIR/release/stead"
 

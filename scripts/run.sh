@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
 source scripts/ensure-python-venv.sh
+source scripts/ensure-cxx.sh
 bash scripts/build-web-ui.sh
 cargo build --release --locked --bin stead
 stead="$CARGO_TARGET_DIR/release/stead"

@@ -111,6 +111,7 @@ fi
 
 step "stead setup (ONNX Runtime, the default model, the embedding and speech models, SmolLM2 for the quick tests and Gemma 3 at fp32 for the converter check, cached under the target dir)"
 source scripts/ensure-python-venv.sh
+source scripts/ensure-cxx.sh
 cargo build --locked --bin stead
 export STEAD_DATA_DIR="$CARGO_TARGET_DIR/stead-data"
 "$CARGO_TARGET_DIR/debug/stead" setup --data-dir "$STEAD_DATA_DIR"
@@ -174,14 +175,7 @@ export MOTO_SERVER="$s3_venv/bin/moto_server"
 
 step "llama.cpp (llama-cpp-python, built from source once; pip caches the wheel), for the converter check"
 llama_venv="$CARGO_TARGET_DIR/llama-venv"
-if ! command -v g++ >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ]; then
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq g++ >/dev/null
-  else
-    die "a C++ compiler is needed to build llama-cpp-python: sudo apt-get install g++"
-  fi
-fi
+# (g++ is there: ensure-cxx.sh installed it before the first cargo build.)
 if ! cmp -s inference/setup/llama-requirements.txt "$llama_venv/requirements.txt" 2>/dev/null; then
   rm -rf "$llama_venv"
   python3 -m venv "$llama_venv"
