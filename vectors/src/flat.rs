@@ -80,7 +80,7 @@ impl PartialOrd for Kept {
 }
 
 /// The best `k` of `scored`, best first; ties go to the earlier row.
-pub(crate) fn best(scored: impl Iterator<Item = (usize, f32)>, k: usize) -> Ranked {
+pub fn best(scored: impl Iterator<Item = (usize, f32)>, k: usize) -> Ranked {
     if k == 0 {
         return Vec::new();
     }

@@ -11,5 +11,5 @@ mod graph;
 pub mod synthetic;
 
 pub use dot::{dot, dot_i8, kernel};
-pub use flat::{Flat, Ranked, RowFilter};
+pub use flat::{best, Flat, Ranked, RowFilter};
 pub use graph::{Graph, GraphError, GraphOptions};

@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 
 use serde_json::{Map, Value};
 use stead_persistence::CollectionChunks;
-use stead_vectors::{Flat, Graph, GraphOptions, RowFilter};
+use stead_vectors::{best, Flat, Graph, GraphOptions, RowFilter};
 
 /// BM25's parameters (the usual ones).
 const K1: f32 = 1.2;
@@ -46,7 +46,7 @@ pub fn terms(text: &str) -> Vec<String> {
 }
 
 /// A search's ranked chunks: `(chunk position, score)`, best first.
-pub type Ranked = Vec<(usize, f32)>;
+pub use stead_vectors::Ranked;
 
 pub struct Index {
     pub version: i64,
@@ -182,24 +182,6 @@ impl Index {
         })
     }
 
-    fn keeps(&self, allowed: &Option<Vec<bool>>, position: usize) -> bool {
-        allowed
-            .as_ref()
-            .is_none_or(|a| a[self.document_of[position] as usize])
-    }
-
-    /// The best `k` of scored positions, best first; ties go to the earlier chunk.
-    fn best(mut scored: Vec<(usize, f32)>, k: usize) -> Ranked {
-        let order = |a: &(usize, f32), b: &(usize, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
-        if scored.len() > k && k > 0 {
-            scored.select_nth_unstable_by(k - 1, order);
-            scored.truncate(k);
-        }
-        scored.sort_by(order);
-        scored.truncate(k);
-        scored
-    }
-
     /// The matching chunks' cosine similarity to `query` (unit length), the best `k`: the
     /// `i8` scan, rescored exactly (`stead_vectors::Flat::top_k`).
     pub fn exact(&self, query: &[f32], k: usize, filter: &Map<String, Value>) -> Ranked {
@@ -283,11 +265,11 @@ impl Index {
             }
         }
         let allowed = self.allowed(filter);
+        let keep = self.row_filter(&allowed);
         let scored = scores
             .into_iter()
-            .filter(|&(p, s)| s > 0.0 && self.keeps(&allowed, p))
-            .collect();
-        Self::best(scored, k)
+            .filter(|&(p, s)| s > 0.0 && keep.is_none_or(|f| f.keeps(p)));
+        best(scored, k)
     }
 
     /// Reciprocal-rank fusion of exact vector search and BM25 (each list `max(4k, 50)` deep):
@@ -309,7 +291,7 @@ impl Index {
                 *fused.entry(position).or_default() += 1.0 / (RRF_K + rank as f32 + 1.0);
             }
         }
-        Self::best(fused.into_iter().collect(), k)
+        best(fused.into_iter(), k)
     }
 }
 
