@@ -98,15 +98,21 @@ pub const EARLIER_RESULT_DIVISOR: u64 = 8;
 /// The transcript as the model is shown it: tool results of the turn in progress longer than
 /// `max_tokens` (estimated) cut, earlier turns' longer than `max_tokens /`
 /// [`EARLIER_RESULT_DIVISOR`]; each with a marker saying how much was left out.
-pub fn shown(transcript: &[TranscriptEntry], max_tokens: u64) -> Vec<TranscriptEntry> {
+/// One pass over the entries (a slice, or the state's persistent vector: no copy of it first),
+/// and a tool result is only copied when it is shown whole.
+pub fn shown<'a, I>(transcript: I, max_tokens: u64) -> Vec<TranscriptEntry>
+where
+    I: IntoIterator<Item = &'a TranscriptEntry>,
+    I::IntoIter: DoubleEndedIterator + ExactSizeIterator + Clone,
+{
     let chars =
         |tokens: u64| usize::try_from(tokens.saturating_mul(CHARS_PER_TOKEN)).unwrap_or(usize::MAX);
-    let current = transcript
-        .iter()
+    let entries = transcript.into_iter();
+    let current = entries
+        .clone()
         .rposition(|e| matches!(e, TranscriptEntry::User { .. }))
         .unwrap_or(0);
-    transcript
-        .iter()
+    entries
         .enumerate()
         .map(|(i, entry)| {
             (
@@ -126,8 +132,9 @@ pub fn shown(transcript: &[TranscriptEntry], max_tokens: u64) -> Vec<TranscriptE
                 content,
             } => {
                 let text = match content {
-                    Value::String(s) => s.clone(),
-                    other => other.to_string(),
+                    Value::String(s) if s.len() <= limit => return entry.clone(),
+                    Value::String(s) => std::borrow::Cow::Borrowed(s.as_str()),
+                    other => std::borrow::Cow::Owned(other.to_string()),
                 };
                 if text.len() <= limit {
                     return entry.clone();

@@ -405,7 +405,16 @@ pub struct GatewayBenchArgs {
     /// Highest rate LiteLLM is loaded at (one worker saturates near 60 req/s on 2 cores).
     #[arg(long, default_value_t = 200.0)]
     pub litellm_max_rate: f64,
-    /// Do not run LiteLLM.
+    /// Portkey's AI Gateway, its `build/start-server.js` (default:
+    /// target/portkey-gateway/node_modules/@portkey-ai/gateway/build/start-server.js when
+    /// present; `npm install --prefix target/portkey-gateway @portkey-ai/gateway`). Run by
+    /// `node` (or `$NODE`).
+    #[arg(long)]
+    pub portkey: Option<std::path::PathBuf>,
+    /// Highest rate Portkey's gateway is loaded at.
+    #[arg(long, default_value_t = 5000.0)]
+    pub portkey_max_rate: f64,
+    /// Do not run the peers (LiteLLM, Portkey).
     #[arg(long)]
     pub no_peer: bool,
 }
@@ -431,8 +440,10 @@ pub struct WsBenchArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct SessionsBenchArgs {
-    /// Parked sessions to hold live, then passivate.
-    #[arg(long, default_value_t = 100_000)]
+    /// Parked sessions: measured as the product keeps them (passivated), then held live all at
+    /// once. (At 100,000 the lease releases of a mass passivation queue on SQLite's writer for
+    /// many minutes: docs/benchmarks.md.)
+    #[arg(long, default_value_t = 20_000)]
     pub parked: usize,
     /// Events in the long session whose activation is timed.
     #[arg(long, default_value_t = 10_000)]
@@ -440,12 +451,18 @@ pub struct SessionsBenchArgs {
     /// Turns for the durable step latency.
     #[arg(long, default_value_t = 2_000)]
     pub turns: usize,
-    /// Session lengths (events) at which one decision's cost is timed.
-    #[arg(long, value_delimiter = ',', default_value = "100,10000,100000")]
+    /// Session lengths (events) at which whole turns and one decision are timed
+    /// (`--step-cost-only`); the first and last are compared against the flat target.
+    #[arg(long, value_delimiter = ',', default_value = "1000,100000")]
     pub step_lengths: Vec<usize>,
-    /// Run only the step-cost section.
+    /// Run only the step-cost section (whole turns at each of `--step-lengths`, `--turns` of
+    /// them after 20 untimed).
     #[arg(long)]
     pub step_cost_only: bool,
+    /// Step cost on histories that never compacted (every request carries the whole
+    /// transcript) instead of ones compacted as a prompt budget would.
+    #[arg(long)]
+    pub no_compaction: bool,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -10,7 +10,6 @@
 //! Client, gateway and upstream share the machine.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -73,18 +72,6 @@ async fn upstream(latency: Duration, capacity: usize) -> anyhow::Result<(String,
     Ok((url, holds))
 }
 
-/// LiteLLM's proxy process, stopped when dropped.
-struct Peer {
-    child: std::process::Child,
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn start_stead(dir: &Path, upstream: &str) -> anyhow::Result<ServeProcess> {
     ServeProcess::start(
         dir,
@@ -96,68 +83,8 @@ fn start_stead(dir: &Path, upstream: &str) -> anyhow::Result<ServeProcess> {
     )
 }
 
-const LITELLM_KEY: &str = "sk-bench-0123456789abcdef0123456789abcdef";
-
-async fn start_litellm(
-    binary: &Path,
-    dir: &Path,
-    upstream: &str,
-) -> anyhow::Result<(Peer, String)> {
-    let config = format!(
-        "model_list:\n  - model_name: bench\n    litellm_params:\n      model: openai/bench\n      \
-         api_base: {upstream}\n      api_key: sk-upstream-double-not-checked\n\
-         litellm_settings:\n  drop_params: true\n  set_verbose: false\n  request_timeout: 600\n  \
-         num_retries: 0\n\
-         general_settings:\n  master_key: os.environ/LITELLM_MASTER_KEY\n  \
-         disable_spend_logs: true\n  disable_error_logs: true\n  background_health_checks: false\n"
-    );
-    let path = dir.join("litellm.yaml");
-    std::fs::write(&path, config)?;
-    let port = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-        listener.local_addr()?.port()
-    };
-    let log = std::fs::File::create(dir.join("litellm.log"))?;
-    let child = Command::new(binary)
-        .arg("--config")
-        .arg(&path)
-        .args([
-            "--host",
-            "127.0.0.1",
-            "--port",
-            &port.to_string(),
-            "--num_workers",
-            "1",
-        ])
-        .env("LITELLM_MASTER_KEY", LITELLM_KEY)
-        .env("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-        .env("LITELLM_TELEMETRY_DISABLED", "true")
-        .env("LITELLM_LOG", "ERROR")
-        .env("NO_PROXY", "*")
-        .env_remove("DATABASE_URL")
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .spawn()
-        .with_context(|| format!("cannot start LiteLLM ({})", binary.display()))?;
-    let child = Peer { child };
-    let base = format!("http://127.0.0.1:{port}");
-    let client = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        if let Ok(r) = client.get(format!("{base}/health/liveliness")).send().await {
-            if r.status().is_success() {
-                break;
-            }
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "LiteLLM did not become ready in 120 s (see {})",
-            dir.join("litellm.log").display()
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    Ok((child, base))
-}
+/// A gateway to load: its label, URL, request headers and process (for CPU and memory).
+type Target<'a> = (&'a str, String, Vec<(String, String)>, Option<u32>);
 
 /// Removes the bench's scratch directory when the bench ends.
 struct RemoveOnDrop(PathBuf);
@@ -189,7 +116,7 @@ struct Run {
 async fn load(
     label: &str,
     url: &str,
-    bearer: Option<&str>,
+    headers: &[(String, String)],
     model: &str,
     rate: f64,
     seconds: f64,
@@ -211,15 +138,15 @@ async fn load(
         lag.record(tokio::time::Instant::now().duration_since(due).as_micros() as u64)?;
         let client = client.clone();
         let url = url.to_string();
-        let bearer = bearer.map(String::from);
+        let headers = headers.to_vec();
         let model = model.to_string();
         let results = results.clone();
         tasks.push(tokio::spawn(async move {
             let body = json!({ "model": model, "messages": [{ "role": "user", "content": format!("bench {}", first + i) }], "max_tokens": 16 });
             let sent = Instant::now();
             let mut request = client.post(&url).json(&body);
-            if let Some(bearer) = bearer {
-                request = request.bearer_auth(bearer);
+            for (name, value) in &headers {
+                request = request.header(name, value);
             }
             let ok = match request.send().await {
                 Ok(response) => {
@@ -271,16 +198,6 @@ fn ms(h: &Histogram<u64>, q: f64) -> f64 {
     h.value_at_quantile(q) as f64 / 1000.0
 }
 
-fn litellm_binary(args: &GatewayBenchArgs) -> Option<PathBuf> {
-    if args.no_peer {
-        return None;
-    }
-    args.litellm.clone().or_else(|| {
-        let candidate = PathBuf::from("target/litellm-venv/bin/litellm");
-        candidate.is_file().then_some(candidate)
-    })
-}
-
 pub async fn gateway(config: Config, args: GatewayBenchArgs) -> anyhow::Result<()> {
     prepare_data_dir(&config.server.data_dir)?;
     stead_http::raise_fd_limit();
@@ -306,61 +223,47 @@ pub async fn gateway(config: Config, args: GatewayBenchArgs) -> anyhow::Result<(
     );
     let stead = start_stead(&scratch, &upstream_url)?;
     let stead_base = stead.base.clone();
-    let litellm = match litellm_binary(&args) {
-        Some(binary) => {
-            println!("starting LiteLLM ({}) …", binary.display());
-            let started = Instant::now();
-            let (child, base) = start_litellm(&binary, &scratch, &upstream_url).await?;
-            println!("LiteLLM ready in {:.1} s", started.elapsed().as_secs_f64());
-            Some((child, base))
-        }
-        None => {
-            println!(
-                "LiteLLM: not run (pass --litellm PATH, or install it into target/litellm-venv)"
-            );
-            None
-        }
-    };
+    let peers = crate::gateway_peers::start(&args, &scratch, &upstream_url).await?;
     let mut next = 0usize;
     let mut runs = Vec::new();
     for &rate in &rates {
-        let mut targets: Vec<(&str, String, Option<&str>, Option<u32>)> = vec![
+        let mut targets: Vec<Target> = vec![
             (
                 "direct (no gateway)",
                 format!("{upstream_url}/chat/completions"),
-                None,
+                Vec::new(),
                 None,
             ),
             (
                 "stead",
                 format!("{stead_base}/v1/chat/completions"),
-                None,
+                Vec::new(),
                 Some(stead.child.id()),
             ),
         ];
-        if let Some((child, base)) = &litellm {
-            if rate <= args.litellm_max_rate {
+        for peer in &peers {
+            if rate <= peer.max_rate {
                 targets.push((
-                    "LiteLLM",
-                    format!("{base}/v1/chat/completions"),
-                    Some(LITELLM_KEY),
-                    Some(child.child.id()),
+                    peer.label,
+                    peer.url.clone(),
+                    peer.headers.clone(),
+                    Some(peer.pid()),
                 ));
             } else {
                 println!(
-                    "LiteLLM at {rate} req/s: skipped (above --litellm-max-rate {}; it saturates far below)",
-                    args.litellm_max_rate
+                    "{} at {rate} req/s: skipped (above its --{}-max-rate {}; it saturates below)",
+                    peer.label, peer.flag, peer.max_rate
                 );
             }
         }
-        for (label, url, bearer, pid) in targets {
+        for (label, url, headers, pid) in targets {
             print!("{label} at {rate} req/s: warm-up … ");
             use std::io::Write;
             let _ = std::io::stdout().flush();
             let warm = load(
                 label,
                 &url,
-                bearer,
+                &headers,
                 "bench",
                 rate,
                 args.warmup,
@@ -373,7 +276,7 @@ pub async fn gateway(config: Config, args: GatewayBenchArgs) -> anyhow::Result<(
             let mut run = load(
                 label,
                 &url,
-                bearer,
+                &headers,
                 "bench",
                 rate,
                 args.seconds,
@@ -409,7 +312,7 @@ pub async fn gateway(config: Config, args: GatewayBenchArgs) -> anyhow::Result<(
         println!("request log: {line}");
     }
     drop(stead);
-    drop(litellm);
+    drop(peers);
     Ok(())
 }
 
@@ -440,11 +343,23 @@ fn print_runs(runs: &[Run], rates: &[f64]) {
     }
     for &rate in rates {
         let find = |label: &str| runs.iter().find(|r| r.label == label && r.rate == rate);
-        if let (Some(stead), Some(peer)) = (find("stead"), find("LiteLLM")) {
-            println!(
-                "at {rate} req/s: stead's added p99 is {:.1}× lower than LiteLLM's",
-                ms(&peer.added, 0.99) / ms(&stead.added, 0.99).max(0.001)
-            );
+        let Some(stead) = find("stead") else {
+            continue;
+        };
+        println!(
+            "at {rate} req/s: stead's added p99 {:.3} ms; target ≤ 1 ms ({:.2}× the target)",
+            ms(&stead.added, 0.99),
+            ms(&stead.added, 0.99)
+        );
+        for peer in crate::gateway_peers::LABELS {
+            if let Some(peer) = find(peer) {
+                println!(
+                    "at {rate} req/s: stead's added p99 is {:.1}× lower than {}'s ({:.3} ms)",
+                    ms(&peer.added, 0.99) / ms(&stead.added, 0.99).max(0.001),
+                    peer.label,
+                    ms(&peer.added, 0.99)
+                );
+            }
         }
     }
 }

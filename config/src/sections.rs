@@ -158,6 +158,9 @@ pub struct SessionsConfig {
     pub snapshot_every: i64,
     /// Passivate an actor idle this long with no clients attached.
     pub passivate_after_secs: u64,
+    /// Passivate sooner an actor whose turn is parked on a person's decision, with no clients
+    /// attached (the decision or the approval's expiry wakes it).
+    pub passivate_parked_after_secs: u64,
     /// A session whose actor fails this many times within `restart_window_secs` is failed.
     pub restart_limit: u32,
     pub restart_window_secs: u64,
@@ -195,6 +198,7 @@ impl Default for SessionsConfig {
         SessionsConfig {
             snapshot_every: lifecycle.snapshot_every,
             passivate_after_secs: lifecycle.passivate_after.as_secs(),
+            passivate_parked_after_secs: lifecycle.passivate_parked_after.as_secs(),
             restart_limit: lifecycle.restart_limit,
             restart_window_secs: lifecycle.restart_window.as_secs(),
             restart_backoff_ms: lifecycle.restart_backoff.as_millis() as u64,
@@ -218,6 +222,7 @@ impl SessionsConfig {
         stead_actors::session::Lifecycle {
             snapshot_every: self.snapshot_every,
             passivate_after: Duration::from_secs(self.passivate_after_secs),
+            passivate_parked_after: Duration::from_secs(self.passivate_parked_after_secs),
             restart_limit: self.restart_limit,
             restart_window: Duration::from_secs(self.restart_window_secs),
             restart_backoff: Duration::from_millis(self.restart_backoff_ms),

@@ -99,6 +99,10 @@ impl Config {
         for (name, value) in [
             ("snapshot_every", sessions.snapshot_every.max(0) as u64),
             ("passivate_after_secs", sessions.passivate_after_secs),
+            (
+                "passivate_parked_after_secs",
+                sessions.passivate_parked_after_secs,
+            ),
             ("restart_limit", sessions.restart_limit as u64),
             ("restart_window_secs", sessions.restart_window_secs),
             ("lease_ttl_secs", sessions.lease_ttl_secs),

@@ -142,6 +142,8 @@ pub struct Live {
     pub(super) tasks_in_flight: usize,
     pub(super) last_activity: std::time::Instant,
     pub(super) last_snapshot: i64,
+    /// Set while a snapshot is being written (off the actor's task; one at a time).
+    pub(super) snapshot_writing: Arc<std::sync::atomic::AtomicBool>,
     /// The model call in flight.
     pub(super) streaming: Option<StreamingCall>,
     /// The placeholders the agent's guardrails gave in this activation's tool results, numbered
@@ -216,7 +218,9 @@ impl Actor for SessionActor {
             }
         }
         myself.cast(SessionMsg::Input(Input::Recover, None))?;
-        let every = (deps.lifecycle.passivate_after / 4).min(deps.lifecycle.lease_ttl / 3);
+        let every = (deps.lifecycle.passivate_after / 4)
+            .min(deps.lifecycle.passivate_parked_after / 4)
+            .min(deps.lifecycle.lease_ttl / 3);
         let me = myself.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(every.max(std::time::Duration::from_millis(5)));
@@ -241,6 +245,7 @@ impl Actor for SessionActor {
             tasks_in_flight: 0,
             last_activity: std::time::Instant::now(),
             last_snapshot,
+            snapshot_writing: Default::default(),
             streaming: None,
             synced_status: row_status,
             metadata,
@@ -313,7 +318,10 @@ impl Actor for SessionActor {
                     || crate::agent_tool::waits_for_child(&live.state, &call_id)
                 {
                     live.progress.insert(call_id.clone(), progress.clone());
-                    live.broadcast(Frame::Progress { call_id, progress });
+                    live.broadcast(Frame::Progress {
+                        call_id,
+                        progress: std::sync::Arc::new(progress),
+                    });
                 }
             }
             SessionMsg::Subscribe(subscriber, reply) => {
@@ -357,9 +365,20 @@ impl Live {
         }
         // A pending approval's expiry is a row of the due index: the scheduler wakes a
         // passivated session when it is due.
+        // A turn parked on a person's decision passivates sooner (`passivate_parked_after`).
+        let parked = self
+            .state
+            .turn
+            .as_ref()
+            .is_some_and(|turn| turn.awaiting_approval());
+        let after = if parked {
+            self.deps.lifecycle.passivate_parked_after
+        } else {
+            self.deps.lifecycle.passivate_after
+        };
         let idle = self.tasks_in_flight == 0
             && self.subscribers.is_empty()
-            && self.last_activity.elapsed() >= self.deps.lifecycle.passivate_after;
+            && self.last_activity.elapsed() >= after;
         if idle {
             // Parked or idle sessions hold nothing: state is in the journal. Draining
             // (not stopping) answers what is already queued — inputs with
@@ -449,7 +468,7 @@ impl Live {
         // The snapshot only speeds up activation: it is written after the caller has
         // its answer.
         if self.state.last_seq - self.last_snapshot >= self.deps.lifecycle.snapshot_every {
-            self.snapshot().await;
+            self.snapshot();
         }
     }
 

@@ -49,6 +49,11 @@ pub struct Lifecycle {
     /// Stop an actor that has had no work and no subscribers for this long; the next access
     /// re-activates it from its snapshot and journal.
     pub passivate_after: std::time::Duration,
+    /// Stop sooner an actor whose turn is parked on a person's decision (an approval of a
+    /// call, a held result or a budget) and that has no subscribers: a live actor costs tens of
+    /// KiB (ractor's mailboxes alone several), a passivated one nothing, and the decision or
+    /// the approval's expiry (a due-index row) re-activates it in a few milliseconds.
+    pub passivate_parked_after: std::time::Duration,
     /// A session whose actor fails this many times within `restart_window` is failed.
     pub restart_limit: u32,
     pub restart_window: std::time::Duration,
@@ -68,6 +73,7 @@ impl Default for Lifecycle {
         Lifecycle {
             snapshot_every: 100,
             passivate_after: std::time::Duration::from_secs(300),
+            passivate_parked_after: std::time::Duration::from_secs(10),
             restart_limit: 5,
             restart_window: std::time::Duration::from_secs(60),
             restart_backoff: std::time::Duration::from_millis(100),

@@ -32,10 +32,12 @@ pub enum Frame {
         text: String,
         offset: usize,
     },
-    /// A running tool's latest progress (not journaled).
+    /// A running tool's latest progress (not journaled). Shared: every subscriber's queue
+    /// holds `Frame`s by value, and its first block is 32 of them — the largest variant sets
+    /// what each client's queue costs (`stead bench ws`).
     Progress {
         call_id: CallId,
-        progress: ToolProgress,
+        progress: Arc<ToolProgress>,
     },
 }
 

@@ -288,20 +288,40 @@ impl Live {
         }
     }
 
-    /// Writes the folded state; a failure only costs a longer replay next time.
-    pub(super) async fn snapshot(&mut self) {
-        let state = crate::replay::snapshot_document(&self.state);
-        match self
-            .deps
-            .store
-            .put_snapshot(self.deps.session_id, self.state.last_seq, state)
-            .await
-        {
-            Ok(()) => self.last_snapshot = self.state.last_seq,
-            Err(error) => {
-                tracing::warn!(session = %self.deps.session_id, %error, "snapshot failed")
-            }
+    /// Writes the folded state off the actor's task: serializing a long session's state (its
+    /// client ids, a transcript never compacted) takes milliseconds, which the next input must
+    /// not wait for (`stead bench sessions --step-cost-only`, p99). The copy is cheap (the
+    /// state's growing collections are persistent); one write at a time, and a failure only
+    /// costs a longer replay next time. The store keeps the highest seq's snapshot, so a late
+    /// write never replaces a newer one.
+    pub(super) fn snapshot(&mut self) {
+        use std::sync::atomic::Ordering;
+        if self.snapshot_writing.swap(true, Ordering::AcqRel) {
+            return; // the next input tries again
         }
+        let state = self.state.clone();
+        let (store, id, seq) = (
+            self.deps.store.clone(),
+            self.deps.session_id,
+            self.state.last_seq,
+        );
+        let writing = self.snapshot_writing.clone();
+        self.last_snapshot = seq;
+        tokio::spawn(async move {
+            let document =
+                tokio::task::spawn_blocking(move || crate::replay::snapshot_document(&state)).await;
+            let result = match document {
+                Ok(document) => store
+                    .put_snapshot(id, seq, document)
+                    .await
+                    .map_err(|e| e.to_string()),
+                Err(join) => Err(join.to_string()),
+            };
+            if let Err(error) = result {
+                tracing::warn!(session = %id, %error, "snapshot failed");
+            }
+            writing.store(false, Ordering::Release);
+        });
     }
 
     /// Starts an action's work as a task that reports back to the actor.

@@ -61,7 +61,6 @@ impl Live {
             .system_prompt
             .as_deref()
             .unwrap_or(&agent.system_prompt);
-        let transcript: Vec<_> = self.state.transcript.iter().cloned().collect();
         ModelRequest {
             session_id: self.deps.session_id,
             route: self.state.route(&agent.rules.route).to_string(),
@@ -71,7 +70,7 @@ impl Live {
                 &self.state.memory,
             ),
             transcript: crate::context::shown(
-                &transcript,
+                &self.state.transcript,
                 agent.rules.context.max_tool_result_tokens,
             ),
             principal: self.state.principal().to_string(),

@@ -509,7 +509,8 @@ impl Connection {
             }
             Frame::Progress { call_id, progress } => {
                 let frame = ServerFrame::tool_progress(&call_id, &progress);
-                self.progress.insert(call_id, progress);
+                self.progress
+                    .insert(call_id, std::sync::Arc::unwrap_or_clone(progress));
                 if self.held.is_none() {
                     self.send_frame(&frame).await?;
                 }

@@ -172,11 +172,16 @@ async fn idle_sessions_passivate_and_come_back_from_snapshot_and_journal() {
         wait_for(&mut frames, "turn_finished").await;
     } // the subscriber goes away
     let before = registry.state(id).await.unwrap();
-    let snapshot = store
-        .latest_snapshot(id)
-        .await
-        .unwrap()
-        .expect("a snapshot was written");
+    // Snapshots are written off the actor's task: wait for one.
+    let mut snapshot = None;
+    for _ in 0..300 {
+        snapshot = store.latest_snapshot(id).await.unwrap();
+        if snapshot.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let snapshot = snapshot.expect("a snapshot was written");
     assert!(snapshot.seq >= 4 && snapshot.seq <= before.last_seq);
 
     assert!(
@@ -188,6 +193,70 @@ async fn idle_sessions_passivate_and_come_back_from_snapshot_and_journal() {
     let after = registry.state(id).await.unwrap();
     assert_eq!(after, before);
     assert_eq!(after, fold_all(&store.read(id, 0, 1000).await.unwrap()));
+    registry.stop_all();
+    store.shutdown().await;
+}
+
+/// A turn parked on an approval passivates after `passivate_parked_after` (an idle session
+/// without a parked turn waits for the longer `passivate_after`), and the decision wakes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_session_passivates_sooner_and_its_decision_wakes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(&dir).await;
+    let (url, hits) = ops::webhook().await;
+    let model = ScriptedModel::new(vec![
+        ("", vec![("delete_records", json!({"table": "users"}))]),
+        ("Deleted.", vec![]),
+    ]);
+    let lifecycle = Lifecycle {
+        passivate_after: Duration::from_secs(3600),
+        passivate_parked_after: Duration::from_millis(100),
+        ..Lifecycle::default()
+    };
+    let registry =
+        SessionRegistry::new(store.clone(), model, vec![agent(&url)]).with_lifecycle(lifecycle);
+    let parked = new_session(&store).await;
+    let idle = new_session(&store).await;
+    registry.state(idle).await.unwrap();
+    {
+        let mut frames = registry.subscribe(parked).await.unwrap();
+        say(&registry, parked, "clean users").await;
+        wait_for(&mut frames, "approval_requested").await;
+        // A subscriber keeps it live.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            registry.is_live(parked),
+            "a watched parked session stays live"
+        );
+    } // the subscriber goes away
+    assert!(
+        eventually(|| !registry.is_live(parked)).await,
+        "a parked session with no subscribers passivates after passivate_parked_after"
+    );
+    assert!(
+        registry.is_live(idle),
+        "an idle session without a parked turn waits for passivate_after"
+    );
+    assert!(hits.keys().is_empty(), "nothing ran before the decision");
+
+    let mut frames = registry.subscribe(parked).await.unwrap();
+    let decision = Input::Decision {
+        call_id: "t1".into(),
+        approved: true,
+        reason: None,
+        decided_by: "ada".into(),
+        scope: ApprovalScope::Once,
+        args_hash: None,
+        overspend_usd: None,
+        may_spend: true,
+    };
+    registry.send(parked, decision).await.unwrap();
+    wait_for(&mut frames, "turn_finished").await;
+    assert_eq!(hits.keys(), vec![format!("{parked}:t1")]);
+    assert_eq!(
+        registry.state(parked).await.unwrap(),
+        fold_all(&store.read(parked, 0, 1000).await.unwrap())
+    );
     registry.stop_all();
     store.shutdown().await;
 }
