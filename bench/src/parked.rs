@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use serde_json::json;
 use stead_actors::session::{Lifecycle, SessionRegistry};
-use stead_actors::{SessionEvent, Usage};
+use stead_actors::SessionEvent;
 use stead_persistence::{JournalStore, NewEvent, NewSession};
 
-use crate::sessions::{agent, InstantModel};
+use crate::sessions::{agent, finished_call, InstantModel};
 
 /// The targets for a parked session (docs/benchmarks.md).
 const PARKED_KIB: f64 = 2.0;
@@ -186,25 +186,16 @@ fn parked_turn() -> Vec<NewEvent> {
             route: "default".into(),
             model: "default".into(),
         },
-        SessionEvent::ModelCallFinished {
-            call_id: "m1".into(),
-            text: String::new(),
-            tool_calls: vec![stead_actors::RequestedCall {
+        finished_call(
+            "m1".into(),
+            String::new(),
+            vec![stead_actors::RequestedCall {
                 call_id: "t1".into(),
                 tool: "delete_records".into(),
                 arguments: json!({"table": "events"}),
             }],
-            usage: Usage {
-                prompt_tokens: 40,
-                completion_tokens: 12,
-            },
-            provider: "bench".into(),
-            model: "instant".into(),
-            latency_ms: 1.0,
-            ttft_ms: 1.0,
-            cost: 0.0,
-            guardrails: Vec::new(),
-        },
+            40,
+        ),
         SessionEvent::ToolCallRequested {
             call_id: "t1".into(),
             tool: "delete_records".into(),

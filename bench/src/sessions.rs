@@ -48,6 +48,30 @@ impl ModelClient for InstantModel {
     }
 }
 
+/// A finished model call as the bench's journals hold it (the scripted model's figures).
+pub(crate) fn finished_call(
+    call_id: String,
+    text: String,
+    tool_calls: Vec<stead_actors::RequestedCall>,
+    prompt_tokens: u64,
+) -> SessionEvent {
+    SessionEvent::ModelCallFinished {
+        call_id: call_id.into(),
+        text,
+        tool_calls,
+        usage: Usage {
+            prompt_tokens,
+            completion_tokens: 12,
+        },
+        provider: "bench".into(),
+        model: "instant".into(),
+        latency_ms: 1.0,
+        ttft_ms: 1.0,
+        cost: 0.0,
+        guardrails: Vec::new(),
+    }
+}
+
 pub(crate) fn agent() -> Agent {
     Agent {
         name: "bench".into(),

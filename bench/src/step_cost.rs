@@ -11,11 +11,11 @@ use hdrhistogram::Histogram;
 use serde_json::json;
 use stead_actors::events::Compaction;
 use stead_actors::session::{Frame, Lifecycle, SessionRegistry};
-use stead_actors::{Input, SessionEvent, Usage};
+use stead_actors::{Input, SessionEvent};
 use stead_persistence::{DatabaseUrl, JournalStore, NewEvent, NewSession, StoreOptions};
 
 use crate::cli::SessionsBenchArgs;
-use crate::sessions::{agent, InstantModel};
+use crate::sessions::{agent, finished_call, InstantModel};
 
 /// The target: a step at the longest length costs at most this many times one at the shortest.
 const FLAT_RATIO: f64 = 1.2;
@@ -135,21 +135,7 @@ fn history_turn(turn: usize) -> [SessionEvent; 5] {
             route: "default".into(),
             model: "default".into(),
         },
-        SessionEvent::ModelCallFinished {
-            call_id: call_id.into(),
-            text: answer.clone(),
-            tool_calls: Vec::new(),
-            usage: Usage {
-                prompt_tokens: 400,
-                completion_tokens: 12,
-            },
-            provider: "bench".into(),
-            model: "instant".into(),
-            latency_ms: 1.0,
-            ttft_ms: 1.0,
-            cost: 0.0,
-            guardrails: Vec::new(),
-        },
+        finished_call(call_id, answer.clone(), Vec::new(), 400),
         SessionEvent::AssistantMessage {
             text: answer,
             fallback: false,
@@ -279,21 +265,12 @@ fn decide_cost(lengths: &[usize]) {
             );
             fold(
                 &mut state,
-                SessionEvent::ModelCallFinished {
-                    call_id: format!("m{turn}").into(),
-                    text: "an answer of a few words, as models give".into(),
-                    tool_calls: Vec::new(),
-                    usage: Usage {
-                        prompt_tokens: 40,
-                        completion_tokens: 12,
-                    },
-                    provider: "bench".into(),
-                    model: "instant".into(),
-                    latency_ms: 1.0,
-                    ttft_ms: 1.0,
-                    cost: 0.0,
-                    guardrails: Vec::new(),
-                },
+                finished_call(
+                    format!("m{turn}"),
+                    "an answer of a few words, as models give".into(),
+                    Vec::new(),
+                    40,
+                ),
             );
             fold(
                 &mut state,

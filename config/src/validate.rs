@@ -95,31 +95,26 @@ impl Config {
         if self.database.connect_timeout_secs == 0 {
             return Err(bad("database.connect_timeout_secs", "must be at least 1"));
         }
-        let sessions = &self.sessions;
+        let s = &self.sessions;
         for (name, value) in [
-            ("snapshot_every", sessions.snapshot_every.max(0) as u64),
-            ("passivate_after_secs", sessions.passivate_after_secs),
-            (
-                "passivate_parked_after_secs",
-                sessions.passivate_parked_after_secs,
-            ),
-            ("restart_limit", sessions.restart_limit as u64),
-            ("restart_window_secs", sessions.restart_window_secs),
-            ("lease_ttl_secs", sessions.lease_ttl_secs),
-            ("max_queued_messages", sessions.max_queued_messages as u64),
+            ("snapshot_every", s.snapshot_every.max(0) as u64),
+            ("passivate_after_secs", s.passivate_after_secs),
+            ("passivate_parked_after_secs", s.passivate_parked_after_secs),
+            ("restart_limit", s.restart_limit as u64),
+            ("restart_window_secs", s.restart_window_secs),
+            ("lease_ttl_secs", s.lease_ttl_secs),
+            ("max_queued_messages", s.max_queued_messages as u64),
         ] {
             if value == 0 {
                 return Err(bad(&format!("sessions.{name}"), "must be at least 1"));
             }
         }
+        let t = &self.schedules;
         for (name, value) in [
-            ("min_interval_secs", self.schedules.min_interval_secs),
-            ("max_per_session", self.schedules.max_per_session as u64),
-            (
-                "max_firings_per_hour",
-                u64::from(self.schedules.max_firings_per_hour),
-            ),
-            ("poll_ms", self.schedules.poll_ms),
+            ("min_interval_secs", t.min_interval_secs),
+            ("max_per_session", t.max_per_session as u64),
+            ("max_firings_per_hour", t.max_firings_per_hour.into()),
+            ("poll_ms", t.poll_ms),
         ] {
             if value == 0 {
                 return Err(bad(&format!("schedules.{name}"), "must be at least 1"));

@@ -91,17 +91,7 @@ async fn two_children_run_at_once_and_a_childs_approval_reaches_the_parent(backe
     let call = registry.state(writer).await.unwrap().pending_approvals()[0]
         .call_id
         .clone();
-    let decision = Input::Decision {
-        call_id: call,
-        approved: true,
-        reason: None,
-        decided_by: "ada".into(),
-        scope: stead_actors::ApprovalScope::Once,
-        args_hash: None,
-        overspend_usd: None,
-        may_spend: true,
-    };
-    registry.send(writer, decision).await.unwrap();
+    registry.send(writer, approve(call)).await.unwrap();
     let seen = wait_for(&mut frames, "turn_finished").await;
     let answer = seen.iter().find_map(|f| match f {
         Frame::Event { event, .. } => match event.as_ref() {
@@ -150,19 +140,6 @@ async fn parked_call(registry: &SessionRegistry, id: uuid::Uuid) -> String {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     panic!("session {id} never parked");
-}
-
-fn approve(call_id: String) -> Input {
-    Input::Decision {
-        call_id: call_id.into(),
-        approved: true,
-        reason: None,
-        decided_by: "ada".into(),
-        scope: stead_actors::ApprovalScope::Once,
-        args_hash: None,
-        overspend_usd: None,
-        may_spend: true,
-    }
 }
 
 async fn a_fork_inside_a_delegation_starts_its_own_child_and_leaves_the_original_alone(

@@ -105,6 +105,20 @@ async fn wait_for(frames: &mut tokio::sync::mpsc::Receiver<Frame>, kind: &str) -
     }
 }
 
+/// Ada's approval of `call_id`, once.
+fn approve(call_id: impl Into<String>) -> Input {
+    Input::Decision {
+        call_id: call_id.into().into(),
+        approved: true,
+        reason: None,
+        decided_by: "ada".into(),
+        scope: stead_actors::ApprovalScope::Once,
+        args_hash: None,
+        overspend_usd: None,
+        may_spend: true,
+    }
+}
+
 /// Sends a user message and waits for its commit.
 async fn say(registry: &SessionRegistry, id: uuid::Uuid, text: &str) {
     registry

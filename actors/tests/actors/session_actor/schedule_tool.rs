@@ -5,7 +5,6 @@
 
 use chrono::{Duration as Span, Utc};
 use stead_actors::schedule_tool::{Builtin, ScheduleTool, ScheduleToolRules};
-use stead_actors::ApprovalScope;
 use stead_persistence::{Backend, ScheduleQuery};
 use stead_testkit::db;
 
@@ -69,16 +68,7 @@ async fn the_schedule_tool_under_approval_creates_a_schedule_that_fires(backend:
     // The session reads its clock at millisecond precision (`RunBuiltin.now`), so compare
     // against an instant truncated the same way.
     let approved_at = chrono::SubsecRound::trunc_subsecs(Utc::now(), 3);
-    let decision = Input::Decision {
-        call_id: "t1".into(),
-        approved: true,
-        reason: None,
-        decided_by: "ada".into(),
-        scope: ApprovalScope::Once,
-        args_hash: None,
-        overspend_usd: None,
-        may_spend: true,
-    };
+    let decision = approve("t1");
     registry.send(id, decision).await.unwrap();
     wait_for(&mut frames, "turn_finished").await;
     let kinds = journal_kinds(&store, id).await;

@@ -2,7 +2,6 @@
 //! session, passivation, and an approval that expires.
 
 use stead_actors::session::Lifecycle;
-use stead_actors::ApprovalScope;
 
 use super::*;
 
@@ -86,16 +85,7 @@ async fn parked_approval_survives_reactivation_and_the_webhook_runs_once() {
         "awaiting_approval"
     );
     let mut frames = registry.subscribe(id).await.unwrap();
-    let decision = Input::Decision {
-        call_id: "t1".into(),
-        approved: true,
-        reason: None,
-        decided_by: "ada".into(),
-        scope: ApprovalScope::Once,
-        args_hash: None,
-        overspend_usd: None,
-        may_spend: true,
-    };
+    let decision = approve("t1");
     registry.send(id, decision.clone()).await.unwrap();
     wait_for(&mut frames, "turn_finished").await;
     assert_eq!(
@@ -240,16 +230,7 @@ async fn a_parked_session_passivates_sooner_and_its_decision_wakes_it() {
     assert!(hits.keys().is_empty(), "nothing ran before the decision");
 
     let mut frames = registry.subscribe(parked).await.unwrap();
-    let decision = Input::Decision {
-        call_id: "t1".into(),
-        approved: true,
-        reason: None,
-        decided_by: "ada".into(),
-        scope: ApprovalScope::Once,
-        args_hash: None,
-        overspend_usd: None,
-        may_spend: true,
-    };
+    let decision = approve("t1");
     registry.send(parked, decision).await.unwrap();
     wait_for(&mut frames, "turn_finished").await;
     assert_eq!(hits.keys(), vec![format!("{parked}:t1")]);
