@@ -218,8 +218,11 @@ impl Actor for SessionActor {
             }
         }
         myself.cast(SessionMsg::Input(Input::Recover, None))?;
+        // Parked turns are checked at their own period, not a quarter of it: a live actor
+        // ticks no more often than the lease needs (every 10 s by default), and a parked
+        // session passivates between one and two `passivate_parked_after` after its last input.
         let every = (deps.lifecycle.passivate_after / 4)
-            .min(deps.lifecycle.passivate_parked_after / 4)
+            .min(deps.lifecycle.passivate_parked_after)
             .min(deps.lifecycle.lease_ttl / 3);
         let me = myself.clone();
         tokio::spawn(async move {
