@@ -101,6 +101,7 @@ pub async fn start_embedding_models(config: &Config) -> anyhow::Result<Vec<Embed
             model_dir,
             stead_inference::setup::runtime_library(&config.server.data_dir),
         );
+        pool.workers = provider.engine.workers;
         pool.threads = provider.engine.threads_per_worker;
         pool.max_batch = provider.engine.max_batch;
         pool.queue_capacity = provider.engine.queue_capacity;

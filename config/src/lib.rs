@@ -211,6 +211,9 @@ fn local_embedding_provider() -> ProviderConfig {
         api_key_env: None,
         max_answer_mib: None,
         engine: EngineConfig {
+            // Two sessions that take a request's small runs side by side, each with half the
+            // cores (docs/inference.md, "Embeddings").
+            workers: 2,
             max_batch: 32,
             queue_capacity: 256,
             ..EngineConfig::default()

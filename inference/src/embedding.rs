@@ -109,15 +109,29 @@ impl Embedder {
     /// [`Embedder::embed`], and the tokens the model was given for each text (after the
     /// cut).
     pub fn embed_counted(&mut self, texts: &[&str]) -> Result<(Vec<Vec<f32>>, Vec<usize>)> {
-        if texts.is_empty() {
-            return Ok((Vec::new(), Vec::new()));
-        }
-        let encodings = self
-            .tokenizer
-            .encode_batch(texts.to_vec(), true)
-            .map_err(|e| Error::Inference(format!("tokenization: {e}")))?;
-        let batch = encodings.len();
+        let encodings = self.encode(texts)?;
         let tokens: Vec<usize> = encodings.iter().map(|e| e.len()).collect();
+        let encodings: Vec<&tokenizers::Encoding> = encodings.iter().collect();
+        Ok((self.run(&encodings)?, tokens))
+    }
+
+    /// `texts` as the model takes them: tokenized, cut at [`MAX_TOKENS`].
+    pub fn encode(&self, texts: &[&str]) -> Result<Vec<tokenizers::Encoding>> {
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.tokenizer
+            .encode_batch(texts.to_vec(), true)
+            .map_err(|e| Error::Inference(format!("tokenization: {e}")))
+    }
+
+    /// One run of the model over `encodings`, padded to the longest: one unit-length
+    /// embedding each, in order.
+    pub fn run(&mut self, encodings: &[&tokenizers::Encoding]) -> Result<Vec<Vec<f32>>> {
+        if encodings.is_empty() {
+            return Ok(Vec::new());
+        }
+        let batch = encodings.len();
         let seq = encodings.iter().map(|e| e.len()).max().unwrap_or(0).max(1);
         let mut ids = vec![0i64; batch * seq];
         let mut mask = vec![0i64; batch * seq];
@@ -173,6 +187,6 @@ impl Embedder {
                 pooled
             })
             .collect();
-        Ok((vectors, tokens))
+        Ok(vectors)
     }
 }

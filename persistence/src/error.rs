@@ -93,6 +93,10 @@ pub enum Error {
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
 
+    /// A failure of the SQLite journal's own writer (SQLite's C API).
+    #[error("database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+
     #[error("migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
 }
@@ -102,7 +106,7 @@ impl Error {
     pub fn is_permanent(&self) -> bool {
         !matches!(
             self,
-            Error::Database(_) | Error::CommitFailed(_) | Error::ShutDown
+            Error::Database(_) | Error::Sqlite(_) | Error::CommitFailed(_) | Error::ShutDown
         )
     }
 }

@@ -63,12 +63,17 @@ pub enum Outcome {
 #[async_trait]
 pub trait BatchWriter: Send + 'static {
     /// Writes every request that its fencing check admits, in order, in one transaction, and
-    /// returns one outcome per request.
+    /// returns the batch with one outcome per request. The batch is lent by value so that a
+    /// writer may hand it to a thread of its own.
     ///
     /// # Invariant
     /// Requests for the same session are applied in batch order, each checked against the state
     /// the earlier ones left. `Err` means the transaction did not commit: nothing was written.
-    async fn write_batch(&mut self, batch: &[AppendRequest]) -> Result<Vec<Outcome>>;
+    /// The batch comes back whole (an empty one only when the writer lost it, with `Err`).
+    async fn write_batch(
+        &mut self,
+        batch: Vec<AppendRequest>,
+    ) -> (Vec<AppendRequest>, Result<Vec<Outcome>>);
 }
 
 /// Counters of a committer since start.
@@ -209,7 +214,8 @@ async fn run_committer<W: BatchWriter>(
                 Err(_) => break,
             }
         }
-        let result = writer.write_batch(&batch).await;
+        let (returned, result) = writer.write_batch(std::mem::take(&mut batch)).await;
+        batch = returned;
         if let Ok(outcomes) = &result {
             counters.commits.fetch_add(1, Ordering::Relaxed);
             for (request, outcome) in batch.iter().zip(outcomes) {
@@ -354,12 +360,15 @@ mod tests {
         struct Scripted(Vec<Result<Vec<Outcome>>>);
         #[async_trait]
         impl BatchWriter for Scripted {
-            async fn write_batch(&mut self, batch: &[AppendRequest]) -> Result<Vec<Outcome>> {
+            async fn write_batch(
+                &mut self,
+                batch: Vec<AppendRequest>,
+            ) -> (Vec<AppendRequest>, Result<Vec<Outcome>>) {
                 let next = self.0.remove(0);
                 if let Ok(outcomes) = &next {
                     assert_eq!(outcomes.len(), batch.len());
                 }
-                next
+                (batch, next)
             }
         }
         let writer = Scripted(vec![

@@ -110,3 +110,50 @@ fn the_embedding_pool_batches_concurrent_requests() {
         assert!(diff < 1e-4, "{text}: {diff}");
     }
 }
+
+/// A request split across two sessions — sorted by length, cut into small runs, the runs taken
+/// by both sessions at once — answers every text, in the request's order, with the vector the
+/// text gets alone, and counts the tokens the model was given.
+#[test]
+fn a_request_split_across_sessions_keeps_each_texts_vector_and_order() {
+    use stead_inference::embedding_pool::{EmbeddingPool, EmbeddingPoolConfig};
+
+    let data = data_dir();
+    let mut config = EmbeddingPoolConfig::new(
+        data.join("models").join(DEFAULT_EMBEDDING_MODEL),
+        data.join("runtime").join("libonnxruntime.so"),
+    );
+    config.workers = 2;
+    config.threads = 1;
+    // Lengths from a few tokens to past the model's cut, shuffled: several runs of each size.
+    let texts: Vec<String> = (0..40)
+        .map(|i| {
+            let words = [3, 60, 12, 300, 1, 25, 90, 7][i % 8];
+            format!(
+                "text {i}: {}",
+                "durable agents journal every step ".repeat(words)
+            )
+        })
+        .collect();
+    let embedded = super::runtime().block_on(async {
+        let pool = EmbeddingPool::start(config).await.unwrap();
+        let embedded = pool.embed_counted(texts.clone()).await.unwrap();
+        let (runs, count) = pool.counts();
+        assert!(runs >= 1 && count >= 40, "{runs} runs, {count} texts");
+        embedded
+    });
+    assert_eq!(embedded.vectors.len(), texts.len());
+    let mut alone = embedder();
+    let mut tokens = 0;
+    for (text, vector) in texts.iter().zip(&embedded.vectors) {
+        let (expected, counted) = alone.embed_counted(&[text]).unwrap();
+        tokens += counted[0];
+        let diff = expected[0]
+            .iter()
+            .zip(vector)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(diff < 1e-4, "{}: {diff}", &text[..12]);
+    }
+    assert_eq!(embedded.tokens, tokens);
+}

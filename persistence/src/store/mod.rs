@@ -19,6 +19,7 @@ mod request_log;
 mod rows;
 mod schedules;
 pub(crate) mod sqlite;
+mod sqlite_journal;
 mod tenancy;
 
 use std::time::Duration;

@@ -281,7 +281,17 @@ struct PgBatchWriter {
 
 #[async_trait]
 impl BatchWriter for PgBatchWriter {
-    async fn write_batch(&mut self, batch: &[AppendRequest]) -> Result<Vec<Outcome>> {
+    async fn write_batch(
+        &mut self,
+        batch: Vec<AppendRequest>,
+    ) -> (Vec<AppendRequest>, Result<Vec<Outcome>>) {
+        let written = self.write(&batch).await;
+        (batch, written)
+    }
+}
+
+impl PgBatchWriter {
+    async fn write(&mut self, batch: &[AppendRequest]) -> Result<Vec<Outcome>> {
         if self.last_used.elapsed() >= PING_WHEN_IDLE_FOR {
             if let Some(conn) = &mut self.conn {
                 if conn.ping().await.is_err() {

@@ -1,11 +1,10 @@
 //! The embedded dialect: one SQLite file in WAL mode with `synchronous=FULL`.
 //!
-//! All writes go through one connection (SQLite has one writer anyway; serializing in-process
-//! avoids `SQLITE_BUSY`), reads through a small pool of reader connections that WAL lets run
-//! beside the writer. Ids are stored as hyphenated text, times as Unix microseconds, JSON as
-//! text.
-
-use std::collections::HashSet;
+//! All writes but the journal's go through one sqlx connection (SQLite has one writer anyway;
+//! serializing in-process avoids `SQLITE_BUSY`); the journal's group commit writes through its
+//! own C-API connection (`sqlite_journal`) while holding that one. Reads go through a small
+//! pool of reader connections that WAL lets run beside the writer. Ids are stored as hyphenated
+//! text, times as Unix microseconds, JSON as text.
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -14,23 +13,17 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
     SqliteSynchronous,
 };
-use sqlx::{Acquire, Connection, QueryBuilder, Row, Sqlite};
+use sqlx::{Connection, QueryBuilder, Row, Sqlite};
 use uuid::Uuid;
 
 use super::dialect::{Arg, Columns, Dialect, On, Sql};
+use super::sqlite_journal::{Direct, SqliteBatchWriter};
 use super::SqlStore;
-use crate::group_commit::{
-    admit, rounds, settled, AppendRequest, BatchWriter, GroupCommit, Outcome, PreparedEvent,
-};
-use crate::types::{micros_to_time, now_micros};
+use crate::group_commit::GroupCommit;
+use crate::types::micros_to_time;
 use crate::{Backend, DatabaseUrl, Error, Result, StoreOptions};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
-
-/// Rows per multi-row INSERT (5 bound values each, well under SQLite's variable limit).
-const INSERT_CHUNK: usize = 500;
-/// Requests per fenced UPDATE (3 bound values each).
-const UPDATE_CHUNK: usize = 1000;
 
 /// An SQLite database file.
 pub(crate) struct Lite {
@@ -61,6 +54,9 @@ pub(crate) async fn open(options: &StoreOptions) -> Result<SqlStore<Lite>> {
         .max_connections(1)
         .min_connections(1)
         .acquire_timeout(std::time::Duration::from_secs(60))
+        // An in-process connection cannot lose its server; the ping would cost the journal
+        // writer, which takes this connection as its gate, one hop to sqlx's worker per batch.
+        .test_before_acquire(false)
         // A connection that comes back while a transaction is open on it — the transaction
         // failed (SQLITE_FULL, an I/O error) and its rollback is still queued, failed, or only
         // rolled back to a savepoint — is closed, never reused. Reused, sqlx's idea of the
@@ -85,10 +81,12 @@ pub(crate) async fn open(options: &StoreOptions) -> Result<SqlStore<Lite>> {
         )
         .connect_with(connect)
         .await?;
+    let direct = Direct {
+        path: path.clone(),
+        max_pages: options.sqlite_max_pages,
+    };
     let journal = GroupCommit::start(
-        SqliteBatchWriter {
-            writer: writer.clone(),
-        },
+        SqliteBatchWriter::start(direct, writer.clone()).await?,
         options.max_event_bytes,
         options.max_batch_events,
     );
@@ -266,95 +264,5 @@ impl Dialect for Lite {
             .bind(through_seq)
             .push(" RETURNING id");
         sql
-    }
-}
-
-struct SqliteBatchWriter {
-    writer: SqlitePool,
-}
-
-#[async_trait]
-impl BatchWriter for SqliteBatchWriter {
-    async fn write_batch(&mut self, batch: &[AppendRequest]) -> Result<Vec<Outcome>> {
-        let mut conn = self.writer.acquire().await?;
-        let mut tx = conn.begin().await?;
-        let now = now_micros().timestamp_micros();
-        let mut outcomes: Vec<Option<Outcome>> = vec![None; batch.len()];
-        let mut rejected = Vec::new();
-        for round in rounds(batch) {
-            for chunk in round.chunks(UPDATE_CHUNK) {
-                // One fenced UPDATE per round: a request is admitted only when the session's
-                // last_seq still equals its expected_last_seq.
-                let mut update = QueryBuilder::<Sqlite>::new(
-                    "UPDATE sessions SET last_seq = req.column3, updated_at = ",
-                );
-                update
-                    .push_bind(now)
-                    .push(
-                        ", status = COALESCE(req.column5, sessions.status), \
-                         closed_at = CASE WHEN req.column5 = 'closed' THEN ",
-                    )
-                    .push_bind(now)
-                    .push(
-                        " ELSE sessions.closed_at END, \
-                         ended_at = CASE WHEN req.column5 IN ('closed', 'failed') THEN ",
-                    )
-                    .push_bind(now)
-                    .push(" ELSE sessions.ended_at END FROM (");
-                update.push_values(chunk, |mut row, &index| {
-                    let request = &batch[index];
-                    row.push_bind(request.session_id.to_string())
-                        .push_bind(request.expected_last_seq)
-                        .push_bind(request.expected_last_seq + request.events.len() as i64)
-                        .push_bind(request.epoch.map_or(-1, |e| e.0))
-                        .push_bind(request.status.map(|s| s.as_str()));
-                });
-                update.push(
-                    ") AS req WHERE sessions.id = req.column1 AND sessions.last_seq = req.column2 \
-                     AND (req.column4 < 0 OR sessions.lease_epoch = req.column4) \
-                     RETURNING sessions.id",
-                );
-                let admitted: Vec<String> = update.build_query_scalar().fetch_all(&mut *tx).await?;
-                let admitted: HashSet<Uuid> = admitted
-                    .iter()
-                    .map(|id| parse_uuid(id))
-                    .collect::<Result<_>>()?;
-                admit(batch, chunk, &admitted, &mut outcomes, &mut rejected);
-            }
-        }
-        for index in rejected {
-            let found: Option<(i64, i64)> =
-                sqlx::query_as("SELECT last_seq, lease_epoch FROM sessions WHERE id = ?")
-                    .bind(batch[index].session_id.to_string())
-                    .fetch_optional(&mut *tx)
-                    .await?;
-            outcomes[index] = Some(super::rejected(&batch[index], found));
-        }
-        let rows: Vec<(String, i64, &PreparedEvent)> = batch
-            .iter()
-            .zip(&outcomes)
-            .filter(|(_, outcome)| **outcome == Some(Outcome::Appended))
-            .flat_map(|(request, _)| {
-                let id = request.session_id.to_string();
-                request.events.iter().enumerate().map(move |(i, event)| {
-                    (id.clone(), request.expected_last_seq + 1 + i as i64, event)
-                })
-            })
-            .collect();
-        for chunk in rows.chunks(INSERT_CHUNK) {
-            let mut insert = QueryBuilder::<Sqlite>::new(
-                "INSERT INTO journal (session_id, seq, kind, payload, created_at) ",
-            );
-            insert.push_values(chunk, |mut row, (id, seq, event)| {
-                row.push_bind(id.as_str())
-                    .push_bind(*seq)
-                    .push_bind(event.kind.as_str())
-                    .push_bind(event.payload.as_str())
-                    .push_bind(event.created_at.timestamp_micros());
-            });
-            insert.build().execute(&mut *tx).await?;
-        }
-        tx.commit().await?;
-        Ok(settled(outcomes))
     }
 }

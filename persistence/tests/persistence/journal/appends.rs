@@ -7,6 +7,7 @@ stead_testkit::both_backends!(
     concurrent_appenders_on_one_session,
     racing_writers_with_the_same_view,
     two_hundred_sessions_append_concurrently,
+    other_writes_interleave_with_busy_appenders,
     read_your_writes,
     pagination_is_stable_under_inserts,
     json_payloads_round_trip_by_value,
@@ -155,6 +156,69 @@ async fn two_hundred_sessions_append_concurrently(backend: Backend) {
         commits < appends,
         "concurrent appends must share commits (group commit): {commits} commits for {appends} appends"
     );
+    t.finish().await;
+}
+
+/// While 40 sessions append as fast as they can, the store's other writes — sessions created,
+/// key-value entries set, leases taken and released, statuses written — go on beside them (on
+/// SQLite the journal writes through a connection of its own that takes turns with the store's
+/// writer), and every one of them lands, as does every acknowledged append.
+async fn other_writes_interleave_with_busy_appenders(backend: Backend) {
+    let t = db::open(backend).await;
+    const SESSIONS: usize = 40;
+    const EACH: i64 = 25;
+    let mut ids = Vec::new();
+    for _ in 0..SESSIONS {
+        ids.push(new_session(&t.store).await);
+    }
+    let mut appenders = Vec::new();
+    for id in ids.iter().copied() {
+        let store = t.store.clone();
+        appenders.push(tokio::spawn(async move {
+            for n in 0..EACH {
+                assert_eq!(
+                    store.append(id, n, vec![event(n + 1)]).await.unwrap(),
+                    vec![n + 1]
+                );
+            }
+        }));
+    }
+    let store = t.store.clone();
+    let others = tokio::spawn(async move {
+        let mut created = Vec::new();
+        for n in 0..30 {
+            let id = new_session(&store).await;
+            store.kv_set(id, "n", json!(n)).await.unwrap();
+            let lease = store
+                .acquire_lease(id, "node-a", std::time::Duration::from_secs(30))
+                .await
+                .unwrap();
+            store
+                .release_lease(id, "node-a", lease.epoch)
+                .await
+                .unwrap();
+            store
+                .update_status(id, SessionStatus::AwaitingApproval)
+                .await
+                .unwrap();
+            created.push(id);
+        }
+        created
+    });
+    for task in appenders {
+        task.await.unwrap();
+    }
+    let created = others.await.unwrap();
+    for id in &ids {
+        assert_eq!(assert_gapless(&t.store, *id).await.len() as i64, EACH);
+    }
+    for (n, id) in created.iter().enumerate() {
+        let entry = t.store.kv_get(*id, "n").await.unwrap().expect("kv entry");
+        assert_eq!(entry.value, json!(n));
+        let session = t.store.get_session(*id).await.unwrap();
+        assert_eq!(session.status, SessionStatus::AwaitingApproval);
+        assert_eq!(t.store.lease_holder(*id).await.unwrap(), None);
+    }
     t.finish().await;
 }
 
