@@ -5,8 +5,8 @@
 //! cached fenced `UPDATE` of the session's row and, when it is admitted, one cached `INSERT`
 //! per event, then `COMMIT` — one hop between the committer task and the thread per batch.
 //! Through sqlx every statement was its own hop to sqlx's connection worker, and the
-//! multi-row statements were prepared again whenever a batch's size changed (issue 45: the
-//! journal reached 0.52–0.56× of the same rows written through the C API).
+//! multi-row statements were prepared again whenever a batch's size changed (the journal
+//! reached 0.52–0.56× of the same rows written through the C API; docs/benchmarks.md).
 //!
 //! SQLite has one writer at a time and its lock is not fair, so this writer never contends for
 //! it with the store's sqlx writer: while it writes a batch it holds that pool's only
