@@ -165,7 +165,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let connections = Arc::new(tokio::sync::Semaphore::new(stead_http::MAX_CONNECTIONS));
     let mcp_inner = stead_agents::mcp::endpoint::Inner::default();
-    let state = stead_http::AppState {
+    let state = stead_http::AppState::new(stead_http::AppStateParts {
         store: store.clone(),
         sessions: sessions.clone(),
         auth: auth(&config, secret),
@@ -190,7 +190,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         evals: parts::evals(&store, &sessions, &model_router),
         artifacts: parts::artifacts(&config)?,
         speech: stead_agents::speech::LocalSpeech::configured(&config).map(|s| s as _),
-    };
+    });
     let mcp_route = stead_agents::mcp::endpoint::route(mcp_inner.clone(), state.clone());
     let router = stead_http::router_with(state, mcp_route);
     let _ = mcp_inner.set(router.clone());

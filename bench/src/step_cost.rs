@@ -10,7 +10,7 @@ use anyhow::Context;
 use hdrhistogram::Histogram;
 use serde_json::json;
 use stead_actors::events::Compaction;
-use stead_actors::session::{Frame, Lifecycle, SessionRegistry};
+use stead_actors::session::{Frame, Lifecycle, SessionRegistry, SharedFrame};
 use stead_actors::{Input, SessionEvent};
 use stead_persistence::{DatabaseUrl, JournalStore, NewEvent, NewSession, StoreOptions};
 
@@ -104,13 +104,15 @@ async fn whole_steps(file: &std::path::Path, args: &SessionsBenchArgs) -> anyhow
 }
 
 /// Waits for the running turn's `turn_finished` frame.
-async fn turn_finished(frames: &mut tokio::sync::mpsc::Receiver<Frame>) -> anyhow::Result<()> {
+async fn turn_finished(
+    frames: &mut tokio::sync::mpsc::Receiver<SharedFrame>,
+) -> anyhow::Result<()> {
     loop {
         let frame = tokio::time::timeout(Duration::from_secs(30), frames.recv())
             .await
             .context("no turn_finished within 30 s")?
             .context("the session's frames ended")?;
-        if matches!(&frame, Frame::Event { event, .. } if matches!(**event, SessionEvent::TurnFinished { .. }))
+        if matches!(&*frame, Frame::Event { event, .. } if matches!(**event, SessionEvent::TurnFinished { .. }))
         {
             return Ok(());
         }

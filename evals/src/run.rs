@@ -429,7 +429,7 @@ impl Runner {
                     continue;
                 }
             };
-            let Frame::Event { event, .. } = frame else {
+            let Frame::Event { event, .. } = &*frame else {
                 continue;
             };
             match event.as_ref() {

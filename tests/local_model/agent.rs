@@ -88,12 +88,12 @@ async fn a_session_answers_with_the_real_model() {
         .unwrap();
     let mut streamed = String::new();
     let answer = loop {
-        match tokio::time::timeout(Duration::from_secs(60), frames.recv())
+        match &*tokio::time::timeout(Duration::from_secs(60), frames.recv())
             .await
             .unwrap()
             .unwrap()
         {
-            Frame::Delta { text, .. } => streamed.push_str(&text),
+            Frame::Delta { text, .. } => streamed.push_str(text),
             Frame::Event { event, .. } => {
                 if let SessionEvent::AssistantMessage { text, .. } = event.as_ref() {
                     break text.clone();

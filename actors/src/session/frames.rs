@@ -32,14 +32,17 @@ pub enum Frame {
         text: String,
         offset: usize,
     },
-    /// A running tool's latest progress (not journaled). Shared: every subscriber's queue
-    /// holds `Frame`s by value, and its first block is 32 of them — the largest variant sets
-    /// what each client's queue costs (`stead bench ws`).
+    /// A running tool's latest progress (not journaled).
     Progress {
         call_id: CallId,
         progress: Arc<ToolProgress>,
     },
 }
+
+/// A frame as every subscriber's queue holds it: one allocation per broadcast, shared by all
+/// of them (a stream delta's text is not copied per client), and 8 bytes a slot — each
+/// queue's first block is 32 slots, allocated when it attaches (`stead bench ws`).
+pub type SharedFrame = Arc<Frame>;
 
 /// Where a session stood when a subscriber attached: everything after it arrives as frames.
 #[derive(Debug, Clone, PartialEq)]
@@ -58,13 +61,13 @@ pub struct Attached {
 /// behind is dropped (its channel closes and `lagged` is set) so it can never stall the session
 /// or the other subscribers.
 pub struct Subscription {
-    pub frames: tokio::sync::mpsc::Receiver<Frame>,
+    pub frames: tokio::sync::mpsc::Receiver<SharedFrame>,
     pub attached: Attached,
     pub lagged: Arc<AtomicBool>,
 }
 
 /// The actor's side of a subscription.
 pub struct Subscriber {
-    pub(super) sender: tokio::sync::mpsc::Sender<Frame>,
+    pub(super) sender: tokio::sync::mpsc::Sender<SharedFrame>,
     pub(super) lagged: Arc<AtomicBool>,
 }

@@ -14,6 +14,10 @@ use crate::events::SessionEvent;
 
 impl Live {
     pub(super) fn broadcast(&mut self, frame: Frame) {
+        if self.subscribers.is_empty() {
+            return;
+        }
+        let frame = Arc::new(frame);
         self.subscribers
             .retain(|s| match s.sender.try_send(frame.clone()) {
                 Ok(()) => true,

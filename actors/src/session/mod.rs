@@ -22,7 +22,7 @@ use actor::StreamingCall;
 pub use actor::{Caller, Live, SessionActor, SessionDeps, SessionError, SessionMsg};
 pub use config::{Agent, AgentTools, Lifecycle, ResultGuard};
 pub use due_index::{approval_call, APPROVAL_KEY_PREFIX};
-pub use frames::{Attached, Frame, Subscriber, Subscription};
+pub use frames::{Attached, Frame, SharedFrame, Subscriber, Subscription};
 pub use model::{
     estimate, prompt_chars, Calibration, ModelClient, ModelError, ModelRequest, PromptSize,
     ToolSpec,

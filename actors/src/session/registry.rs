@@ -11,8 +11,8 @@ use uuid::Uuid;
 
 use super::supervisor::Supervisor;
 use super::{
-    Agent, Caller, Frame, Lifecycle, ModelClient, SessionActor, SessionDeps, SessionError,
-    SessionMsg, Subscriber, Subscription,
+    Agent, Caller, Lifecycle, ModelClient, SessionActor, SessionDeps, SessionError, SessionMsg,
+    SharedFrame, Subscriber, Subscription,
 };
 use crate::decide::Input;
 use crate::state::SessionState;
@@ -400,7 +400,7 @@ impl SessionRegistry {
     pub async fn subscribe(
         &self,
         id: Uuid,
-    ) -> Result<tokio::sync::mpsc::Receiver<Frame>, SessionError> {
+    ) -> Result<tokio::sync::mpsc::Receiver<SharedFrame>, SessionError> {
         Ok(self.attach(id, 65_536).await?.frames)
     }
 

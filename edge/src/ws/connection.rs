@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket};
-use stead_actors::session::{Frame, Subscription};
+use stead_actors::session::{Frame, SharedFrame, Subscription};
 use stead_actors::{Input, SessionEvent};
 use uuid::Uuid;
 
@@ -38,7 +38,7 @@ pub(super) struct Connection {
     /// The model call whose end was last sent: late deltas of it are dropped.
     ended_call: Option<String>,
     /// Live frames held until the client's first frame (or the hold ends).
-    held: Option<Vec<Frame>>,
+    held: Option<Vec<SharedFrame>>,
     /// The latest progress of each tool call that runs, sent again on resume.
     progress: std::collections::BTreeMap<CallId, stead_actors::tools::ToolProgress>,
     last_heard: Instant,
@@ -447,13 +447,13 @@ impl Connection {
     }
 
     /// A live frame, sent at most once and in order.
-    async fn deliver(&mut self, frame: Frame) -> Result<(), Closed> {
-        match frame {
-            Frame::Event {
+    async fn deliver(&mut self, frame: SharedFrame) -> Result<(), Closed> {
+        match &*frame {
+            &Frame::Event {
                 seq,
-                event,
+                ref event,
                 at,
-                wire,
+                ref wire,
             } => {
                 if seq <= self.sent_seq {
                     return Ok(());
@@ -463,29 +463,29 @@ impl Connection {
                 }
                 // Serialized once per event, whatever the number of clients.
                 let text = wire.get_or_init(|| {
-                    let frame = ServerFrame::Event(EventView::committed(seq, &event, at));
+                    let frame = ServerFrame::Event(EventView::committed(seq, event, at));
                     serde_json::to_string(&frame).unwrap_or_default()
                 });
                 self.send(Message::Text(text.as_str().into())).await?;
                 self.sent_seq = seq;
-                self.ended(&event);
+                self.ended(event);
             }
-            Frame::Delta {
-                call_id,
+            &Frame::Delta {
+                ref call_id,
                 attempt,
-                text,
+                ref text,
                 offset,
             } => {
                 if self.ended_call.as_deref() == Some(call_id.as_str()) {
                     return Ok(()); // its final text was already sent in its event
                 }
                 let stream = match &mut self.stream {
-                    Some(stream) if stream.call_id == call_id && stream.attempt == attempt => {
+                    Some(stream) if stream.call_id == *call_id && stream.attempt == attempt => {
                         stream
                     }
                     // Another call, or a new run of this one: its text starts over.
                     _ => self.stream.insert(Stream {
-                        call_id,
+                        call_id: call_id.clone(),
                         attempt,
                         text: String::new(),
                         sent: 0,
@@ -498,7 +498,7 @@ impl Connection {
                     match text.get(stream.text.len() - offset..) {
                         Some(new) => stream.text.push_str(new),
                         None => {
-                            stream.text = text;
+                            stream.text.clone_from(text);
                             stream.sent = 0;
                         }
                     }
@@ -508,9 +508,8 @@ impl Connection {
                 }
             }
             Frame::Progress { call_id, progress } => {
-                let frame = ServerFrame::tool_progress(&call_id, &progress);
-                self.progress
-                    .insert(call_id, std::sync::Arc::unwrap_or_clone(progress));
+                let frame = ServerFrame::tool_progress(call_id, progress);
+                self.progress.insert(call_id.clone(), (**progress).clone());
                 if self.held.is_none() {
                     self.send_frame(&frame).await?;
                 }

@@ -109,7 +109,7 @@ impl App {
             registry: sessions.clone(),
             judge: None,
         });
-        let router = stead_http::router(stead_http::AppState {
+        let router = stead_http::router(stead_http::AppState::new(stead_http::AppStateParts {
             store: store.clone(),
             sessions,
             auth: Arc::new(stead_http::Auth::new(&keys, vec![7; 32])),
@@ -130,7 +130,7 @@ impl App {
             evals: Some(evals),
             artifacts: None,
             speech: None,
-        });
+        }));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let mut until = stopped;

@@ -65,9 +65,9 @@ async fn two_children_run_at_once_and_a_childs_approval_reaches_the_parent(backe
             .await
             .expect("progress within 20 s")
             .expect("stream open");
-        if let Frame::Progress { call_id, progress } = frame {
+        if let Frame::Progress { call_id, progress } = &*frame {
             if progress.child_status.as_deref() == Some("awaiting_approval") {
-                break (call_id, progress);
+                break (call_id.clone(), progress.clone());
             }
         }
     };

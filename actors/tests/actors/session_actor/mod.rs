@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
-use stead_actors::session::{Agent, Frame, SessionRegistry};
+use stead_actors::session::{Agent, Frame, SessionRegistry, SharedFrame};
 use stead_actors::tools::{ClockTool, Tool, ToolInfo, WebhookTool};
 use stead_actors::{AgentRules, ApprovalPolicy, Input, SessionEvent, ToolRules};
 use stead_persistence::{DatabaseUrl, JournalStore, NewSession, StoreOptions};
@@ -90,15 +90,15 @@ fn agent(url: &str) -> Agent {
     }
 }
 
-async fn wait_for(frames: &mut tokio::sync::mpsc::Receiver<Frame>, kind: &str) -> Vec<Frame> {
+async fn wait_for(frames: &mut tokio::sync::mpsc::Receiver<SharedFrame>, kind: &str) -> Vec<Frame> {
     let mut seen = Vec::new();
     loop {
         let frame = tokio::time::timeout(Duration::from_secs(20), frames.recv())
             .await
             .unwrap_or_else(|_| panic!("no `{kind}` event; saw {seen:?}"))
             .expect("stream open");
-        let done = matches!(&frame, Frame::Event { event, .. } if event.to_parts().0 == kind);
-        seen.push(frame);
+        let done = matches!(&*frame, Frame::Event { event, .. } if event.to_parts().0 == kind);
+        seen.push(Arc::unwrap_or_clone(frame));
         if done {
             return seen;
         }
