@@ -130,7 +130,7 @@ async fn revoked(
 
 impl Connection {
     pub(super) async fn run(&mut self, after_seq: Option<i64>) -> Result<(), Closed> {
-        let mut subscription = match self.attach().await {
+        let mut subscription = match Box::pin(self.attach()).await {
             Ok(subscription) => subscription,
             Err(error) => {
                 self.send_error(&error).await?;
@@ -154,7 +154,7 @@ impl Connection {
         })
         .await?;
         match after_seq {
-            Some(after) => self.resume(after).await?,
+            Some(after) => Box::pin(self.resume(after)).await?,
             None => self.held = Some(Vec::new()),
         }
         let limits = self.state.limits.clone();
@@ -459,7 +459,9 @@ impl Connection {
                     return Ok(());
                 }
                 if seq > self.sent_seq + 1 {
-                    self.replay(self.sent_seq, seq - 1).await?;
+                    // A gap (a lagging actor restart): cold, so boxed out of every
+                    // connection's future.
+                    Box::pin(self.replay(self.sent_seq, seq - 1)).await?;
                 }
                 // Serialized once per event, whatever the number of clients.
                 let text = wire.get_or_init(|| {
