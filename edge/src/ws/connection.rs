@@ -459,8 +459,7 @@ impl Connection {
                     return Ok(());
                 }
                 if seq > self.sent_seq + 1 {
-                    // A gap (a lagging actor restart): cold, so boxed out of every
-                    // connection's future.
+                    // A gap (an actor restarted): cold, so boxed out of the future.
                     Box::pin(self.replay(self.sent_seq, seq - 1)).await?;
                 }
                 // Serialized once per event, whatever the number of clients.
