@@ -15,6 +15,7 @@ mod knowledge;
 mod kv;
 mod leases;
 pub(crate) mod postgres;
+mod removal;
 mod request_log;
 mod rows;
 mod schedules;
@@ -326,54 +327,11 @@ impl<D: Dialect> Sessions for SqlStore<D> {
     }
 
     async fn purge_session(&self, id: Uuid) -> Result<crate::Purged> {
-        let mut tx = self.db.writer().begin().await?;
-        // The artifacts' blobs, to find which no other row will name.
-        let blobs = Sql::<D>::new("SELECT DISTINCT sha256 FROM artifacts WHERE session_id = ")
-            .bind(id)
-            .fetch_all(On::Tx(&mut tx))
-            .await?
-            .iter()
-            .map(|row| row.text("sha256"))
-            .collect::<Result<Vec<String>>>()?;
-        // The journal, log, feedback and artifact rows, then the row, whose cascade removes
-        // snapshots, KV entries and the compaction (and any event an append committed
-        // meanwhile: the row's delete waits for that append's lock).
-        let mut deleted = [0; 5];
-        let rows = ["journal", "request_log", "feedback", "artifacts"].map(|t| (t, "session_id"));
-        for (n, (table, column)) in rows.into_iter().chain([("sessions", "id")]).enumerate() {
-            deleted[n] = Sql::<D>::new(format!("DELETE FROM {table} WHERE {column} = "))
-                .bind(id)
-                .execute(On::Tx(&mut tx))
-                .await?;
-        }
-        let [events, request_log_rows, _, artifacts, sessions] = deleted;
-        if sessions == 0 {
-            return Err(Error::SessionNotFound(id)); // the transaction rolls back
-        }
-        let mut orphaned_blobs = Vec::new();
-        for sha256 in blobs {
-            if !artifacts::named::<D>(On::Tx(&mut tx), &sha256).await? {
-                orphaned_blobs.push(sha256);
-            }
-        }
-        tx.commit().await?;
-        Ok(crate::Purged {
-            events,
-            request_log_rows,
-            artifacts,
-            orphaned_blobs,
-        })
+        removal::purge::<D>(self.db.writer(), id).await
     }
 
     async fn delete_session(&self, id: Uuid) -> Result<()> {
-        let deleted = Sql::<D>::new("DELETE FROM sessions WHERE id = ")
-            .bind(id)
-            .execute(self.on_write())
-            .await?;
-        if deleted == 0 {
-            return Err(Error::SessionNotFound(id));
-        }
-        Ok(())
+        removal::delete::<D>(self.db.writer(), id).await
     }
 }
 

@@ -7,7 +7,7 @@ use stead_model::Epoch;
 use chrono::{DateTime, Utc};
 use serde_json::json;
 use stead_persistence::request_log::{RequestLogEntry, RequestLogQuery};
-use stead_persistence::{Backend, Error, NewEvent, NewSession, SessionQuery};
+use stead_persistence::{Backend, DatabaseUrl, Error, NewEvent, NewSession, SessionQuery};
 use stead_testkit::db;
 use uuid::Uuid;
 
@@ -18,6 +18,7 @@ stead_testkit::both_backends!(
     lease_conflicts_report_the_holder,
     sessions_page_with_filters_and_cursor,
     a_purge_leaves_nothing_of_the_session,
+    removing_a_session_leaves_no_journal_rows_though_appends_race,
 );
 
 async fn compaction_candidates_page_by_time_and_id(backend: Backend) {
@@ -332,4 +333,83 @@ async fn a_node_with_a_fast_clock_cannot_take_a_live_lease_on_postgres() {
     assert!(again.expires_at >= held.expires_at);
     ahead.shutdown().await;
     t.finish().await;
+}
+
+/// Sessions deleted (`delete_session`) and purged (`purge_session`) while an appender per
+/// session keeps appending: each appender ends on `SessionNotFound` or `Conflict`, never on a
+/// failed commit, and no journal row of a removed session is left (PostgreSQL's journal has no
+/// foreign key to cascade since migration 28); the session kept aside keeps every event it was
+/// acknowledged.
+async fn removing_a_session_leaves_no_journal_rows_though_appends_race(backend: Backend) {
+    let t = db::open(backend).await;
+    let mut ids = Vec::new();
+    for _ in 0..13 {
+        let session = t.store.create_session(NewSession::for_agent("r")).await;
+        ids.push(session.unwrap().id);
+    }
+    let appenders: Vec<_> = ids
+        .iter()
+        .map(|&id| {
+            let store = t.store.clone();
+            tokio::spawn(async move {
+                let mut last = 0;
+                loop {
+                    let event = NewEvent::new("user_message", json!({ "n": last }));
+                    match store.append(id, last, vec![event]).await {
+                        Ok(_) if last == 300 => return (last, None),
+                        Ok(_) => last += 1,
+                        Err(error) => return (last, Some(error)),
+                    }
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let (kept, removed) = ids.split_first().unwrap();
+    for (n, &id) in removed.iter().enumerate() {
+        if n % 2 == 0 {
+            t.store.delete_session(id).await.unwrap();
+        } else {
+            t.store.purge_session(id).await.unwrap();
+        }
+    }
+    let mut acknowledged = Vec::new();
+    for appender in appenders {
+        let (last, error) = appender.await.unwrap();
+        acknowledged.push(last);
+        if let Some(error) = error {
+            assert!(
+                matches!(error, Error::SessionNotFound(_) | Error::Conflict { .. }),
+                "{error:?}"
+            );
+        }
+    }
+    assert!(acknowledged[1..].iter().any(|&n| n > 0), "{acknowledged:?}");
+    assert_eq!(
+        acknowledged[0], 300,
+        "the kept session's appender was refused"
+    );
+    assert_eq!(journal_rows(&t.url).await, 301);
+    assert_eq!(t.store.read(*kept, 0, 1000).await.unwrap().len(), 301);
+    t.finish().await;
+}
+
+/// Rows in the journal table, counted by SQL beside the store.
+async fn journal_rows(url: &DatabaseUrl) -> i64 {
+    let statement = "SELECT count(*) FROM journal";
+    match url {
+        DatabaseUrl::Sqlite(path) => {
+            let url = format!("sqlite://{}", path.display());
+            let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+            let count = sqlx::query_scalar(statement).fetch_one(&pool).await;
+            pool.close().await;
+            count.unwrap()
+        }
+        DatabaseUrl::Postgres(url) => {
+            let pool = sqlx::PgPool::connect(url).await.unwrap();
+            let count = sqlx::query_scalar(statement).fetch_one(&pool).await;
+            pool.close().await;
+            count.unwrap()
+        }
+    }
 }
