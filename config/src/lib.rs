@@ -143,16 +143,12 @@ impl Default for Config {
                 name: "demo".into(),
                 route: "default".into(),
                 // Names the cases for tools: a 0.5B model otherwise answers small talk with
-                // JSON (see docs/inference.md, "Tool calling"); names what the agent can do and
-                // asks for a greeting back: a bare "hello" was answered with a clock call
-                // (docs/benchmarks.md, "Greetings").
-                system_prompt: "You are a helpful assistant that can tell the time, calculate, \
-                                and keep notes. Call a tool only when the user asks you to \
-                                remember or forget a note, asks for the date or time, or asks \
-                                for a calculation; otherwise answer in plain text. The notes you \
-                                saved are listed under Memory below; when the user asks about \
-                                them, answer from that list without a tool. Reply to a greeting \
-                                with a greeting."
+                // JSON (see docs/inference.md, "Tool calling").
+                system_prompt: "You are a helpful assistant. Call a tool only when the user \
+                                asks you to remember or forget a note, asks for the date or \
+                                time, or asks for a calculation; otherwise answer in plain text. \
+                                The notes you saved are listed under Memory below; when the \
+                                user asks about them, answer from that list without a tool."
                     .into(),
                 max_steps: 8,
                 approval_timeout_secs: None,
