@@ -50,6 +50,7 @@ pub async fn start_local_models(
         pool.adapters = stead_inference::adapt::Adapters {
             tool_result_hint: engine.tool_result_hint,
             digest_history: engine.digest_history,
+            small_talk: engine.small_talk,
         };
         let started = InferencePool::start(pool)
             .await

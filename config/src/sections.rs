@@ -354,6 +354,10 @@ pub struct EngineConfig {
     /// In `auto` tool mode, turns before the last user message are folded into the system
     /// message as a plain transcript (docs/inference.md, "Tool calling").
     pub digest_history: bool,
+    /// In `auto` tool mode, a last user message that is only small talk (a greeting, thanks, a
+    /// goodbye, "what can you do?") is answered without tools (docs/inference.md, "Small
+    /// talk").
+    pub small_talk: bool,
 }
 
 impl Default for EngineConfig {
@@ -369,6 +373,7 @@ impl Default for EngineConfig {
             block_repeated_calls: true,
             tool_result_hint: true,
             digest_history: true,
+            small_talk: true,
         }
     }
 }

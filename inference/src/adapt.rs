@@ -1,8 +1,8 @@
 //! Prompt adapters for small local models (docs/inference.md, "Answers after tool results"
 //! and "Conversations"), each measured on Qwen2.5-Coder-0.5B and each an option of the pool:
 //! in `auto` tool mode, tool results are shown in words and followed by a hint asking for the
-//! answer (`tool_result_hint`), and earlier turns are folded into the system message as the
-//! user's lines (`digest_history`). The journal and the caller's messages are unchanged: only
+//! answer (`tool_result_hint`), earlier turns are folded into the system message as the user's
+//! lines (`digest_history`), and small talk is answered without tools (`small_talk`). The journal and the caller's messages are unchanged: only
 //! the rendered prompt differs.
 
 use serde_json::Value;
@@ -21,6 +21,10 @@ pub struct Adapters {
     /// message under [`HISTORY_HEADING`] ([`digest_history`]): after one exchange in chat form,
     /// small models stop calling tools.
     pub digest_history: bool,
+    /// In `auto` tool mode, a last user message that is only small talk is answered without
+    /// tools, and a question about what the assistant can do gets the tools' descriptions in
+    /// the system message instead ([`crate::small_talk`]).
+    pub small_talk: bool,
 }
 
 impl Default for Adapters {
@@ -28,6 +32,7 @@ impl Default for Adapters {
         Adapters {
             tool_result_hint: true,
             digest_history: true,
+            small_talk: true,
         }
     }
 }
@@ -249,10 +254,7 @@ mod tests {
 
     #[test]
     fn the_hint_follows_results_in_words_and_nothing_changes_otherwise() {
-        let on = Adapters {
-            tool_result_hint: true,
-            digest_history: true,
-        };
+        let on = Adapters::default();
         let asked = vec![ChatMessage::system("Be brief."), ChatMessage::user("Hi")];
         assert_eq!(adapt(&asked, on), None);
         let mut answered = asked.clone();
@@ -263,6 +265,7 @@ mod tests {
         let off = Adapters {
             tool_result_hint: false,
             digest_history: false,
+            small_talk: false,
         };
         assert_eq!(adapt(&answered, off), None);
         // A failure reads as one, with the failure hint.

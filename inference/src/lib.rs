@@ -1,6 +1,6 @@
 //! `stead-inference` owns local inference: the pooled ONNX Runtime engine (ort), the model
 //! directory it loads, tokenization and incremental detokenization, the model's own chat
-//! template and the prompt adapters for small models (`adapt`), sampling, continuous batching, and tool calls constrained to their JSON schemas
+//! template and the prompt adapters for small models (`adapt`, `small_talk`), sampling, continuous batching, and tool calls constrained to their JSON schemas
 //! (llguidance); sentence embeddings with an encoder model (`embedding`); speech to text with
 //! Whisper (`speech`: audio decoding, the log-mel input, the encoder-decoder); and the `onnx`
 //! provider that puts a pool behind the model router: it implements `stead-model`'s
@@ -22,6 +22,7 @@ pub mod prefix_cache;
 pub mod provider;
 pub mod sampling;
 pub mod setup;
+pub mod small_talk;
 pub mod speech;
 mod speech_setup;
 pub mod template;

@@ -355,8 +355,16 @@ impl InferencePool {
             ));
         }
         crate::sampling::Sampler::new(&request.sampling)?;
+        // Small talk is answered without tools (docs/inference.md, "Small talk").
+        let small_talk = match request.tool_choice {
+            ToolChoice::Auto if self.adapters.small_talk && !request.tools.is_empty() => {
+                crate::small_talk::ending(&request.messages)
+            }
+            _ => None,
+        };
         let (tools, forced) = match &request.tool_choice {
             ToolChoice::None => (Vec::new(), None),
+            ToolChoice::Auto if small_talk.is_some() => (Vec::new(), None),
             ToolChoice::Auto => (request.tools.clone(), None),
             ToolChoice::Required => {
                 if request.tools.is_empty() {
@@ -376,9 +384,17 @@ impl InferencePool {
             }
         };
         self.shared.grammar.validate(&tools)?;
+        let small_talk_messages = small_talk.map(|kind| {
+            crate::small_talk::adapt(
+                &request.messages,
+                kind,
+                &request.tools,
+                self.adapters.digest_history,
+            )
+        });
         let (mut prompt, stops) = crate::adapt::render(
             &self.template,
-            &request.messages,
+            small_talk_messages.as_deref().unwrap_or(&request.messages),
             &tools,
             forced.is_none(),
             self.adapters,

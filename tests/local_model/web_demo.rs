@@ -1,6 +1,6 @@
 //! The demo flow on the default model (Qwen2.5-Coder-0.5B-Instruct, prepared by `stead setup`)
 //! in a real browser: `web-ui/e2e/demo.mjs` drives Debian's Chromium against `stead serve` with
-//! its built-in configuration — remember a note (kept in the session's memory block), a
+//! its built-in configuration — a greeting (answered without a tool), remember a note (kept in the session's memory block), a
 //! calculation, ask to forget the note and reject the approval card, ask again and approve
 //! it. The model decides by itself to call the
 //! tools, and after each result it answers in a sentence (never call JSON, never an
@@ -42,6 +42,7 @@ async fn the_demo_agent_forgets_a_note_after_approval_in_a_real_browser() {
         .find(|v: &serde_json::Value| v["done"] == true)
         .unwrap_or_else(|| panic!("the flow did not finish: {stdout}"));
     for shot in [
+        "demo-0-greeted",
         "demo-1-remembered",
         "demo-2-calculated",
         "demo-3-approval-card",
@@ -54,7 +55,7 @@ async fn the_demo_agent_forgets_a_note_after_approval_in_a_real_browser() {
         );
     }
 
-    // The journal holds what the page showed: the model called remember, the calculator, then
+    // The journal holds what the page showed: no tool for the greeting; the model called remember, the calculator, then
     // forget twice; each forget waited for a person (rejected, then approved); the approved one
     // deleted the line remember had saved, and the memory block is empty again.
     let journal = server.journal(done["session"].as_str().unwrap()).await;
@@ -105,7 +106,7 @@ async fn the_demo_agent_forgets_a_note_after_approval_in_a_real_browser() {
         })
         .collect();
     let replies = of("assistant_message");
-    assert_eq!(replies.len(), 4, "{journal:#?}");
+    assert_eq!(replies.len(), 5, "{journal:#?}");
     let tools = ["clock", "remember", "forget", "calculator"];
     for ((step, text), event) in shown.iter().zip(&replies) {
         let journaled = event["payload"]["text"].as_str().unwrap();
@@ -143,6 +144,22 @@ async fn the_demo_agent_forgets_a_note_after_approval_in_a_real_browser() {
             })
     };
     assert!(reply("calculator").contains("391"), "{shown:?}");
+    // The greeting is greeted back (no clock call, no time).
+    assert!(
+        says(
+            &reply("greeting"),
+            &[
+                "hello",
+                "hi",
+                "hey",
+                "greetings",
+                "welcome",
+                "help",
+                "assist"
+            ]
+        ),
+        "the greeting is answered: {shown:?}"
+    );
     assert!(
         says(
             &reply("forget-approved"),

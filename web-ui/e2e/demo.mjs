@@ -1,5 +1,5 @@
 // The demo flow on the real default model, in a real browser (Debian's Chromium through
-// playwright-core): a new demo session; "remember" a note (no approval needed) → a reply that
+// playwright-core): a new demo session; "hello" → a greeting back, no tool; "remember" a note (no approval needed) → a reply that
 // confirms it; a calculation → a reply with the number; ask the agent to forget the note → an
 // approval card for `forget` appears → reject it → the reply says it was not done; ask again
 // and approve → the tool's result names the deleted note, and so does the reply. After
@@ -44,17 +44,23 @@ try {
   await page.getByTestId("connection").filter({ hasText: "connected" }).waitFor();
   step("demo session created");
 
+  await page.getByLabel("Message").fill("hello");
+  await page.getByRole("button", { name: "Send" }).click();
+  await reply(page, "greeting", 1);
+  await shot(page, "demo-0-greeted");
+  step("greeted back, no tool called");
+
   await page.getByLabel("Message").fill("Remember that my wifi password is hunter2.");
   await page.getByRole("button", { name: "Send" }).click();
   await page.locator(".result", { hasText: "hunter2" }).waitFor(turn);
-  await reply(page, "remember", 1);
+  await reply(page, "remember", 2);
   await shot(page, "demo-1-remembered");
   step("the note was stored (remember needs no approval)");
 
   await page.getByLabel("Message").fill("What is 17 * 23?");
   await page.getByRole("button", { name: "Send" }).click();
   await page.locator(".result", { hasText: "391" }).waitFor(turn);
-  await reply(page, "calculator", 2);
+  await reply(page, "calculator", 3);
   await shot(page, "demo-2-calculated");
   step("the calculator's result is in the reply");
 
@@ -67,7 +73,7 @@ try {
 
   await card.getByRole("button", { name: "Reject", exact: true }).click();
   await page.locator(".decision", { hasText: "Rejected by" }).waitFor(turn);
-  await reply(page, "forget-rejected", 3);
+  await reply(page, "forget-rejected", 4);
   await shot(page, "demo-4-rejected");
   step("rejected: the reply says it was not done, the note stays");
 
@@ -78,7 +84,7 @@ try {
   await second.getByRole("button", { name: "Approve", exact: true }).click();
   await page.locator(".decision", { hasText: "Approved by" }).waitFor(turn);
   await page.locator(".result", { hasText: /"deleted":\s*"/ }).waitFor(turn);
-  await reply(page, "forget-approved", 4);
+  await reply(page, "forget-approved", 5);
   await shot(page, "demo-5-forgotten");
   step("approved: the note is gone");
   console.log(JSON.stringify({ done: true, session: page.url().split("/").pop() }));

@@ -25,6 +25,7 @@ fn pool_config(prefix_cache_bytes: usize) -> PoolConfig {
     config.adapters = stead_inference::adapt::Adapters {
         tool_result_hint: false,
         digest_history: false,
+        small_talk: false,
     };
     config
 }
