@@ -355,13 +355,7 @@ impl InferencePool {
             ));
         }
         crate::sampling::Sampler::new(&request.sampling)?;
-        // Small talk is answered without tools (docs/inference.md, "Small talk").
-        let small_talk = match request.tool_choice {
-            ToolChoice::Auto if self.adapters.small_talk && !request.tools.is_empty() => {
-                crate::small_talk::ending(&request.messages)
-            }
-            _ => None,
-        };
+        let small_talk = crate::small_talk::of_request(&request, self.adapters);
         let (tools, forced) = match &request.tool_choice {
             ToolChoice::None => (Vec::new(), None),
             ToolChoice::Auto if small_talk.is_some() => (Vec::new(), None),
@@ -385,12 +379,8 @@ impl InferencePool {
         };
         self.shared.grammar.validate(&tools)?;
         let small_talk_messages = small_talk.map(|kind| {
-            crate::small_talk::adapt(
-                &request.messages,
-                kind,
-                &request.tools,
-                self.adapters.digest_history,
-            )
+            let digest = self.adapters.digest_history;
+            crate::small_talk::adapt(&request.messages, kind, &request.tools, digest)
         });
         let (mut prompt, stops) = crate::adapt::render(
             &self.template,

@@ -167,6 +167,19 @@ pub fn classify(text: &str) -> Option<SmallTalk> {
     kind
 }
 
+/// The small talk a request ends with when it is answered without tools (docs/inference.md,
+/// "Small talk"): in `auto` tool mode with tools, the adapter on.
+pub(crate) fn of_request(
+    request: &crate::ChatRequest,
+    adapters: crate::adapt::Adapters,
+) -> Option<SmallTalk> {
+    let auto = matches!(request.tool_choice, crate::ToolChoice::Auto);
+    if !(auto && adapters.small_talk && !request.tools.is_empty()) {
+        return None;
+    }
+    ending(&request.messages)
+}
+
 /// The small talk a conversation ends with: its last message, when that is the user's, has no
 /// images and is only small talk.
 pub fn ending(messages: &[ChatMessage]) -> Option<SmallTalk> {
