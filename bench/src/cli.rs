@@ -529,6 +529,10 @@ pub struct JournalBenchArgs {
     /// Skip the raw baseline (the same rows written straight into the engine).
     #[arg(long)]
     pub no_baseline: bool,
+    /// PostgreSQL: the journal committer's writers (connections). With more than one the raw
+    /// baseline is also run on that many connections at once.
+    #[arg(long, default_value_t = stead_persistence::DEFAULT_JOURNAL_WRITERS)]
+    pub journal_writers: usize,
     /// Print the result as one JSON object.
     #[arg(long)]
     pub json: bool,

@@ -34,6 +34,12 @@ pub struct JournalBenchResult {
     pub raw_rows_per_sec: Option<f64>,
     /// `steps_per_sec / raw_rows_per_sec`.
     pub share_of_raw: Option<f64>,
+    /// PostgreSQL: the journal's writers (connections) in this run.
+    pub journal_writers: usize,
+    /// PostgreSQL with more than one writer: the raw baseline on that many connections at once
+    /// (rows/s), and `steps_per_sec` as a share of it.
+    pub raw_parallel_rows_per_sec: Option<f64>,
+    pub share_of_raw_parallel: Option<f64>,
     /// SQLite only: the same rows through SQLite's C API (`rusqlite`), rows/s, and
     /// `steps_per_sec` as a share of it.
     pub c_api_rows_per_sec: Option<f64>,
@@ -51,6 +57,7 @@ pub async fn journal(config: Config, args: JournalBenchArgs) -> anyhow::Result<(
     let mut options = StoreOptions::new(database.url.clone());
     options.max_event_bytes = config.database.max_event_bytes;
     options.max_connections = config.database.max_connections;
+    options.journal_writers = args.journal_writers.max(1);
     let outcome = async {
         let store = stead_persistence::open(options).await?;
         let result = run(store.clone(), &args).await;
@@ -74,6 +81,28 @@ pub async fn journal(config: Config, args: JournalBenchArgs) -> anyhow::Result<(
         let raw = raw?;
         result.raw_rows_per_sec = Some(raw);
         result.share_of_raw = Some(result.steps_per_sec / raw);
+        if let (BenchBackend::Postgres, true) = (args.backend, args.journal_writers > 1) {
+            eprintln!(
+                "  raw baseline on {} connections at once…",
+                args.journal_writers
+            );
+            let raw_db = BenchDatabase::create(&config, args.backend).await?;
+            let stead_persistence::DatabaseUrl::Postgres(url) = &raw_db.url else {
+                anyhow::bail!("not a PostgreSQL database");
+            };
+            let raw = super::journal_raw::pg_rows_per_sec_on(
+                url,
+                args.sessions,
+                args.events,
+                args.payload_bytes,
+                args.journal_writers,
+            )
+            .await;
+            raw_db.remove().await?;
+            let raw = raw?;
+            result.raw_parallel_rows_per_sec = Some(raw);
+            result.share_of_raw_parallel = Some(result.steps_per_sec / raw);
+        }
         if let BenchBackend::Sqlite = args.backend {
             eprintln!("  C-API baseline: the same rows through rusqlite…");
             let dir = tempfile::tempdir()?;
@@ -109,6 +138,16 @@ pub async fn journal(config: Config, args: JournalBenchArgs) -> anyhow::Result<(
         if let (Some(raw), Some(share)) = (result.raw_rows_per_sec, result.share_of_raw) {
             println!(
                 "  raw baseline (same rows, one multi-row INSERT per commit): {raw:.0} rows/s · Stead reaches {:.0} % of it",
+                share * 100.0
+            );
+        }
+        if let (Some(raw), Some(share)) = (
+            result.raw_parallel_rows_per_sec,
+            result.share_of_raw_parallel,
+        ) {
+            println!(
+                "  raw baseline on {} connections at once (as many as the journal's writers): {raw:.0} rows/s · Stead reaches {:.0} % of it",
+                result.journal_writers,
                 share * 100.0
             );
         }
@@ -201,6 +240,12 @@ async fn run(
         c_api_rows_per_sec: None,
         share_of_c_api: None,
         share_of_raw: None,
+        journal_writers: match args.backend {
+            BenchBackend::Postgres => args.journal_writers.max(1),
+            BenchBackend::Sqlite => 1,
+        },
+        raw_parallel_rows_per_sec: None,
+        share_of_raw_parallel: None,
         commits,
         appends_per_commit: (after.appends - before.appends) as f64 / commits.max(1) as f64,
     })

@@ -73,36 +73,68 @@ pub async fn raw_rows_per_sec(
             Ok((rounds * sessions) as f64 / started.elapsed().as_secs_f64())
         }
         DatabaseUrl::Postgres(url) => {
-            let mut conn = sqlx::PgConnection::connect(url).await?;
-            sqlx::query(
-                "CREATE TABLE raw_journal (session_id uuid NOT NULL, seq BIGINT NOT NULL, \
-                 kind TEXT NOT NULL, payload jsonb NOT NULL, created_at TIMESTAMPTZ NOT NULL, \
-                 PRIMARY KEY (session_id, seq))",
-            )
-            .execute(&mut conn)
-            .await?;
-            let ids: Vec<uuid::Uuid> = ids.iter().filter_map(|i| i.parse().ok()).collect();
-            let started = Instant::now();
-            for seq in 1..=rounds {
-                let body: serde_json::Value = serde_json::from_str(&payload(seq, payload_bytes))?;
-                let now = chrono::Utc::now();
-                let mut tx = conn.begin().await?;
-                let mut insert = QueryBuilder::new(
-                    "INSERT INTO raw_journal (session_id, seq, kind, payload, created_at) ",
-                );
-                insert.push_values(&ids, |mut row, id| {
-                    row.push_bind(*id)
-                        .push_bind(seq as i64)
-                        .push_bind("model_call_finished")
-                        .push_bind(&body)
-                        .push_bind(now);
-                });
-                insert.build().execute(&mut *tx).await?;
-                tx.commit().await?;
-            }
-            Ok((rounds * sessions) as f64 / started.elapsed().as_secs_f64())
+            pg_rows_per_sec_on(url, sessions, rounds, payload_bytes, 1).await
         }
     }
+}
+
+/// The PostgreSQL raw baseline on `connections` connections at once, each writing its share of
+/// the sessions in perfect batches (what a journal with that many writers could at most do).
+pub async fn pg_rows_per_sec_on(
+    url: &str,
+    sessions: usize,
+    rounds: usize,
+    payload_bytes: usize,
+    connections: usize,
+) -> anyhow::Result<f64> {
+    let mut setup = sqlx::PgConnection::connect(url).await?;
+    sqlx::query(
+        "CREATE TABLE raw_journal (session_id uuid NOT NULL, seq BIGINT NOT NULL, \
+         kind TEXT NOT NULL, payload jsonb NOT NULL, created_at TIMESTAMPTZ NOT NULL, \
+         PRIMARY KEY (session_id, seq))",
+    )
+    .execute(&mut setup)
+    .await?;
+    let ids: Vec<uuid::Uuid> = (0..sessions).map(|_| uuid::Uuid::now_v7()).collect();
+    let mut conns = Vec::new();
+    for _ in 0..connections.max(1) {
+        conns.push(sqlx::PgConnection::connect(url).await?);
+    }
+    let share = sessions.div_ceil(conns.len());
+    let started = Instant::now();
+    let writers = conns.into_iter().zip(ids.chunks(share)).map(|(mut conn, ids)| async move {
+        pg_rounds(&mut conn, ids, rounds, payload_bytes).await
+    });
+    for written in futures_util::future::join_all(writers).await {
+        written?;
+    }
+    Ok((rounds * sessions) as f64 / started.elapsed().as_secs_f64())
+}
+
+/// `rounds` transactions, each one multi-row `INSERT` of one row per id.
+async fn pg_rounds(
+    conn: &mut sqlx::PgConnection,
+    ids: &[uuid::Uuid],
+    rounds: usize,
+    payload_bytes: usize,
+) -> anyhow::Result<()> {
+    for seq in 1..=rounds {
+        let body: serde_json::Value = serde_json::from_str(&payload(seq, payload_bytes))?;
+        let now = chrono::Utc::now();
+        let mut tx = conn.begin().await?;
+        let mut insert =
+            QueryBuilder::new("INSERT INTO raw_journal (session_id, seq, kind, payload, created_at) ");
+        insert.push_values(ids, |mut row, id| {
+            row.push_bind(*id)
+                .push_bind(seq as i64)
+                .push_bind("model_call_finished")
+                .push_bind(&body)
+                .push_bind(now);
+        });
+        insert.build().execute(&mut *tx).await?;
+        tx.commit().await?;
+    }
+    Ok(())
 }
 
 /// Rows per second through SQLite's C API (`rusqlite`): `rounds` transactions of one row per

@@ -11,13 +11,23 @@
 //! without that, busy writers split into two cohorts that alternate, each commit carrying half
 //! of them. "Acknowledged means durable" holds because no reply is sent before the commit that
 //! carries it has returned.
+//!
+//! A committer may have several writers (PostgreSQL: two connections of the journal's own).
+//! While one batch is being written, the next is cut from what has queued and written by an
+//! idle writer, so the database is not idle while answered callers queue their next appends.
+//! An append whose session has an earlier append in a batch being written waits for that
+//! batch (held, in order), so each session's appends still commit in order, and batches
+//! written at the same time never touch the same session.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
@@ -109,10 +119,24 @@ impl GroupCommit {
         max_event_bytes: usize,
         max_batch_events: usize,
     ) -> Self {
+        Self::start_pipelined(vec![writer], max_event_bytes, max_batch_events)
+    }
+
+    /// Starts the committer task with several writers: while one batch is being written, the
+    /// next is cut from what has queued and written by another writer (its own connection),
+    /// so the database is not idle while answered callers queue their next appends. A
+    /// session's appends still commit in order: an append waits while an earlier one of its
+    /// session is in a batch being written. No writer: none is started, and every append
+    /// fails as shut down.
+    pub fn start_pipelined<W: BatchWriter>(
+        writers: Vec<W>,
+        max_event_bytes: usize,
+        max_batch_events: usize,
+    ) -> Self {
         let (sender, receiver) = mpsc::channel(8192);
         let counters = Arc::new(Counters::default());
         let committer = tokio::spawn(run_committer(
-            writer,
+            writers,
             receiver,
             max_batch_events.max(1),
             counters.clone(),
@@ -195,40 +219,66 @@ impl GroupCommit {
     }
 }
 
+/// A batch being written, with the writer writing it.
+type Flight<W> = Pin<Box<dyn Future<Output = (W, Vec<AppendRequest>, Result<Vec<Outcome>>)> + Send>>;
+
 async fn run_committer<W: BatchWriter>(
-    mut writer: W,
+    mut idle: Vec<W>,
     mut receiver: mpsc::Receiver<AppendRequest>,
     max_batch_events: usize,
     counters: Arc<Counters>,
 ) {
-    let mut batch: Vec<AppendRequest> = Vec::new();
-    while let Some(first) = receiver.recv().await {
-        let mut events = first.events.len();
-        batch.push(first);
-        while events < max_batch_events {
-            match receiver.try_recv() {
-                Ok(request) => {
-                    events += request.events.len();
-                    batch.push(request);
-                }
-                Err(_) => break,
+    if idle.is_empty() {
+        return;
+    }
+    let mut flights: FuturesUnordered<Flight<W>> = FuturesUnordered::new();
+    let mut queue = crate::commit_queue::Queue::default();
+    let mut open = true;
+    loop {
+        // A batch for every idle writer while there is work it may take.
+        while let Some(mut writer) = idle.pop() {
+            let batch = queue.cut(&mut receiver, max_batch_events);
+            if batch.is_empty() {
+                idle.push(writer);
+                break;
             }
+            queue.writing(&batch, true);
+            flights.push(Box::pin(async move {
+                let (batch, result) = writer.write_batch(batch).await;
+                (writer, batch, result)
+            }));
         }
-        let (returned, result) = writer.write_batch(std::mem::take(&mut batch)).await;
-        batch = returned;
-        if let Ok(outcomes) = &result {
-            counters.commits.fetch_add(1, Ordering::Relaxed);
-            for (request, outcome) in batch.iter().zip(outcomes) {
-                if *outcome == Outcome::Appended {
-                    counters.appends.fetch_add(1, Ordering::Relaxed);
-                    counters
-                        .events
-                        .fetch_add(request.events.len() as u64, Ordering::Relaxed);
-                }
+        if flights.is_empty() {
+            // Nothing is being written, so nothing is held back: wait for the next append.
+            match receiver.recv().await {
+                Some(request) if open => queue.held.push_back(request),
+                _ => break,
             }
+            continue;
         }
-        answer(&mut batch, result);
-        let_answered_callers_queue(&receiver).await;
+        tokio::select! {
+            Some((writer, mut batch, result)) = flights.next() => {
+                queue.writing(&batch, false);
+                if let Ok(outcomes) = &result {
+                    counters.commits.fetch_add(1, Ordering::Relaxed);
+                    for (request, outcome) in batch.iter().zip(outcomes) {
+                        if *outcome == Outcome::Appended {
+                            counters.appends.fetch_add(1, Ordering::Relaxed);
+                            counters
+                                .events
+                                .fetch_add(request.events.len() as u64, Ordering::Relaxed);
+                        }
+                    }
+                }
+                answer(&mut batch, result);
+                idle.push(writer);
+                let_answered_callers_queue(&receiver).await;
+            }
+            request = receiver.recv(), if open && !idle.is_empty() => match request {
+                Some(request) => queue.held.push_back(request),
+                None => open = false,
+            },
+        }
     }
 }
 
@@ -353,6 +403,93 @@ mod tests {
         let batch: Vec<AppendRequest> = [a, b, a, c, a, b].into_iter().map(request).collect();
         assert_eq!(rounds(&batch), vec![vec![0, 1, 3], vec![2, 5], vec![4]]);
         assert!(rounds(&[]).is_empty());
+    }
+
+    /// A writer double that holds each batch for 3 ms and checks, against state shared by
+    /// every writer, that each session's appends arrive in order and that no session is in
+    /// two batches being written at once.
+    #[derive(Default)]
+    struct Ledger {
+        last: std::collections::HashMap<Uuid, i64>,
+        writing: HashSet<Uuid>,
+        batches_now: usize,
+        most_at_once: usize,
+        violations: Vec<String>,
+    }
+
+    struct Slow(Arc<std::sync::Mutex<Ledger>>);
+
+    #[async_trait]
+    impl BatchWriter for Slow {
+        async fn write_batch(
+            &mut self,
+            batch: Vec<AppendRequest>,
+        ) -> (Vec<AppendRequest>, Result<Vec<Outcome>>) {
+            let sessions: HashSet<Uuid> = batch.iter().map(|r| r.session_id).collect();
+            {
+                let mut ledger = self.0.lock().unwrap();
+                if sessions.iter().any(|s| ledger.writing.contains(s)) {
+                    ledger.violations.push("a session in two batches at once".into());
+                }
+                ledger.writing.extend(&sessions);
+                ledger.batches_now += 1;
+                ledger.most_at_once = ledger.most_at_once.max(ledger.batches_now);
+                for request in &batch {
+                    let last = ledger.last.get(&request.session_id).copied().unwrap_or(0);
+                    if last != request.expected_last_seq {
+                        let seen = format!("expected {} after {last}", request.expected_last_seq);
+                        ledger.violations.push(seen);
+                    }
+                    let now = request.expected_last_seq + request.events.len() as i64;
+                    ledger.last.insert(request.session_id, now);
+                }
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+            let mut ledger = self.0.lock().unwrap();
+            ledger.batches_now -= 1;
+            for session in &sessions {
+                ledger.writing.remove(session);
+            }
+            let outcomes = vec![Outcome::Appended; batch.len()];
+            (batch, Ok(outcomes))
+        }
+    }
+
+    /// Two writers: batches are written two at a time, and a session's appends — the second
+    /// sent while the first is being written, so it must wait — commit in order.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_writers_overlap_batches_and_keep_each_sessions_order() {
+        let ledger = Arc::new(std::sync::Mutex::new(Ledger::default()));
+        let writers = vec![Slow(ledger.clone()), Slow(ledger.clone())];
+        let journal = Arc::new(GroupCommit::start_pipelined(writers, 1024, 64));
+        let mut tasks = Vec::new();
+        for _ in 0..24 {
+            let journal = journal.clone();
+            tasks.push(tokio::spawn(async move {
+                let id = Uuid::now_v7();
+                let one = || vec![NewEvent::new("k", serde_json::json!({}))];
+                for step in 0..10 {
+                    let at = step * 2;
+                    // The second append follows while the first is (most likely) in flight.
+                    let (a, b) = tokio::join!(journal.append(id, at, None, None, one()), async {
+                        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                        journal.append(id, at + 1, None, None, one()).await
+                    });
+                    assert_eq!((a.unwrap(), b.unwrap()), (vec![at + 1], vec![at + 2]));
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let stats = journal.stats();
+        journal.shutdown().await;
+        let ledger = ledger.lock().unwrap();
+        assert_eq!(ledger.violations, Vec::<String>::new());
+        assert_eq!(ledger.most_at_once, 2, "batches were written two at a time");
+        assert_eq!(ledger.last.len(), 24);
+        assert!(ledger.last.values().all(|&last| last == 20));
+        assert_eq!((stats.appends, stats.events), (480, 480));
     }
 
     #[tokio::test]

@@ -17,6 +17,7 @@
 //! lifecycle rules (a closed session takes no new turns) belong to the session actor.
 
 pub mod audit;
+mod commit_queue;
 mod error;
 pub mod evals;
 pub mod group_commit;
@@ -140,6 +141,9 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
+/// The PostgreSQL journal committer's writers by default.
+pub const DEFAULT_JOURNAL_WRITERS: usize = 2;
+
 /// How to open a store.
 #[derive(Debug, Clone)]
 pub struct StoreOptions {
@@ -161,6 +165,10 @@ pub struct StoreOptions {
     /// `None` in production). Tests set it to run a database out of space without a small
     /// filesystem: writes beyond it fail as on a full disk (`SQLITE_FULL`).
     pub sqlite_max_pages: Option<u32>,
+    /// PostgreSQL: the journal committer's writers, each with a connection of its own (two by
+    /// default: one batch is written while the next is cut; docs/persistence.md, "Group
+    /// commit"). SQLite always has one.
+    pub journal_writers: usize,
 }
 
 impl StoreOptions {
@@ -174,6 +182,7 @@ impl StoreOptions {
             run_migrations: true,
             clock_skew: chrono::Duration::zero(),
             sqlite_max_pages: None,
+            journal_writers: DEFAULT_JOURNAL_WRITERS,
         }
     }
 }

@@ -93,13 +93,16 @@ pub(crate) async fn open(options: &StoreOptions) -> Result<SqlStore<Pg>> {
         )
         .connect_with(connect.clone())
         .await?;
-    let journal = GroupCommit::start(
-        PgBatchWriter {
+    let writers = (0..options.journal_writers.max(1))
+        .map(|_| PgBatchWriter {
             connect: connect.clone(),
             connect_timeout: options.connect_timeout,
             conn: None,
             last_used: std::time::Instant::now(),
-        },
+        })
+        .collect();
+    let journal = GroupCommit::start_pipelined(
+        writers,
         options.max_event_bytes,
         options.max_batch_events,
     );
