@@ -102,9 +102,12 @@ pub async fn pg_rows_per_sec_on(
     }
     let share = sessions.div_ceil(conns.len());
     let started = Instant::now();
-    let writers = conns.into_iter().zip(ids.chunks(share)).map(|(mut conn, ids)| async move {
-        pg_rounds(&mut conn, ids, rounds, payload_bytes).await
-    });
+    let writers = conns
+        .into_iter()
+        .zip(ids.chunks(share))
+        .map(
+            |(mut conn, ids)| async move { pg_rounds(&mut conn, ids, rounds, payload_bytes).await },
+        );
     for written in futures_util::future::join_all(writers).await {
         written?;
     }
@@ -122,8 +125,9 @@ async fn pg_rounds(
         let body: serde_json::Value = serde_json::from_str(&payload(seq, payload_bytes))?;
         let now = chrono::Utc::now();
         let mut tx = conn.begin().await?;
-        let mut insert =
-            QueryBuilder::new("INSERT INTO raw_journal (session_id, seq, kind, payload, created_at) ");
+        let mut insert = QueryBuilder::new(
+            "INSERT INTO raw_journal (session_id, seq, kind, payload, created_at) ",
+        );
         insert.push_values(ids, |mut row, id| {
             row.push_bind(*id)
                 .push_bind(seq as i64)

@@ -19,7 +19,7 @@
 //! batch (held, in order), so each session's appends still commit in order, and batches
 //! written at the same time never touch the same session.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -220,7 +220,8 @@ impl GroupCommit {
 }
 
 /// A batch being written, with the writer writing it.
-type Flight<W> = Pin<Box<dyn Future<Output = (W, Vec<AppendRequest>, Result<Vec<Outcome>>)> + Send>>;
+type Flight<W> =
+    Pin<Box<dyn Future<Output = (W, Vec<AppendRequest>, Result<Vec<Outcome>>)> + Send>>;
 
 async fn run_committer<W: BatchWriter>(
     mut idle: Vec<W>,
@@ -429,7 +430,9 @@ mod tests {
             {
                 let mut ledger = self.0.lock().unwrap();
                 if sessions.iter().any(|s| ledger.writing.contains(s)) {
-                    ledger.violations.push("a session in two batches at once".into());
+                    ledger
+                        .violations
+                        .push("a session in two batches at once".into());
                 }
                 ledger.writing.extend(&sessions);
                 ledger.batches_now += 1;

@@ -101,11 +101,8 @@ pub(crate) async fn open(options: &StoreOptions) -> Result<SqlStore<Pg>> {
             last_used: std::time::Instant::now(),
         })
         .collect();
-    let journal = GroupCommit::start_pipelined(
-        writers,
-        options.max_event_bytes,
-        options.max_batch_events,
-    );
+    let journal =
+        GroupCommit::start_pipelined(writers, options.max_event_bytes, options.max_batch_events);
     Ok(SqlStore::new(Pg { pool }, journal).with_clock_skew(options.clock_skew))
 }
 
