@@ -53,6 +53,9 @@ pub enum BenchCommand {
     Journal(JournalBenchArgs),
     /// The local inference engine against onnxruntime-genai on the same model.
     Inference(InferenceBenchArgs),
+    /// Decode speed, single stream and N streams, against onnxruntime-genai in alternating
+    /// rounds (the figures of the performance targets).
+    Decode(DecodeBenchArgs),
     /// Session actors: parked-session memory, activation time, durable step latency.
     Sessions(SessionsBenchArgs),
     /// WebSocket clients on one server: memory, broadcast latency, reconnect-to-replay.
@@ -489,6 +492,28 @@ pub struct InferenceBenchArgs {
     /// prefix cache (the demo agent's prompt and tools, history growing every step); 0 skips it.
     #[arg(long, default_value_t = 10)]
     pub agent_steps: usize,
+    /// Print the result as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DecodeBenchArgs {
+    /// The prepared model to measure (a directory name under {data_dir}/models).
+    #[arg(long, default_value = stead_inference::setup::DEFAULT_MODEL)]
+    pub model: String,
+    /// Rounds; each runs both sides, the first side alternating.
+    #[arg(long, default_value_t = 6)]
+    pub rounds: usize,
+    /// Runs per side per round, of each figure (single stream, N streams).
+    #[arg(long, default_value_t = 5)]
+    pub runs: usize,
+    /// New tokens per generation.
+    #[arg(long, default_value_t = 64)]
+    pub max_tokens: usize,
+    /// Concurrent streams for the aggregate figure.
+    #[arg(long, default_value_t = 8)]
+    pub streams: usize,
     /// Print the result as one JSON object.
     #[arg(long)]
     pub json: bool,

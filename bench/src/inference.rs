@@ -21,7 +21,26 @@ use stead_config::Config;
 
 const PROMPT: &str = "Write a long story about a lighthouse keeper and a storm.";
 
-fn request(max_tokens: usize) -> ChatRequest {
+/// `streams` generations started together: tokens per second of wall time, all together.
+pub(crate) async fn aggregate_once(
+    pool: &InferencePool,
+    streams: usize,
+    max_tokens: usize,
+) -> anyhow::Result<f64> {
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..streams {
+        let generation = pool.generate(request(max_tokens)).await?;
+        tasks.push(tokio::spawn(generation.collect()));
+    }
+    let mut tokens = 0;
+    for task in tasks {
+        tokens += task.await??.usage.completion_tokens;
+    }
+    Ok(tokens as f64 / started.elapsed().as_secs_f64())
+}
+
+pub(crate) fn request(max_tokens: usize) -> ChatRequest {
     ChatRequest {
         // Empty: whichever model the pool serves.
         model: String::new(),
@@ -115,18 +134,12 @@ pub async fn inference(config: Config, args: InferenceBenchArgs) -> anyhow::Resu
     let mut aggregate = Vec::new();
     for &streams in &[1usize, 2, 4, 8] {
         eprintln!("aggregate: {streams} concurrent streams");
-        let started = Instant::now();
-        let mut tasks = Vec::new();
-        for _ in 0..streams {
-            let generation = pool.generate(request(args.max_tokens)).await?;
-            tasks.push(tokio::spawn(generation.collect()));
-        }
-        let mut tokens = 0;
-        for task in tasks {
-            tokens += task.await??.usage.completion_tokens;
-        }
-        let seconds = started.elapsed().as_secs_f64();
-        aggregate.push((streams, tokens as f64 / seconds));
+        // A warm-up at this batch size first, as the peer has (new shapes allocate).
+        aggregate_once(&pool, streams, args.max_tokens).await?;
+        aggregate.push((
+            streams,
+            aggregate_once(&pool, streams, args.max_tokens).await?,
+        ));
     }
 
     eprintln!("cancel-to-stop: {} trials", args.runs.max(10));
@@ -460,27 +473,59 @@ fn run_peer(
     args: &InferenceBenchArgs,
     threads: usize,
 ) -> anyhow::Result<Value> {
-    let dir = data.join("setup").join("peer");
-    let python = setup::ensure_venv(
-        &dir,
-        "python3",
-        setup::PEER_REQUIREMENTS,
-        "the peer (onnxruntime-genai)",
-        &[],
-        &mut |line| eprintln!("{line}"),
-    )?;
-    let script = dir.join("peer_genai_bench.py");
-    std::fs::write(&script, setup::PEER_SCRIPT)?;
+    let peer = GenaiPeer::prepare(data)?;
     let mut aggregate = Vec::new();
     let mut single = Value::Null;
     for streams in [1usize, 2, 4, 8] {
-        let output = Command::new(&python)
-            .arg(&script)
+        let value = peer.run(model_dir, args.max_tokens, args.runs, streams, threads)?;
+        aggregate.push(json!({ "streams": streams, "tok_s": value["aggregate_tok_s"] }));
+        if streams == 1 {
+            single = value;
+        }
+    }
+    single["aggregate_tok_s"] = Value::Array(aggregate);
+    Ok(single)
+}
+
+/// onnxruntime-genai, the peer, in its own virtual environment (created on first use from PyPI).
+pub(crate) struct GenaiPeer {
+    python: std::path::PathBuf,
+    script: std::path::PathBuf,
+}
+
+impl GenaiPeer {
+    pub(crate) fn prepare(data: &std::path::Path) -> anyhow::Result<Self> {
+        let dir = data.join("setup").join("peer");
+        let python = setup::ensure_venv(
+            &dir,
+            "python3",
+            setup::PEER_REQUIREMENTS,
+            "the peer (onnxruntime-genai)",
+            &[],
+            &mut |line| eprintln!("{line}"),
+        )?;
+        let script = dir.join("peer_genai_bench.py");
+        std::fs::write(&script, setup::PEER_SCRIPT)?;
+        Ok(GenaiPeer { python, script })
+    }
+
+    /// One run of the peer script: `runs` single streams, then (when `streams` > 1) `runs`
+    /// batches of `streams` rows; its JSON line.
+    pub(crate) fn run(
+        &self,
+        model_dir: &std::path::Path,
+        max_tokens: usize,
+        runs: usize,
+        streams: usize,
+        threads: usize,
+    ) -> anyhow::Result<Value> {
+        let output = Command::new(&self.python)
+            .arg(&self.script)
             .arg("--model")
             .arg(model_dir)
             .args(["--prompt", PROMPT])
-            .args(["--max-tokens", &args.max_tokens.to_string()])
-            .args(["--runs", &args.runs.to_string()])
+            .args(["--max-tokens", &max_tokens.to_string()])
+            .args(["--runs", &runs.to_string()])
             .args(["--concurrency", &streams.to_string()])
             .args(["--threads", &threads.to_string()])
             .output()?;
@@ -494,13 +539,7 @@ fn run_peer(
                 .unwrap_or_default()
         );
         let line = String::from_utf8_lossy(&output.stdout);
-        let value: Value = serde_json::from_str(line.trim().lines().last().unwrap_or_default())
-            .context("peer output is not JSON")?;
-        aggregate.push(json!({ "streams": streams, "tok_s": value["aggregate_tok_s"] }));
-        if streams == 1 {
-            single = value;
-        }
+        serde_json::from_str(line.trim().lines().last().unwrap_or_default())
+            .context("peer output is not JSON")
     }
-    single["aggregate_tok_s"] = Value::Array(aggregate);
-    Ok(single)
 }

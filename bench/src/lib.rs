@@ -1,5 +1,5 @@
 //! The crate `stead-bench`: the measurements behind `stead bench …`, one module per subcommand
-//! (`chaos`, `cluster`, `context`, `evals` (the evaluation engine), `journal`, `gateway`, `inference`, `knowledge`, `replay`,
+//! (`chaos`, `cluster`, `context`, `decode`, `evals` (the evaluation engine), `journal`, `gateway`, `inference`, `knowledge`, `replay`,
 //! `schedules`, `sessions`, `tenancy` (projects' keys), `guardrails`, `guardrail_quality`, `ws`), the model evaluation behind `stead eval …` (`eval`), their
 //! arguments (`cli`), the chaos harness with its test doubles (a scripted upstream, a webhook
 //! sink: they live here, not in the product), and what they share: a scratch database (`BenchDatabase`), a `stead serve` child process
@@ -15,6 +15,7 @@ pub mod chaos;
 pub mod cli;
 pub mod cluster;
 pub mod context;
+pub mod decode;
 pub mod eval;
 mod evals;
 pub mod gateway;
@@ -55,6 +56,7 @@ pub async fn bench(config: Config, command: BenchCommand) -> anyhow::Result<Exit
         BenchCommand::Gateway(args) => done(gateway::gateway(config, args).await),
         BenchCommand::Sessions(args) => done(sessions::sessions(config, args).await),
         BenchCommand::Inference(args) => done(inference::inference(config, args).await),
+        BenchCommand::Decode(args) => done(decode::decode(config, args).await),
         BenchCommand::Replay(args) => done(replay::replay(config, args).await),
         BenchCommand::Chaos(args) => chaos::chaos(config, args).await,
         BenchCommand::Schedules(args) => done(schedules::schedules(config, args).await),
