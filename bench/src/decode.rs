@@ -13,7 +13,7 @@ use stead_inference::pool::{physical_cores, InferencePool, PoolConfig};
 use stead_inference::setup;
 
 use crate::cli::DecodeBenchArgs;
-use crate::inference::{aggregate_once, request, GenaiPeer};
+use crate::inference::{aggregate_once, request, start_pool, GenaiPeer};
 
 /// One side's figures in one round.
 #[derive(Clone, Copy)]
@@ -42,13 +42,7 @@ pub async fn decode(config: Config, args: DecodeBenchArgs) -> anyhow::Result<()>
     pool_config.prefix_cache_bytes = 0;
     let threads = physical_cores();
     let peer = GenaiPeer::prepare(&data)?;
-    eprintln!(
-        "loading {} ({threads} intra-op threads)…",
-        model_dir.display()
-    );
-    let pool = InferencePool::start(pool_config)
-        .await
-        .context("start the inference pool (run `stead setup` first)")?;
+    let pool = start_pool(pool_config, threads).await?;
     // Warm-up at both batch sizes: first runs pay one-time allocations (the peer warms up too).
     aggregate_once(&pool, 1, args.max_tokens).await?;
     aggregate_once(&pool, args.streams, args.max_tokens).await?;

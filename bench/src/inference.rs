@@ -21,6 +21,20 @@ use stead_config::Config;
 
 const PROMPT: &str = "Write a long story about a lighthouse keeper and a storm.";
 
+/// Starts a benchmark's pool, saying what it loads.
+pub(crate) async fn start_pool(
+    config: PoolConfig,
+    threads: usize,
+) -> anyhow::Result<InferencePool> {
+    eprintln!(
+        "loading {} ({threads} intra-op threads)…",
+        config.model_dir.display()
+    );
+    InferencePool::start(config)
+        .await
+        .context("start the inference pool (run `stead setup` first)")
+}
+
 /// `streams` generations started together: tokens per second of wall time, all together.
 pub(crate) async fn aggregate_once(
     pool: &InferencePool,
@@ -99,13 +113,7 @@ pub async fn inference(config: Config, args: InferenceBenchArgs) -> anyhow::Resu
     let agent_pool = pool_config.clone();
     pool_config.prefix_cache_bytes = 0;
     let threads = physical_cores();
-    eprintln!(
-        "loading {} ({threads} intra-op threads)…",
-        model_dir.display()
-    );
-    let pool = InferencePool::start(pool_config)
-        .await
-        .context("start the inference pool (run `stead setup` first)")?;
+    let pool = start_pool(pool_config, threads).await?;
 
     let on_cuda = pool.on_cuda;
     let prompt_ids = pool.prompt_tokens(request(args.max_tokens))?;
