@@ -56,32 +56,13 @@ pub async fn decode(config: Config, args: DecodeBenchArgs) -> anyhow::Result<()>
             args.rounds,
             if stead_first { "stead" } else { "genai" }
         );
-        let mut stead = None;
-        let mut genai = None;
-        for side in 0..2 {
-            if (side == 0) == stead_first {
-                stead = Some(stead_round(&pool, &args).await?);
-            } else {
-                let value = peer.run(
-                    &model_dir,
-                    args.max_tokens,
-                    args.runs,
-                    args.streams,
-                    threads,
-                )?;
-                let figure = |key: &str| {
-                    value[key]
-                        .as_f64()
-                        .with_context(|| format!("the peer printed no {key}"))
-                };
-                genai = Some(Figures {
-                    single: figure("decode_tok_s")?,
-                    aggregate: figure("aggregate_tok_s")?,
-                });
-            }
-        }
-        let (Some(stead), Some(genai)) = (stead, genai) else {
-            unreachable!("both sides ran")
+        let genai_round = || genai_round(&peer, &model_dir, &args, threads);
+        let (stead, genai) = if stead_first {
+            let stead = stead_round(&pool, &args).await?;
+            (stead, genai_round()?)
+        } else {
+            let genai = genai_round()?;
+            (stead_round(&pool, &args).await?, genai)
         };
         rounds.push(json!({
             "first": if stead_first { "stead" } else { "genai" },
@@ -119,6 +100,26 @@ pub async fn decode(config: Config, args: DecodeBenchArgs) -> anyhow::Result<()>
         print_report(&result);
     }
     Ok(())
+}
+
+/// The peer's figures for one round: its medians of `runs` single streams and of `runs`
+/// batches of `streams` rows.
+fn genai_round(
+    peer: &GenaiPeer,
+    model_dir: &std::path::Path,
+    args: &DecodeBenchArgs,
+    threads: usize,
+) -> anyhow::Result<Figures> {
+    let value = peer.run(model_dir, args.max_tokens, args.runs, args.streams, threads)?;
+    let figure = |key: &str| {
+        value[key]
+            .as_f64()
+            .with_context(|| format!("the peer printed no {key}"))
+    };
+    Ok(Figures {
+        single: figure("decode_tok_s")?,
+        aggregate: figure("aggregate_tok_s")?,
+    })
 }
 
 /// Stead's figures for one round: `runs` single streams, then `runs` batches of `streams`.

@@ -81,7 +81,7 @@ pub async fn journal(config: Config, args: JournalBenchArgs) -> anyhow::Result<(
         let raw = raw?;
         result.raw_rows_per_sec = Some(raw);
         result.share_of_raw = Some(result.steps_per_sec / raw);
-        if let (BenchBackend::Postgres, true) = (args.backend, args.journal_writers > 1) {
+        if args.backend == BenchBackend::Postgres && args.journal_writers > 1 {
             eprintln!(
                 "  raw baseline on {} connections at once…",
                 args.journal_writers
