@@ -248,22 +248,32 @@ pub(super) async fn request_log_is_scoped(
             .filter_map(|row| row["session_id"].as_str().map(String::from))
             .collect()
     };
-    let ours = read("/v1/gateway/logs?limit=1000", Some(a.admin.secret.clone())).await;
-    let ours_sessions = sessions(&ours);
-    assert!(ours_sessions.contains(&a_held.answered), "{ours}");
-    assert!(!ours_sessions.contains(&b_held.answered), "{ours}");
-    let stats = read("/v1/gateway/stats", Some(a.viewer.secret.clone())).await;
-    let counted: u64 = stats["groups"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|g| g["count"].as_u64().unwrap())
-        .sum();
-    assert_eq!(
-        counted,
-        ours["logs"].as_array().unwrap().len() as u64,
-        "{stats}"
-    );
+    // The log is written in batches: a row of A's may land between the two reads, so they
+    // are read again until a pair agrees (a statistic that counted another project's rows
+    // never would).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let ours = read("/v1/gateway/logs?limit=1000", Some(a.admin.secret.clone())).await;
+        let ours_sessions = sessions(&ours);
+        assert!(ours_sessions.contains(&a_held.answered), "{ours}");
+        assert!(!ours_sessions.contains(&b_held.answered), "{ours}");
+        let stats = read("/v1/gateway/stats", Some(a.viewer.secret.clone())).await;
+        let counted: u64 = stats["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g["count"].as_u64().unwrap())
+            .sum();
+        let listed = ours["logs"].as_array().unwrap().len() as u64;
+        if counted == listed {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "A's statistics count {counted} calls, its log lists {listed}: {stats} {ours}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
     // The installation sees both projects' rows (the log is written in batches: a row may
     // land a moment after its answer).
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
