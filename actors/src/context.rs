@@ -10,7 +10,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::state::TranscriptEntry;
+use crate::state::{Transcript, TranscriptEntry};
 
 /// What replaces the oldest turns when a prompt outgrows its budget.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -98,65 +98,97 @@ pub const EARLIER_RESULT_DIVISOR: u64 = 8;
 /// The transcript as the model is shown it: tool results of the turn in progress longer than
 /// `max_tokens` (estimated) cut, earlier turns' longer than `max_tokens /`
 /// [`EARLIER_RESULT_DIVISOR`]; each with a marker saying how much was left out.
-/// One pass over the entries (a slice, or the state's persistent vector: no copy of it first),
-/// and a tool result is only copied when it is shown whole.
-pub fn shown<'a, I>(transcript: I, max_tokens: u64) -> Vec<TranscriptEntry>
-where
-    I: IntoIterator<Item = &'a TranscriptEntry>,
-    I::IntoIter: DoubleEndedIterator + ExactSizeIterator + Clone,
-{
-    let chars =
-        |tokens: u64| usize::try_from(tokens.saturating_mul(CHARS_PER_TOKEN)).unwrap_or(usize::MAX);
-    let entries = transcript.into_iter();
-    let current = entries
-        .clone()
-        .rposition(|e| matches!(e, TranscriptEntry::User { .. }))
-        .unwrap_or(0);
-    entries
+pub fn shown(transcript: &[TranscriptEntry], max_tokens: u64) -> Vec<TranscriptEntry> {
+    let limit = ResultLimits::new(transcript.iter(), max_tokens);
+    transcript
+        .iter()
         .enumerate()
-        .map(|(i, entry)| {
-            (
-                i,
-                entry,
-                if i < current {
-                    chars((max_tokens / EARLIER_RESULT_DIVISOR).max(1))
-                } else {
-                    chars(max_tokens)
-                },
-            )
-        })
-        .map(|(_, entry, limit)| match entry {
-            TranscriptEntry::Tool {
-                call_id,
-                tool,
-                content,
-            } => {
-                let text = match content {
-                    Value::String(s) if s.len() <= limit => return entry.clone(),
-                    Value::String(s) => std::borrow::Cow::Borrowed(s.as_str()),
-                    other => std::borrow::Cow::Owned(other.to_string()),
-                };
-                if text.len() <= limit {
-                    return entry.clone();
-                }
-                let mut cut = limit;
-                while !text.is_char_boundary(cut) {
-                    cut -= 1;
-                }
-                TranscriptEntry::Tool {
-                    call_id: call_id.clone(),
-                    tool: tool.clone(),
-                    content: Value::String(format!(
-                        "{} … [cut: {} of {} characters shown; the whole result is in the journal]",
-                        &text[..cut],
-                        cut,
-                        text.len()
-                    )),
-                }
-            }
-            other => other.clone(),
-        })
+        .map(|(i, entry)| cut(entry, limit.at(i)).unwrap_or_else(|| entry.clone()))
         .collect()
+}
+
+/// [`shown`] for the state's persistent transcript, sharing it: the copy costs nothing, and
+/// only the tool results that are cut are replaced in it, so a step's request does not grow
+/// with the session's length (docs/benchmarks.md, "Step cost against session length").
+pub fn shown_shared(transcript: &Transcript, max_tokens: u64) -> Transcript {
+    let limit = ResultLimits::new(transcript.iter(), max_tokens);
+    let mut shown = transcript.clone();
+    // Leaf by leaf: slices, faster to walk than the vector's iterator.
+    for (i, entry) in transcript.leaves().flatten().enumerate() {
+        if let Some(cut) = cut(entry, limit.at(i)) {
+            shown.set(i, cut);
+        }
+    }
+    shown
+}
+
+/// How many characters of a tool result are shown at each position of a transcript: the
+/// whole `max_tokens` from the turn in progress (its last user message) on, a share of it
+/// before.
+struct ResultLimits {
+    current: usize,
+    earlier: usize,
+    now: usize,
+}
+
+impl ResultLimits {
+    fn new<'a, I>(mut entries: I, max_tokens: u64) -> Self
+    where
+        I: DoubleEndedIterator<Item = &'a TranscriptEntry> + ExactSizeIterator,
+    {
+        let chars = |tokens: u64| {
+            usize::try_from(tokens.saturating_mul(CHARS_PER_TOKEN)).unwrap_or(usize::MAX)
+        };
+        ResultLimits {
+            current: entries
+                .rposition(|e| matches!(e, TranscriptEntry::User { .. }))
+                .unwrap_or(0),
+            earlier: chars((max_tokens / EARLIER_RESULT_DIVISOR).max(1)),
+            now: chars(max_tokens),
+        }
+    }
+
+    fn at(&self, i: usize) -> usize {
+        if i < self.current {
+            self.earlier
+        } else {
+            self.now
+        }
+    }
+}
+
+/// `entry` cut to `limit` characters with a marker, when it is a longer tool result.
+fn cut(entry: &TranscriptEntry, limit: usize) -> Option<TranscriptEntry> {
+    let TranscriptEntry::Tool {
+        call_id,
+        tool,
+        content,
+    } = entry
+    else {
+        return None;
+    };
+    let text = match content {
+        Value::String(s) if s.len() <= limit => return None,
+        Value::String(s) => std::borrow::Cow::Borrowed(s.as_str()),
+        other => std::borrow::Cow::Owned(other.to_string()),
+    };
+    if text.len() <= limit {
+        return None;
+    }
+    let mut cut = limit;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    Some(TranscriptEntry::Tool {
+        call_id: call_id.clone(),
+        tool: tool.clone(),
+        content: Value::String(format!(
+            "{} … [cut: {} of {} characters shown; the whole result is in the journal]",
+            &text[..cut],
+            cut,
+            text.len()
+        )),
+    })
 }
 
 /// The estimated tokens of a prompt: its characters over [`CHARS_PER_TOKEN`], rounded up.
@@ -348,6 +380,28 @@ mod tests {
             "{}",
             text(&shown[3])
         );
+    }
+
+    #[test]
+    fn the_shared_transcript_is_shown_as_the_plain_one_and_left_whole() {
+        let long = |n: usize| TranscriptEntry::Tool {
+            call_id: format!("t{n}").into(),
+            tool: "fetch".into(),
+            content: json!({ "rows": "y".repeat(90 + n) }),
+        };
+        // Over several leaves of the persistent vector (64 entries each).
+        let plain: Vec<TranscriptEntry> = (0..100)
+            .flat_map(|n| {
+                let mut entries = turn(n, 3);
+                entries.insert(1, long(n));
+                entries
+            })
+            .collect();
+        let shared = Transcript::from(plain.clone());
+        let shown_shared = shown_shared(&shared, 16);
+        assert_eq!(shown_shared.iter().cloned().collect::<Vec<_>>(), shown(&plain, 16));
+        assert_ne!(shown_shared, shared, "long results are cut");
+        assert_eq!(shared, Transcript::from(plain), "the state's transcript is untouched");
     }
 
     #[test]

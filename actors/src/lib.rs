@@ -40,6 +40,7 @@ pub use rules::{
 };
 pub use schedules::{CatchUp, ScheduleDef, ScheduleLimits, ScheduleMessage, ScheduleState};
 pub use state::{
-    BudgetWait, CallState, CallStatus, SessionState, TranscriptEntry, Turn, LOCAL_PRINCIPAL,
+    BudgetWait, CallState, CallStatus, SessionState, Transcript, TranscriptEntry, Turn,
+    LOCAL_PRINCIPAL,
 };
 pub use stead_model::{CallId, Decider, Epoch};

@@ -514,7 +514,8 @@ mod tests {
                     text: "Paris is 21°C, Rome is sunny.".into(),
                     tool_calls: Vec::new(),
                 },
-            ],
+            ]
+            .into(),
             tools: vec![AgentTool {
                 name: "get_weather".into(),
                 description: "Current weather of a city.".into(),

@@ -77,7 +77,7 @@ impl ToolArtifacts {
 /// `offset` leading ones; images whose bytes the store no longer has are left out.
 pub async fn show_tool_images(
     blobs: &BlobStore,
-    transcript: &[TranscriptEntry],
+    transcript: &stead_actors::Transcript,
     messages: &mut Vec<ChatMessage>,
     offset: usize,
 ) {

@@ -52,21 +52,23 @@ impl Planner<'_> {
 
     /// The tool results of the turn so far (since its latest user message), in order.
     fn turn_results(&self) -> Vec<(String, Value)> {
-        let transcript = &self.state.transcript;
-        let start = transcript
+        // From the end back to the user message: the turn's own entries only (a persistent
+        // vector's iterator skips forward one entry at a time).
+        let mut results: Vec<(String, Value)> = self
+            .state
+            .transcript
             .iter()
-            .rposition(|e| matches!(e, TranscriptEntry::User { .. }))
-            .map_or(0, |i| i + 1);
-        transcript
-            .iter()
-            .skip(start)
+            .rev()
+            .take_while(|e| !matches!(e, TranscriptEntry::User { .. }))
             .filter_map(|e| match e {
                 TranscriptEntry::Tool { tool, content, .. } => {
                     Some((tool.clone(), content.clone()))
                 }
                 _ => None,
             })
-            .collect()
+            .collect();
+        results.reverse();
+        results
     }
 
     /// The names of every tool the model is offered: the agent's and the journaled dynamic ones.

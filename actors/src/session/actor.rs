@@ -470,7 +470,10 @@ impl Live {
         }
         // The snapshot only speeds up activation: it is written after the caller has
         // its answer.
-        if self.state.last_seq - self.last_snapshot >= self.deps.lifecycle.snapshot_every {
+        if self.deps.lifecycle.snapshot_due(
+            self.state.last_seq - self.last_snapshot,
+            self.state.entries(),
+        ) {
             self.snapshot();
         }
     }

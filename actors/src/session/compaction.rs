@@ -15,8 +15,9 @@ use crate::state::TranscriptEntry;
 
 /// What to do with a model call.
 pub(super) enum Fit {
-    /// It fits (or no budget applies): send it.
-    Send,
+    /// It fits (or no budget applies): send it. `chars`: its prompt's characters
+    /// ([`super::prompt_chars`]), counted once for the calibration and the caller.
+    Send { chars: usize },
     /// Journal this compaction; the decision issues the call again.
     Compact(Input),
     /// It cannot fit: fail the call with this error.
@@ -56,14 +57,20 @@ pub(super) async fn fit(
         summary,
         memory,
     } = *prompt;
-    let size = model.measure(request).await.calibrated(request, last);
+    let chars = super::prompt_chars(request);
+    let size = model
+        .measure(request)
+        .await
+        .calibrated(&request.route, chars, last);
     let Some(budget) = budget(rules, size.window) else {
-        return Fit::Send;
+        return Fit::Send { chars };
     };
     if size.tokens <= budget {
-        return Fit::Send;
+        return Fit::Send { chars };
     }
-    let Some((entries, turns)) = context::plan(&request.transcript, size.tokens, budget) else {
+    // Over the budget (rare: then the call is compacted): the plan reads a plain copy.
+    let transcript: Vec<TranscriptEntry> = request.transcript.iter().cloned().collect();
+    let Some((entries, turns)) = context::plan(&transcript, size.tokens, budget) else {
         return Fit::Overflow(format!(
             "context_overflow: this model call's prompt needs {} tokens{}, over the agent's \
              budget of {budget} (`[agents.context] max_prompt_tokens`, or 75 % of the route's \
@@ -73,7 +80,7 @@ pub(super) async fn fit(
             if size.exact { "" } else { " (estimated)" },
         ));
     };
-    let dropped = &request.transcript[..entries];
+    let dropped = &transcript[..entries];
     let (new_summary, summariser) = match rules.strategy {
         Strategy::Truncate => (None, None),
         Strategy::Summarize => {
@@ -88,13 +95,13 @@ pub(super) async fn fit(
         }
     };
     let mut compacted = request.clone();
-    compacted.transcript.drain(..entries);
+    compacted.transcript = compacted.transcript.skip(entries);
     compacted.system_prompt =
         context::system_prompt_with(base_prompt, new_summary.as_deref().or(summary), memory);
     let after = model
         .measure(&compacted)
         .await
-        .calibrated(&compacted, last)
+        .calibrated(&compacted.route, super::prompt_chars(&compacted), last)
         .tokens;
     Fit::Compact(Input::Compact(crate::events::Compaction {
         call_id: CallId::new(call_id.to_string()),
@@ -145,7 +152,7 @@ async fn summarise(
             .clone()
             .unwrap_or_else(|| request.route.clone()),
         system_prompt: context::SUMMARY_INSTRUCTION.to_string(),
-        transcript: vec![TranscriptEntry::User {
+        transcript: imbl::vector![TranscriptEntry::User {
             text: input,
             attachments: Vec::new(),
         }],

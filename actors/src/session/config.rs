@@ -44,7 +44,9 @@ impl Agent {
 /// When actors write snapshots and when idle ones go to sleep.
 #[derive(Debug, Clone, Copy)]
 pub struct Lifecycle {
-    /// Write a snapshot of the folded state every this many events.
+    /// Write a snapshot of the folded state every this many events — or, for a state of more
+    /// entries than [`SNAPSHOT_SIZE_DIVISOR`] times as many, every that many events over the
+    /// divisor ([`Lifecycle::snapshot_due`]).
     pub snapshot_every: i64,
     /// Stop an actor that has had no work and no subscribers for this long; the next access
     /// re-activates it from its snapshot and journal.
@@ -81,5 +83,36 @@ impl Default for Lifecycle {
             lease_ttl: std::time::Duration::from_secs(30),
             max_queued_messages: 32,
         }
+    }
+}
+
+/// A snapshot costs what the state holds (a transcript never compacted, its client ids): a
+/// large state is written once per this share of its entries in events, so snapshots cost
+/// about the same per event however long a session grows, and an activation folds at most
+/// that many events after the snapshot it reads.
+pub const SNAPSHOT_SIZE_DIVISOR: usize = 4;
+
+impl Lifecycle {
+    /// Whether a snapshot is due `since` events after the last, for a state of `entries`
+    /// ([`crate::SessionState::entries`]).
+    pub fn snapshot_due(&self, since: i64, entries: usize) -> bool {
+        let by_size = i64::try_from(entries / SNAPSHOT_SIZE_DIVISOR).unwrap_or(i64::MAX);
+        since >= self.snapshot_every.max(by_size)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_large_state_is_snapshotted_less_often_in_proportion() {
+        let lifecycle = Lifecycle::default();
+        assert!(!lifecycle.snapshot_due(99, 10));
+        assert!(lifecycle.snapshot_due(100, 10));
+        assert!(lifecycle.snapshot_due(100, 400));
+        assert!(!lifecycle.snapshot_due(100, 40_000));
+        assert!(!lifecycle.snapshot_due(9_999, 40_000));
+        assert!(lifecycle.snapshot_due(10_000, 40_000));
     }
 }

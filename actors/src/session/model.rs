@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::decide::ModelOutput;
-use crate::state::TranscriptEntry;
+use crate::state::Transcript;
 
 /// A tool as the model sees it.
 #[derive(Debug, Clone, PartialEq)]
@@ -25,7 +25,8 @@ pub struct ModelRequest {
     pub session_id: Uuid,
     pub route: String,
     pub system_prompt: String,
-    pub transcript: Vec<TranscriptEntry>,
+    /// The transcript as shown ([`crate::context::shown_shared`]: it shares the state's).
+    pub transcript: Transcript,
     pub tools: Vec<ToolSpec>,
     /// Who the call is charged to: the API key (fingerprint) that created or forked the
     /// session, or `local` (the router's per-key limits and budgets apply to it).
@@ -74,7 +75,8 @@ pub fn prompt_chars(request: &ModelRequest) -> usize {
     request.system_prompt.len()
         + request
             .transcript
-            .iter()
+            .leaves()
+            .flatten()
             .map(crate::context::entry_chars)
             .sum::<usize>()
         + request
@@ -113,16 +115,16 @@ impl PromptSize {
     /// count scaled by the characters kept. An exact size, a call on another route, or a
     /// report under a third of that call's own estimate (no tokenizer gives fewer than one
     /// token per 12 bytes: such a count is not the whole prompt's) leaves the size as it is.
-    pub fn calibrated(self, request: &ModelRequest, last: Option<&Calibration>) -> PromptSize {
+    /// `chars` are the request's ([`prompt_chars`]), `route` its route.
+    pub fn calibrated(self, route: &str, chars: usize, last: Option<&Calibration>) -> PromptSize {
         let Some(last) = last.filter(|l| {
             !self.exact
-                && l.route == request.route
+                && l.route == route
                 && l.chars > 0
                 && l.reported.saturating_mul(3) >= crate::context::estimate(l.chars)
         }) else {
             return self;
         };
-        let chars = prompt_chars(request);
         let tokens = if chars >= last.chars {
             last.reported + crate::context::estimate(chars - last.chars)
         } else {

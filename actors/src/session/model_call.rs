@@ -12,8 +12,7 @@ use super::children::DelegationSteps;
 use super::compaction::{self, Fit, PromptParts};
 use super::live::{output_holds_nul, panic_message, without_nul};
 use super::{
-    prompt_chars, Calibration, Live, ModelClient, ModelError, ModelRequest, SessionMsg,
-    StreamingCall, ToolSpec,
+    Calibration, Live, ModelClient, ModelError, ModelRequest, SessionMsg, StreamingCall, ToolSpec,
 };
 use crate::context::ContextRules;
 use crate::decide::Input;
@@ -69,7 +68,7 @@ impl Live {
                 self.state.summary.as_deref(),
                 &self.state.memory,
             ),
-            transcript: crate::context::shown(
+            transcript: crate::context::shown_shared(
                 &self.state.transcript,
                 agent.rules.context.max_tool_result_tokens,
             ),
@@ -141,7 +140,7 @@ impl ModelCallTask {
             summary: summary.as_deref(),
             memory: &memory,
         };
-        match compaction::fit(
+        let chars = match compaction::fit(
             model.as_ref(),
             &request,
             &context_rules,
@@ -152,10 +151,10 @@ impl ModelCallTask {
         )
         .await
         {
-            Fit::Send => {}
+            Fit::Send { chars } => chars,
             Fit::Compact(input) => return report(input),
             Fit::Overflow(error) => return report(Input::ModelFailed { call_id, error }),
-        }
+        };
         if let Some(error) = steps.charge().await {
             return report(Input::ModelFailed { call_id, error });
         }
@@ -175,7 +174,7 @@ impl ModelCallTask {
         let counted = Calibration {
             route: request.route.clone(),
             reported: 0,
-            chars: prompt_chars(&request),
+            chars,
         };
         let call = tokio::spawn(
             async move { model.complete(request, deltas, cancel).await }.instrument(turn),

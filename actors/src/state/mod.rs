@@ -12,6 +12,10 @@ use stead_model::CallId;
 
 mod apply;
 
+/// The conversation the model sees: a persistent vector, so that the state and each model
+/// call's request share it rather than copy it.
+pub type Transcript = imbl::Vector<TranscriptEntry>;
+
 /// One entry of the conversation the model sees.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "role", rename_all = "snake_case")]
@@ -149,7 +153,7 @@ pub struct SessionState {
     pub principal: Option<String>,
     /// Persistent collections (`imbl`): `decide` works on a copy of the state, which must cost
     /// the same whatever the session's length (`stead bench sessions`, step cost).
-    pub transcript: imbl::Vector<TranscriptEntry>,
+    pub transcript: Transcript,
     pub turn: Option<Turn>,
     /// User messages that arrived during a turn, handled after it, in order.
     pub queued: VecDeque<String>,
@@ -205,6 +209,12 @@ pub struct SessionState {
 pub const LOCAL_PRINCIPAL: &str = "local";
 
 impl SessionState {
+    /// The entries of the state's growing collections (transcript, client ids, decided
+    /// approvals): what a snapshot of it costs, roughly.
+    pub fn entries(&self) -> usize {
+        self.transcript.len() + self.client_ids.len() + self.decided_approvals.len()
+    }
+
     /// How many sessions delegated down to this one (0: a top-level session).
     pub fn depth(&self) -> u32 {
         self.parent.as_ref().map_or(0, |p| p.depth)

@@ -112,8 +112,10 @@ pub fn model() -> ScriptedModel {
             .iter()
             .rposition(|e| matches!(e, TranscriptEntry::User { .. }))
             .map_or(0, |at| at + 1);
-        let results: BTreeMap<String, serde_json::Value> = request.transcript[turn..]
+        let results: BTreeMap<String, serde_json::Value> = request
+            .transcript
             .iter()
+            .skip(turn)
             .filter_map(|e| match e {
                 TranscriptEntry::Tool { tool, content, .. } => {
                     Some((tool.clone(), content.clone()))

@@ -83,7 +83,7 @@ impl ModelClient for GatedModel {
         deltas: UnboundedSender<String>,
         cancel: tokio_util::sync::CancellationToken,
     ) -> Result<ModelOutput, ModelError> {
-        self.sent.lock().unwrap().push(request.transcript);
+        self.sent.lock().unwrap().push(request.transcript.into_iter().collect());
         loop {
             if cancel.is_cancelled() {
                 self.cancelled.fetch_add(1, Ordering::SeqCst);
