@@ -399,9 +399,16 @@ mod tests {
             .collect();
         let shared = Transcript::from(plain.clone());
         let shown_shared = shown_shared(&shared, 16);
-        assert_eq!(shown_shared.iter().cloned().collect::<Vec<_>>(), shown(&plain, 16));
+        assert_eq!(
+            shown_shared.iter().cloned().collect::<Vec<_>>(),
+            shown(&plain, 16)
+        );
         assert_ne!(shown_shared, shared, "long results are cut");
-        assert_eq!(shared, Transcript::from(plain), "the state's transcript is untouched");
+        assert_eq!(
+            shared,
+            Transcript::from(plain),
+            "the state's transcript is untouched"
+        );
     }
 
     #[test]

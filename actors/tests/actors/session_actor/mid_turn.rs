@@ -83,7 +83,10 @@ impl ModelClient for GatedModel {
         deltas: UnboundedSender<String>,
         cancel: tokio_util::sync::CancellationToken,
     ) -> Result<ModelOutput, ModelError> {
-        self.sent.lock().unwrap().push(request.transcript.into_iter().collect());
+        self.sent
+            .lock()
+            .unwrap()
+            .push(request.transcript.into_iter().collect());
         loop {
             if cancel.is_cancelled() {
                 self.cancelled.fetch_add(1, Ordering::SeqCst);
