@@ -44,9 +44,8 @@ impl Agent {
 /// When actors write snapshots and when idle ones go to sleep.
 #[derive(Debug, Clone, Copy)]
 pub struct Lifecycle {
-    /// Write a snapshot of the folded state every this many events — or, for a state of more
-    /// entries than [`SNAPSHOT_SIZE_DIVISOR`] times as many, every that many events over the
-    /// divisor ([`Lifecycle::snapshot_due`]).
+    /// Write a snapshot of the folded state every this many events, or every
+    /// entries / [`SNAPSHOT_SIZE_DIVISOR`] events when that is more ([`Lifecycle::snapshot_due`]).
     pub snapshot_every: i64,
     /// Stop an actor that has had no work and no subscribers for this long; the next access
     /// re-activates it from its snapshot and journal.
